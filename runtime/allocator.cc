@@ -1,0 +1,158 @@
+#include "runtime/allocator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "runtime/device_memory.h"
+#include "runtime/status.h"
+
+namespace zero {
+
+namespace {
+constexpr absl::string_view kOutOfMemoryTag = "zero: out of memory";
+}
+
+absl::string_view category_name(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::kParams: return "params";
+    case MemoryCategory::kGrads: return "grads";
+    case MemoryCategory::kOptimizerState: return "optimizer_state";
+    case MemoryCategory::kMasterWeights: return "master_weights";
+    case MemoryCategory::kCommBuffers: return "comm_buffers";
+    case MemoryCategory::kActivations: return "activations";
+    case MemoryCategory::kWorkspace: return "workspace";
+  }
+  return "?";
+}
+
+std::string format_bytes(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while ((v >= 1024.0 || v <= -1024.0) && unit < 4) {
+    v /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrFormat("%d B", bytes) : absl::StrFormat("%.2f %s", v, kUnits[unit]);
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    owner_ = std::exchange(other.owner_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    nbytes_ = std::exchange(other.nbytes_, 0);
+    category_ = other.category_;
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+Tensor Buffer::tensor(DType dtype, Shape shape) const {
+  ZERO_CHECK(shape_numel(shape) * static_cast<int64_t>(dtype_size(dtype)) <= nbytes_, "tensor ",
+             shape_string(shape), " of ", dtype_name(dtype), " does not fit a buffer of ", nbytes_, " bytes");
+  return Tensor(data_, dtype, std::move(shape), device_);
+}
+
+void Buffer::reset() {
+  if (owner_ != nullptr) owner_->release(*this);
+  owner_ = nullptr;
+  data_ = nullptr;
+  nbytes_ = 0;
+}
+
+Allocator::Allocator(int rank, std::optional<int64_t> budget_bytes) : rank_(rank), budget_(budget_bytes) {}
+
+Allocator::~Allocator() {
+  ZERO_CHECK(stats_.current_total == 0, "rank ", rank_, " allocator destroyed while ",
+             format_bytes(stats_.current_total), " are still held: ", held_description_locked());
+}
+
+absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory category, Device device) {
+  if (nbytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation of ", nbytes, " bytes"));
+  const int c = static_cast<int>(category);
+  {
+    std::lock_guard lock(mu_);
+    if (budget_ && stats_.current_total + nbytes > *budget_) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "%s on rank %d: %s asked for %s (%d bytes), but the budget is %s and %s is held (%s). "
+          "Raise the budget or use a higher ZeRO stage.",
+          kOutOfMemoryTag, rank_, category_name(category), format_bytes(nbytes), nbytes, format_bytes(*budget_),
+          format_bytes(stats_.current_total), held_description_locked()));
+    }
+    // Account before the allocation so concurrent requests cannot both slip under the budget.
+    stats_.current[c] += nbytes;
+    stats_.current_total += nbytes;
+    stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
+    stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
+  }
+  Buffer buffer;
+  buffer.owner_ = this;
+  buffer.nbytes_ = nbytes;
+  buffer.category_ = category;
+  buffer.device_ = device;
+  absl::StatusOr<void*> ptr = nbytes == 0 ? nullptr : device_alloc(device, static_cast<size_t>(nbytes));
+  if (!ptr.ok()) return ptr.status();  // `buffer` gives the accounting back
+  buffer.data_ = *ptr;
+  return buffer;
+}
+
+void Allocator::release(Buffer& buffer) {
+  if (buffer.data_ != nullptr) device_free(buffer.device_, buffer.data_);
+  std::lock_guard lock(mu_);
+  stats_.current[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
+  stats_.current_total -= buffer.nbytes_;
+}
+
+std::optional<int64_t> Allocator::budget() const {
+  std::lock_guard lock(mu_);
+  return budget_;
+}
+
+void Allocator::set_budget(std::optional<int64_t> budget_bytes) {
+  std::lock_guard lock(mu_);
+  budget_ = budget_bytes;
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void Allocator::reset_peaks() {
+  std::lock_guard lock(mu_);
+  stats_.peak = stats_.current;
+  stats_.peak_total = stats_.current_total;
+}
+
+std::string Allocator::held_description_locked() const {
+  std::string out;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    if (stats_.current[c] == 0) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", category_name(static_cast<MemoryCategory>(c)), " ",
+                    format_bytes(stats_.current[c]));
+  }
+  return out.empty() ? "nothing" : out;
+}
+
+std::string Allocator::summary() const {
+  std::lock_guard lock(mu_);
+  std::string out = absl::StrFormat("rank %d memory%s\n%-16s %14s %14s\n", rank_,
+                                    budget_ ? absl::StrCat(" (budget ", format_bytes(*budget_), ")") : "",
+                                    "category", "current", "peak");
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    absl::StrAppendFormat(&out, "%-16s %14s %14s\n", category_name(static_cast<MemoryCategory>(c)),
+                          format_bytes(stats_.current[c]), format_bytes(stats_.peak[c]));
+  }
+  absl::StrAppendFormat(&out, "%-16s %14s %14s\n", "total", format_bytes(stats_.current_total),
+                        format_bytes(stats_.peak_total));
+  return out;
+}
+
+bool is_out_of_memory(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) && absl::StartsWith(status.message(), kOutOfMemoryTag);
+}
+
+}  // namespace zero

@@ -1,0 +1,109 @@
+// The accounting allocator: every byte a rank holds carries a category; peaks are kept and a budget enforced.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace zero {
+
+enum class MemoryCategory : uint8_t {
+  kParams,
+  kGrads,
+  kOptimizerState,
+  kMasterWeights,
+  kCommBuffers,
+  kActivations,
+  kWorkspace,
+};
+inline constexpr int kNumMemoryCategories = 7;
+absl::string_view category_name(MemoryCategory c);
+
+// "1.50 MiB" style, binary units.
+std::string format_bytes(int64_t bytes);
+
+struct MemoryStats {
+  std::array<int64_t, kNumMemoryCategories> current{};
+  std::array<int64_t, kNumMemoryCategories> peak{};
+  int64_t current_total = 0;
+  int64_t peak_total = 0;
+
+  int64_t current_of(MemoryCategory c) const { return current[static_cast<int>(c)]; }
+  int64_t peak_of(MemoryCategory c) const { return peak[static_cast<int>(c)]; }
+};
+
+class Allocator;
+
+// Owns one allocation; returns it (and its accounting) to the allocator on destruction. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+
+  void* data() const { return data_; }
+  int64_t nbytes() const { return nbytes_; }
+  MemoryCategory category() const { return category_; }
+  Device device() const { return device_; }
+  // A contiguous view of `shape` elements of `dtype` at the start of the buffer.
+  Tensor tensor(DType dtype, Shape shape) const;
+  // Frees now.
+  void reset();
+
+ private:
+  friend class Allocator;
+  Allocator* owner_ = nullptr;
+  void* data_ = nullptr;
+  int64_t nbytes_ = 0;
+  MemoryCategory category_ = MemoryCategory::kWorkspace;
+  Device device_ = Device::cpu();
+};
+
+// One per rank. Thread-safe: compute and communication threads of a rank may both allocate.
+// CPU memory is 64-byte aligned; CUDA memory comes from cudaMalloc (no caching layer), so what is
+// accounted is what the device holds. The budget, when set, bounds the sum over all categories.
+class Allocator {
+ public:
+  explicit Allocator(int rank = 0, std::optional<int64_t> budget_bytes = std::nullopt);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Fails with ResourceExhausted (see is_out_of_memory) when the budget would be exceeded.
+  absl::StatusOr<Buffer> allocate(int64_t nbytes, MemoryCategory category, Device device = Device::cpu());
+
+  int rank() const { return rank_; }
+  std::optional<int64_t> budget() const;
+  void set_budget(std::optional<int64_t> budget_bytes);
+  MemoryStats stats() const;
+  // Peaks restart from what is held now.
+  void reset_peaks();
+  // A table of current and peak bytes per category.
+  std::string summary() const;
+
+ private:
+  friend class Buffer;
+  void release(Buffer& buffer);
+  std::string held_description_locked() const;
+
+  const int rank_;
+  mutable std::mutex mu_;
+  std::optional<int64_t> budget_;
+  MemoryStats stats_;
+};
+
+// True for the status Allocator::allocate returns when a budget is exceeded.
+bool is_out_of_memory(const absl::Status& status);
+
+}  // namespace zero

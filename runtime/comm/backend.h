@@ -1,0 +1,34 @@
+// The transport under a Communicator: runs one collective at a time, synchronously, on the comm thread.
+#pragma once
+
+#include <span>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "runtime/comm/collective.h"
+
+namespace zero {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual absl::string_view name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual bool supports(Device device) const { return device.is_cpu(); }
+
+  // Runs `c` to completion. Arguments are already validated. Must give up with DeadlineExceeded (naming
+  // the ranks it waited for, where it can tell) at `deadline`, and fail promptly once a peer failed.
+  virtual absl::Status run(const Collective& c, absl::Time deadline) = 0;
+
+  // Fills `all[r]` with rank r's fingerprint (the debug check). The default runs a host allgather.
+  virtual absl::Status exchange_fingerprints(const CollectiveFingerprint& mine,
+                                             std::span<CollectiveFingerprint> all, absl::Time deadline);
+
+  // Called once, after this rank's first failure, so peers blocked in a collective with us fail too.
+  virtual void abort(const absl::Status& cause) { (void)cause; }
+};
+
+}  // namespace zero

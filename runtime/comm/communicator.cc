@@ -1,0 +1,198 @@
+#include "runtime/comm/communicator.h"
+
+#include <cstdlib>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+
+namespace zero {
+
+CommOptions CommOptions::from_env() {
+  CommOptions options;
+  if (const char* s = std::getenv("ZERO_COMM_TIMEOUT_S")) {
+    double seconds = 0;
+    if (absl::SimpleAtod(s, &seconds) && seconds > 0) options.timeout = absl::Seconds(seconds);
+  }
+  if (const char* s = std::getenv("ZERO_DEBUG_COLLECTIVES")) options.debug_collectives = absl::string_view(s) == "1";
+  return options;
+}
+
+int64_t CommStats::total_sent_bytes() const {
+  int64_t total = 0;
+  for (const OpCounters& c : per_op) total += c.sent_bytes;
+  return total;
+}
+
+absl::Status Backend::exchange_fingerprints(const CollectiveFingerprint& mine, std::span<CollectiveFingerprint> all,
+                                            absl::Time deadline) {
+  Collective c{.op = CollectiveOp::kAllgather,
+               .dtype = DType::kU8,
+               .count = sizeof(CollectiveFingerprint),
+               .send = &mine,
+               .recv = all.data()};
+  return run(c, deadline);
+}
+
+Communicator::Communicator(std::unique_ptr<Backend> backend, CommOptions options)
+    : backend_(std::move(backend)),
+      options_(options),
+      rank_(backend_->rank()),
+      world_size_(backend_->world_size()),
+      stream_(absl::StrCat("zero-comm-", backend_->rank())) {}
+
+Communicator::~Communicator() { stream_.synchronize(); }
+
+Work Communicator::allreduce(Tensor buffer, ReduceOp op) {
+  if (absl::Status s = validate(CollectiveOp::kAllreduce, nullptr, &buffer, 0, op); !s.ok()) return Work::completed(s);
+  return submit({.op = CollectiveOp::kAllreduce, .reduce_op = op, .dtype = buffer.dtype(), .device = buffer.device(),
+                 .count = buffer.numel(), .send = buffer.data(), .recv = buffer.data()});
+}
+
+Work Communicator::reduce_scatter(Tensor input, Tensor output, ReduceOp op) {
+  if (absl::Status s = validate(CollectiveOp::kReduceScatter, &input, &output, 0, op); !s.ok()) {
+    return Work::completed(s);
+  }
+  return submit({.op = CollectiveOp::kReduceScatter, .reduce_op = op, .dtype = output.dtype(),
+                 .device = output.device(), .count = output.numel(), .send = input.data(), .recv = output.data()});
+}
+
+Work Communicator::allgather(Tensor input, Tensor output) {
+  if (absl::Status s = validate(CollectiveOp::kAllgather, &input, &output, 0, std::nullopt); !s.ok()) {
+    return Work::completed(s);
+  }
+  return submit({.op = CollectiveOp::kAllgather, .dtype = input.dtype(), .device = input.device(),
+                 .count = input.numel(), .send = input.data(), .recv = output.data()});
+}
+
+Work Communicator::broadcast(Tensor buffer, int root) {
+  if (absl::Status s = validate(CollectiveOp::kBroadcast, nullptr, &buffer, root, std::nullopt); !s.ok()) {
+    return Work::completed(s);
+  }
+  return submit({.op = CollectiveOp::kBroadcast, .dtype = buffer.dtype(), .device = buffer.device(),
+                 .count = buffer.numel(), .send = buffer.data(), .recv = buffer.data(), .root = root});
+}
+
+Work Communicator::reduce(Tensor buffer, int root, ReduceOp op) {
+  if (absl::Status s = validate(CollectiveOp::kReduce, nullptr, &buffer, root, op); !s.ok()) return Work::completed(s);
+  return submit({.op = CollectiveOp::kReduce, .reduce_op = op, .dtype = buffer.dtype(), .device = buffer.device(),
+                 .count = buffer.numel(), .send = buffer.data(), .recv = buffer.data(), .root = root});
+}
+
+Work Communicator::gather(Tensor input, Tensor output, int root) {
+  const bool is_root = rank_ == root;
+  if (absl::Status s = validate(CollectiveOp::kGather, &input, is_root ? &output : nullptr, root, std::nullopt);
+      !s.ok()) {
+    return Work::completed(s);
+  }
+  return submit({.op = CollectiveOp::kGather, .dtype = input.dtype(), .device = input.device(), .count = input.numel(),
+                 .send = input.data(), .recv = is_root ? output.data() : nullptr, .root = root});
+}
+
+Work Communicator::scatter(Tensor input, Tensor output, int root) {
+  const bool is_root = rank_ == root;
+  if (absl::Status s = validate(CollectiveOp::kScatter, is_root ? &input : nullptr, &output, root, std::nullopt);
+      !s.ok()) {
+    return Work::completed(s);
+  }
+  return submit({.op = CollectiveOp::kScatter, .dtype = output.dtype(), .device = output.device(),
+                 .count = output.numel(), .send = is_root ? input.data() : nullptr, .recv = output.data(),
+                 .root = root});
+}
+
+Work Communicator::barrier() { return submit({.op = CollectiveOp::kBarrier}); }
+
+CommStats Communicator::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void Communicator::reset_stats() {
+  std::lock_guard lock(mu_);
+  stats_ = CommStats{};
+}
+
+absl::Status Communicator::validate(CollectiveOp op, const Tensor* input, const Tensor* output, int root,
+                                    std::optional<ReduceOp> reduce_op) const {
+  const absl::string_view name = collective_op_name(op);
+  if (root < 0 || root >= world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": root ", root, " is not a rank of a world of ", world_size_));
+  }
+  const Tensor* first = input != nullptr ? input : output;
+  for (const Tensor* t : {input, output}) {
+    if (t == nullptr) continue;
+    if (!t->is_contiguous()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", t->to_string(), " is not contiguous"));
+    if (t->dtype() != first->dtype() || t->device() != first->device()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": input ", first->to_string(), " and output ", t->to_string(), " differ in dtype or device"));
+    }
+    if (!backend_->supports(t->device())) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": the ", backend_->name(), " backend cannot reach ",
+                                                     t->device().to_string(), " memory"));
+    }
+  }
+  if (reduce_op) {
+    const DType t = first->dtype();
+    if (!is_floating(t) && t != DType::kI32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": cannot reduce ", dtype_name(t), "; reductions take fp32, bf16, fp16 or int32"));
+    }
+    if (t == DType::kI32 && *reduce_op == ReduceOp::kAvg) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": avg of int32 is not defined; use sum and divide"));
+    }
+  }
+  const auto require_multiple = [&](const Tensor& whole, const Tensor& chunk) -> absl::Status {
+    if (whole.numel() == world_size_ * chunk.numel()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": the whole buffer has ", whole.numel(), " elements but must hold world size ", world_size_, " x ",
+        chunk.numel(), " (one chunk per rank); pad it to a multiple of the world size"));
+  };
+  switch (op) {
+    case CollectiveOp::kReduceScatter: return require_multiple(*input, *output);
+    case CollectiveOp::kAllgather: return require_multiple(*output, *input);
+    case CollectiveOp::kGather: return output != nullptr ? require_multiple(*output, *input) : absl::OkStatus();
+    case CollectiveOp::kScatter: return input != nullptr ? require_multiple(*input, *output) : absl::OkStatus();
+    default: return absl::OkStatus();
+  }
+}
+
+Work Communicator::submit(Collective c) {
+  auto state = std::make_shared<WorkState>();
+  {
+    std::lock_guard lock(mu_);
+    if (!failure_.ok()) return Work::completed(failure_);
+    c.seq = next_seq_++;
+    OpCounters& counters = stats_.per_op[static_cast<int>(c.op)];
+    counters.calls += 1;
+    counters.payload_bytes += payload_bytes(c, world_size_);
+    counters.sent_bytes += bytes_sent(c, rank_, world_size_);
+  }
+  stream_.submit([this, c, state] { state->complete(execute(c)); });
+  return Work(std::move(state));
+}
+
+absl::Status Communicator::execute(const Collective& c) {
+  {
+    std::lock_guard lock(mu_);
+    if (!failure_.ok()) return failure_;
+  }
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  absl::Status status = options_.debug_collectives ? check_same_collective(c, deadline) : absl::OkStatus();
+  if (status.ok()) status = backend_->run(c, deadline);
+  if (status.ok()) return status;
+  {
+    std::lock_guard lock(mu_);
+    if (failure_.ok()) failure_ = status;
+  }
+  backend_->abort(status);
+  return status;
+}
+
+absl::Status Communicator::check_same_collective(const Collective& c, absl::Time deadline) {
+  std::vector<CollectiveFingerprint> all(world_size_);
+  ZERO_RETURN_IF_ERROR(backend_->exchange_fingerprints(CollectiveFingerprint::of(c), all, deadline));
+  return check_fingerprints_agree(all);
+}
+
+}  // namespace zero

@@ -1,0 +1,93 @@
+// One rank's view of a process group: async collectives with Work handles, timeouts and byte counters.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "runtime/comm/backend.h"
+#include "runtime/comm/collective.h"
+#include "runtime/comm/work.h"
+#include "runtime/cpu_stream.h"
+#include "runtime/tensor.h"
+
+namespace zero {
+
+struct CommOptions {
+  // A collective that has not finished by then fails on this rank, and so on every rank.
+  absl::Duration timeout = absl::Seconds(300);
+  // Before each collective, check that every rank issues the same one; name the ranks that diverge.
+  bool debug_collectives = false;
+
+  // Defaults, overridden by ZERO_COMM_TIMEOUT_S (seconds) and ZERO_DEBUG_COLLECTIVES=1.
+  static CommOptions from_env();
+};
+
+struct OpCounters {
+  int64_t calls = 0;
+  int64_t payload_bytes = 0;  // see payload_bytes() in collective.h
+  int64_t sent_bytes = 0;     // see bytes_sent() in collective.h
+};
+
+struct CommStats {
+  std::array<OpCounters, kNumCollectiveOps> per_op{};
+
+  const OpCounters& of(CollectiveOp op) const { return per_op[static_cast<int>(op)]; }
+  int64_t total_sent_bytes() const;
+};
+
+// All calls return at once; the work runs in order on this rank's communication thread. Every rank must
+// issue the same collectives in the same order. After the first failure every later call fails with it.
+// Tensors must be contiguous and on a device the backend supports; input and output share a dtype.
+// reduce_scatter and allgather move equal chunks: padding a buffer to a multiple of the world size is
+// the caller's job (the engine pads its flat units).
+class Communicator {
+ public:
+  Communicator(std::unique_ptr<Backend> backend, CommOptions options);
+  ~Communicator();  // finishes pending work first
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  absl::string_view backend_name() const { return backend_->name(); }
+  const CommOptions& options() const { return options_; }
+
+  Work allreduce(Tensor buffer, ReduceOp op);                       // buffer (n), in place
+  Work reduce_scatter(Tensor input, Tensor output, ReduceOp op);    // input (N*n) -> output (n)
+  Work allgather(Tensor input, Tensor output);                      // input (n) -> output (N*n)
+  Work broadcast(Tensor buffer, int root);                          // buffer (n)
+  Work reduce(Tensor buffer, int root, ReduceOp op);                // buffer (n), result on root
+  Work gather(Tensor input, Tensor output, int root);               // input (n) -> output (N*n) on root
+  Work scatter(Tensor input, Tensor output, int root);              // input (N*n) on root -> output (n)
+  Work barrier();
+
+  CommStats stats() const;
+  void reset_stats();
+
+ private:
+  absl::Status validate(CollectiveOp op, const Tensor* input, const Tensor* output, int root,
+                        std::optional<ReduceOp> reduce_op) const;
+  Work submit(Collective c);
+  absl::Status execute(const Collective& c);
+  absl::Status check_same_collective(const Collective& c, absl::Time deadline);
+
+  const std::unique_ptr<Backend> backend_;
+  const CommOptions options_;
+  const int rank_;
+  const int world_size_;
+
+  mutable std::mutex mu_;
+  uint64_t next_seq_ = 0;
+  CommStats stats_;
+  absl::Status failure_;  // the first failure; sticky
+
+  CpuStream stream_;  // last: destroyed (drained) first
+};
+
+}  // namespace zero

@@ -1,0 +1,229 @@
+#include "runtime/comm/local.h"
+
+#include <exception>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/comm/reduce.h"
+#include "runtime/status.h"
+
+namespace zero {
+
+namespace {
+
+const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
+char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
+
+// Elements [begin, end) of `count` that rank r reduces in an allreduce; balanced, any count.
+std::pair<int64_t, int64_t> chunk_range(int64_t count, int rank, int world_size) {
+  return {count * rank / world_size, count * (rank + 1) / world_size};
+}
+
+class LocalBackend final : public Backend {
+ public:
+  LocalBackend(LocalGroup* group, int rank) : group_(group), rank_(rank) {}
+
+  absl::string_view name() const override { return "local"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return group_->world_size(); }
+  bool supports(Device device) const override {
+#ifdef ZERO_HAS_CUDA
+    return true;
+#else
+    return device.is_cpu();
+#endif
+  }
+
+  absl::Status run(const Collective& c, absl::Time deadline) override {
+    ZERO_RETURN_IF_ERROR(group_->post_and_meet(rank_, c, deadline));
+    std::vector<CollectiveFingerprint> fingerprints;
+    for (int r = 0; r < world_size(); ++r) fingerprints.push_back(CollectiveFingerprint::of(group_->posted(r)));
+    ZERO_RETURN_IF_ERROR(check_fingerprints_agree(fingerprints));
+    if (c.op == CollectiveOp::kBarrier) return absl::OkStatus();
+    ZERO_RETURN_IF_ERROR(compute_my_part(c, deadline));
+    return group_->meet(rank_, c, deadline);  // nobody reuses a buffer a peer may still read
+  }
+
+  void abort(const absl::Status& cause) override { group_->abort(rank_, cause); }
+
+ private:
+  absl::Status compute_my_part(const Collective& c, absl::Time deadline) {
+    const int n = world_size();
+    const int64_t esize = static_cast<int64_t>(dtype_size(c.dtype));
+    const int64_t chunk = c.chunk_bytes();
+    const auto peer = [&](int r) -> const Collective& { return group_->posted(r); };
+    std::vector<const void*> inputs(n);
+    switch (c.op) {
+      case CollectiveOp::kAllreduce: {
+        const auto [begin, end] = chunk_range(c.count, rank_, n);
+        for (int r = 0; r < n; ++r) inputs[r] = at_bytes(peer(r).recv, begin * esize);
+        ZERO_RETURN_IF_ERROR(
+            reduce_in_rank_order(c.device, inputs, at_bytes(c.recv, begin * esize), end - begin, c.dtype, c.reduce_op));
+        ZERO_RETURN_IF_ERROR(group_->meet(rank_, c, deadline));  // every chunk is reduced in its owner's buffer
+        for (int r = 0; r < n; ++r) {
+          if (r == rank_) continue;
+          const auto [b, e] = chunk_range(c.count, r, n);
+          ZERO_RETURN_IF_ERROR(copy_bytes(c.device, at_bytes(c.recv, b * esize), at_bytes(peer(r).recv, b * esize),
+                                          (e - b) * esize));
+        }
+        return absl::OkStatus();
+      }
+      case CollectiveOp::kReduceScatter:
+        for (int r = 0; r < n; ++r) inputs[r] = at_bytes(peer(r).send, rank_ * chunk);
+        return reduce_in_rank_order(c.device, inputs, c.recv, c.count, c.dtype, c.reduce_op);
+      case CollectiveOp::kReduce:
+        if (rank_ != c.root) return absl::OkStatus();
+        for (int r = 0; r < n; ++r) inputs[r] = peer(r).recv;
+        return reduce_in_rank_order(c.device, inputs, c.recv, c.count, c.dtype, c.reduce_op);
+      case CollectiveOp::kAllgather:
+        for (int r = 0; r < n; ++r) {
+          ZERO_RETURN_IF_ERROR(copy_bytes(c.device, at_bytes(c.recv, r * chunk), peer(r).send, chunk));
+        }
+        return absl::OkStatus();
+      case CollectiveOp::kGather:
+        if (rank_ != c.root) return absl::OkStatus();
+        for (int r = 0; r < n; ++r) {
+          ZERO_RETURN_IF_ERROR(copy_bytes(c.device, at_bytes(c.recv, r * chunk), peer(r).send, chunk));
+        }
+        return absl::OkStatus();
+      case CollectiveOp::kBroadcast:
+        return rank_ == c.root ? absl::OkStatus() : copy_bytes(c.device, c.recv, peer(c.root).recv, chunk);
+      case CollectiveOp::kScatter:
+        return copy_bytes(c.device, c.recv, at_bytes(peer(c.root).send, rank_ * chunk), chunk);
+      case CollectiveOp::kBarrier:
+        return absl::OkStatus();
+    }
+    return absl::InternalError("unknown collective");
+  }
+
+  LocalGroup* const group_;
+  const int rank_;
+};
+
+}  // namespace
+
+LocalGroup::LocalGroup(int world_size)
+    : world_size_(world_size),
+      posted_(world_size),
+      arrived_at_(world_size, ~uint64_t{0}),
+      exited_(world_size, false) {
+  ZERO_CHECK(world_size >= 1, "a group needs at least one rank, got ", world_size);
+}
+
+std::unique_ptr<Communicator> LocalGroup::communicator(int rank, CommOptions options) {
+  ZERO_CHECK(rank >= 0 && rank < world_size_, "rank ", rank, " outside a group of ", world_size_);
+  return std::make_unique<Communicator>(std::make_unique<LocalBackend>(this, rank), options);
+}
+
+void LocalGroup::rank_exited(int rank, const absl::Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    exited_[rank] = true;
+    if (!status.ok() && failure_.ok()) {
+      failure_ = absl::AbortedError(absl::StrCat("rank ", rank, " failed: ", status.message()));
+    }
+  }
+  cv_.notify_all();
+}
+
+void LocalGroup::abort(int rank, const absl::Status& cause) {
+  {
+    std::lock_guard lock(mu_);
+    if (!failure_.ok()) return;
+    failure_ = absl::AbortedError(absl::StrCat("rank ", rank, " failed: ", cause.message()));
+  }
+  cv_.notify_all();
+}
+
+absl::Status LocalGroup::failure_for(int rank, const Collective& c) const {
+  return absl::AbortedError(absl::StrCat("rank ", rank, " gave up on ", c.describe(), ": ", failure_.message()));
+}
+
+absl::Status LocalGroup::post_and_meet(int rank, const Collective& c, absl::Time deadline) {
+  {
+    std::lock_guard lock(mu_);
+    posted_[rank] = c;
+  }
+  return meet(rank, c, deadline);
+}
+
+absl::Status LocalGroup::meet(int rank, const Collective& c, absl::Time deadline) {
+  std::unique_lock lock(mu_);
+  if (!failure_.ok()) return failure_for(rank, c);
+  const uint64_t generation = generation_;
+  arrived_at_[rank] = generation;
+  if (++arrived_ == world_size_) {
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+  const auto missing = [&] {
+    std::vector<int> ranks;
+    for (int r = 0; r < world_size_; ++r) {
+      if (arrived_at_[r] != generation) ranks.push_back(r);
+    }
+    return ranks;
+  };
+  while (generation_ == generation) {
+    if (!failure_.ok()) return failure_for(rank, c);
+    for (int r : missing()) {
+      if (exited_[r]) {
+        failure_ = absl::AbortedError(absl::StrCat("rank ", r, " finished its work without joining ", c.describe()));
+        cv_.notify_all();
+        return failure_for(rank, c);
+      }
+    }
+    if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout && generation_ == generation &&
+        failure_.ok()) {
+      const std::vector<int> late = missing();
+      failure_ = absl::DeadlineExceededError(
+          absl::StrCat("timed out in ", c.describe(), " waiting for ", late.size() == 1 ? "rank " : "ranks ",
+                       absl::StrJoin(late, ", "), "; a rank stopped answering or issued fewer collectives"));
+      cv_.notify_all();
+      return failure_;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<absl::Status> run_local_ranks(int world_size, const std::function<absl::Status(Communicator&)>& fn,
+                                          CommOptions options) {
+  LocalGroup group(world_size);
+  std::vector<absl::Status> statuses(world_size);
+  std::vector<std::thread> threads;
+  threads.reserve(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      absl::Status status;
+      {
+        std::unique_ptr<Communicator> comm = group.communicator(r, options);
+        try {
+          status = fn(*comm);
+        } catch (const std::exception& e) {
+          status = absl::InternalError(absl::StrCat("rank ", r, " threw: ", e.what()));
+        } catch (...) {
+          status = absl::InternalError(absl::StrCat("rank ", r, " threw a non-standard exception"));
+        }
+        if (!status.ok()) group.rank_exited(r, status);  // before draining: peers must not wait on us
+      }
+      group.rank_exited(r, status);
+      statuses[r] = std::move(status);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return statuses;
+}
+
+absl::Status root_cause(const std::vector<absl::Status>& statuses) {
+  for (const absl::Status& s : statuses) {
+    if (!s.ok() && !absl::IsAborted(s)) return s;
+  }
+  for (const absl::Status& s : statuses) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zero

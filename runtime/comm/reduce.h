@@ -1,0 +1,22 @@
+// The two data movements every backend is built from: a fixed-order reduction and a byte copy.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "runtime/comm/collective.h"
+
+namespace zero {
+
+// out[i] = op(in[0][i], in[1][i], ..., in[k-1][i]), combined left to right (rank order) in fp32 for the
+// floating types (bf16/fp16 round once, at the end) and with wrap-around for int32; avg divides the
+// fp32 sum by k. Max propagates NaN. `out` may alias any input. Fixed order makes results bitwise
+// reproducible and identical however the elements are split across ranks.
+absl::Status reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
+                                  DType dtype, ReduceOp op);
+
+// memcpy on the host; a device-to-device copy on CUDA memory.
+absl::Status copy_bytes(Device device, void* dst, const void* src, int64_t nbytes);
+
+}  // namespace zero

@@ -1,0 +1,103 @@
+// The local backend's data movement on CUDA memory: fixed-order reduction and copies, several ranks on one GPU.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <span>
+
+#include "runtime/comm/collective.h"
+#include "runtime/cuda/cuda_check.h"
+
+namespace zero {
+
+namespace {
+
+constexpr int kMaxInputs = 64;
+
+struct Inputs {
+  const void* ptr[kMaxInputs];
+};
+
+template <typename T> __device__ float to_float(T v);
+template <> __device__ float to_float<float>(float v) { return v; }
+template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ float to_float<__half>(__half v) { return __half2float(v); }
+
+template <typename T> __device__ T from_float(float v);
+template <> __device__ float from_float<float>(float v) { return v; }
+template <> __device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+__device__ float combine(float a, float b, ReduceOp op) {
+  if (op == ReduceOp::kMax) return isnan(a) ? a : (a > b ? a : b);
+  return __fadd_rn(a, b);
+}
+
+__device__ int32_t combine(int32_t a, int32_t b, ReduceOp op) {
+  if (op == ReduceOp::kMax) return a > b ? a : b;
+  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+}
+
+// Same arithmetic, in the same order, as the CPU reduce_in_rank_order: results agree bit for bit.
+template <typename T>
+__global__ void reduce_float_kernel(Inputs in, int n, T* out, int64_t count, ReduceOp op) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    float acc = to_float(static_cast<const T*>(in.ptr[0])[i]);
+    for (int k = 1; k < n; ++k) acc = combine(acc, to_float(static_cast<const T*>(in.ptr[k])[i]), op);
+    if (op == ReduceOp::kAvg) acc = __fdiv_rn(acc, static_cast<float>(n));
+    out[i] = from_float<T>(acc);
+  }
+}
+
+__global__ void reduce_int32_kernel(Inputs in, int n, int32_t* out, int64_t count, ReduceOp op) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    int32_t acc = static_cast<const int32_t*>(in.ptr[0])[i];
+    for (int k = 1; k < n; ++k) acc = combine(acc, static_cast<const int32_t*>(in.ptr[k])[i], op);
+    out[i] = acc;
+  }
+}
+
+}  // namespace
+
+absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
+                                       DType dtype, ReduceOp op) {
+  if (inputs.size() > kMaxInputs) {
+    return absl::InvalidArgumentError(absl::StrCat("the local backend reduces at most ", kMaxInputs,
+                                                   " ranks' CUDA buffers, got ", inputs.size()));
+  }
+  if (count == 0) return absl::OkStatus();
+  ZERO_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
+  Inputs in{};
+  for (size_t k = 0; k < inputs.size(); ++k) in.ptr[k] = inputs[k];
+  const int n = static_cast<int>(inputs.size());
+  constexpr int kThreads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 4096));
+  cudaStream_t stream = cudaStreamPerThread;
+  switch (dtype) {
+    case DType::kF32:
+      reduce_float_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<float*>(out), count, op);
+      break;
+    case DType::kBF16:
+      reduce_float_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<__nv_bfloat16*>(out), count, op);
+      break;
+    case DType::kF16:
+      reduce_float_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<__half*>(out), count, op);
+      break;
+    case DType::kI32:
+      reduce_int32_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<int32_t*>(out), count, op);
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("cannot reduce ", dtype_name(dtype)));
+  }
+  ZERO_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  ZERO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
+absl::Status cuda_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
+  ZERO_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, cudaStreamPerThread));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamPerThread));
+  return absl::OkStatus();
+}
+
+}  // namespace zero

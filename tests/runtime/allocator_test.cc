@@ -1,0 +1,150 @@
+#include "runtime/allocator.h"
+
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace zero {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Allocator, TracksCurrentAndPeakPerCategory) {
+  Allocator alloc(/*rank=*/0);
+  {
+    absl::StatusOr<Buffer> params = alloc.allocate(1000, MemoryCategory::kParams);
+    ASSERT_TRUE(params.ok());
+    {
+      absl::StatusOr<Buffer> grads = alloc.allocate(300, MemoryCategory::kGrads);
+      ASSERT_TRUE(grads.ok());
+      EXPECT_EQ(alloc.stats().current_of(MemoryCategory::kGrads), 300);
+      EXPECT_EQ(alloc.stats().current_total, 1300);
+    }
+    const MemoryStats s = alloc.stats();
+    EXPECT_EQ(s.current_of(MemoryCategory::kGrads), 0);
+    EXPECT_EQ(s.peak_of(MemoryCategory::kGrads), 300);
+    EXPECT_EQ(s.current_of(MemoryCategory::kParams), 1000);
+    EXPECT_EQ(s.peak_total, 1300);
+    EXPECT_EQ(s.current_total, 1000);
+  }
+  EXPECT_EQ(alloc.stats().current_total, 0);
+}
+
+TEST(Allocator, CpuMemoryIs64ByteAligned) {
+  Allocator alloc;
+  for (int64_t n : {1, 3, 64, 100, 4097}) {
+    absl::StatusOr<Buffer> b = alloc.allocate(n, MemoryCategory::kWorkspace);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % 64, 0u) << n;
+  }
+}
+
+TEST(Allocator, BudgetBreachNamesCategoryRequestAndHoldings) {
+  Allocator alloc(/*rank=*/3, /*budget_bytes=*/4096);
+  absl::StatusOr<Buffer> params = alloc.allocate(3000, MemoryCategory::kParams);
+  ASSERT_TRUE(params.ok());
+  absl::StatusOr<Buffer> state = alloc.allocate(2000, MemoryCategory::kOptimizerState);
+  ASSERT_FALSE(state.ok());
+  EXPECT_TRUE(is_out_of_memory(state.status()));
+  const std::string msg(state.status().message());
+  EXPECT_THAT(msg, HasSubstr("rank 3"));
+  EXPECT_THAT(msg, HasSubstr("optimizer_state asked for 1.95 KiB (2000 bytes)"));
+  EXPECT_THAT(msg, HasSubstr("budget is 4.00 KiB"));
+  EXPECT_THAT(msg, HasSubstr("params 2.93 KiB"));
+  // The refused request left the accounting as it was, and what fits still fits.
+  EXPECT_EQ(alloc.stats().current_total, 3000);
+  EXPECT_EQ(alloc.stats().peak_total, 3000);
+  EXPECT_TRUE(alloc.allocate(1096, MemoryCategory::kOptimizerState).ok());
+}
+
+TEST(Allocator, OtherFailuresAreNotOutOfMemory) {
+  EXPECT_FALSE(is_out_of_memory(absl::ResourceExhaustedError("something else")));
+  EXPECT_FALSE(is_out_of_memory(absl::OkStatus()));
+}
+
+TEST(Allocator, ZeroByteAllocationsAreAccountedAsNothing) {
+  Allocator alloc(0, /*budget_bytes=*/0);
+  absl::StatusOr<Buffer> b = alloc.allocate(0, MemoryCategory::kActivations);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->nbytes(), 0);
+  EXPECT_EQ(alloc.stats().peak_total, 0);
+}
+
+TEST(Allocator, NegativeSizeIsRejected) {
+  Allocator alloc;
+  EXPECT_TRUE(absl::IsInvalidArgument(alloc.allocate(-1, MemoryCategory::kParams).status()));
+}
+
+TEST(Allocator, MovedBufferIsFreedOnce) {
+  Allocator alloc;
+  Buffer a = std::move(alloc.allocate(128, MemoryCategory::kCommBuffers)).value();
+  Buffer b = std::move(a);
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(alloc.stats().current_total, 128);
+  b.reset();
+  EXPECT_EQ(alloc.stats().current_total, 0);
+}
+
+TEST(Allocator, ResetPeaksStartsFromWhatIsHeld) {
+  Allocator alloc;
+  Buffer kept = std::move(alloc.allocate(100, MemoryCategory::kParams)).value();
+  { Buffer tmp = std::move(alloc.allocate(500, MemoryCategory::kWorkspace)).value(); }
+  alloc.reset_peaks();
+  EXPECT_EQ(alloc.stats().peak_total, 100);
+  EXPECT_EQ(alloc.stats().peak_of(MemoryCategory::kWorkspace), 0);
+}
+
+TEST(Allocator, ConcurrentAllocationsNeverExceedTheBudget) {
+  constexpr int64_t kBudget = 64 * 1000;
+  Allocator alloc(0, kBudget);
+  std::vector<std::thread> threads;
+  std::vector<std::vector<Buffer>> held(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 1000; ++i) {
+        absl::StatusOr<Buffer> b = alloc.allocate(64, MemoryCategory::kActivations);
+        if (b.ok()) held[t].push_back(std::move(*b));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  size_t granted = 0;
+  for (auto& h : held) granted += h.size();
+  EXPECT_EQ(granted, 1000u);  // exactly the budget's worth, out of 4000 requests
+  EXPECT_EQ(alloc.stats().peak_total, kBudget);
+}
+
+TEST(Allocator, SummaryListsEveryCategory) {
+  Allocator alloc(1, 1 << 20);
+  Buffer b = std::move(alloc.allocate(2048, MemoryCategory::kMasterWeights)).value();
+  const std::string s = alloc.summary();
+  EXPECT_THAT(s, HasSubstr("rank 1 memory (budget 1.00 MiB)"));
+  EXPECT_THAT(s, HasSubstr("master_weights"));
+  EXPECT_THAT(s, HasSubstr("2.00 KiB"));
+  for (int c = 0; c < kNumMemoryCategories; ++c) EXPECT_THAT(s, HasSubstr(category_name(static_cast<MemoryCategory>(c))));
+}
+
+TEST(Allocator, CudaMemoryWithoutCudaIsAClearError) {
+#ifdef ZERO_HAS_CUDA
+  GTEST_SKIP() << "built with CUDA; covered by the CUDA tests";
+#else
+  Allocator alloc;
+  absl::StatusOr<Buffer> b = alloc.allocate(16, MemoryCategory::kParams, Device::cuda(0));
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("built without CUDA"));
+  EXPECT_EQ(alloc.stats().current_total, 0);
+#endif
+}
+
+TEST(FormatBytes, BinaryUnits) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(int64_t{3} << 30), "3.00 GiB");
+}
+
+}  // namespace
+}  // namespace zero
