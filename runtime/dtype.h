@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include "absl/strings/string_view.h"
 
 namespace zero {
@@ -30,6 +31,8 @@ constexpr absl::string_view dtype_name(DType t) {
   }
   return "?";
 }
+
+inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
 constexpr bool is_floating(DType t) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
