@@ -1,6 +1,8 @@
 # Finds zero's dependencies and resolves the AUTO|ON|OFF backend switches into ZERO_HAS_*.
 find_package(Threads REQUIRED)
 find_package(absl REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)  # safetensors headers
+find_package(OpenMP REQUIRED COMPONENTS CXX)  # CPU optimizers
 if(ZERO_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
