@@ -1,0 +1,65 @@
+// zero-bench: benchmarks of zero's parts, one subcommand each, every number beside a baseline from the same run.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "examples/bench/comm_bench.h"
+
+namespace {
+
+struct Subcommand {
+  absl::string_view name;
+  absl::string_view summary;
+  absl::Status (*run)();
+};
+
+// Adding a subcommand: write its `absl::Status run()` (and its flags) beside comm_bench.cc, list it here.
+constexpr Subcommand kSubcommands[] = {
+    {"comm", "collective time, algbw and busbw per size (nccl-tests style) beside single-thread memcpy",
+     zero::comm_command},
+};
+
+std::string usage() {
+  std::string text =
+      "Benchmarks zero's parts; prints a table on rank 0 and, with --csv, writes it.\n\n"
+      "usage: zero-bench <subcommand> [--flag=value ...]\n"
+      "       mpirun -np N zero-bench <subcommand> --backend=mpi [--flag=value ...]\n\nsubcommands:\n";
+  for (const Subcommand& s : kSubcommands) absl::StrAppend(&text, "  ", s.name, "  ", s.summary, "\n");
+  return text;
+}
+
+// --help lists the flags of zero-bench's own sources, not those of the libraries it links.
+bool is_bench_flag_file(absl::string_view filename) { return absl::StrContains(filename, "examples/bench/"); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(usage());
+  absl::FlagsUsageConfig config;
+  config.contains_helpshort_flags = is_bench_flag_file;
+  config.contains_help_flags = is_bench_flag_file;
+  absl::SetFlagsUsageConfig(config);
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+
+  if (args.size() != 2) {
+    std::fprintf(stderr, "zero-bench: give exactly one subcommand.\n%s(--help lists the flags)\n", usage().c_str());
+    return 2;
+  }
+  const absl::string_view name = args[1];
+  for (const Subcommand& s : kSubcommands) {
+    if (s.name != name) continue;
+    const absl::Status status = s.run();
+    if (status.ok()) return 0;
+    std::fprintf(stderr, "zero-bench %s: %s\n", std::string(name).c_str(), std::string(status.message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "zero-bench: unknown subcommand '%s'.\n%s", std::string(name).c_str(), usage().c_str());
+  return 2;
+}

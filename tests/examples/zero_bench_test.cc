@@ -1,0 +1,220 @@
+// zero-bench: the comm subcommand run end to end on tiny sizes (table, CSV, flag errors) and its pieces.
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "examples/bench/comm_bench.h"
+#include "examples/bench/result_table.h"
+
+namespace zero {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult run_bench(const std::string& args) {
+  const std::string command = absl::StrCat(ZERO_BENCH_BINARY, " ", args, " 2>&1");
+  RunResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> chunk;
+  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The lines of `text` that are not comments, each split into fields by `split`.
+template <typename Splitter>
+std::vector<std::vector<std::string>> records(const std::string& text, Splitter split) {
+  std::vector<std::vector<std::string>> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (line[0] != '#') out.push_back(absl::StrSplit(line, split, absl::SkipEmpty()));
+  }
+  return out;
+}
+
+double number(const std::string& field) {
+  double value = 0;
+  EXPECT_TRUE(absl::SimpleAtod(field, &value)) << "'" << field << "' is not a number";
+  return value;
+}
+
+const std::vector<std::string> kHeader = {"collective", "size",       "count",       "time_us",
+                                          "algbw_GB/s", "busbw_GB/s", "memcpy_GB/s", "busbw/memcpy"};
+// Two ranks: busbw/algbw is 2(N-1)/N = 1 for allreduce, (N-1)/N = 0.5 for reduce_scatter and allgather.
+const std::vector<std::pair<std::string, double>> kFactorFor2Ranks = {
+    {"allreduce", 1.0}, {"reduce_scatter", 0.5}, {"allgather", 0.5}, {"broadcast", 1.0}};
+const std::vector<std::string> kSizes = {"16384", "65536"};
+
+// Checks one (collective, size) row per request in order, positive numbers, and busbw = algbw x factor
+// within `tolerance` per unit of bandwidth (the printing precision).
+void expect_rows(const std::vector<std::vector<std::string>>& rows, double tolerance) {
+  ASSERT_EQ(rows.size(), kFactorFor2Ranks.size() * kSizes.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    ASSERT_EQ(row.size(), kHeader.size());
+    const auto& [name, factor] = kFactorFor2Ranks[i / kSizes.size()];
+    EXPECT_EQ(row[0], name);
+    EXPECT_EQ(row[1], kSizes[i % kSizes.size()]);
+    EXPECT_EQ(number(row[2]), number(row[1]) / 4) << "fp32 elements";
+    for (size_t c = 3; c < row.size(); ++c) EXPECT_GT(number(row[c]), 0) << kHeader[c] << " of row " << i;
+    const double algbw = number(row[4]), busbw = number(row[5]), memcpy = number(row[6]);
+    EXPECT_NEAR(busbw, algbw * factor, tolerance * (1 + factor)) << name;
+    EXPECT_NEAR(number(row[7]), busbw / memcpy, tolerance + busbw / memcpy * 1e-3) << name;
+    EXPECT_NEAR(algbw, number(row[1]) / number(row[3]) / 1e3, tolerance + algbw * 1e-3) << "bytes / us / 1e3";
+  }
+}
+
+class CommBenchRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    csv_path_ = new std::string(absl::StrCat(::testing::TempDir(), "/zero_bench_comm.csv"));
+    result_ = new RunResult(
+        run_bench(absl::StrCat("comm --ranks=2 --sizes=16K,64K --warmup=1 --iters=3 --csv=", *csv_path_)));
+  }
+  static void TearDownTestSuite() {
+    delete result_;
+    delete csv_path_;
+  }
+  static std::string* csv_path_;
+  static RunResult* result_;
+};
+std::string* CommBenchRun::csv_path_ = nullptr;
+RunResult* CommBenchRun::result_ = nullptr;
+
+TEST_F(CommBenchRun, ExitsCleanly) { EXPECT_EQ(result_->exit_code, 0) << result_->output; }
+
+TEST_F(CommBenchRun, TableHasTheColumnsAndOneRowPerCollectiveAndSize) {
+  const auto table = records(result_->output, ' ');
+  ASSERT_FALSE(table.empty()) << result_->output;
+  EXPECT_EQ(table[0], kHeader);
+  expect_rows({table.begin() + 1, table.end()}, 0.0005);  // bandwidths print with 3 decimals
+}
+
+TEST_F(CommBenchRun, CsvHasTheSameColumnsAndRows) {
+  const auto csv = records(read_file(*csv_path_), ',');
+  ASSERT_FALSE(csv.empty()) << "no CSV at " << *csv_path_;
+  EXPECT_EQ(csv[0], kHeader);
+  expect_rows({csv.begin() + 1, csv.end()}, 1e-6);
+}
+
+TEST_F(CommBenchRun, PrintsWhatRan) {
+  EXPECT_THAT(result_->output, HasSubstr("# zero-bench comm: backend local, 2 ranks, fp32, warmup 1, iters 3"));
+}
+
+TEST(CommBenchFlags, UnknownCollectiveNamesTheFlag) {
+  const RunResult r = run_bench("comm --collectives=allreduce,alltoall");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--collectives: unknown collective 'alltoall'"));
+}
+
+TEST(CommBenchFlags, ZeroSizeNamesTheFlag) {
+  const RunResult r = run_bench("comm --sizes=4K,0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--sizes: '0' is not a positive byte count"));
+}
+
+TEST(CommBenchFlags, ZeroRanksNamesTheFlag) {
+  const RunResult r = run_bench("comm --ranks=0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--ranks: 0 ranks requested"));
+}
+
+TEST(CommBenchFlags, UnknownDtypeNamesTheFlag) {
+  const RunResult r = run_bench("comm --dtype=fp64");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--dtype: unknown dtype 'fp64'"));
+}
+
+TEST(CommBenchFlags, MpiBackendWithoutMpiNamesTheFlag) {
+#ifdef ZERO_HAS_MPI
+  GTEST_SKIP() << "this build has MPI";
+#else
+  const RunResult r = run_bench("comm --backend=mpi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--backend: mpi: this zero-bench was built without MPI"));
+#endif
+}
+
+TEST(CommBenchFlags, UnknownSubcommandIsAUsageError) {
+  const RunResult r = run_bench("bandwidth");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown subcommand 'bandwidth'"));
+}
+
+TEST(CommBenchFlags, HelpExplainsEveryFlag) {
+  const RunResult r = run_bench("--help");
+  for (const char* flag :
+       {"--backend", "--ranks", "--dtype", "--warmup", "--iters", "--csv", "--collectives", "--sizes"}) {
+    EXPECT_THAT(r.output, HasSubstr(absl::StrCat("    ", flag, " ("))) << flag;
+  }
+  EXPECT_THAT(r.output, HasSubstr("comm  collective time"));
+}
+
+TEST(ParseSizeList, AcceptsPowerOf1024Suffixes) {
+  EXPECT_THAT(*parse_size_list("4096,4K,1m,2G"), ElementsAre(4096, 4096, int64_t{1} << 20, int64_t{2} << 30));
+}
+
+TEST(ParseSizeList, RejectsGarbage) {
+  EXPECT_THAT(parse_size_list("4K,12Q").status().message(), HasSubstr("'12Q' is not a positive byte count"));
+}
+
+TEST(BusBandwidthFactor, FollowsNcclTests) {
+  EXPECT_EQ(bus_bandwidth_factor(CollectiveOp::kAllreduce, 4), 1.5);
+  EXPECT_EQ(bus_bandwidth_factor(CollectiveOp::kReduceScatter, 4), 0.75);
+  EXPECT_EQ(bus_bandwidth_factor(CollectiveOp::kAllgather, 4), 0.75);
+  EXPECT_EQ(bus_bandwidth_factor(CollectiveOp::kBroadcast, 4), 1.0);
+  EXPECT_EQ(bus_bandwidth_factor(CollectiveOp::kAllreduce, 1), 0.0);
+}
+
+TEST(ShapeCollective, RoundsChunkedPayloadsDownToNEqualChunks) {
+  const Collective c = *shape_collective(CollectiveOp::kAllgather, 4096, DType::kF32, 3);
+  EXPECT_EQ(c.count, 341);
+  EXPECT_EQ(payload_bytes(c, 3), 4092);
+}
+
+TEST(ShapeCollective, KeepsWholeElementsForUnchunkedOps) {
+  const Collective c = *shape_collective(CollectiveOp::kAllreduce, 4097, DType::kBF16, 3);
+  EXPECT_EQ(c.count, 2048);
+  EXPECT_EQ(payload_bytes(c, 3), 4096);
+}
+
+TEST(ShapeCollective, RejectsAPayloadSmallerThanOneElementPerRank) {
+  EXPECT_THAT(shape_collective(CollectiveOp::kReduceScatter, 8, DType::kF32, 4).status().message(),
+              HasSubstr("8 bytes is too small for reduce_scatter of fp32 on 4 ranks: it needs at least 16 bytes"));
+}
+
+TEST(ResultTable, AlignsTextAndQuotesCsv) {
+  ResultTable table({{"name"}, {"n"}, {"x", 2}});
+  table.add_row({std::string("a,b"), int64_t{12}, 0.125});
+  EXPECT_EQ(table.to_text(), "   name   n     x\n  \"a,b\"  12  0.12\n");
+  EXPECT_EQ(table.to_csv(), "name,n,x\n\"a,b\",12,0.125\n");
+}
+
+}  // namespace
+}  // namespace zero
