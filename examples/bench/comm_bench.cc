@@ -212,7 +212,7 @@ ResultTable comm_bench_table(const std::vector<CommBenchRow>& rows) {
                      {"algbw_GB/s", 3},
                      {"busbw_GB/s", 3},
                      {"memcpy_GB/s", 3},
-                     {"busbw/memcpy", 3}});
+                     {"busbw/memcpy", 4}});
   for (const CommBenchRow& r : rows) {
     table.add_row({std::string(collective_op_name(r.op)), r.bytes, r.count, r.time_us, r.algbw_gbps, r.busbw_gbps,
                    r.memcpy_gbps, r.busbw_gbps / r.memcpy_gbps});

@@ -29,8 +29,9 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
-RunResult run_bench(const std::string& args) {
-  const std::string command = absl::StrCat(ZERO_BENCH_BINARY, " ", args, " 2>&1");
+// Runs `launcher zero-bench args`, e.g. under mpiexec.
+RunResult run_bench(const std::string& args, const std::string& launcher = "") {
+  const std::string command = absl::StrCat(launcher, " ", ZERO_BENCH_BINARY, " ", args, " 2>&1");
   RunResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -113,7 +114,7 @@ TEST_F(CommBenchRun, TableHasTheColumnsAndOneRowPerCollectiveAndSize) {
   const auto table = records(result_->output, ' ');
   ASSERT_FALSE(table.empty()) << result_->output;
   EXPECT_EQ(table[0], kHeader);
-  expect_rows({table.begin() + 1, table.end()}, 0.0005);  // bandwidths print with 3 decimals
+  expect_rows({table.begin() + 1, table.end()}, 0.0005);  // bandwidths print with 3 decimals or more
 }
 
 TEST_F(CommBenchRun, CsvHasTheSameColumnsAndRows) {
@@ -125,6 +126,22 @@ TEST_F(CommBenchRun, CsvHasTheSameColumnsAndRows) {
 
 TEST_F(CommBenchRun, PrintsWhatRan) {
   EXPECT_THAT(result_->output, HasSubstr("# zero-bench comm: backend local, 2 ranks, fp32, warmup 1, iters 3"));
+}
+
+TEST(CommBenchMpi, TwoProcessesPrintOneRowPerCollectiveAndSize) {
+#ifndef ZERO_HAS_MPI
+  GTEST_SKIP() << "this build has no MPI";
+#else
+  const RunResult r = run_bench("comm --backend=mpi --sizes=16K,64K --warmup=1 --iters=3",
+                                absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ", ZERO_MPIEXEC,
+                                             " -n 2 --oversubscribe"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("# zero-bench comm: backend mpi, 2 ranks, fp32"));
+  const auto table = records(r.output, ' ');
+  ASSERT_FALSE(table.empty()) << r.output;
+  EXPECT_EQ(table[0], kHeader);
+  expect_rows({table.begin() + 1, table.end()}, 0.0005);
+#endif
 }
 
 TEST(CommBenchFlags, UnknownCollectiveNamesTheFlag) {
