@@ -5,6 +5,7 @@
 #include <span>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -69,6 +70,12 @@ struct CollectiveFingerprint {
   bool operator==(const CollectiveFingerprint&) const = default;
   std::string describe() const;
 };
+
+// Elements [begin, end) of `count` that rank r reduces in an allreduce: balanced for any count, the
+// same split in every backend.
+inline std::pair<int64_t, int64_t> chunk_range(int64_t count, int rank, int world_size) {
+  return {count * rank / world_size, count * (rank + 1) / world_size};
+}
 
 // OK when every rank's fingerprint is the same; otherwise FailedPrecondition naming each group of ranks
 // and what it issued, e.g. "ranks 0, 2 issued #7 allreduce(fp32 x 1024, sum); rank 1 issued #7 allgather(...)".

@@ -18,11 +18,16 @@
 
 namespace zero {
 
+class Allocator;
+
 struct CommOptions {
   // A collective that has not finished by then fails on this rank, and so on every rank.
   absl::Duration timeout = absl::Seconds(300);
   // Before each collective, check that every rank issues the same one; name the ranks that diverge.
   bool debug_collectives = false;
+  // Accounts the backend's scratch memory under MemoryCategory::kCommBuffers (and its budget); must outlive
+  // the communicator. Null: the backend uses a private allocator, so the scratch counts against no budget.
+  Allocator* allocator = nullptr;
 
   // Defaults, overridden by ZERO_COMM_TIMEOUT_S (seconds) and ZERO_DEBUG_COLLECTIVES=1.
   static CommOptions from_env();

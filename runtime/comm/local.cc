@@ -15,11 +15,6 @@ namespace {
 const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
 char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
 
-// Elements [begin, end) of `count` that rank r reduces in an allreduce; balanced, any count.
-std::pair<int64_t, int64_t> chunk_range(int64_t count, int rank, int world_size) {
-  return {count * rank / world_size, count * (rank + 1) / world_size};
-}
-
 class LocalBackend final : public Backend {
  public:
   LocalBackend(LocalGroup* group, int rank) : group_(group), rank_(rank) {}
