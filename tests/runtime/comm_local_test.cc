@@ -2,6 +2,7 @@
 #include "runtime/comm/local.h"
 
 #include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -11,163 +12,121 @@
 #include <gtest/gtest.h>
 
 #include "runtime/status.h"
-#include "tests/runtime/comm_test_util.h"
+#include "tests/runtime/collective_checks.h"
 
 namespace zero {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::chunk_of;
-using testing::rank_data;
-using testing::reference_reduce;
-
-constexpr int64_t kSizes[] = {0, 1, 2, 7, 13, 64, 1009, 4099};
-
-Tensor tensor_of(std::vector<uint8_t>& bytes, DType dtype) {
-  return Tensor(bytes.data(), dtype, {static_cast<int64_t>(bytes.size() / dtype_size(dtype))});
-}
-
-std::vector<ReduceOp> reductions_for(DType dtype) {
-  if (dtype == DType::kI32) return {ReduceOp::kSum, ReduceOp::kMax};
-  if (is_floating(dtype)) return {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
-  return {};
-}
+using testing::check_allgather;
+using testing::check_allreduce;
+using testing::check_allreduce_equals_reduce_scatter_then_allgather;
+using testing::check_broadcast;
+using testing::check_byte_counters;
+using testing::check_gather;
+using testing::check_in_place_allgather;
+using testing::check_in_place_gather;
+using testing::check_in_place_reduce_scatter;
+using testing::check_in_place_scatter;
+using testing::check_many_outstanding_collectives;
+using testing::check_max_propagates_nan;
+using testing::check_reduce;
+using testing::check_reduce_scatter;
+using testing::check_scatter;
+using testing::kCheckSizes;
+using testing::reductions_for;
 
 void expect_all_ok(const std::vector<absl::Status>& statuses) {
   for (size_t r = 0; r < statuses.size(); ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+}
+
+// Runs `check` on every rank of a fresh group of `n` and expects it to pass everywhere.
+void expect_passes(int n, const std::function<absl::Status(Communicator&)>& check) {
+  expect_all_ok(run_local_ranks(n, check));
 }
 
 class LocalCollectives : public ::testing::TestWithParam<std::tuple<int, DType>> {
  protected:
   int n() const { return std::get<0>(GetParam()); }
   DType dtype() const { return std::get<1>(GetParam()); }
-  // Each rank's input for a run, indexed by rank.
-  std::vector<std::vector<uint8_t>> inputs(int64_t count) const {
-    std::vector<std::vector<uint8_t>> all;
-    for (int r = 0; r < n(); ++r) all.push_back(rank_data(dtype(), count, r));
-    return all;
-  }
 };
 
 TEST_P(LocalCollectives, AllreduceMatchesTheRankOrderReference) {
   for (ReduceOp op : reductions_for(dtype())) {
-    for (int64_t count : kSizes) {
-      const auto in = inputs(count);
-      const auto expected = reference_reduce(in, dtype(), count, op);
-      expect_all_ok(run_local_ranks(n(), [&](Communicator& comm) {
-        std::vector<uint8_t> buf = in[comm.rank()];
-        absl::Status s = comm.allreduce(tensor_of(buf, dtype()), op).wait();
-        EXPECT_EQ(buf, expected) << reduce_op_name(op) << " count " << count << " rank " << comm.rank();
-        return s;
-      }));
+    for (int64_t count : kCheckSizes) {
+      expect_passes(n(), [&](Communicator& comm) { return check_allreduce(comm, dtype(), count, op); });
     }
   }
 }
 
 TEST_P(LocalCollectives, ReduceScatterGivesEachRankItsReducedChunk) {
   for (ReduceOp op : reductions_for(dtype())) {
-    for (int64_t count : kSizes) {
-      const auto in = inputs(n() * count);
-      const auto reduced = reference_reduce(in, dtype(), n() * count, op);
-      expect_all_ok(run_local_ranks(n(), [&](Communicator& comm) {
-        std::vector<uint8_t> send = in[comm.rank()];
-        std::vector<uint8_t> recv(count * dtype_size(dtype()));
-        absl::Status s = comm.reduce_scatter(tensor_of(send, dtype()), tensor_of(recv, dtype()), op).wait();
-        EXPECT_EQ(recv, chunk_of(reduced, dtype(), count, comm.rank())) << "count " << count;
-        EXPECT_EQ(send, in[comm.rank()]) << "input must be left alone";
-        return s;
-      }));
+    for (int64_t count : kCheckSizes) {
+      expect_passes(n(), [&](Communicator& comm) { return check_reduce_scatter(comm, dtype(), count, op); });
+    }
+  }
+}
+
+TEST_P(LocalCollectives, InPlaceReduceScatterMatchesTheReference) {
+  for (ReduceOp op : reductions_for(dtype())) {
+    for (int64_t count : kCheckSizes) {
+      expect_passes(n(), [&](Communicator& comm) { return check_in_place_reduce_scatter(comm, dtype(), count, op); });
     }
   }
 }
 
 TEST_P(LocalCollectives, ReduceLandsOnRootOnly) {
   for (ReduceOp op : reductions_for(dtype())) {
-    for (int64_t count : kSizes) {
-      const int root = n() - 1;
-      const auto in = inputs(count);
-      const auto expected = reference_reduce(in, dtype(), count, op);
-      expect_all_ok(run_local_ranks(n(), [&](Communicator& comm) {
-        std::vector<uint8_t> buf = in[comm.rank()];
-        absl::Status s = comm.reduce(tensor_of(buf, dtype()), root, op).wait();
-        EXPECT_EQ(buf, comm.rank() == root ? expected : in[comm.rank()]) << "count " << count;
-        return s;
-      }));
+    for (int64_t count : kCheckSizes) {
+      expect_passes(n(), [&](Communicator& comm) { return check_reduce(comm, dtype(), count, op, n() - 1); });
     }
   }
 }
 
 TEST_P(LocalCollectives, AllgatherConcatenatesInRankOrder) {
-  for (int64_t count : kSizes) {
-    const auto in = inputs(count);
-    std::vector<uint8_t> expected;
-    for (const auto& v : in) expected.insert(expected.end(), v.begin(), v.end());
-    expect_all_ok(run_local_ranks(n(), [&](Communicator& comm) {
-      std::vector<uint8_t> send = in[comm.rank()];
-      std::vector<uint8_t> recv(expected.size());
-      absl::Status s = comm.allgather(tensor_of(send, dtype()), tensor_of(recv, dtype())).wait();
-      EXPECT_EQ(recv, expected) << "count " << count;
-      return s;
-    }));
+  for (int64_t count : kCheckSizes) {
+    expect_passes(n(), [&](Communicator& comm) { return check_allgather(comm, dtype(), count); });
+  }
+}
+
+TEST_P(LocalCollectives, InPlaceAllgatherConcatenatesInRankOrder) {
+  for (int64_t count : kCheckSizes) {
+    expect_passes(n(), [&](Communicator& comm) { return check_in_place_allgather(comm, dtype(), count); });
   }
 }
 
 TEST_P(LocalCollectives, GatherCollectsOnRoot) {
-  for (int64_t count : kSizes) {
-    const int root = n() / 2;
-    const auto in = inputs(count);
-    std::vector<uint8_t> expected;
-    for (const auto& v : in) expected.insert(expected.end(), v.begin(), v.end());
-    expect_all_ok(run_local_ranks(n(), [&](Communicator& comm) {
-      std::vector<uint8_t> send = in[comm.rank()];
-      std::vector<uint8_t> recv(comm.rank() == root ? expected.size() : 0);
-      absl::Status s = comm.gather(tensor_of(send, dtype()), tensor_of(recv, dtype()), root).wait();
-      if (comm.rank() == root) {
-        EXPECT_EQ(recv, expected) << "count " << count;
-      }
-      return s;
-    }));
+  for (int64_t count : kCheckSizes) {
+    expect_passes(n(), [&](Communicator& comm) { return check_gather(comm, dtype(), count, n() / 2); });
+  }
+}
+
+TEST_P(LocalCollectives, InPlaceGatherCollectsOnRoot) {
+  for (int64_t count : kCheckSizes) {
+    expect_passes(n(), [&](Communicator& comm) { return check_in_place_gather(comm, dtype(), count, n() / 2); });
+  }
+}
+
+TEST_P(LocalCollectives, InPlaceScatterHandsOutRootChunks) {
+  for (int64_t count : kCheckSizes) {
+    expect_passes(n(), [&](Communicator& comm) { return check_in_place_scatter(comm, dtype(), count, n() - 1); });
   }
 }
 
 TEST_P(LocalCollectives, BroadcastCopiesRootEverywhere) {
-  for (int64_t count : kSizes) {
-    const int root = n() - 1;
-    const auto in = inputs(count);
-    expect_all_ok(run_local_ranks(n(), [&](Communicator& comm) {
-      std::vector<uint8_t> buf = in[comm.rank()];
-      absl::Status s = comm.broadcast(tensor_of(buf, dtype()), root).wait();
-      EXPECT_EQ(buf, in[root]) << "count " << count;
-      return s;
-    }));
+  for (int64_t count : kCheckSizes) {
+    expect_passes(n(), [&](Communicator& comm) { return check_broadcast(comm, dtype(), count, n() - 1); });
   }
 }
 
 TEST_P(LocalCollectives, ScatterHandsOutRootChunks) {
-  for (int64_t count : kSizes) {
-    const int root = 0;
-    const auto in = inputs(n() * count);
-    expect_all_ok(run_local_ranks(n(), [&](Communicator& comm) {
-      std::vector<uint8_t> send = comm.rank() == root ? in[root] : std::vector<uint8_t>{};
-      std::vector<uint8_t> recv(count * dtype_size(dtype()));
-      absl::Status s = comm.scatter(tensor_of(send, dtype()), tensor_of(recv, dtype()), root).wait();
-      EXPECT_EQ(recv, chunk_of(in[root], dtype(), count, comm.rank())) << "count " << count;
-      return s;
-    }));
+  for (int64_t count : kCheckSizes) {
+    expect_passes(n(), [&](Communicator& comm) { return check_scatter(comm, dtype(), count, 0); });
   }
 }
 
 TEST_P(LocalCollectives, ManyOutstandingCollectivesCompleteInOrder) {
-  const auto in = inputs(257);
-  expect_all_ok(run_local_ranks(n(), [&](Communicator& comm) {
-    std::vector<std::vector<uint8_t>> bufs(16, in[comm.rank()]);
-    std::vector<Work> works;
-    for (auto& b : bufs) works.push_back(comm.broadcast(tensor_of(b, dtype()), 0));
-    works.push_back(comm.barrier());
-    for (Work& w : works) ZERO_RETURN_IF_ERROR(w.wait());
-    for (auto& b : bufs) EXPECT_EQ(b, in[0]);
-    return absl::OkStatus();
-  }));
+  expect_passes(n(), [&](Communicator& comm) { return check_many_outstanding_collectives(comm, dtype(), 257); });
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizesAndDtypes, LocalCollectives,
@@ -180,57 +139,15 @@ INSTANTIATE_TEST_SUITE_P(WorldSizesAndDtypes, LocalCollectives,
                          });
 
 TEST(LocalBackend, AllreduceEqualsReduceScatterThenAllgatherBitForBit) {
-  constexpr int kRanks = 3;
-  constexpr int64_t kChunk = 1001;
-  std::vector<std::vector<uint8_t>> in;
-  for (int r = 0; r < kRanks; ++r) in.push_back(rank_data(DType::kF32, kRanks * kChunk, r, /*seed=*/7));
-  expect_all_ok(run_local_ranks(kRanks, [&](Communicator& comm) {
-    std::vector<uint8_t> allreduced = in[comm.rank()];
-    std::vector<uint8_t> send = in[comm.rank()];
-    std::vector<uint8_t> shard(kChunk * 4), gathered(kRanks * kChunk * 4);
-    ZERO_RETURN_IF_ERROR(comm.allreduce(tensor_of(allreduced, DType::kF32), ReduceOp::kSum).wait());
-    ZERO_RETURN_IF_ERROR(
-        comm.reduce_scatter(tensor_of(send, DType::kF32), tensor_of(shard, DType::kF32), ReduceOp::kSum).wait());
-    ZERO_RETURN_IF_ERROR(comm.allgather(tensor_of(shard, DType::kF32), tensor_of(gathered, DType::kF32)).wait());
-    EXPECT_EQ(gathered, allreduced);
-    return absl::OkStatus();
-  }));
+  expect_passes(3, [](Communicator& comm) { return check_allreduce_equals_reduce_scatter_then_allgather(comm, 1001); });
 }
 
 TEST(LocalBackend, ByteCountersFollowTheRingFormulas) {
-  constexpr int kRanks = 4;
-  expect_all_ok(run_local_ranks(kRanks, [&](Communicator& comm) {
-    std::vector<float> buf(1000), shard(250), big(4000);
-    Tensor t(buf.data(), DType::kF32, {1000});
-    ZERO_RETURN_IF_ERROR(comm.allreduce(t, ReduceOp::kSum).wait());
-    ZERO_RETURN_IF_ERROR(comm.allreduce(t, ReduceOp::kSum).wait());
-    ZERO_RETURN_IF_ERROR(comm.reduce_scatter(t, Tensor(shard.data(), DType::kF32, {250}), ReduceOp::kSum).wait());
-    ZERO_RETURN_IF_ERROR(comm.allgather(t, Tensor(big.data(), DType::kF32, {4000})).wait());
-    ZERO_RETURN_IF_ERROR(comm.broadcast(t, 0).wait());
-    const CommStats s = comm.stats();
-    EXPECT_EQ(s.of(CollectiveOp::kAllreduce).calls, 2);
-    EXPECT_EQ(s.of(CollectiveOp::kAllreduce).payload_bytes, 8000);
-    EXPECT_EQ(s.of(CollectiveOp::kAllreduce).sent_bytes, 2 * (2 * 3 * 4000 / 4));
-    EXPECT_EQ(s.of(CollectiveOp::kReduceScatter).sent_bytes, 3 * 1000);
-    EXPECT_EQ(s.of(CollectiveOp::kReduceScatter).payload_bytes, 4000);
-    EXPECT_EQ(s.of(CollectiveOp::kAllgather).sent_bytes, 3 * 4000);
-    EXPECT_EQ(s.of(CollectiveOp::kAllgather).payload_bytes, 16000);
-    EXPECT_EQ(s.of(CollectiveOp::kBroadcast).sent_bytes, comm.rank() == 0 ? 3 * 4000 : 0);
-    EXPECT_EQ(s.total_sent_bytes(), 12000 + 3000 + 12000 + (comm.rank() == 0 ? 12000 : 0));
-    comm.reset_stats();
-    EXPECT_EQ(comm.stats().total_sent_bytes(), 0);
-    return absl::OkStatus();
-  }));
+  expect_passes(4, check_byte_counters);
 }
 
 TEST(LocalBackend, MaxPropagatesNaN) {
-  expect_all_ok(run_local_ranks(2, [&](Communicator& comm) {
-    std::vector<float> buf = {comm.rank() == 1 ? std::nanf("") : 1.0f, 2.0f};
-    ZERO_RETURN_IF_ERROR(comm.allreduce(Tensor(buf.data(), DType::kF32, {2}), ReduceOp::kMax).wait());
-    EXPECT_TRUE(std::isnan(buf[0]));
-    EXPECT_EQ(buf[1], 2.0f);
-    return absl::OkStatus();
-  }));
+  expect_passes(2, check_max_propagates_nan);
 }
 
 // --- Failures: every rank ends with an error, never a hang ---
