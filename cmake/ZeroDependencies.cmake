@@ -43,6 +43,10 @@ zero_resolve_switch(ZERO_WITH_CUDA ${cuda_found} "install the CUDA toolkit or pa
 if(ZERO_HAS_CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)  # CMake < 3.26 does not know nvcc's C++20 flag
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
 endif()
 
 set(mpi_found OFF)

@@ -1,15 +1,18 @@
 // CUDA device memory for the Allocator: cudaMalloc with no caching layer, so accounting is exact.
 #include "absl/status/statusor.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/status.h"
 #include "runtime/device.h"
 
 namespace zero {
 
 absl::StatusOr<void*> cuda_alloc(Device device, size_t nbytes) {
-  ZERO_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device.index));
   void* ptr = nullptr;
   const cudaError_t err = cudaMalloc(&ptr, nbytes);
   if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
     return absl::ResourceExhaustedError(
         absl::StrCat("cudaMalloc of ", nbytes, " bytes on ", device.to_string(), " failed: device memory is full"));
   }
@@ -19,8 +22,8 @@ absl::StatusOr<void*> cuda_alloc(Device device, size_t nbytes) {
 
 // cudaFree waits for the device to finish using the memory, on every stream.
 void cuda_free(Device device, void* ptr) {
-  cudaSetDevice(device.index);
-  cudaFree(ptr);
+  CudaDeviceGuard guard;
+  if (guard.set(device.index).ok()) cudaFree(ptr);
 }
 
 }  // namespace zero

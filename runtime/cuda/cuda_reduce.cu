@@ -2,10 +2,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <span>
 
 #include "runtime/comm/collective.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/status.h"
 
 namespace zero {
 
@@ -17,19 +20,36 @@ struct Inputs {
   const void* ptr[kMaxInputs];
 };
 
-template <typename T> __device__ float to_float(T v);
-template <> __device__ float to_float<float>(float v) { return v; }
-template <> __device__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __device__ float to_float<__half>(__half v) { return __half2float(v); }
+// Conversions with the bits of runtime/dtype.h: the hardware conversions round to nearest even like the
+// CPU ones, but canonicalise NaN, so NaNs take the CPU's path (sign and top payload kept, quiet bit set).
+template <DType D> __device__ float load(const void* p, int64_t i);
+template <> __device__ float load<DType::kF32>(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+template <> __device__ float load<DType::kBF16>(const void* p, int64_t i) {
+  return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16);
+}
+template <> __device__ float load<DType::kF16>(const void* p, int64_t i) {
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  if ((h & 0x7fffu) > 0x7c00u) {
+    return __uint_as_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
+  }
+  return __half2float(__ushort_as_half(h));
+}
 
-template <typename T> __device__ T from_float(float v);
-template <> __device__ float from_float<float>(float v) { return v; }
-template <> __device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <DType D> __device__ void store(void* p, int64_t i, float v);
+template <> __device__ void store<DType::kF32>(void* p, int64_t i, float v) { static_cast<float*>(p)[i] = v; }
+template <> __device__ void store<DType::kBF16>(void* p, int64_t i, float v) {
+  const uint32_t u = __float_as_uint(v);
+  static_cast<uint16_t*>(p)[i] =
+      isnan(v) ? static_cast<uint16_t>((u >> 16) | 0x40u) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+template <> __device__ void store<DType::kF16>(void* p, int64_t i, float v) {
+  const uint16_t sign = static_cast<uint16_t>((__float_as_uint(v) >> 16) & 0x8000u);
+  static_cast<uint16_t*>(p)[i] = isnan(v) ? static_cast<uint16_t>(sign | 0x7e00u) : __half_as_ushort(__float2half_rn(v));
+}
 
 __device__ float combine(float a, float b, ReduceOp op) {
   if (op == ReduceOp::kMax) return isnan(a) ? a : (a > b ? a : b);
-  return __fadd_rn(a, b);
+  return __fadd_rn(a, b);  // never contracted or reassociated
 }
 
 __device__ int32_t combine(int32_t a, int32_t b, ReduceOp op) {
@@ -37,14 +57,16 @@ __device__ int32_t combine(int32_t a, int32_t b, ReduceOp op) {
   return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
 }
 
-// Same arithmetic, in the same order, as the CPU reduce_in_rank_order: results agree bit for bit.
-template <typename T>
-__global__ void reduce_float_kernel(Inputs in, int n, T* out, int64_t count, ReduceOp op) {
+// The arithmetic of reduce_in_rank_order in runtime/comm/reduce.cc, element by element: fp32 accumulation
+// in rank order, IEEE division for avg, one rounding at the end. Results agree with the CPU bit for bit
+// (a sum that meets a NaN is NaN on both, with a payload that is the hardware's).
+template <DType D>
+__global__ void reduce_float_kernel(Inputs in, int n, void* out, int64_t count, ReduceOp op) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
-    float acc = to_float(static_cast<const T*>(in.ptr[0])[i]);
-    for (int k = 1; k < n; ++k) acc = combine(acc, to_float(static_cast<const T*>(in.ptr[k])[i]), op);
+    float acc = load<D>(in.ptr[0], i);
+    for (int k = 1; k < n; ++k) acc = combine(acc, load<D>(in.ptr[k], i), op);
     if (op == ReduceOp::kAvg) acc = __fdiv_rn(acc, static_cast<float>(n));
-    out[i] = from_float<T>(acc);
+    store<D>(out, i, acc);
   }
 }
 
@@ -58,6 +80,7 @@ __global__ void reduce_int32_kernel(Inputs in, int n, int32_t* out, int64_t coun
 
 }  // namespace
 
+// Runs on the calling thread's default stream (cudaStreamPerThread) and returns when the result is there.
 absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
                                        DType dtype, ReduceOp op) {
   if (inputs.size() > kMaxInputs) {
@@ -65,7 +88,8 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
                                                    " ranks' CUDA buffers, got ", inputs.size()));
   }
   if (count == 0) return absl::OkStatus();
-  ZERO_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device.index));
   Inputs in{};
   for (size_t k = 0; k < inputs.size(); ++k) in.ptr[k] = inputs[k];
   const int n = static_cast<int>(inputs.size());
@@ -73,15 +97,9 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
   const int blocks = static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 4096));
   cudaStream_t stream = cudaStreamPerThread;
   switch (dtype) {
-    case DType::kF32:
-      reduce_float_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<float*>(out), count, op);
-      break;
-    case DType::kBF16:
-      reduce_float_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<__nv_bfloat16*>(out), count, op);
-      break;
-    case DType::kF16:
-      reduce_float_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<__half*>(out), count, op);
-      break;
+    case DType::kF32: reduce_float_kernel<DType::kF32><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
+    case DType::kBF16: reduce_float_kernel<DType::kBF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
+    case DType::kF16: reduce_float_kernel<DType::kF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
     case DType::kI32:
       reduce_int32_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<int32_t*>(out), count, op);
       break;
@@ -94,7 +112,8 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
 }
 
 absl::Status cuda_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
-  ZERO_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.index));
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device.index));
   ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, cudaStreamPerThread));
   ZERO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamPerThread));
   return absl::OkStatus();

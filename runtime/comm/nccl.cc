@@ -1,0 +1,309 @@
+#include "runtime/comm/nccl.h"
+
+#include <nccl.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/allocator.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/stream.h"
+#include "runtime/status.h"
+
+#ifdef ZERO_HAS_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#include <mpi.h>
+#endif
+
+namespace zero {
+
+namespace {
+
+absl::Status nccl_status(ncclResult_t result, absl::string_view what, ncclComm_t comm = nullptr) {
+  if (result == ncclSuccess || result == ncclInProgress) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", ncclGetErrorString(result), " (", ncclGetLastError(comm), ")"));
+}
+
+// The communicator is non-blocking (so initialisation can time out instead of hanging): a call may
+// answer ncclInProgress, and the next call must wait until the communicator settled.
+absl::Status settle(ncclComm_t comm, ncclResult_t issued, absl::string_view what, absl::Time deadline) {
+  ncclResult_t state = issued;
+  while (state == ncclInProgress) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(what, " did not complete before the deadline"));
+    }
+    absl::SleepFor(absl::Microseconds(20));
+    if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return nccl_status(r, what, comm);
+  }
+  return nccl_status(state, what, comm);
+}
+
+absl::StatusOr<ncclDataType_t> reduce_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kI32: return ncclInt32;
+    default: return absl::InvalidArgumentError(absl::StrCat("nccl cannot reduce ", dtype_name(dtype)));
+  }
+}
+
+ncclRedOp_t reduce_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
+  }
+  return ncclSum;
+}
+
+const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
+char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
+
+class NcclBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<NcclBackend>> create(const ncclUniqueId& id, int rank, int world_size,
+                                                             int device, const CommOptions& options) {
+    const absl::Time deadline = absl::Now() + options.timeout;
+    CudaDeviceGuard guard;
+    ZERO_RETURN_IF_ERROR(guard.set(device));
+    ZERO_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::create(device));
+    ZERO_ASSIGN_OR_RETURN(CudaEvent done, CudaEvent::create(device));
+    auto backend = std::unique_ptr<NcclBackend>(
+        new NcclBackend(rank, world_size, device, std::move(stream), std::move(done)));
+    Allocator* allocator = options.allocator;
+    if (allocator == nullptr) {
+      backend->own_allocator_ = std::make_unique<Allocator>(rank);
+      allocator = backend->own_allocator_.get();
+    }
+    // Room for one fingerprint and everyone's, for the debug check; the barrier reuses it.
+    ZERO_ASSIGN_OR_RETURN(backend->scratch_,
+                          allocator->allocate((world_size + 1) * sizeof(CollectiveFingerprint),
+                                              MemoryCategory::kCommBuffers, Device::cuda(device)));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t issued = ncclCommInitRankConfig(&backend->comm_, world_size, id, rank, &config);
+    if (backend->comm_ == nullptr) return nccl_status(issued, "ncclCommInitRankConfig");
+    ZERO_RETURN_IF_ERROR(settle(backend->comm_, issued,
+                                absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size,
+                                             "; every rank must join)"),
+                                deadline));
+    return backend;
+  }
+
+  ~NcclBackend() override {
+    CudaDeviceGuard guard;
+    (void)guard.set(device_);
+    if (comm_ != nullptr && !aborted_) {
+      // Finishes outstanding work, bounded: a communicator whose peers are gone is aborted instead.
+      const bool finalized = settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize",
+                                    absl::Now() + absl::Seconds(30)).ok();
+      if (finalized) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+  }
+
+  absl::string_view name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  bool supports(Device device) const override { return device.is_cuda() && device.index == device_; }
+
+  absl::Status run(const Collective& c, absl::Time deadline) override {
+    CudaDeviceGuard guard;
+    ZERO_RETURN_IF_ERROR(guard.set(device_));
+    absl::Status status = enqueue(c, deadline);
+    if (status.ok()) status = finish(deadline);
+    return explain(status, c.describe());
+  }
+
+  // Stages the fingerprints through device memory: NCCL moves only device buffers.
+  absl::Status exchange_fingerprints(const CollectiveFingerprint& mine, std::span<CollectiveFingerprint> all,
+                                     absl::Time deadline) override {
+    CudaDeviceGuard guard;
+    ZERO_RETURN_IF_ERROR(guard.set(device_));
+    constexpr size_t kBytes = sizeof(CollectiveFingerprint);
+    void* mine_on_device = scratch_.data();
+    void* all_on_device = at_bytes(mine_on_device, kBytes);
+    ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mine_on_device, &mine, kBytes, cudaMemcpyHostToDevice, stream_.get()));
+    absl::Status status =
+        settle(comm_, ncclAllGather(mine_on_device, all_on_device, kBytes, ncclUint8, comm_, stream_.get()),
+                                 "ncclAllGather", deadline);
+    if (status.ok()) status = finish(deadline);
+    ZERO_RETURN_IF_ERROR(explain(status, "the debug check of the collective sequence"));
+    ZERO_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(all.data(), all_on_device, all.size() * kBytes, cudaMemcpyDeviceToHost, stream_.get()));
+    return stream_.synchronize(deadline);
+  }
+
+  void abort(const absl::Status& cause) override {
+    (void)cause;
+    if (comm_ == nullptr || aborted_) return;
+    aborted_ = true;
+    CudaDeviceGuard guard;
+    (void)guard.set(device_);
+    ncclCommAbort(comm_);
+  }
+
+ private:
+  NcclBackend(int rank, int world_size, int device, CudaStream stream, CudaEvent done)
+      : rank_(rank), world_size_(world_size), device_(device), stream_(std::move(stream)), done_(std::move(done)) {}
+
+  // Puts `c` on the stream. Movement ops move bytes; gather and scatter are grouped point-to-point calls.
+  absl::Status enqueue(const Collective& c, absl::Time deadline) {
+    const cudaStream_t s = stream_.get();
+    const int64_t chunk = c.chunk_bytes();
+    const auto issued = [&](ncclResult_t r) { return settle(comm_, r, "enqueueing the NCCL call", deadline); };
+    const auto grouped = [&](auto&& calls) -> absl::Status {
+      ZERO_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", comm_));
+      const absl::Status status = calls();
+      const ncclResult_t end = ncclGroupEnd();
+      ZERO_RETURN_IF_ERROR(status);
+      return issued(end);
+    };
+    switch (c.op) {
+      case CollectiveOp::kAllreduce: {
+        ZERO_ASSIGN_OR_RETURN(const ncclDataType_t type, reduce_type(c.dtype));
+        return issued(ncclAllReduce(c.send, c.recv, c.count, type, reduce_op(c.reduce_op), comm_, s));
+      }
+      case CollectiveOp::kReduceScatter: {
+        ZERO_ASSIGN_OR_RETURN(const ncclDataType_t type, reduce_type(c.dtype));
+        return issued(ncclReduceScatter(c.send, c.recv, c.count, type, reduce_op(c.reduce_op), comm_, s));
+      }
+      case CollectiveOp::kReduce: {
+        ZERO_ASSIGN_OR_RETURN(const ncclDataType_t type, reduce_type(c.dtype));
+        return issued(ncclReduce(c.send, c.recv, c.count, type, reduce_op(c.reduce_op), c.root, comm_, s));
+      }
+      case CollectiveOp::kAllgather: return issued(ncclAllGather(c.send, c.recv, chunk, ncclUint8, comm_, s));
+      case CollectiveOp::kBroadcast: return issued(ncclBroadcast(c.send, c.recv, chunk, ncclUint8, c.root, comm_, s));
+      case CollectiveOp::kGather:
+        return grouped([&]() -> absl::Status {
+          for (int r = 0; rank_ == c.root && r < world_size_; ++r) {
+            ZERO_RETURN_IF_ERROR(nccl_status(ncclRecv(at_bytes(c.recv, r * chunk), chunk, ncclUint8, r, comm_, s),
+                                             "ncclRecv", comm_));
+          }
+          return nccl_status(ncclSend(c.send, chunk, ncclUint8, c.root, comm_, s), "ncclSend", comm_);
+        });
+      case CollectiveOp::kScatter:
+        return grouped([&]() -> absl::Status {
+          for (int r = 0; rank_ == c.root && r < world_size_; ++r) {
+            ZERO_RETURN_IF_ERROR(nccl_status(ncclSend(at_bytes(c.send, r * chunk), chunk, ncclUint8, r, comm_, s),
+                                             "ncclSend", comm_));
+          }
+          return nccl_status(ncclRecv(c.recv, chunk, ncclUint8, c.root, comm_, s), "ncclRecv", comm_);
+        });
+      case CollectiveOp::kBarrier:  // NCCL has none: a one-element allreduce every rank must join
+        return issued(ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclInt32, ncclSum, comm_, s));
+    }
+    return absl::InternalError("unknown collective");
+  }
+
+  // Waits for the stream, watching for asynchronous NCCL errors (a peer failed, the network broke).
+  absl::Status finish(absl::Time deadline) {
+    ZERO_RETURN_IF_ERROR(done_.record(stream_));
+    return done_.synchronize(deadline, [this]() -> absl::Status {
+      ncclResult_t state = ncclSuccess;
+      if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return nccl_status(r, "", comm_);
+      return nccl_status(state, "NCCL reported an asynchronous error", comm_);
+    });
+  }
+
+  absl::Status explain(const absl::Status& status, absl::string_view what) const {
+    if (status.ok()) return status;
+    const std::string where = absl::StrCat("nccl rank ", rank_, " (cuda:", device_, ") in ", what, ": ");
+    if (absl::IsDeadlineExceeded(status)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          where, "timed out (", status.message(), "); a peer stopped answering or issued different collectives "
+          "(ZERO_DEBUG_COLLECTIVES=1 names the ranks that diverge)"));
+    }
+    return absl::Status(status.code(), absl::StrCat(where, status.message()));
+  }
+
+  const int rank_;
+  const int world_size_;
+  const int device_;
+  CudaStream stream_;
+  CudaEvent done_;
+  std::unique_ptr<Allocator> own_allocator_;  // when CommOptions names none
+  Buffer scratch_;                            // device memory, (world_size + 1) fingerprints
+  ncclComm_t comm_ = nullptr;
+  bool aborted_ = false;
+};
+
+absl::Status check_device(int rank, int device) {
+  const int visible = cuda_device_count();
+  if (device >= 0 && device < visible) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "nccl rank ", rank, " wants cuda:", device, " but ", visible, " CUDA device(s) are visible; run one rank per "
+      "GPU (LOCAL_RANK picks it) on a machine with a GPU and driver, or use the local or mpi backend"));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> communicator_from_id(const ncclUniqueId& id, int rank, int world_size,
+                                                                   int device, CommOptions options) {
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<NcclBackend> backend,
+                        NcclBackend::create(id, rank, world_size, device, options));
+  return std::make_unique<Communicator>(std::move(backend), options);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpStore& store, int rank, int world_size,
+                                                                     int device, CommOptions options,
+                                                                     absl::string_view key) {
+  ZERO_RETURN_IF_ERROR(check_device(rank, device));
+  ncclUniqueId id;
+  if (rank == 0) {
+    ZERO_RETURN_IF_ERROR(nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+    ZERO_RETURN_IF_ERROR(store.set(key, absl::string_view(id.internal, sizeof(id.internal))));
+  } else {
+    ZERO_ASSIGN_OR_RETURN(const std::string bytes, store.get(key));
+    if (bytes.size() != sizeof(id.internal)) {
+      return absl::DataLossError(absl::StrCat("the NCCL unique id under '", key, "' has ", bytes.size(),
+                                              " bytes, not ", sizeof(id.internal), "; is another program using the key?"));
+    }
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+  }
+  return communicator_from_id(id, rank, world_size, device, options);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(const DistributedEnv& env, CommOptions options) {
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::create(env, options.timeout));
+  // Initialisation is collective: when it returns every rank has read the id, so the store may go.
+  return make_nccl_communicator(*store, env.rank, env.world_size, env.local_rank, options);
+}
+
+#ifdef ZERO_HAS_MPI
+absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator_from_mpi(CommOptions options) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      return absl::UnavailableError("MPI_Init_thread failed; run under mpirun");
+    }
+  }
+  int rank = 0, world_size = 1, local_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_free(&node);
+  // Every rank joins the broadcast, even one without a GPU, so none is left waiting in it.
+  ncclUniqueId id;
+  absl::Status status = rank == 0 ? nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId") : absl::OkStatus();
+  if (!status.ok()) std::memset(&id, 0, sizeof(id));
+  if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    return absl::UnavailableError("MPI_Bcast of the NCCL unique id failed");
+  }
+  ZERO_RETURN_IF_ERROR(status);
+  ZERO_RETURN_IF_ERROR(check_device(rank, local_rank));
+  return communicator_from_id(id, rank, world_size, local_rank, options);
+}
+#endif
+
+}  // namespace zero

@@ -1,0 +1,51 @@
+// The `nccl` backend: one rank per GPU, collectives issued by NCCL on the backend's own CUDA stream.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/comm/tcp_store.h"
+
+namespace zero {
+
+// Buffers must be on this rank's GPU (supports() is true for that device only). The backend's stream is
+// a blocking stream, so work the caller put on the legacy default stream is ordered before the
+// collective; work on any other stream must be finished (or the caller must wait on it) before the call.
+// When a Work handle's wait() returns OK the result is complete on the device.
+// The backend's only memory of its own, a few hundred bytes of device scratch for the barrier and the
+// debug check, is accounted to CommOptions::allocator when one is named.
+//
+// Numerics: NCCL reduces bf16 and fp16 in their own precision (every partial sum rounds to the dtype),
+// fp32 in fp32, and in its own (ring or tree) order, so reductions match the local and mpi backends
+// only up to reduction order and rounding; data movement (allgather, broadcast, gather, scatter) is
+// exact. Max follows NCCL's NaN handling.
+//
+// Failure: each collective is polled (CUDA event and ncclCommGetAsyncError) until the communicator's
+// deadline; a timeout or an asynchronous NCCL error fails it naming the collective. After the first
+// failure the communicator calls ncclCommAbort: this rank's pending NCCL work stops, and peers that
+// wait on it fail at their own deadline (or sooner, when their transport reports the lost peer).
+
+// Rank env.rank of env.world_size on GPU env.local_rank. Rank 0 hosts a TcpStore on MASTER_PORT and
+// publishes the NCCL unique id there; the others fetch it. Fails rather than hangs when a rank does not
+// show up within options.timeout.
+absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(const DistributedEnv& env,
+                                                                     CommOptions options = CommOptions::from_env());
+
+// The same over a store the caller already has (several ranks in one process, or one store shared with
+// other setup). Rank 0 sets `key`; every rank of the group must pass the same key.
+absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpStore& store, int rank, int world_size,
+                                                                     int device, CommOptions options,
+                                                                     absl::string_view key = "zero/nccl/unique_id");
+
+#ifdef ZERO_HAS_MPI
+// Rank and world size of MPI_COMM_WORLD; the GPU is the rank's index among the ranks of its node
+// (MPI_COMM_TYPE_SHARED); the unique id is broadcast from rank 0 with MPI_Bcast. Initialises MPI
+// (MPI_THREAD_MULTIPLE) if the program has not; finalising it is the program's job.
+absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator_from_mpi(
+    CommOptions options = CommOptions::from_env());
+#endif
+
+}  // namespace zero

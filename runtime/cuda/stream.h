@@ -1,0 +1,70 @@
+// RAII CUDA streams and events with Status errors and deadline-bounded waits; the GPU side of overlap.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace zero {
+
+// Visible CUDA devices; 0 when there is no driver or no device (never an error).
+int cuda_device_count();
+
+class CudaStream;
+
+// A completion marker on a stream (timing disabled). Move-only; destroyed with the device guard set.
+class CudaEvent {
+ public:
+  static absl::StatusOr<CudaEvent> create(int device);
+  CudaEvent(CudaEvent&& other) noexcept { *this = std::move(other); }
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  ~CudaEvent();
+
+  cudaEvent_t get() const { return event_; }
+  int device() const { return device_; }
+  // Marks the point after everything enqueued on `stream` so far.
+  absl::Status record(const CudaStream& stream);
+  // True once the work before the last record() finished; true also when never recorded.
+  absl::StatusOr<bool> query() const;
+  // Waits for the recorded work by polling (the thread stays interruptible). Returns DeadlineExceeded at
+  // `deadline`, or the first error `check` returns (called between polls: the place to ask a
+  // communication library whether a peer failed).
+  absl::Status synchronize(absl::Time deadline, const std::function<absl::Status()>& check = nullptr) const;
+
+ private:
+  CudaEvent(int device, cudaEvent_t event) : device_(device), event_(event) {}
+  int device_ = -1;
+  cudaEvent_t event_ = nullptr;
+};
+
+// A stream of its own on one device. Blocking with respect to the legacy default stream, so work the
+// caller put there is ordered before work put here. Move-only.
+class CudaStream {
+ public:
+  static absl::StatusOr<CudaStream> create(int device);
+  CudaStream(CudaStream&& other) noexcept { *this = std::move(other); }
+  CudaStream& operator=(CudaStream&& other) noexcept;
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  ~CudaStream();
+
+  cudaStream_t get() const { return stream_; }
+  int device() const { return device_; }
+  // Later work on this stream starts after `event`'s recorded work, without blocking the host.
+  absl::Status wait(const CudaEvent& event);
+  // Waits for everything enqueued so far, giving up with DeadlineExceeded at `deadline`.
+  absl::Status synchronize(absl::Time deadline);
+
+ private:
+  CudaStream(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+  int device_ = -1;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace zero

@@ -1,0 +1,132 @@
+// CUDA streams, events and device memory through the accounting allocator. GPU tests skip without a GPU.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/allocator.h"
+#include "runtime/cuda/stream.h"
+
+namespace zero {
+namespace {
+
+using ::testing::HasSubstr;
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible"
+
+// Host callback that keeps a stream busy for `ms` milliseconds.
+void CUDART_CB sleep_ms(void* ms) { absl::SleepFor(absl::Milliseconds(*static_cast<int*>(ms))); }
+
+TEST(CudaRuntimeTest, StreamOnADeviceThatIsNotThereIsAnError) {
+  const int missing = cuda_device_count();
+  auto stream = CudaStream::create(missing);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_THAT(stream.status().message(), HasSubstr(absl::StrCat("cudaSetDevice(", missing, ")")));
+}
+
+TEST(CudaRuntimeTest, AllocationOnADeviceThatIsNotThereFailsWithoutKeepingAccounting) {
+  Allocator allocator;
+  auto buffer = allocator.allocate(1024, MemoryCategory::kParams, Device::cuda(cuda_device_count()));
+  ASSERT_FALSE(buffer.ok());
+  EXPECT_FALSE(is_out_of_memory(buffer.status())) << buffer.status();
+  EXPECT_EQ(allocator.stats().current_total, 0);
+}
+
+TEST(CudaRuntimeTest, BudgetBreachOnCudaIsTheSameOutOfMemoryAsOnCpu) {
+  Allocator on_cpu(/*rank=*/2, /*budget_bytes=*/1 << 20);
+  Allocator on_cuda(/*rank=*/2, /*budget_bytes=*/1 << 20);
+  auto cpu = on_cpu.allocate(2 << 20, MemoryCategory::kGrads, Device::cpu());
+  auto cuda = on_cuda.allocate(2 << 20, MemoryCategory::kGrads, Device::cuda(0));
+  ASSERT_TRUE(is_out_of_memory(cuda.status())) << cuda.status();
+  EXPECT_EQ(cuda.status(), cpu.status());
+}
+
+TEST(CudaRuntimeTest, AllocatesOnCuda0AndAccountsEveryByte) {
+  SKIP_WITHOUT_GPU();
+  Allocator allocator(/*rank=*/0, /*budget_bytes=*/3 << 20);
+  auto params = allocator.allocate(1 << 20, MemoryCategory::kParams, Device::cuda(0));
+  ASSERT_TRUE(params.ok()) << params.status();
+  cudaPointerAttributes attributes{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, params->data()), cudaSuccess);
+  EXPECT_EQ(attributes.type, cudaMemoryTypeDevice);
+  EXPECT_EQ(attributes.device, 0);
+  EXPECT_EQ(allocator.stats().current_of(MemoryCategory::kParams), 1 << 20);
+  // 1 MiB held + 3 MiB asked > 3 MiB budget: refused before cudaMalloc is called.
+  auto grads = allocator.allocate(3 << 20, MemoryCategory::kGrads, Device::cuda(0));
+  EXPECT_TRUE(is_out_of_memory(grads.status())) << grads.status();
+  EXPECT_THAT(grads.status().message(), HasSubstr("grads"));
+  params->reset();
+  EXPECT_EQ(allocator.stats().current_total, 0);
+  EXPECT_EQ(allocator.stats().peak_total, 1 << 20);
+}
+
+TEST(CudaRuntimeTest, EventCompletesAfterTheWorkRecordedBeforeIt) {
+  SKIP_WITHOUT_GPU();
+  auto stream = CudaStream::create(0);
+  auto event = CudaEvent::create(0);
+  ASSERT_TRUE(stream.ok() && event.ok());
+  Allocator allocator;
+  auto buffer = allocator.allocate(4096, MemoryCategory::kWorkspace, Device::cuda(0));
+  ASSERT_TRUE(buffer.ok());
+  ASSERT_EQ(cudaMemsetAsync(buffer->data(), 0x5a, 4096, stream->get()), cudaSuccess);
+  ASSERT_TRUE(event->record(*stream).ok());
+  ASSERT_TRUE(event->synchronize(absl::Now() + absl::Seconds(60)).ok());
+  EXPECT_TRUE(event->query().value());
+  std::vector<uint8_t> host(4096);
+  ASSERT_EQ(cudaMemcpy(host.data(), buffer->data(), 4096, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(host, std::vector<uint8_t>(4096, 0x5a));
+}
+
+TEST(CudaRuntimeTest, StreamWaitingOnAnEventRunsAfterTheOtherStreamsWork) {
+  SKIP_WITHOUT_GPU();
+  auto producer = CudaStream::create(0);
+  auto consumer = CudaStream::create(0);
+  auto ready = CudaEvent::create(0);
+  ASSERT_TRUE(producer.ok() && consumer.ok() && ready.ok());
+  Allocator allocator;
+  auto src = allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0));
+  auto dst = allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ASSERT_EQ(cudaMemset(src->data(), 0, 1024), cudaSuccess);
+  static int delay_ms = 300;  // the producer's fill happens late: without the wait the copy would see zeros
+  ASSERT_EQ(cudaLaunchHostFunc(producer->get(), sleep_ms, &delay_ms), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(src->data(), 0x11, 1024, producer->get()), cudaSuccess);
+  ASSERT_TRUE(ready->record(*producer).ok());
+  ASSERT_TRUE(consumer->wait(*ready).ok());
+  ASSERT_EQ(cudaMemcpyAsync(dst->data(), src->data(), 1024, cudaMemcpyDeviceToDevice, consumer->get()), cudaSuccess);
+  ASSERT_TRUE(consumer->synchronize(absl::Now() + absl::Seconds(60)).ok());
+  std::vector<uint8_t> host(1024);
+  ASSERT_EQ(cudaMemcpy(host.data(), dst->data(), 1024, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(host, std::vector<uint8_t>(1024, 0x11));
+}
+
+TEST(CudaRuntimeTest, SynchronizeGivesUpAtTheDeadline) {
+  SKIP_WITHOUT_GPU();
+  auto stream = CudaStream::create(0);
+  ASSERT_TRUE(stream.ok());
+  static int delay_ms = 2000;
+  ASSERT_EQ(cudaLaunchHostFunc(stream->get(), sleep_ms, &delay_ms), cudaSuccess);
+  const absl::Status early = stream->synchronize(absl::Now() + absl::Milliseconds(50));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(early)) << early;
+  EXPECT_TRUE(stream->synchronize(absl::Now() + absl::Seconds(60)).ok());
+}
+
+TEST(CudaRuntimeTest, SynchronizeReturnsTheErrorItsCheckReports) {
+  SKIP_WITHOUT_GPU();
+  auto stream = CudaStream::create(0);
+  auto event = CudaEvent::create(0);
+  ASSERT_TRUE(stream.ok() && event.ok());
+  static int delay_ms = 1000;
+  ASSERT_EQ(cudaLaunchHostFunc(stream->get(), sleep_ms, &delay_ms), cudaSuccess);
+  ASSERT_TRUE(event->record(*stream).ok());
+  const absl::Status status = event->synchronize(absl::Now() + absl::Seconds(60),
+                                                 [] { return absl::AbortedError("peer 3 failed"); });
+  EXPECT_EQ(status, absl::AbortedError("peer 3 failed"));
+  EXPECT_TRUE(stream->synchronize(absl::Now() + absl::Seconds(60)).ok());
+}
+
+}  // namespace
+}  // namespace zero
