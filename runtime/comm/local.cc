@@ -35,9 +35,9 @@ class LocalBackend final : public Backend {
     std::vector<CollectiveFingerprint> fingerprints;
     for (int r = 0; r < world_size(); ++r) fingerprints.push_back(CollectiveFingerprint::of(group_->posted(r)));
     ZERO_RETURN_IF_ERROR(check_fingerprints_agree(fingerprints));
-    if (c.op == CollectiveOp::kBarrier) return absl::OkStatus();
     ZERO_RETURN_IF_ERROR(compute_my_part(c, deadline));
-    return group_->meet(rank_, c, deadline);  // nobody reuses a buffer a peer may still read
+    // Nobody posts its next collective over a slot, or reuses a buffer, that a peer may still read.
+    return group_->meet(rank_, c, deadline);
   }
 
   void abort(const absl::Status& cause) override { group_->abort(rank_, cause); }

@@ -146,6 +146,19 @@ TEST(LocalBackend, ByteCountersFollowTheRingFormulas) {
   expect_passes(4, check_byte_counters);
 }
 
+// Regression: a barrier used to return before the final meeting, so a fast rank could post its next
+// collective while a peer was still comparing the barrier's fingerprints, and report a false divergence.
+TEST(LocalBackend, BarrierThenCollectiveNeverLooksLikeDivergence) {
+  expect_all_ok(run_local_ranks(2, [&](Communicator& comm) {
+    float x = 1.0f;
+    for (int i = 0; i < 2000; ++i) {
+      ZERO_RETURN_IF_ERROR(comm.barrier().wait());
+      ZERO_RETURN_IF_ERROR(comm.allreduce(Tensor(&x, DType::kF32, {1}), ReduceOp::kMax).wait());
+    }
+    return absl::OkStatus();
+  }));
+}
+
 TEST(LocalBackend, MaxPropagatesNaN) {
   expect_passes(2, check_max_propagates_nan);
 }
