@@ -82,8 +82,9 @@ double unit_roundoff(DType dtype) {
 
 // NCCL's allreduce against the rank-order reference. Max and int32 sum are exact (max does not round;
 // wrapping integer addition is associative). A floating sum of N terms in any order, each partial sum
-// rounded to the dtype, is off the exact sum by at most (N-1)·u·Σ|x|; the reference's fp32 accumulation
-// and single final rounding add at most u·Σ|x| more, and avg's division one more rounding: (N+1)·u·Σ|x|.
+// rounded with unit roundoff at most u (that of the dtype), is off the exact sum by at most (N-1)·u·Σ|x|.
+// Both sides are such sums; NCCL's avg adds one rounding (premultiply or divide), the reference's avg
+// one division and one final rounding to the dtype: |nccl - reference| <= (2N+1)·u·Σ|x| (Σ|x|/N for avg).
 absl::Status check_allreduce_against_reference(Communicator& comm, DType dtype, ReduceOp op) {
   const int n = comm.world_size();
   ZERO_ASSIGN_OR_RETURN(const std::vector<uint8_t> got,
@@ -99,7 +100,7 @@ absl::Status check_allreduce_against_reference(Communicator& comm, DType dtype, 
     double magnitude = 0;
     for (const auto& in : inputs) magnitude += std::fabs(load_as_float(in.data(), dtype, i));
     if (op == ReduceOp::kAvg) magnitude /= n;
-    const double tolerance = (n + 1) * unit_roundoff(dtype) * magnitude;
+    const double tolerance = (2 * n + 1) * unit_roundoff(dtype) * magnitude;
     const double diff = std::fabs(load_as_float(got.data(), dtype, i) - load_as_float(expected.data(), dtype, i));
     if (diff > tolerance) {
       return absl::InternalError(absl::StrCat("rank ", comm.rank(), " element ", i, ": off by ", diff,
