@@ -1,0 +1,78 @@
+// Adam and AdamW (torch.optim.Adam / torch.optim.AdamW, single-tensor path).
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "optim/adam_coeffs.h"
+#include "optim/cpu_loops.h"
+#include "optim/optimizers.h"
+#include "runtime/status.h"
+#if ZERO_HAS_CUDA
+#include "optim/cuda/optim_kernels.h"
+#endif
+
+namespace zero {
+namespace {
+
+class Adam final : public Optimizer {
+ public:
+  Adam(const AdamOptions& options, ShardLayout layout, Device device)
+      : Optimizer(std::move(layout), device), options_(options) {}
+  absl::string_view name() const override { return options_.decoupled_weight_decay ? "AdamW" : "Adam"; }
+
+ private:
+  absl::Status update(const StepArgs& a) override {
+    std::vector<optim::AdamCoeffs> coeffs;
+    for (const ParamGroup& g : layout().groups()) coeffs.push_back(optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps, options_.decoupled_weight_decay, a, g));
+    float* exp_avg = state_data(0);
+    float* exp_avg_sq = state_data(1);
+#if ZERO_HAS_CUDA
+    if (device().is_cuda()) return optim::adam_cuda(layout(), coeffs, a, exp_avg, exp_avg_sq);
+#endif
+    optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
+      const optim::AdamCoeffs c = coeffs[layout().params()[ch.param].group];
+      float* __restrict p = a.params;
+      const float* __restrict g = a.grads;
+      float* __restrict m = exp_avg;
+      float* __restrict v = exp_avg_sq;
+      for (int64_t i = ch.begin; i < ch.end; ++i) p[i] = optim::adam_element(p[i], g[i], m[i], v[i], c);
+    });
+    return absl::OkStatus();
+  }
+
+  AdamOptions options_;
+};
+
+}  // namespace
+
+optim::AdamCoeffs optim::adam_coeffs(double beta1, double beta2, double eps, bool decoupled, const ShardStep& a,
+                                     const ParamGroup& g) {
+  const double lr = a.lr * g.lr_scale;
+  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(a.step));
+  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(a.step));
+  AdamCoeffs c;
+  c.l2 = decoupled ? 0.0f : g.weight_decay;
+  c.decay = decoupled ? static_cast<float>(1.0 - lr * g.weight_decay) : 1.0f;
+  c.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  c.beta2 = static_cast<float>(beta2);
+  c.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  c.neg_step_size = static_cast<float>(-(lr / bc1));
+  c.bias_correction1 = static_cast<float>(bc1);
+  c.bias_correction2 = static_cast<float>(bc2);
+  c.bias_correction2_sqrt = static_cast<float>(std::sqrt(bc2));
+  c.eps = static_cast<float>(eps);
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> make_adam(const AdamOptions& options, ShardLayout layout,
+                                                     Allocator& allocator, Device device) {
+  if (!(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 && options.eps >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("Adam betas (", options.beta1, ", ", options.beta2, ") and eps ",
+                                                   options.eps, ": betas must lie in [0, 1) and eps be >= 0"));
+  }
+  ZERO_RETURN_IF_ERROR(optim::check_device(device, "Adam", /*has_cuda_kernel=*/true));
+  auto opt = std::make_unique<Adam>(options, std::move(layout), device);
+  ZERO_RETURN_IF_ERROR(opt->allocate_state(allocator, {"exp_avg", "exp_avg_sq"}));
+  return opt;
+}
+
+}  // namespace zero

@@ -1,0 +1,82 @@
+// LAMB (You et al. 2019, Algorithm 2) with whole-parameter trust ratios from one allreduce per step.
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "optim/adam_coeffs.h"
+#include "optim/cpu_loops.h"
+#include "optim/optimizers.h"
+#include "runtime/status.h"
+
+namespace zero {
+namespace {
+
+static_assert(kMaxChunkElements <= SquareBins::kMaxBinnedValues, "a chunk's squares must fit one set of bins");
+
+class Lamb final : public Optimizer {
+ public:
+  Lamb(const LambOptions& options, ShardLayout layout, Device device)
+      : Optimizer(std::move(layout), device), options_(options) {}
+  absl::string_view name() const override { return "LAMB"; }
+
+ private:
+  // Pass 1 updates the moments and sums ||p||^2 and ||u||^2 exactly; after the allreduce, pass 2
+  // recomputes u from the same inputs (so the same bits) and applies it scaled by the trust ratio.
+  absl::Status update(const StepArgs& a) override {
+    std::vector<optim::AdamCoeffs> coeffs;
+    for (const ParamGroup& g : layout().groups()) {
+      // Weight decay enters through u, not through Adam's l2 or decoupled decay.
+      coeffs.push_back(optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps, /*decoupled=*/true, a,
+                                          ParamGroup{g.lr_scale, 0.0f}));
+    }
+    float* __restrict m = state_data(0);
+    float* __restrict v = state_data(1);
+    float* __restrict p = a.params;
+    const float* __restrict g = a.grads;
+    std::vector<std::array<SquareSum, 2>> sums(layout().chunks().size());
+    optim::for_each_chunk(layout(), [&](int64_t k, const ShardChunk& ch) {
+      const optim::AdamCoeffs c = coeffs[layout().params()[ch.param].group];
+      const float wd = layout().group_of(ch.param).weight_decay;
+      SquareBins p_sq, u_sq;
+      for (int64_t i = ch.begin; i < ch.end; ++i) {
+        optim::adam_moments(g[i], m[i], v[i], c);
+        p_sq.add(p[i]);
+        u_sq.add(optim::lamb_direction(p[i], m[i], v[i], wd, c));
+      }
+      sums[k][0].add(p_sq);
+      sums[k][1].add(u_sq);
+    });
+    using Norms = std::vector<std::array<double, 2>>;
+    ZERO_ASSIGN_OR_RETURN(Norms norms, whole_param_norms(sums, a.comm));
+    std::vector<float> neg_step(norms.size());
+    for (size_t i = 0; i < norms.size(); ++i) {
+      const auto [p_norm, u_norm] = norms[i];
+      const double trust_ratio = p_norm > 0 && u_norm > 0 ? p_norm / u_norm : 1.0;
+      neg_step[i] = static_cast<float>(-(a.lr * layout().group_of(static_cast<int>(i)).lr_scale * trust_ratio));
+    }
+    optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
+      const optim::AdamCoeffs c = coeffs[layout().params()[ch.param].group];
+      const float wd = layout().group_of(ch.param).weight_decay;
+      const float step = neg_step[ch.param];
+      for (int64_t i = ch.begin; i < ch.end; ++i) p[i] = p[i] + step * optim::lamb_direction(p[i], m[i], v[i], wd, c);
+    });
+    return absl::OkStatus();
+  }
+
+  LambOptions options_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> make_lamb(const LambOptions& options, ShardLayout layout,
+                                                     Allocator& allocator, Device device) {
+  if (!(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 && options.eps >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("LAMB betas (", options.beta1, ", ", options.beta2, ") and eps ",
+                                                   options.eps, ": betas must lie in [0, 1) and eps be >= 0"));
+  }
+  ZERO_RETURN_IF_ERROR(optim::check_device(device, "LAMB", /*has_cuda_kernel=*/false));
+  auto opt = std::make_unique<Lamb>(options, std::move(layout), device);
+  ZERO_RETURN_IF_ERROR(opt->allocate_state(allocator, {"exp_avg", "exp_avg_sq"}));
+  return opt;
+}
+
+}  // namespace zero

@@ -1,0 +1,109 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+#if ZERO_HAS_CUDA
+#include "optim/cuda/optim_kernels.h"
+#endif
+
+namespace zero {
+namespace {
+
+absl::Status check_shard_tensor(const Tensor& t, absl::string_view what, DType dtype, int64_t numel, Device device) {
+  if (t.dtype() != dtype || t.numel() != numel || !t.is_contiguous() || !(t.device() == device) || t.data() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is ", t.to_string(), " but the optimizer's shard needs a contiguous ",
+                                                   dtype_name(dtype), " tensor of ", numel, " elements on ",
+                                                   device.to_string()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status optim::check_device(Device device, absl::string_view optimizer, bool has_cuda_kernel) {
+  if (device.is_cpu()) return absl::OkStatus();
+#if ZERO_HAS_CUDA
+  if (has_cuda_kernel) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(optimizer, " has no CUDA kernel yet; keep its shard on the CPU"));
+#else
+  (void)has_cuda_kernel;
+  return absl::FailedPreconditionError(absl::StrCat(optimizer, " on ", device.to_string(),
+                                                    ": zero was built without CUDA; reconfigure with -DZERO_WITH_CUDA=ON"));
+#endif
+}
+
+absl::Status Optimizer::step(Tensor params, Tensor grads, int64_t step, float lr, Communicator* comm,
+                             const HalfCopy& half) {
+  const int64_t n = layout_.shard_numel();
+  ZERO_RETURN_IF_ERROR(check_shard_tensor(params, "params", DType::kF32, n, device_));
+  ZERO_RETURN_IF_ERROR(check_shard_tensor(grads, "grads", DType::kF32, n, device_));
+  if (half.enabled()) {
+    const DType t = half.out.dtype() == DType::kF16 ? DType::kF16 : DType::kBF16;
+    ZERO_RETURN_IF_ERROR(check_shard_tensor(half.out, "the half-precision copy", t, n, device_));
+  }
+  if (step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), " step ", step, ": steps count from 1, as torch.optim's"));
+  }
+  if (!std::isfinite(lr) || lr < 0) return absl::InvalidArgumentError(absl::StrCat(name(), ": learning rate ", lr));
+  return update({params.data_as<float>(), grads.data_as<float>(), step, lr, comm, &half});
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, buffer] : state_) out.emplace_back(name, buffer.tensor(DType::kF32, {layout_.shard_numel()}));
+  return out;
+}
+
+absl::Status Optimizer::allocate_state(Allocator& allocator, const std::vector<std::string>& names) {
+  const int64_t nbytes = layout_.shard_numel() * static_cast<int64_t>(sizeof(float));
+  for (const std::string& name : names) {
+    ZERO_ASSIGN_OR_RETURN(Buffer b, allocator.allocate(nbytes, MemoryCategory::kOptimizerState, device_));
+    if (device_.is_cpu()) {
+      std::memset(b.data(), 0, nbytes);
+    } else {
+#if ZERO_HAS_CUDA
+      ZERO_RETURN_IF_ERROR(optim::cuda_zero(b.data(), nbytes));
+#endif
+    }
+    state_.emplace_back(name, std::move(b));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::array<double, 2>>> Optimizer::whole_param_norms(
+    const std::vector<std::array<SquareSum, 2>>& per_chunk, Communicator* comm) const {
+  const std::vector<FlatParam>& params = layout_.params();
+  if (comm == nullptr) {
+    for (const FlatParam& p : params) {
+      if (p.numel > 0 && (p.offset < layout_.shard_begin() || p.offset + p.numel > layout_.shard_end())) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            name(), " needs whole-parameter norms but parameter '", p.name, "' is not entirely in this shard [",
+            layout_.shard_begin(), ", ", layout_.shard_end(), "); pass the rank's communicator"));
+      }
+    }
+  }
+  std::vector<std::array<SquareSum, 2>> per_param(params.size());
+  const std::vector<ShardChunk>& chunks = layout_.chunks();
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    for (int q = 0; q < 2; ++q) per_param[chunks[c].param][q].merge(per_chunk[c][q]);
+  }
+  constexpr int kWire = SquareSum::kWireInts;
+  std::vector<int32_t> wire(params.size() * 2 * kWire);
+  for (size_t p = 0; p < params.size(); ++p) {
+    for (int q = 0; q < 2; ++q) per_param[p][q].to_wire(&wire[(2 * p + q) * kWire]);
+  }
+  if (comm != nullptr && comm->world_size() > 1 && !wire.empty()) {
+    Tensor t(wire.data(), DType::kI32, {static_cast<int64_t>(wire.size())});
+    ZERO_RETURN_IF_ERROR(comm->allreduce(t, ReduceOp::kSum).wait());
+  }
+  std::vector<std::array<double, 2>> norms(params.size());
+  for (size_t p = 0; p < params.size(); ++p) {
+    for (int q = 0; q < 2; ++q) norms[p][q] = std::sqrt(SquareSum::from_wire(&wire[(2 * p + q) * kWire]).value());
+  }
+  return norms;
+}
+
+}  // namespace zero

@@ -1,0 +1,73 @@
+#include "optim/square_sum.h"
+
+#include <cmath>
+#include <limits>
+
+#include "runtime/status.h"
+
+namespace zero {
+
+constexpr int kBitZeroExponent = -298;  // bit 0 of the fixed-point integer is 2^-298
+
+void SquareSum::add(const SquareBins& b) {
+  for (int e = 1; e < 255; ++e) {
+    if (b.bins[e] == 0) continue;
+    const int pos = 2 * e - 2;  // m^2 * 2^(2e-300) = m^2 at bit 2e-2
+    const unsigned __int128 v = static_cast<unsigned __int128>(b.bins[e]) << (pos % 32);
+    const int k = pos / 32;
+    limbs_[k] += static_cast<uint64_t>(v & 0xffffffffu);
+    limbs_[k + 1] += static_cast<uint64_t>((v >> 32) & 0xffffffffu);
+    limbs_[k + 2] += static_cast<uint64_t>(v >> 64);
+    normalize();
+  }
+  nan_ += b.nan;
+  inf_ += b.inf;
+}
+
+void SquareSum::merge(const SquareSum& other) {
+  for (int k = 0; k < kLimbs; ++k) limbs_[k] += other.limbs_[k];
+  normalize();
+  nan_ += other.nan_;
+  inf_ += other.inf_;
+}
+
+void SquareSum::normalize() {
+  uint64_t carry = 0;
+  for (uint64_t& limb : limbs_) {
+    const uint64_t v = limb + carry;
+    limb = v & 0xffffffffu;
+    carry = v >> 32;
+  }
+  ZERO_CHECK(carry == 0, "sum of squares overflowed ", kLimbs * 32, " bits");
+}
+
+void SquareSum::to_wire(int32_t* out) const {
+  for (int k = 0; k < kLimbs; ++k) {
+    out[2 * k] = static_cast<int32_t>(limbs_[k] & 0xffffu);
+    out[2 * k + 1] = static_cast<int32_t>(limbs_[k] >> 16);
+  }
+  out[2 * kLimbs] = nan_ != 0;
+  out[2 * kLimbs + 1] = inf_ != 0;
+}
+
+SquareSum SquareSum::from_wire(const int32_t* in) {
+  SquareSum s;
+  for (int k = 0; k < kLimbs; ++k) {
+    s.limbs_[k] = static_cast<uint64_t>(static_cast<uint32_t>(in[2 * k])) +
+                  (static_cast<uint64_t>(static_cast<uint32_t>(in[2 * k + 1])) << 16);
+  }
+  s.normalize();
+  s.nan_ = static_cast<uint32_t>(in[2 * kLimbs]);
+  s.inf_ = static_cast<uint32_t>(in[2 * kLimbs + 1]);
+  return s;
+}
+
+double SquareSum::value() const {
+  if (nan_ != 0) return std::numeric_limits<double>::quiet_NaN();
+  if (inf_ != 0) return std::numeric_limits<double>::infinity();
+  double acc = 0.0;
+  for (int k = kLimbs - 1; k >= 0; --k) acc += std::ldexp(static_cast<double>(limbs_[k]), 32 * k + kBitZeroExponent);
+  return acc;
+}
+
+}  // namespace zero

@@ -1,0 +1,75 @@
+#include "optim/square_sum.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/comm/local.h"
+#include "runtime/status.h"
+
+namespace zero {
+namespace {
+
+SquareSum sum_of(const std::vector<float>& v, size_t begin, size_t end) {
+  SquareSum s;
+  SquareBins bins;
+  for (size_t i = begin; i < end; ++i) bins.add(v[i]);
+  s.add(bins);
+  return s;
+}
+
+TEST(SquareSum, IsExactForRepresentableSums) {
+  EXPECT_EQ(sum_of({3.0f, -4.0f}, 0, 2).value(), 25.0);
+  std::vector<float> many(SquareBins::kMaxBinnedValues, 1.5f);
+  EXPECT_EQ(sum_of(many, 0, many.size()).value(), 2.25 * SquareBins::kMaxBinnedValues);
+}
+
+TEST(SquareSum, KeepsTheSmallestSubnormalSquare) {
+  EXPECT_EQ(sum_of({std::numeric_limits<float>::denorm_min()}, 0, 1).value(), std::ldexp(1.0, -298));
+}
+
+TEST(SquareSum, LargestFloatsDoNotOverflow) {
+  const float big = std::numeric_limits<float>::max();
+  const double want = 4.0 * static_cast<double>(big) * static_cast<double>(big);
+  EXPECT_EQ(sum_of({big, -big, big, big}, 0, 4).value(), want);
+}
+
+TEST(SquareSum, NanAndInfinityPropagate) {
+  EXPECT_TRUE(std::isnan(sum_of({1.0f, NAN, INFINITY}, 0, 3).value()));
+  EXPECT_EQ(sum_of({1.0f, INFINITY}, 0, 2).value(), INFINITY);
+}
+
+// The property LAMB/LARS rely on: a parameter split across three ranks at arbitrary points, summed per
+// rank and combined by the int32 allreduce, gives bitwise the unsharded sum, although a naive fp32 sum
+// of the same values depends on the split.
+TEST(SquareSum, SplitAcrossThreeRanksEqualsUnshardedBitwise) {
+  std::mt19937 gen(3);
+  std::lognormal_distribution<float> dist(0.0f, 8.0f);  // magnitudes spread over ~2^±30
+  std::vector<float> v(30001);
+  for (float& x : v) x = dist(gen);
+  const double unsharded = sum_of(v, 0, v.size()).value();
+  const size_t cuts[4] = {0, 7777, 20000, v.size()};
+  std::vector<double> got(3);
+  std::vector<absl::Status> st = run_local_ranks(3, [&](Communicator& comm) -> absl::Status {
+    std::vector<int32_t> wire(SquareSum::kWireInts);
+    sum_of(v, cuts[comm.rank()], cuts[comm.rank() + 1]).to_wire(wire.data());
+    Tensor t(wire.data(), DType::kI32, {SquareSum::kWireInts});
+    ZERO_RETURN_IF_ERROR(comm.allreduce(t, ReduceOp::kSum).wait());
+    got[comm.rank()] = SquareSum::from_wire(wire.data()).value();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(root_cause(st).ok()) << root_cause(st);
+  for (double g : got) EXPECT_EQ(g, unsharded);
+
+  float whole = 0.0f, parts[3] = {0.0f, 0.0f, 0.0f};  // the naive way, for contrast
+  for (float x : v) whole += x * x;
+  for (int r = 0; r < 3; ++r) {
+    for (size_t i = cuts[r]; i < cuts[r + 1]; ++i) parts[r] += v[i] * v[i];
+  }
+  EXPECT_NE(parts[0] + parts[1] + parts[2], whole) << "the data should make naive partial sums split-dependent";
+}
+
+}  // namespace
+}  // namespace zero
