@@ -24,7 +24,7 @@ class LocalBackend final : public Backend {
   int world_size() const override { return group_->world_size(); }
   bool supports(Device device) const override {
 #ifdef ZERO_HAS_CUDA
-    return true;
+    return device.is_cpu() || device.is_cuda();
 #else
     return device.is_cpu();
 #endif

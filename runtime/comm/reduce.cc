@@ -19,49 +19,91 @@ namespace {
 
 constexpr int64_t kBlock = 1024;  // elements reduced per pass; the fp32 accumulator stays in L1
 
-template <typename Acc>
-inline Acc combine(Acc a, Acc b, ReduceOp op) {
-  if (op == ReduceOp::kMax) {
-    if constexpr (std::is_floating_point_v<Acc>) {
-      if (std::isnan(a)) return a;
-    }
-    return a > b ? a : b;
-  }
-  if constexpr (std::is_same_v<Acc, int32_t>) {
-    return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+// How each floating dtype enters and leaves the fp32 accumulator.
+struct F32Codec {
+  using T = float;
+  static float load(float v) { return v; }
+  static float store(float v) { return v; }
+};
+struct BF16Codec {
+  using T = uint16_t;
+  static float load(uint16_t v) { return bf16_to_float(v); }
+  static uint16_t store(float v) { return float_to_bf16(v); }
+};
+struct F16Codec {
+  using T = uint16_t;
+  static float load(uint16_t v) { return fp16_to_float(v); }
+  static uint16_t store(float v) { return float_to_fp16(v); }
+};
+
+template <ReduceOp kOp>
+inline float combine(float a, float b) {
+  if constexpr (kOp == ReduceOp::kMax) {
+    return std::isnan(a) ? a : (a > b ? a : b);
   } else {
     return a + b;
   }
 }
 
-// One block [begin, begin + n) of the floating reduction.
-void reduce_float_block(std::span<const void* const> inputs, void* out, int64_t begin, int64_t n, DType dtype,
-                        ReduceOp op) {
-  float acc[kBlock];
-  for (int64_t j = 0; j < n; ++j) acc[j] = load_as_float(inputs[0], dtype, begin + j);
-  for (size_t k = 1; k < inputs.size(); ++k) {
-    if (dtype == DType::kF32 && op != ReduceOp::kMax) {
-      const float* in = static_cast<const float*>(inputs[k]) + begin;
-      for (int64_t j = 0; j < n; ++j) acc[j] += in[j];  // the hot path: vectorized
-    } else {
-      for (int64_t j = 0; j < n; ++j) acc[j] = combine(acc[j], load_as_float(inputs[k], dtype, begin + j), op);
-    }
+template <ReduceOp kOp>
+inline int32_t combine(int32_t a, int32_t b) {
+  if constexpr (kOp == ReduceOp::kMax) {
+    return a > b ? a : b;
+  } else {
+    return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
   }
-  if (op == ReduceOp::kAvg) {
+}
+
+// Elements [begin, begin + n) of a floating reduction; dtype and op are compile-time so loops vectorize.
+template <typename Codec, ReduceOp kOp>
+void reduce_float_block(std::span<const void* const> inputs, void* out, int64_t begin, int64_t n) {
+  using T = typename Codec::T;
+  float acc[kBlock];
+  const T* first = static_cast<const T*>(inputs[0]) + begin;
+  for (int64_t j = 0; j < n; ++j) acc[j] = Codec::load(first[j]);
+  for (size_t k = 1; k < inputs.size(); ++k) {
+    const T* in = static_cast<const T*>(inputs[k]) + begin;
+    for (int64_t j = 0; j < n; ++j) acc[j] = combine<kOp>(acc[j], Codec::load(in[j]));
+  }
+  if constexpr (kOp == ReduceOp::kAvg) {
     const float k = static_cast<float>(inputs.size());
     for (int64_t j = 0; j < n; ++j) acc[j] /= k;
   }
-  for (int64_t j = 0; j < n; ++j) store_from_float(out, dtype, begin + j, acc[j]);
+  T* dst = static_cast<T*>(out) + begin;
+  for (int64_t j = 0; j < n; ++j) dst[j] = Codec::store(acc[j]);
 }
 
-void reduce_int32_block(std::span<const void* const> inputs, void* out, int64_t begin, int64_t n, ReduceOp op) {
+template <ReduceOp kOp>
+void reduce_int32_block(std::span<const void* const> inputs, void* out, int64_t begin, int64_t n) {
   int32_t acc[kBlock];
   std::memcpy(acc, static_cast<const int32_t*>(inputs[0]) + begin, n * sizeof(int32_t));
   for (size_t k = 1; k < inputs.size(); ++k) {
     const int32_t* in = static_cast<const int32_t*>(inputs[k]) + begin;
-    for (int64_t j = 0; j < n; ++j) acc[j] = combine(acc[j], in[j], op);
+    for (int64_t j = 0; j < n; ++j) acc[j] = combine<kOp>(acc[j], in[j]);
   }
   std::memcpy(static_cast<int32_t*>(out) + begin, acc, n * sizeof(int32_t));
+}
+
+using BlockFn = void (*)(std::span<const void* const>, void*, int64_t, int64_t);
+
+template <ReduceOp kOp>
+BlockFn block_fn_for(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return reduce_float_block<F32Codec, kOp>;
+    case DType::kBF16: return reduce_float_block<BF16Codec, kOp>;
+    case DType::kF16: return reduce_float_block<F16Codec, kOp>;
+    case DType::kI32: return kOp == ReduceOp::kAvg ? nullptr : reduce_int32_block<kOp>;
+    default: return nullptr;
+  }
+}
+
+BlockFn block_fn_for(DType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return block_fn_for<ReduceOp::kSum>(dtype);
+    case ReduceOp::kAvg: return block_fn_for<ReduceOp::kAvg>(dtype);
+    case ReduceOp::kMax: return block_fn_for<ReduceOp::kMax>(dtype);
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -76,14 +118,12 @@ absl::Status reduce_in_rank_order(Device device, std::span<const void* const> in
     return absl::FailedPreconditionError("reduction on CUDA memory in a build without CUDA");
 #endif
   }
-  for (int64_t begin = 0; begin < count; begin += kBlock) {
-    const int64_t n = std::min(kBlock, count - begin);
-    if (dtype == DType::kI32) {
-      reduce_int32_block(inputs, out, begin, n, op);
-    } else {
-      reduce_float_block(inputs, out, begin, n, dtype, op);
-    }
+  const BlockFn block = block_fn_for(dtype, op);
+  if (block == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot ", reduce_op_name(op), "-reduce ", dtype_name(dtype)));
   }
+  for (int64_t begin = 0; begin < count; begin += kBlock) block(inputs, out, begin, std::min(kBlock, count - begin));
   return absl::OkStatus();
 }
 
