@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Prints torch.optim.AdamW CPU throughput as `variant params_per_second` lines; optim_bench runs it.
+
+Usage: bench_torch_adamw.py NUMEL ITERATIONS THREADS (torch.set_num_threads, to match zero's OpenMP threads). Variants: foreach=False (single-tensor loop) and foreach=True;
+fused=True is listed too when this PyTorch offers it for CPU tensors.
+"""
+import inspect
+import sys
+import time
+
+import torch
+
+
+def measure(numel, iterations, **kwargs):
+    p = torch.full((numel,), 0.5, requires_grad=True)
+    p.grad = torch.full((numel,), 1e-3)
+    opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01, **kwargs)
+    opt.step()  # warm-up: state allocation
+    t0 = time.perf_counter()
+    for _ in range(iterations):
+        opt.step()
+    return numel * iterations / (time.perf_counter() - t0)
+
+
+def main():
+    numel, iterations = int(sys.argv[1]), int(sys.argv[2])
+    torch.set_num_threads(int(sys.argv[3]))
+    variants = [("foreach=False", {"foreach": False}), ("foreach=True", {"foreach": True})]
+    if "fused" in inspect.signature(torch.optim.AdamW).parameters:
+        variants.append(("fused=True", {"fused": True}))
+    print(f"torch {torch.__version__} threads {torch.get_num_threads()}", flush=True)
+    for name, kwargs in variants:
+        try:
+            print(f"{name} {measure(numel, iterations, **kwargs):.6g}", flush=True)
+        except RuntimeError as e:  # e.g. fused not supported on CPU in this version
+            print(f"# {name} unavailable: {e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
