@@ -22,7 +22,10 @@ class Adam final : public Optimizer {
  private:
   absl::Status update(const StepArgs& a) override {
     std::vector<optim::AdamCoeffs> coeffs;
-    for (const ParamGroup& g : layout().groups()) coeffs.push_back(optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps, options_.decoupled_weight_decay, a, g));
+    for (const ParamGroup& g : layout().groups()) {
+      coeffs.push_back(optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps,
+                                          options_.decoupled_weight_decay, a, g));
+    }
     float* exp_avg = state_data(0);
     float* exp_avg_sq = state_data(1);
 #if ZERO_HAS_CUDA
