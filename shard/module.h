@@ -1,0 +1,109 @@
+// The module contract: how a model's units declare parameters and run forward/backward on views the engine hands them.
+//
+// A model is an ordered list of units (an embedding, a transformer block, a head). The engine owns all
+// parameter, gradient and optimizer memory; a unit only declares what it needs and computes:
+//
+//   for unit in units:            x = unit.forward(ctx, params(unit), x)           // stage 3: gathered just in time
+//   for unit in reversed(units):  dy = unit.backward(ctx, params(unit), grads(unit), dy)
+//
+// No autograd: backward is explicit, as in llm.c. A user's own C++ model implements the same interface
+// and runs under any ZeRO stage unchanged.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "runtime/allocator.h"
+#include "runtime/tensor.h"
+
+namespace zero {
+
+// How a parameter starts. GPT-2: weights N(0, 0.02) (residual projections scaled by 1/sqrt(2L)),
+// biases zero, LayerNorm gains one.
+struct Init {
+  enum class Kind : uint8_t { kZeros, kOnes, kNormal };
+  Kind kind = Kind::kZeros;
+  float std = 0.0f;
+
+  static Init zeros() { return {Kind::kZeros, 0.0f}; }
+  static Init ones() { return {Kind::kOnes, 0.0f}; }
+  static Init normal(float std) { return {Kind::kNormal, std}; }
+};
+
+struct ParamSpec {
+  std::string name;  // unique within the unit, e.g. "attn.c_attn.weight"
+  Shape shape;
+  Init init;
+};
+
+// A parameter another unit owns that this unit reads (tied weights: GPT-2's head uses the embedding's
+// wte). The engine makes it available under `param` in this unit's views, and counts the owner's
+// gradient ready only after every user's backward has added to it.
+struct TiedParam {
+  std::string owner_unit;  // Unit::name() of the owner
+  std::string param;       // the owner's ParamSpec name
+};
+
+// Views of one unit's parameters, or of their gradients, by name (tied parameters included).
+class ParamViews {
+ public:
+  void set(std::string name, Tensor view) { views_[std::move(name)] = view; }
+  bool contains(absl::string_view name) const { return views_.contains(name); }
+  // The view named `name`; asking for a name the unit did not declare is a programmer error.
+  const Tensor& at(absl::string_view name) const;
+
+ private:
+  absl::flat_hash_map<std::string, Tensor> views_;
+};
+
+// One micro-batch of this rank.
+struct Batch {
+  Tensor inputs;   // int32 tokens (B, T) for GPT-2; fp32 features (B, D) for the MLP
+  Tensor targets;  // int32 next tokens (B, T); int32 class labels (B)
+};
+
+// What forward and backward see besides parameters and the activation stream.
+struct UnitContext {
+  Allocator& allocator;  // activations (kActivations) and scratch (kWorkspace), accounted per rank
+  const Batch& batch;
+  Device device = Device::cpu();
+  // Written by the last unit's forward: the mean loss over this rank's micro-batch, and how many of
+  // its predictions were right out of how many (the task's accuracy metric).
+  float loss = 0.0f;
+  int64_t correct = 0;
+  int64_t predictions = 0;
+};
+
+class Unit {
+ public:
+  virtual ~Unit() = default;
+
+  virtual absl::string_view name() const = 0;
+  virtual std::vector<ParamSpec> param_specs() const = 0;
+  virtual std::vector<TiedParam> tied_params() const { return {}; }
+
+  // x: the previous unit's output (undefined for the first unit, which reads ctx.batch). Returns this
+  // unit's output, which stays valid until this unit's backward; the last unit returns its logits
+  // and sets ctx.loss. Saves what backward needs (or recomputes it there).
+  virtual absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) = 0;
+
+  // dy: d(loss)/d(output) (undefined for the last unit, which starts from its own loss: the mean over
+  // the micro-batch). ADDS this unit's parameter gradients into `grads` — never overwrites, so
+  // micro-batches accumulate and tied users sum — and returns d(loss)/d(x) (undefined for the first
+  // unit). Frees what forward saved.
+  virtual absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
+                                          const Tensor& dy) = 0;
+};
+
+// A model is its units, in forward order.
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::vector<Unit*> units() = 0;
+};
+
+}  // namespace zero
