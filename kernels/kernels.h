@@ -1,0 +1,129 @@
+// The math models run in forward and backward: GEMM, GELU, LayerNorm, residual, embedding, cross-entropy, attention, casts, norms.
+#pragma once
+
+// Conventions, as llm.c:
+// - Free functions on Tensor views; all float tensors are fp32 and contiguous, all on one device. A shape
+//   written (N, C) also accepts any shape whose last dim is C, leading dims flattened into N rows.
+// - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
+//   can make. CPU tensors run here; CUDA tensors return Unimplemented until the CUDA versions land
+//   (kernels/cuda/, same signatures, dispatched on Tensor::device()).
+// - Backward ADDS (+=) into parameter gradients (dweight, dbias, dwte, ...), so micro-batches accumulate
+//   and tied users sum, and WRITES (=) input gradients (dinp), unless a function says otherwise.
+// - Results do not depend on the number of threads: work is split in fixed blocks and every reduction
+//   runs in a fixed order, so the same inputs give the same bits under any set_kernel_threads().
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/tensor.h"
+
+namespace zero::kernels {
+
+// ---- Threads --------------------------------------------------------------------------------------
+
+// How many threads the kernels called from THIS thread may use (OpenMP's per-thread setting). The
+// engine calls it once per rank thread with that rank's share of the cores. OpenBLAS (Debian's pthread
+// build) is set to one thread process-wide the first time any kernel or this function runs: several
+// rank threads calling a multi-threaded OpenBLAS would serialize on its thread server and oversubscribe
+// the cores, so matmul splits the GEMM into fixed row blocks itself and runs one single-threaded sgemm
+// per block on this thread's OpenMP team.
+void set_kernel_threads(int threads);
+// The current thread's setting (OpenMP's omp_get_max_threads()).
+int kernel_threads();
+
+// ---- Matmul ---------------------------------------------------------------------------------------
+
+// out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC). weight as nn.Linear; bias may be undefined
+// (Tensor()) for no bias.
+absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
+
+// dinp (N, C) = dout (N, OC) · weight (OC, C)           (written; undefined: not computed)
+// dweight (OC, C) += dout^T · inp (N, C)
+// dbias (OC) += sum over N of dout                      (undefined: no bias)
+absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                             const Tensor& inp, const Tensor& weight);
+
+// ---- Elementwise ----------------------------------------------------------------------------------
+
+// out = GELU(inp), tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Any shape;
+// out may alias inp.
+absl::Status gelu_forward(const Tensor& out, const Tensor& inp);
+// dinp = GELU'(inp) * dout (written). dinp may alias dout.
+absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);
+
+// out = a + b, any shape (all three the same); out may alias a or b.
+absl::Status residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);
+// The residual's backward for one branch: dinp += dout (both same shape). A block y = x + f(x) returns
+// dx = f_backward(dy), then residual_backward(dx, dy).
+absl::Status residual_backward(const Tensor& dinp, const Tensor& dout);
+
+// ---- LayerNorm ------------------------------------------------------------------------------------
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+// out (N, C) = (inp - mean) * rstd * weight (C) + bias (C) over the last dim, eps kLayerNormEps (biased
+// variance, as nn.LayerNorm). Saves mean (N) and rstd (N) = 1/sqrt(var + eps) for backward.
+absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                               const Tensor& weight, const Tensor& bias);
+// dinp (N, C) written; dweight (C) += sum_n dout * xhat; dbias (C) += sum_n dout.
+absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+
+// ---- Embedding ------------------------------------------------------------------------------------
+
+// out (B, T, C) = wte (V, C)[tokens (B, T)] + wpe (maxT, C)[t]. tokens int32 in [0, V), T <= maxT.
+absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+// dwte[tokens[b, t]] += dout[b, t]; dwpe[t] += sum_b dout[b, t]. dwte (V, C), dwpe (maxT, C).
+absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+
+// ---- Softmax cross-entropy ------------------------------------------------------------------------
+
+inline constexpr int32_t kIgnoreIndex = -1;
+
+struct CrossEntropyResult {
+  float loss = 0;         // mean of -log softmax(logits)[target] over the counted targets; 0 if none
+  int64_t counted = 0;    // targets != kIgnoreIndex
+  int64_t correct = 0;    // counted targets equal to the argmax over the real vocab (ties: lowest index)
+};
+
+// Softmax cross-entropy and its gradient in one pass. logits (N, Vp) with the real vocab in columns
+// [0, vocab), vocab <= Vp (columns >= vocab are padding: ignored, their gradient 0); targets (N) int32 in
+// [0, vocab) or kIgnoreIndex (no loss, zero gradient row).
+// dlogits (N, Vp) = (softmax(logits) - onehot(target)) / counted (written; may alias logits).
+absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
+                                                                 const Tensor& targets, int64_t vocab);
+
+// ---- Causal self-attention ------------------------------------------------------------------------
+
+// inp (B, T, 3C) holds q, k, v side by side, each (B, T, NH, C/NH) within its C columns (GPT-2's c_attn
+// output). out (B, T, C) = softmax(q k^T / sqrt(C/NH) + causal mask) v per head, heads concatenated.
+// Saves lse (B, NH, T): the log-sum-exp of each query's scaled scores (4·B·NH·T bytes), so backward
+// recomputes the probabilities one row at a time; no T×T matrix is stored. Each row's softmax
+// subtracts its maximum.
+absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tensor& inp, int64_t num_heads);
+// dinp (B, T, 3C) written, from dout (B, T, C) and forward's inp, out and lse.
+absl::Status attention_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& out,
+                                const Tensor& lse, int64_t num_heads);
+
+// ---- Casts and norms ------------------------------------------------------------------------------
+
+// Stochastic rounding for fp32 -> bf16/fp16: rounds up with probability equal to the distance to the
+// lower neighbour in ulps, so the result is unbiased in expectation. The random bits of element i are a
+// function of (seed, step, index_offset + i) only: the same under any thread count or sharding, and the
+// same bits the optimizers' half-precision copy draws.
+struct StochasticRounding {
+  uint64_t seed = 0;
+  int64_t step = 0;
+  int64_t index_offset = 0;  // flat index of element 0 (a shard's offset in its unit)
+};
+
+// out = inp converted elementwise, same numel: fp32 -> bf16/fp16 (round to nearest even, or stochastic
+// if `stochastic` is given), bf16/fp16 -> fp32 (exact), or a copy between equal dtypes.
+absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding* stochastic = nullptr);
+
+// sum x^2 over an fp32 buffer, accumulated in fp64 in fixed 4096-element blocks (8 interleaved partial
+// sums each) whose results are added in order: the same bits under any thread count.
+absl::StatusOr<double> squared_norm(const Tensor& x);
+
+}  // namespace zero::kernels
