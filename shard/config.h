@@ -1,0 +1,37 @@
+// ZeroConfig: the stage and the knobs of bucketing, prefetch, accumulation and clipping.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace zero {
+
+struct ZeroConfig {
+  int stage = 0;  // 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters partitioned
+
+  // Stage 0 packs consecutive units' gradients (in reverse order) into buckets of at most this many
+  // bytes, the first one smaller so communication starts early (PyTorch DDP's 25 MB and 1 MB). Stages
+  // 1-3 reduce-scatter one flat unit at a time, as FSDP does: a bucket spanning units could not give
+  // each rank a contiguous slice of every unit.
+  int64_t bucket_cap_bytes = int64_t{25} << 20;
+  int64_t first_bucket_cap_bytes = int64_t{1} << 20;
+
+  // Stage 3: at most this many gathered units alive at once, counting prefetches, and units with
+  // fewer elements than the threshold stay gathered (DeepSpeed's stage3_param_persistence_threshold).
+  int max_live_units = 2;
+  int64_t persistence_threshold = 100000;
+
+  int accumulation_steps = 1;   // micro-batches per optimizer step; every stage reduces each micro-batch
+  double gradient_clipping = 0; // max global L2 norm of the gradients; 0 turns clipping off
+  float weight_decay = 0.0f;    // for parameters not matching no_decay_patterns
+  std::vector<std::string> no_decay_patterns = {"*bias", "*ln_*", "*norm*"};
+  uint64_t seed = 1234;         // parameter initialization
+
+  // InvalidArgument naming the key when a value is out of range.
+  absl::Status validate() const;
+};
+
+}  // namespace zero

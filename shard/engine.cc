@@ -1,0 +1,521 @@
+#include "shard/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "optim/square_sum.h"
+#include "runtime/status.h"
+#include "shard/init.h"
+
+namespace zero {
+
+namespace {
+
+float* floats(const Buffer& b) { return static_cast<float*>(b.data()); }
+
+void add_into(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+void scale(float* x, int64_t n, float divisor) {
+  for (int64_t i = 0; i < n; ++i) x[i] /= divisor;
+}
+
+uint64_t param_key(int unit, int param) { return (static_cast<uint64_t>(unit) << 32) | static_cast<uint64_t>(param); }
+
+}  // namespace
+
+absl::Status ZeroConfig::validate() const {
+  const auto bad = [](absl::string_view key, auto value, absl::string_view rule) {
+    return absl::InvalidArgumentError(absl::StrCat("zero_optimization.", key, " = ", value, ": ", rule));
+  };
+  if (stage < 0 || stage > 3) return bad("stage", stage, "the stage is 0, 1, 2 or 3");
+  if (bucket_cap_bytes <= 0) return bad("bucket_cap_bytes", bucket_cap_bytes, "must be positive");
+  if (first_bucket_cap_bytes <= 0) return bad("first_bucket_cap_bytes", first_bucket_cap_bytes, "must be positive");
+  if (max_live_units < 1) return bad("max_live_units", max_live_units, "at least one gathered unit must fit");
+  if (persistence_threshold < 0) return bad("persistence_threshold", persistence_threshold, "must be >= 0");
+  if (accumulation_steps < 1) return bad("accumulation_steps", accumulation_steps, "must be >= 1");
+  if (gradient_clipping < 0) return bad("gradient_clipping", gradient_clipping, "must be >= 0 (0 = off)");
+  return absl::OkStatus();
+}
+
+Engine::Engine(Model& model, Communicator& comm, Allocator& allocator, ZeroConfig config)
+    : model_(model), comm_(comm), allocator_(allocator), config_(std::move(config)) {}
+
+Engine::~Engine() {
+  // Never leave a collective writing into memory we are about to free.
+  for (UnitState& u : units_) {
+    if (u.gather) (void)u.gather->wait();
+  }
+  for (Bucket& b : buckets_) {
+    if (b.reduction) (void)b.reduction->wait();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicator& comm, Allocator& allocator,
+                                                       OptimizerFactory make_optimizer, ZeroConfig config) {
+  ZERO_RETURN_IF_ERROR(config.validate());
+  std::unique_ptr<Engine> engine(new Engine(model, comm, allocator, std::move(config)));
+  ZERO_RETURN_IF_ERROR(engine->build(std::move(make_optimizer)));
+  return engine;
+}
+
+absl::Status Engine::build(OptimizerFactory make_optimizer) {
+  const int n = comm_.world_size();
+  const int rank = comm_.rank();
+  const std::vector<Unit*> units = model_.units();
+  units_.resize(units.size());
+  for (size_t i = 0; i < units.size(); ++i) {
+    UnitState& u = units_[i];
+    u.unit = units[i];
+    u.name = std::string(units[i]->name());
+    u.layout = FlatLayout::of(units[i]->param_specs(), n);
+    u.sharded = config_.stage == 3 && u.layout.numel >= config_.persistence_threshold;
+  }
+  for (size_t i = 0; i < units_.size(); ++i) {
+    units_[i].needs = {static_cast<int>(i)};
+    for (const TiedParam& tied : units_[i].unit->tied_params()) {
+      auto owner = std::find_if(units_.begin(), units_.end(), [&](const UnitState& o) { return o.name == tied.owner_unit; });
+      if (owner == units_.end() || owner->layout.find(tied.param) < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("unit '", units_[i].name, "' ties to '", tied.owner_unit, ".",
+                                                       tied.param, "', which no earlier unit declares"));
+      }
+      units_[i].needs.push_back(static_cast<int>(owner - units_.begin()));
+    }
+  }
+  for (UnitState& u : units_) {
+    const int64_t held = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
+    ZERO_ASSIGN_OR_RETURN(u.params, allocator_.allocate(held * 4, MemoryCategory::kParams));
+    const int64_t grads = config_.stage >= 2 ? u.layout.shard_numel : u.layout.padded_numel;
+    ZERO_ASSIGN_OR_RETURN(u.grads, allocator_.allocate(grads * 4, MemoryCategory::kGrads));
+    std::memset(u.grads.data(), 0, grads * 4);
+    std::vector<FlatParam> params = u.layout.params;
+    std::vector<ParamGroup> groups = assign_decay_groups(params, config_.weight_decay, config_.no_decay_patterns);
+    ZERO_ASSIGN_OR_RETURN(ShardLayout layout,
+                          config_.stage == 0
+                              ? ShardLayout::for_rank(std::move(params), std::move(groups), u.layout.numel, 0, 1)
+                              : ShardLayout::for_rank(std::move(params), std::move(groups), u.layout.numel, rank, n));
+    ZERO_ASSIGN_OR_RETURN(u.optimizer, make_optimizer(std::move(layout), allocator_));
+  }
+  ZERO_RETURN_IF_ERROR(initialize_params());
+  plan_buckets();
+  return reserve_transient();
+}
+
+absl::Status Engine::initialize_params() {
+  const int rank = comm_.rank();
+  for (size_t i = 0; i < units_.size(); ++i) {
+    UnitState& u = units_[i];
+    const int64_t held_begin = u.sharded ? u.layout.shard_begin(rank) : 0;
+    const int64_t held_numel = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
+    float* held = floats(u.params);
+    std::memset(held, 0, held_numel * 4);  // padding stays zero
+    const std::vector<ParamSpec> specs = u.unit->param_specs();
+    for (size_t p = 0; p < specs.size(); ++p) {
+      const FlatParam& fp = u.layout.params[p];
+      const int64_t begin = std::max(fp.offset, held_begin);
+      const int64_t end = std::min(fp.offset + fp.numel, held_begin + held_numel);
+      if (begin >= end) continue;
+      init_values(specs[p].init, config_.seed, param_key(static_cast<int>(i), static_cast<int>(p)), begin - fp.offset,
+                  end - fp.offset, held + (begin - held_begin));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Engine::plan_buckets() {
+  // Backward order is reverse unit order. Stage 0 fills buckets up to the caps; stages 1-3 reduce-
+  // scatter one unit per bucket so each rank's slice of the unit is contiguous.
+  Bucket current;
+  for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
+    UnitState& u = units_[i];
+    const int64_t cap_bytes = buckets_.empty() ? config_.first_bucket_cap_bytes : config_.bucket_cap_bytes;
+    const bool full = !current.units.empty() &&
+                      (config_.stage > 0 || (current.numel + u.layout.padded_numel) * 4 > cap_bytes);
+    if (full) {
+      buckets_.push_back(std::move(current));
+      current = Bucket{};
+    }
+    u.bucket = static_cast<int>(buckets_.size());
+    u.bucket_offset = current.numel;
+    current.units.push_back(i);
+    current.numel += u.layout.padded_numel;
+  }
+  if (!current.units.empty()) buckets_.push_back(std::move(current));
+  for (Bucket& b : buckets_) b.remaining = static_cast<int>(b.units.size());
+}
+
+absl::Status Engine::reserve_transient() {
+  // The largest bucket, and at stage 3 the most gathered units alive at once, must fit beside what is held.
+  // A tied owner's bucket is alive through the whole backward, beside the bucket being filled.
+  std::vector<int64_t> bucket_sizes;
+  for (const Bucket& b : buckets_) bucket_sizes.push_back(b.numel);
+  std::sort(bucket_sizes.rbegin(), bucket_sizes.rend());
+  int64_t largest_bucket = 0;
+  for (size_t i = 0; i < bucket_sizes.size() && i < 2; ++i) largest_bucket += bucket_sizes[i];
+  std::vector<int64_t> gathered;
+  for (const UnitState& u : units_) {
+    if (u.sharded) gathered.push_back(u.layout.padded_numel);
+  }
+  std::sort(gathered.rbegin(), gathered.rend());
+  int64_t live = 0;
+  for (size_t i = 0; i < gathered.size() && static_cast<int>(i) < config_.max_live_units; ++i) live += gathered[i];
+  absl::StatusOr<Buffer> probe = allocator_.allocate((largest_bucket + live) * 4, MemoryCategory::kCommBuffers);
+  if (!probe.ok()) {
+    return absl::Status(probe.status().code(),
+                        absl::StrCat(probe.status().message(), " (reserving the engine's largest gradient bucket and ",
+                                     "gathered units before the first step)"));
+  }
+  allocator_.reset_peaks();  // the probe is not part of any step's peak
+  return absl::OkStatus();
+}
+
+Tensor Engine::full_params(int i) const {
+  const UnitState& u = units_[i];
+  const Buffer& b = u.sharded ? u.gathered : u.params;
+  return b.tensor(DType::kF32, {u.layout.padded_numel});
+}
+
+ParamViews Engine::param_views(int i) const {
+  ParamViews views;
+  const auto add = [&](int owner, const std::string& name) {
+    const UnitState& o = units_[owner];
+    const int p = o.layout.find(name);
+    views.set(name, full_params(owner).view(o.layout.params[p].offset, o.layout.shapes[p]));
+  };
+  for (const FlatParam& p : units_[i].layout.params) add(i, p.name);
+  const std::vector<TiedParam> tied = units_[i].unit->tied_params();
+  for (size_t t = 0; t < tied.size(); ++t) add(units_[i].needs[t + 1], tied[t].param);
+  return views;
+}
+
+absl::StatusOr<Tensor> Engine::staging_of(int i) {
+  UnitState& u = units_[i];
+  Bucket& b = buckets_[u.bucket];
+  if (b.staging.data() == nullptr && b.numel > 0) {
+    ZERO_ASSIGN_OR_RETURN(b.staging, allocator_.allocate(b.numel * 4, MemoryCategory::kCommBuffers));
+    std::memset(b.staging.data(), 0, b.numel * 4);
+  }
+  return b.staging.tensor(DType::kF32, {b.numel}).slice(u.bucket_offset, u.bucket_offset + u.layout.padded_numel);
+}
+
+absl::StatusOr<ParamViews> Engine::grad_views(int i) {
+  ParamViews views;
+  const auto add = [&](int owner, const std::string& name) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(Tensor staging, staging_of(owner));
+    const UnitState& o = units_[owner];
+    const int p = o.layout.find(name);
+    views.set(name, staging.view(o.layout.params[p].offset, o.layout.shapes[p]));
+    return absl::OkStatus();
+  };
+  for (const FlatParam& p : units_[i].layout.params) ZERO_RETURN_IF_ERROR(add(i, p.name));
+  const std::vector<TiedParam> tied = units_[i].unit->tied_params();
+  for (size_t t = 0; t < tied.size(); ++t) ZERO_RETURN_IF_ERROR(add(units_[i].needs[t + 1], tied[t].param));
+  return views;
+}
+
+template <typename F>
+Work Engine::counted(int64_t CommVolume::*purpose, F&& issue) {
+  const int64_t before = comm_.stats().total_sent_bytes();
+  Work work = issue();
+  volume_.*purpose += comm_.stats().total_sent_bytes() - before;
+  return work;
+}
+
+// --- Stage 3: gathers in the recorded order, with prefetch -------------------------------------------
+
+int Engine::live_gathers() const {
+  int live = 0;
+  for (const UnitState& u : units_) live += u.gathered.data() != nullptr ? 1 : 0;
+  return live;
+}
+
+absl::Status Engine::start_gather(int i) {
+  UnitState& u = units_[i];
+  ZERO_ASSIGN_OR_RETURN(u.gathered, allocator_.allocate(u.layout.padded_numel * 4, MemoryCategory::kCommBuffers));
+  const Tensor shard = u.params.tensor(DType::kF32, {u.layout.shard_numel});
+  const Tensor full = u.gathered.tensor(DType::kF32, {u.layout.padded_numel});
+  u.gather = counted(&CommVolume::param_gather, [&] { return comm_.allgather(shard, full); });
+  return absl::OkStatus();
+}
+
+absl::Status Engine::gather_now(int i) {
+  UnitState& u = units_[i];
+  if (u.gathered.data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(i));
+  if (!u.gather) return absl::OkStatus();
+  absl::Status s = u.gather->wait();
+  u.gather.reset();
+  return s;
+}
+
+absl::Status Engine::ensure_gathered(int i) {
+  if (!units_[i].sharded) return absl::OkStatus();
+  const size_t position = this_step_order_.size();
+  this_step_order_.push_back(i);
+  order_matches_ = order_matches_ && position < recorded_order_.size() && recorded_order_[position] == i;
+  return gather_now(i);
+}
+
+absl::Status Engine::prefetch() {
+  // While the step follows the recorded order, gather the next units ahead, keeping at most
+  // max_live_units gathered copies alive. Every rank makes the same decisions, so the same collectives.
+  if (!order_matches_) return absl::OkStatus();
+  for (size_t q = this_step_order_.size(); q < recorded_order_.size(); ++q) {
+    if (live_gathers() >= config_.max_live_units) break;
+    const int next = recorded_order_[q];
+    if (units_[next].gathered.data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(next));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::release_all_gathers() {
+  for (UnitState& u : units_) {
+    if (!u.sharded) continue;
+    if (u.gather) {
+      absl::Status s = u.gather->wait();
+      u.gather.reset();
+      ZERO_RETURN_IF_ERROR(s);
+    }
+    u.gathered.reset();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::acquire(int i) {
+  for (int owner : units_[i].needs) ZERO_RETURN_IF_ERROR(ensure_gathered(owner));
+  return prefetch();
+}
+
+void Engine::release(int i) {
+  for (int owner : units_[i].needs) {
+    UnitState& u = units_[owner];
+    if (u.sharded && !u.gather) u.gathered.reset();
+  }
+}
+
+// --- Gradients -------------------------------------------------------------------------------------------
+
+absl::Status Engine::grads_ready(int i) {
+  Bucket& b = buckets_[units_[i].bucket];
+  if (--b.remaining > 0) return absl::OkStatus();
+  b.remaining = static_cast<int>(b.units.size());
+  ZERO_RETURN_IF_ERROR(launch_reduction(b));
+  // Keep one reduction in flight behind the backward compute; finish (and free) the older ones.
+  for (Bucket& older : buckets_) {
+    if (&older == &b) break;
+    ZERO_RETURN_IF_ERROR(finish_reduction(older));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::launch_reduction(Bucket& b) {
+  if (b.numel == 0) return absl::OkStatus();
+  const int n = comm_.world_size();
+  scale(floats(b.staging), b.numel, static_cast<float>(n * config_.accumulation_steps));
+  const Tensor all = b.staging.tensor(DType::kF32, {b.numel});
+  if (config_.stage == 0) {
+    b.reduction = counted(&CommVolume::grad_reduce, [&] { return comm_.allreduce(all, ReduceOp::kSum); });
+    return absl::OkStatus();
+  }
+  // One unit per bucket: reduce-scatter in place, each rank's slice landing where it was.
+  const UnitState& u = units_[b.units[0]];
+  const int64_t begin = u.layout.shard_begin(comm_.rank());
+  b.reduction = counted(&CommVolume::grad_reduce, [&] {
+    return comm_.reduce_scatter(all, all.slice(begin, begin + u.layout.shard_numel), ReduceOp::kSum);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Engine::finish_reduction(Bucket& b) {
+  if (!b.reduction) return absl::OkStatus();
+  absl::Status s = b.reduction->wait();
+  b.reduction.reset();
+  ZERO_RETURN_IF_ERROR(s);
+  const int rank = comm_.rank();
+  for (int i : b.units) {
+    UnitState& u = units_[i];
+    const float* reduced = floats(b.staging) + u.bucket_offset;
+    const int64_t begin = u.layout.shard_begin(rank);
+    switch (config_.stage) {
+      case 0: add_into(floats(u.grads), reduced, u.layout.padded_numel); break;
+      case 1: add_into(floats(u.grads) + begin, reduced + begin, u.layout.shard_numel); break;
+      default: add_into(floats(u.grads), reduced + begin, u.layout.shard_numel); break;
+    }
+  }
+  b.staging.reset();
+  return absl::OkStatus();
+}
+
+// --- The step --------------------------------------------------------------------------------------------
+
+absl::Status Engine::forward_backward(const Batch& batch) {
+  if (micro_batches_done_ == 0) {
+    this_step_order_.clear();
+    order_matches_ = !recorded_order_.empty();
+  }
+  UnitContext ctx{.allocator = allocator_, .batch = batch};
+  Tensor x;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    ZERO_RETURN_IF_ERROR(acquire(static_cast<int>(i)));
+    ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, param_views(static_cast<int>(i)), x));
+    release(static_cast<int>(i));
+  }
+  Tensor dy;
+  for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
+    ZERO_RETURN_IF_ERROR(acquire(i));
+    ZERO_ASSIGN_OR_RETURN(ParamViews grads, grad_views(i));
+    ZERO_ASSIGN_OR_RETURN(dy, units_[i].unit->backward(ctx, param_views(i), grads, dy));
+    release(i);
+    ZERO_RETURN_IF_ERROR(grads_ready(i));
+  }
+  for (Bucket& b : buckets_) ZERO_RETURN_IF_ERROR(finish_reduction(b));
+  loss_sum_ += ctx.loss;
+  correct_ += ctx.correct;
+  predictions_ += ctx.predictions;
+  ++micro_batches_done_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Engine::clip_gradients() {
+  // The exact global sum of squares (optim/square_sum.h), over the gradient elements this rank updates,
+  // so the norm and the clip factor are the same bits for every stage and world size.
+  const int rank = comm_.rank();
+  SquareSum sum;
+  for (const UnitState& u : units_) {
+    const float* g = floats(u.grads);
+    const int64_t begin = config_.stage == 1 || config_.stage == 0 ? u.layout.shard_begin(rank) : 0;
+    for (int64_t c = 0; c < u.layout.shard_numel; c += SquareBins::kMaxBinnedValues) {
+      SquareBins bins;
+      const int64_t end = std::min(u.layout.shard_numel, c + SquareBins::kMaxBinnedValues);
+      for (int64_t k = c; k < end; ++k) bins.add(g[begin + k]);
+      sum.add(bins);
+    }
+  }
+  std::vector<int32_t> wire(SquareSum::kWireInts);
+  sum.to_wire(wire.data());
+  ZERO_RETURN_IF_ERROR(counted(&CommVolume::small, [&] {
+                         return comm_.allreduce(Tensor(wire.data(), DType::kI32, {SquareSum::kWireInts}),
+                                                ReduceOp::kSum);
+                       }).wait());
+  const double norm = std::sqrt(SquareSum::from_wire(wire.data()).value());
+  const double coefficient = config_.gradient_clipping / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_
+  if (coefficient < 1.0) {
+    const float c = static_cast<float>(coefficient);
+    for (UnitState& u : units_) {
+      const int64_t n = config_.stage >= 2 ? u.layout.shard_numel : u.layout.padded_numel;
+      float* g = floats(u.grads);
+      for (int64_t k = 0; k < n; ++k) g[k] *= c;
+    }
+  }
+  return norm;
+}
+
+absl::Status Engine::update(float lr) {
+  const int rank = comm_.rank();
+  for (UnitState& u : units_) {
+    const int64_t begin = u.layout.shard_begin(rank);
+    const int64_t s = u.layout.shard_numel;
+    Tensor params = u.params.tensor(DType::kF32, {u.sharded ? s : u.layout.padded_numel});
+    Tensor grads = u.grads.tensor(DType::kF32, {config_.stage >= 2 ? s : u.layout.padded_numel});
+    if (config_.stage == 0) {
+      ZERO_RETURN_IF_ERROR(u.optimizer->step(params.slice(0, u.layout.numel), grads.slice(0, u.layout.numel),
+                                             step_count_, lr, nullptr));
+    } else {
+      Tensor own_params = u.sharded ? params : params.slice(begin, begin + s);
+      Tensor own_grads = config_.stage >= 2 ? grads : grads.slice(begin, begin + s);
+      ZERO_RETURN_IF_ERROR(u.optimizer->step(own_params, own_grads, step_count_, lr, &comm_));
+      if (!u.sharded) {
+        ZERO_RETURN_IF_ERROR(
+            counted(&CommVolume::param_gather, [&] { return comm_.allgather(own_params, params); }).wait());
+      }
+    }
+    std::memset(u.grads.data(), 0, u.grads.nbytes());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> Engine::step(float lr) {
+  if (micro_batches_done_ != config_.accumulation_steps) {
+    return absl::FailedPreconditionError(absl::StrCat("step() after ", micro_batches_done_,
+                                                      " micro-batches; accumulation_steps is ",
+                                                      config_.accumulation_steps));
+  }
+  ++step_count_;
+  ZERO_RETURN_IF_ERROR(release_all_gathers());  // prefetches the step did not use, after an order change
+  StepResult result;
+  if (config_.gradient_clipping > 0) {
+    ZERO_ASSIGN_OR_RETURN(result.grad_norm, clip_gradients());
+  }
+  ZERO_RETURN_IF_ERROR(update(lr));
+  float metrics[3] = {static_cast<float>(loss_sum_), static_cast<float>(correct_), static_cast<float>(predictions_)};
+  ZERO_RETURN_IF_ERROR(
+      counted(&CommVolume::small, [&] { return comm_.allreduce(Tensor(metrics, DType::kF32, {3}), ReduceOp::kSum); })
+          .wait());
+  result.loss = metrics[0] / static_cast<float>(comm_.world_size() * config_.accumulation_steps);
+  result.correct = static_cast<int64_t>(metrics[1]);
+  result.predictions = static_cast<int64_t>(metrics[2]);
+  if (!order_matches_) recorded_order_ = this_step_order_;
+  micro_batches_done_ = 0;
+  loss_sum_ = 0;
+  correct_ = 0;
+  predictions_ = 0;
+  return result;
+}
+
+absl::StatusOr<StepResult> Engine::train_step(std::span<const Batch> micro_batches, float lr) {
+  if (static_cast<int>(micro_batches.size()) != config_.accumulation_steps) {
+    return absl::InvalidArgumentError(absl::StrCat("train_step got ", micro_batches.size(),
+                                                   " micro-batches; accumulation_steps is ",
+                                                   config_.accumulation_steps));
+  }
+  for (const Batch& batch : micro_batches) ZERO_RETURN_IF_ERROR(forward_backward(batch));
+  return step(lr);
+}
+
+// --- Full parameters ------------------------------------------------------------------------------------
+
+absl::Status Engine::visit_full_params(
+    const std::function<absl::Status(absl::string_view, absl::string_view, const Tensor&)>& visit) {
+  for (size_t i = 0; i < units_.size(); ++i) {
+    UnitState& u = units_[i];
+    if (u.sharded) ZERO_RETURN_IF_ERROR(gather_now(static_cast<int>(i)));
+    const Tensor full = full_params(static_cast<int>(i));
+    for (size_t p = 0; p < u.layout.params.size(); ++p) {
+      ZERO_RETURN_IF_ERROR(visit(u.name, u.layout.params[p].name,
+                                 full.view(u.layout.params[p].offset, u.layout.shapes[p])));
+    }
+    if (u.sharded) u.gathered.reset();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::load_params(
+    const std::function<absl::Status(absl::string_view, absl::string_view, Tensor)>& fill) {
+  const int rank = comm_.rank();
+  for (UnitState& u : units_) {
+    ZERO_ASSIGN_OR_RETURN(Buffer full, allocator_.allocate(u.layout.padded_numel * 4, MemoryCategory::kWorkspace));
+    std::memset(full.data(), 0, full.nbytes());
+    const Tensor all = full.tensor(DType::kF32, {u.layout.padded_numel});
+    for (size_t p = 0; p < u.layout.params.size(); ++p) {
+      ZERO_RETURN_IF_ERROR(fill(u.name, u.layout.params[p].name, all.view(u.layout.params[p].offset, u.layout.shapes[p])));
+    }
+    const int64_t begin = u.sharded ? u.layout.shard_begin(rank) : 0;
+    std::memcpy(u.params.data(), floats(full) + begin, u.params.nbytes());
+  }
+  return absl::OkStatus();
+}
+
+int64_t Engine::num_params() const {
+  int64_t n = 0;
+  for (const UnitState& u : units_) n += u.layout.numel;
+  return n;
+}
+
+int64_t Engine::num_padded_params() const {
+  int64_t n = 0;
+  for (const UnitState& u : units_) n += u.layout.padded_numel;
+  return n;
+}
+
+}  // namespace zero

@@ -1,0 +1,158 @@
+// The ZeRO engine: flat units, stage 0-3 partitioning, bucketed reduction, stage-3 gathers with prefetch.
+//
+// Per rank, for a model of Ψ parameters over N ranks (fp32 + Adam, bytes; see DESIGN.md):
+//   stage 0  params Ψ·4   grads Ψ·4    optimizer Ψ·8    allreduce grads during backward
+//   stage 1  params Ψ·4   grads Ψ·4    optimizer Ψ·8/N  reduce-scatter grads, update own slice, allgather params
+//   stage 2  params Ψ·4   grads Ψ·4/N  optimizer Ψ·8/N  as 1, grads held only as the owned slice
+//   stage 3  params Ψ·4/N grads Ψ·4/N  optimizer Ψ·8/N  allgather each unit before forward and backward
+// plus, in comm_buffers, the gradient buckets in flight and (stage 3) the gathered units alive.
+//
+// Every stage reduces every micro-batch and adds the reduced gradient into what it holds, scaling
+// each rank's gradient by 1/(N·accumulation_steps) first; with the local backend's rank-order
+// reductions and partition-independent optimizers, stages 0-3 produce bit-identical parameters.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "optim/optimizer.h"
+#include "runtime/allocator.h"
+#include "runtime/comm/communicator.h"
+#include "shard/config.h"
+#include "shard/flat_unit.h"
+#include "shard/module.h"
+
+namespace zero {
+
+// Builds the optimizer for one unit's shard (the engine decides the layout).
+using OptimizerFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(ShardLayout layout, Allocator& allocator)>;
+
+struct StepResult {
+  float loss = 0;           // mean over micro-batches and ranks
+  int64_t correct = 0;      // summed over micro-batches and ranks
+  int64_t predictions = 0;
+  double grad_norm = 0;     // global L2 norm before clipping (computed only when clipping is on)
+};
+
+// Bytes this rank sent, by purpose.
+struct CommVolume {
+  int64_t param_gather = 0;  // stage 3 gathers, stage 1-3 parameter allgathers after the update
+  int64_t grad_reduce = 0;   // bucket allreduces and reduce-scatters
+  int64_t small = 0;         // loss, metrics and gradient-norm allreduces
+};
+
+class Engine {
+ public:
+  // Allocates parameters, gradients and optimizer state for this rank and initializes parameters from
+  // their ParamSpec inits (bit-identical for every stage and world size). With an allocator budget,
+  // also reserves the largest transient buffers once, so a model that cannot fit fails here with
+  // OutOfMemory rather than in the middle of a step.
+  static absl::StatusOr<std::unique_ptr<Engine>> create(Model& model, Communicator& comm, Allocator& allocator,
+                                                        OptimizerFactory make_optimizer, ZeroConfig config);
+  ~Engine();
+
+  // One optimizer step over config.accumulation_steps micro-batches of this rank, at learning rate lr.
+  absl::StatusOr<StepResult> train_step(std::span<const Batch> micro_batches, float lr);
+
+  // The same in pieces, for custom loops: forward+backward once per micro-batch, then step.
+  absl::Status forward_backward(const Batch& batch);
+  absl::StatusOr<StepResult> step(float lr);
+
+  // Calls visit(unit, param, value) for every parameter with its full value (a collective at stage 3:
+  // every rank must call it). For evaluation and export.
+  absl::Status visit_full_params(
+      const std::function<absl::Status(absl::string_view unit, absl::string_view param, const Tensor& value)>& visit);
+  // Sets every parameter: fill(unit, param, dst) writes the full value into dst (fp32, the param's shape).
+  absl::Status load_params(
+      const std::function<absl::Status(absl::string_view unit, absl::string_view param, Tensor dst)>& fill);
+
+  const ZeroConfig& config() const { return config_; }
+  int64_t steps_taken() const { return step_count_; }
+  // Ψ: parameters of the model, and the same padded to multiples of N per unit.
+  int64_t num_params() const;
+  int64_t num_padded_params() const;
+  CommVolume comm_volume() const { return volume_; }
+  void reset_comm_volume() { volume_ = {}; }
+
+ private:
+  // One flat unit on this rank.
+  struct UnitState {
+    Unit* unit = nullptr;
+    std::string name;
+    FlatLayout layout;
+    bool sharded = false;  // stage 3 and not persistent: params held as the owned slice only
+    std::vector<int> needs;  // units whose parameters it reads: itself, then owners of tied params
+    Buffer params;           // (padded) or, when sharded, (shard)
+    Buffer grads;            // stage 0/1 (padded), stage 2/3 (shard)
+    Buffer gathered;         // sharded units while gathered: (padded), in comm_buffers
+    std::optional<Work> gather;  // in flight
+    std::unique_ptr<Optimizer> optimizer;
+    int bucket = 0;
+    int64_t bucket_offset = 0;  // element offset of this unit's gradient in its bucket
+  };
+  // Consecutive units (in backward order) whose gradients are reduced by one collective.
+  struct Bucket {
+    std::vector<int> units;
+    int64_t numel = 0;
+    Buffer staging;  // (numel), comm_buffers, alive from the first gradient written until reduced
+    int remaining = 0;
+    std::optional<Work> reduction;
+  };
+
+  Engine(Model& model, Communicator& comm, Allocator& allocator, ZeroConfig config);
+  absl::Status build(OptimizerFactory make_optimizer);
+  absl::Status initialize_params();
+  void plan_buckets();
+  absl::Status reserve_transient();
+
+  Tensor full_params(int u) const;
+  ParamViews param_views(int u) const;
+  absl::StatusOr<ParamViews> grad_views(int u);
+  absl::StatusOr<Tensor> staging_of(int u);
+
+  absl::Status acquire(int u);
+  void release(int u);
+  absl::Status ensure_gathered(int u);
+  absl::Status gather_now(int u);
+  absl::Status start_gather(int u);
+  absl::Status prefetch();
+  absl::Status release_all_gathers();
+  int live_gathers() const;
+
+  absl::Status grads_ready(int u);
+  absl::Status launch_reduction(Bucket& bucket);
+  absl::Status finish_reduction(Bucket& bucket);
+  absl::StatusOr<double> clip_gradients();
+  absl::Status update(float lr);
+
+  template <typename F>
+  Work counted(int64_t CommVolume::*purpose, F&& issue);
+
+  Model& model_;
+  Communicator& comm_;
+  Allocator& allocator_;
+  const ZeroConfig config_;
+  std::vector<UnitState> units_;
+  std::vector<Bucket> buckets_;
+  CommVolume volume_;
+
+  // Stage 3 gather order: recorded on a step, replayed (with prefetch) on the next ones.
+  std::vector<int> recorded_order_;
+  std::vector<int> this_step_order_;
+  bool order_matches_ = false;
+
+  int micro_batches_done_ = 0;
+  int64_t step_count_ = 0;
+  double loss_sum_ = 0;
+  int64_t correct_ = 0;
+  int64_t predictions_ = 0;
+};
+
+}  // namespace zero
