@@ -1,0 +1,84 @@
+// Dtype casts between fp32 and bf16/fp16 (nearest-even or stochastic) and the deterministic squared norm.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel.h"
+#include "optim/element_math.h"  // header-only: the stochastic rounding the optimizers' half copy uses
+#include "runtime/status.h"
+
+namespace zero::kernels {
+namespace {
+
+constexpr int64_t kBlock = 1 << 14;
+constexpr int64_t kNormBlock = 4096;
+constexpr int kNormLanes = 8;
+
+bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+
+void to_half(const float* x, uint16_t* y, int64_t begin, int64_t end, DType t, const StochasticRounding* sr) {
+  const bool bf16 = t == DType::kBF16;
+  if (sr == nullptr) {
+    for (int64_t i = begin; i < end; ++i) y[i] = bf16 ? float_to_bf16(x[i]) : float_to_fp16(x[i]);
+    return;
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    const uint32_t r = optim::rounding_bits(sr->seed, sr->step, sr->index_offset + i);
+    y[i] = bf16 ? optim::bf16_stochastic(x[i], r) : optim::fp16_stochastic(x[i], r);
+  }
+}
+
+}  // namespace
+
+absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding* stochastic) {
+  constexpr absl::string_view op = "cast";
+  const int64_t n = inp.numel();
+  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "inp", inp, inp.dtype(), inp.device(), detail::num_rows(inp),
+                                            detail::last_dim(inp)));
+  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "out", out, out.dtype(), inp.device(), detail::num_rows(out),
+                                            detail::last_dim(out)));
+  if (out.numel() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": out ", out.to_string(), " and inp ", inp.to_string(), " differ in numel"));
+  }
+  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, inp.device()));
+  const DType from = inp.dtype(), to = out.dtype();
+  const bool narrowing = from == DType::kF32 && is_half(to);
+  if (stochastic != nullptr && !narrowing) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": stochastic rounding needs fp32 -> bf16/fp16, got ", from, " -> ", to));
+  }
+  if (from == to) {
+    std::memcpy(out.data(), inp.data(), inp.nbytes());
+  } else if (narrowing) {
+    detail::for_blocks(n, kBlock, [&](int64_t b, int64_t e) {
+      to_half(inp.data_as<float>(), out.data_as<uint16_t>(), b, e, to, stochastic);
+    });
+  } else if (is_half(from) && to == DType::kF32) {
+    detail::for_blocks(n, kBlock, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out.data_as<float>()[i] = load_as_float(inp.data(), from, i);
+    });
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": no cast from ", from, " to ", to));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> squared_norm(const Tensor& x) {
+  constexpr absl::string_view op = "squared_norm";
+  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "x", x, DType::kF32, x.device(), detail::num_rows(x), detail::last_dim(x)));
+  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, x.device()));
+  const float* p = x.data_as<float>();
+  return detail::ordered_block_sum<double>(x.numel(), kNormBlock, [&](int64_t begin, int64_t end) {
+    double lane[kNormLanes] = {};
+    int64_t i = begin;
+    for (; i + kNormLanes <= end; i += kNormLanes) {
+      for (int l = 0; l < kNormLanes; ++l) lane[l] += static_cast<double>(p[i + l]) * p[i + l];
+    }
+    for (; i < end; ++i) lane[i % kNormLanes] += static_cast<double>(p[i]) * p[i];
+    double s = 0.0;
+    for (double l : lane) s += l;
+    return s;
+  });
+}
+
+}  // namespace zero::kernels

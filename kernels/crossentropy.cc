@@ -1,0 +1,87 @@
+// Softmax cross-entropy over a padded vocab with ignored targets, its gradient and argmax accuracy in one pass.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel.h"
+#include "runtime/status.h"
+
+namespace zero::kernels {
+namespace {
+
+constexpr int64_t kRowBlock = 8;
+
+struct RowSums {
+  double loss = 0;
+  int64_t correct = 0;
+  RowSums& operator+=(const RowSums& o) {
+    loss += o.loss;
+    correct += o.correct;
+    return *this;
+  }
+};
+
+// One row: writes dlogits = scale * (softmax - onehot(target)) over [0, vocab) and 0 over the padding;
+// returns the row's -log p(target) and whether the argmax is the target. x and d may alias.
+RowSums row_forward_backward(const float* x, float* d, int64_t vocab, int64_t padded, int32_t target, float scale) {
+  int64_t argmax = 0;
+  for (int64_t v = 1; v < vocab; ++v) argmax = x[v] > x[argmax] ? v : argmax;
+  const float max = x[argmax];
+  const float target_logit = x[target];
+  double sum = 0.0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    d[v] = std::exp(x[v] - max);  // reads x[v] before writing the same element: aliasing is safe
+    sum += d[v];
+  }
+  const float inv = static_cast<float>(scale / sum);
+  for (int64_t v = 0; v < vocab; ++v) d[v] *= inv;
+  d[target] -= scale;
+  for (int64_t v = vocab; v < padded; ++v) d[v] = 0.0f;
+  return {std::log(sum) - (static_cast<double>(target_logit) - max), argmax == target ? 1 : 0};
+}
+
+}  // namespace
+
+absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
+                                                                 const Tensor& targets, int64_t vocab) {
+  constexpr absl::string_view op = "crossentropy_forward_backward";
+  const int64_t n = detail::num_rows(logits), padded = detail::last_dim(logits);
+  const Device dev = logits.device();
+  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "logits", logits, DType::kF32, dev, n, padded));
+  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, DType::kF32, dev, n, padded));
+  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "targets", targets, DType::kI32, dev, 1, n));
+  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, dev));
+  if (vocab < 1 || vocab > padded) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));
+  }
+  const int32_t* tgt = targets.data_as<int32_t>();
+  CrossEntropyResult result;
+  for (int64_t r = 0; r < n; ++r) {
+    if (tgt[r] == kIgnoreIndex) continue;
+    if (tgt[r] < 0 || tgt[r] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": target ", tgt[r], " at ", r, " outside [0, ", vocab, ") and not ", kIgnoreIndex));
+    }
+    ++result.counted;
+  }
+  const float scale = result.counted > 0 ? 1.0f / static_cast<float>(result.counted) : 0.0f;
+  const RowSums sums = detail::ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
+    RowSums s;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = logits.data_as<float>() + r * padded;
+      float* d = dlogits.data_as<float>() + r * padded;
+      if (tgt[r] == kIgnoreIndex) {
+        std::fill(d, d + padded, 0.0f);
+      } else {
+        s += row_forward_backward(x, d, vocab, padded, tgt[r], scale);
+      }
+    }
+    return s;
+  });
+  result.loss = result.counted > 0 ? static_cast<float>(sums.loss / static_cast<double>(result.counted)) : 0.0f;
+  result.correct = sums.correct;
+  return result;
+}
+
+}  // namespace zero::kernels

@@ -1,0 +1,76 @@
+// GELU (tanh approximation) and the residual add, forward and backward.
+#include <cmath>
+
+#include "kernels/check.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel.h"
+#include "runtime/status.h"
+
+namespace zero::kernels {
+namespace {
+
+constexpr int64_t kBlock = 1 << 14;  // elements per thread block: 64 KiB of fp32
+
+// Every argument has `first`'s shape, is contiguous fp32, and all live on the CPU.
+absl::Status check_elementwise(absl::string_view op, std::initializer_list<std::pair<const char*, const Tensor*>> args) {
+  const Tensor& first = *args.begin()->second;
+  for (const auto& [name, t] : args) ZERO_RETURN_IF_ERROR(detail::check_like(op, name, *t, first));
+  return detail::check_cpu(op, first.device());
+}
+
+template <typename Fn>
+void for_each_element(int64_t n, Fn&& fn) {
+  detail::for_blocks(n, kBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) fn(i);
+  });
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+}  // namespace
+
+absl::Status gelu_forward(const Tensor& out, const Tensor& inp) {
+  ZERO_RETURN_IF_ERROR(check_elementwise("gelu_forward", {{"inp", &inp}, {"out", &out}}));
+  const float* x = inp.data_as<float>();
+  float* y = out.data_as<float>();
+  for_each_element(inp.numel(), [&](int64_t i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + std::tanh(kGeluScale * (v + kGeluCubic * v * v * v)));
+  });
+  return absl::OkStatus();
+}
+
+absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  ZERO_RETURN_IF_ERROR(check_elementwise("gelu_backward", {{"inp", &inp}, {"dout", &dout}, {"dinp", &dinp}}));
+  const float* x = inp.data_as<float>();
+  const float* g = dout.data_as<float>();
+  float* dx = dinp.data_as<float>();
+  for_each_element(inp.numel(), [&](int64_t i) {
+    const float v = x[i];
+    const float th = std::tanh(kGeluScale * (v + kGeluCubic * v * v * v));
+    const float sech2 = 1.0f - th * th;  // d tanh(u) / du
+    const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+    dx[i] = local * g[i];
+  });
+  return absl::OkStatus();
+}
+
+absl::Status residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
+  ZERO_RETURN_IF_ERROR(check_elementwise("residual_forward", {{"a", &a}, {"b", &b}, {"out", &out}}));
+  const float* pa = a.data_as<float>();
+  const float* pb = b.data_as<float>();
+  float* po = out.data_as<float>();
+  for_each_element(a.numel(), [&](int64_t i) { po[i] = pa[i] + pb[i]; });
+  return absl::OkStatus();
+}
+
+absl::Status residual_backward(const Tensor& dinp, const Tensor& dout) {
+  ZERO_RETURN_IF_ERROR(check_elementwise("residual_backward", {{"dout", &dout}, {"dinp", &dinp}}));
+  const float* g = dout.data_as<float>();
+  float* d = dinp.data_as<float>();
+  for_each_element(dout.numel(), [&](int64_t i) { d[i] += g[i]; });
+  return absl::OkStatus();
+}
+
+}  // namespace zero::kernels

@@ -1,0 +1,84 @@
+// Token + position embedding: forward gathers rows, backward scatters into dwte/dwpe.
+#include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel.h"
+#include "runtime/status.h"
+
+namespace zero::kernels {
+namespace {
+
+using detail::check_matrix;
+
+constexpr int64_t kRowBlock = 16;
+constexpr int64_t kColBlock = 64;
+
+struct EmbeddingDims {
+  int64_t b = 0, t = 0, c = 0, vocab = 0, max_t = 0;
+};
+
+// tokens (B, T) int32 in [0, V); wte (V, C), wpe (maxT, C) with T <= maxT; `rows_c` (B, T, C) arguments.
+absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor& tokens, const Tensor& wte,
+                                              const Tensor& wpe,
+                                              std::initializer_list<std::pair<const char*, const Tensor*>> rows_c) {
+  ZERO_RETURN_IF_ERROR(detail::check_dims(op, "tokens", tokens, 2));
+  ZERO_RETURN_IF_ERROR(detail::check_dims(op, "wte", wte, 2));
+  ZERO_RETURN_IF_ERROR(detail::check_dims(op, "wpe", wpe, 2));
+  const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0), wpe.size(0)};
+  const Device dev = wte.device();
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "tokens", tokens, DType::kI32, dev, d.b, d.t));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "wte", wte, DType::kF32, dev, d.vocab, d.c));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "wpe", wpe, DType::kF32, dev, d.max_t, d.c));
+  for (const auto& [name, t] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, d.b * d.t, d.c));
+  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, dev));
+  if (d.t > d.max_t) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": sequence length ", d.t, " exceeds wpe's ", d.max_t, " positions"));
+  }
+  const int32_t* tok = tokens.data_as<int32_t>();
+  for (int64_t i = 0; i < d.b * d.t; ++i) {
+    if (tok[i] < 0 || tok[i] >= d.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": token ", tok[i], " at ", i, " outside [0, ", d.vocab, ")"));
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
+absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+  ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d, check_embedding("embedding_forward", tokens, wte, wpe, {{"out", &out}}));
+  const int32_t* tok = tokens.data_as<int32_t>();
+  detail::for_blocks(d.b * d.t, kRowBlock, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* te = wte.data_as<float>() + tok[r] * d.c;
+      const float* pe = wpe.data_as<float>() + (r % d.t) * d.c;
+      float* o = out.data_as<float>() + r * d.c;
+      for (int64_t i = 0; i < d.c; ++i) o[i] = te[i] + pe[i];
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+  ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d,
+                        check_embedding("embedding_backward", tokens, dwte, dwpe, {{"dout", &dout}}));
+  const int32_t* tok = tokens.data_as<int32_t>();
+  const float* g = dout.data_as<float>();
+  float* dte = dwte.data_as<float>();
+  float* dpe = dwpe.data_as<float>();
+  // Threads own column blocks; within a block, rows add in order, so repeated tokens sum deterministically.
+  detail::for_blocks(d.c, kColBlock, [&](int64_t c0, int64_t c1) {
+    for (int64_t r = 0; r < d.b * d.t; ++r) {
+      const float* gr = g + r * d.c;
+      float* te = dte + tok[r] * d.c;
+      float* pe = dpe + (r % d.t) * d.c;
+      for (int64_t i = c0; i < c1; ++i) {
+        te[i] += gr[i];
+        pe[i] += gr[i];
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace zero::kernels

@@ -1,0 +1,87 @@
+// matmul_forward / matmul_backward: GEMMs through OpenBLAS (kernels/blas.h), bias and its gradient here.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/blas.h"
+#include "kernels/check.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel.h"
+#include "runtime/status.h"
+
+namespace zero::kernels {
+namespace {
+
+using detail::check_matrix;
+using detail::given;
+
+constexpr int64_t kRowBlock = 64;
+
+struct MatmulDims {
+  int64_t n = 0, c = 0, oc = 0;
+};
+
+// weight (OC, C) fixes C and OC; inp (N, C) fixes N.
+absl::StatusOr<MatmulDims> matmul_dims(absl::string_view op, const Tensor& inp, const Tensor& weight) {
+  ZERO_RETURN_IF_ERROR(detail::check_dims(op, "weight", weight, 2));
+  const MatmulDims d{detail::num_rows(inp), weight.size(1), weight.size(0)};
+  if (d.c == 0 || d.oc == 0) return absl::InvalidArgumentError(absl::StrCat(op, ": empty weight ", weight.to_string()));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "weight", weight, DType::kF32, inp.device(), d.oc, d.c));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "inp", inp, DType::kF32, inp.device(), d.n, d.c));
+  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, inp.device()));
+  return d;
+}
+
+absl::Status check_bias(absl::string_view op, absl::string_view name, const Tensor& bias, const MatmulDims& d,
+                        Device device) {
+  return given(bias) ? check_matrix(op, name, bias, DType::kF32, device, 1, d.oc) : absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  constexpr absl::string_view op = "matmul_forward";
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "out", out, DType::kF32, inp.device(), d.n, d.oc));
+  ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
+  float* o = out.data_as<float>();
+  if (given(bias)) {
+    const float* b = bias.data_as<float>();
+    detail::for_blocks(d.n, kRowBlock, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::copy(b, b + d.oc, o + r * d.oc);
+    });
+  }
+  // out (N, OC) = inp (N, C) · weight^T (C, OC) [+ out holding the bias]
+  detail::tiled_sgemm({.trans_a = false, .trans_b = true, .m = d.n, .n = d.oc, .k = d.c,
+                       .a = inp.data_as<float>(), .lda = d.c, .b = weight.data_as<float>(), .ldb = d.c,
+                       .beta = given(bias) ? 1.0f : 0.0f, .c = o, .ldc = d.oc});
+  return absl::OkStatus();
+}
+
+absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                             const Tensor& inp, const Tensor& weight) {
+  constexpr absl::string_view op = "matmul_backward";
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
+  const Device dev = inp.device();
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "dout", dout, DType::kF32, dev, d.n, d.oc));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "dweight", dweight, DType::kF32, dev, d.oc, d.c));
+  ZERO_RETURN_IF_ERROR(check_bias(op, "dbias", dbias, d, dev));
+  if (given(dinp)) ZERO_RETURN_IF_ERROR(check_matrix(op, "dinp", dinp, DType::kF32, dev, d.n, d.c));
+  if (d.n == 0) return absl::OkStatus();
+  const float* g = dout.data_as<float>();
+  if (given(dinp)) {
+    // dinp (N, C) = dout (N, OC) · weight (OC, C)
+    detail::tiled_sgemm({.trans_a = false, .trans_b = false, .m = d.n, .n = d.c, .k = d.oc, .a = g, .lda = d.oc,
+                         .b = weight.data_as<float>(), .ldb = d.c, .beta = 0.0f, .c = dinp.data_as<float>(),
+                         .ldc = d.c});
+  }
+  // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
+  detail::tiled_sgemm({.trans_a = true, .trans_b = false, .m = d.oc, .n = d.c, .k = d.n, .a = g, .lda = d.oc,
+                       .b = inp.data_as<float>(), .ldb = d.c, .beta = 1.0f, .c = dweight.data_as<float>(),
+                       .ldc = d.c});
+  if (given(dbias)) {
+    detail::add_column_sums(d.n, d.oc, dbias.data_as<float>(), [&](int64_t r, int64_t c) { return g[r * d.oc + c]; });
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zero::kernels

@@ -1,0 +1,183 @@
+#include <cstring>
+#include <thread>
+
+#include "kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace zero::kernels {
+namespace {
+
+using testing::kU32;
+using testing::random_floats;
+using testing::view;
+
+// out (N, OC) = inp (N, C) · weight (OC, C)^T + bias, in fp64.
+std::vector<double> reference_matmul(const std::vector<double>& inp, const std::vector<double>& w,
+                                     const std::vector<double>& b, int64_t n, int64_t c, int64_t oc) {
+  std::vector<double> out(static_cast<size_t>(n * oc));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t o = 0; o < oc; ++o) {
+      double s = b.empty() ? 0.0 : b[o];
+      for (int64_t i = 0; i < c; ++i) s += inp[r * c + i] * w[o * c + i];
+      out[r * oc + o] = s;
+    }
+  }
+  return out;
+}
+
+// fp32 dot products of k terms, each of magnitude <= 1 (all data in [-1, 1]), plus a bias: whatever the
+// summation order, |error| <= gamma_{k+1} * sum|terms| <= (k + 2) u k. 1e-8 covers the fp64 differences.
+double gemm_tol(int64_t k) { return static_cast<double>(k + 2) * static_cast<double>(k) * kU32 + 1e-8; }
+
+struct Problem {
+  int64_t n, c, oc;
+  std::vector<float> inp, w, b, dout;
+  Problem(int64_t n_, int64_t c_, int64_t oc_, uint32_t seed)
+      : n(n_), c(c_), oc(oc_), inp(random_floats(n * c, seed)), w(random_floats(oc * c, seed + 1)),
+        b(random_floats(oc, seed + 2)), dout(random_floats(n * oc, seed + 3)) {}
+};
+
+struct Grads {
+  std::vector<float> out, dinp, dw, db;
+};
+
+Grads run(Problem& p) {
+  Grads g{std::vector<float>(p.n * p.oc), std::vector<float>(p.n * p.c), std::vector<float>(p.oc * p.c),
+          std::vector<float>(p.oc)};
+  EXPECT_TRUE(matmul_forward(view(g.out, {p.n, p.oc}), view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c}),
+                             view(p.b, {p.oc})).ok());
+  EXPECT_TRUE(matmul_backward(view(g.dinp, {p.n, p.c}), view(g.dw, {p.oc, p.c}), view(g.db, {p.oc}),
+                              view(p.dout, {p.n, p.oc}), view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c})).ok());
+  return g;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Matmul, ForwardMatchesReferenceOnLeadingDims) {
+  const int64_t b = 2, t = 3, c = 7, oc = 5;
+  std::vector<float> inp = random_floats(b * t * c, 1), w = random_floats(oc * c, 2), bias = random_floats(oc, 3);
+  std::vector<float> out(b * t * oc);
+  ASSERT_TRUE(matmul_forward(view(out, {b, t, oc}), view(inp, {b, t, c}), view(w, {oc, c}), view(bias, {oc})).ok());
+  testing::expect_near_all(out, reference_matmul(testing::to_double(inp), testing::to_double(w),
+                                                 testing::to_double(bias), b * t, c, oc),
+                           gemm_tol(c), "out");
+}
+
+TEST(Matmul, ForwardWithoutBias) {
+  const int64_t n = 4, c = 6, oc = 3;
+  std::vector<float> inp = random_floats(n * c, 4), w = random_floats(oc * c, 5), out(n * oc, 99.0f);
+  ASSERT_TRUE(matmul_forward(view(out, {n, oc}), view(inp, {n, c}), view(w, {oc, c}), Tensor()).ok());
+  testing::expect_near_all(out, reference_matmul(testing::to_double(inp), testing::to_double(w), {}, n, c, oc),
+                           gemm_tol(c), "out");
+}
+
+TEST(Matmul, ForwardAcrossManyTilesMatchesReference) {
+  Problem p(300, 40, 520, 6);  // 3 x 3 tiles of 128 x 256, ragged at both edges
+  const Grads g = run(p);
+  testing::expect_near_all(g.out, reference_matmul(testing::to_double(p.inp), testing::to_double(p.w),
+                                                   testing::to_double(p.b), p.n, p.c, p.oc),
+                           gemm_tol(p.c), "out");
+}
+
+TEST(Matmul, BackwardMatchesFiniteDifferences) {
+  Problem p(9, 11, 7, 7);
+  const Grads g = run(p);
+  const auto inp = testing::to_double(p.inp), w = testing::to_double(p.w), b = testing::to_double(p.b);
+  auto loss_of = [&](const std::vector<double>& i, const std::vector<double>& ww, const std::vector<double>& bb) {
+    return testing::weighted_sum(reference_matmul(i, ww, bb, p.n, p.c, p.oc), p.dout);
+  };
+  testing::expect_near_all(g.dinp, testing::numeric_grad(inp, [&](const auto& x) { return loss_of(x, w, b); }),
+                           gemm_tol(p.oc), "dinp");
+  testing::expect_near_all(g.dw, testing::numeric_grad(w, [&](const auto& x) { return loss_of(inp, x, b); }),
+                           gemm_tol(p.n), "dweight");
+  testing::expect_near_all(g.db, testing::numeric_grad(b, [&](const auto& x) { return loss_of(inp, w, x); }),
+                           gemm_tol(p.n), "dbias");
+}
+
+TEST(Matmul, BackwardAddsIntoParameterGradientsAndWritesDinp) {
+  Problem p(5, 4, 3, 8);
+  const Grads fresh = run(p);
+  std::vector<float> dinp(p.n * p.c, 123.0f), dw = random_floats(p.oc * p.c, 9), db = random_floats(p.oc, 10);
+  const std::vector<float> dw0 = dw, db0 = db;
+  ASSERT_TRUE(matmul_backward(view(dinp, {p.n, p.c}), view(dw, {p.oc, p.c}), view(db, {p.oc}),
+                              view(p.dout, {p.n, p.oc}), view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c})).ok());
+  EXPECT_TRUE(same_bits(dinp, fresh.dinp));
+  std::vector<double> dw_sum(dw.size()), db_sum(db.size());
+  for (size_t i = 0; i < dw.size(); ++i) dw_sum[i] = double{dw0[i]} + fresh.dw[i];
+  for (size_t i = 0; i < db.size(); ++i) db_sum[i] = double{db0[i]} + fresh.db[i];
+  // The prior value joins the sum: one more rounding of a value below (k + 1) in magnitude.
+  testing::expect_near_all(dw, dw_sum, gemm_tol(p.n), "dweight");
+  testing::expect_near_all(db, db_sum, gemm_tol(p.n), "dbias");
+}
+
+TEST(Matmul, BackwardSkipsUndefinedDinpAndDbias) {
+  Problem p(6, 5, 4, 11);
+  const Grads fresh = run(p);
+  std::vector<float> dw(p.oc * p.c, 0.0f);
+  ASSERT_TRUE(matmul_backward(Tensor(), view(dw, {p.oc, p.c}), Tensor(), view(p.dout, {p.n, p.oc}),
+                              view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c})).ok());
+  EXPECT_TRUE(same_bits(dw, fresh.dw));
+}
+
+TEST(Matmul, ShapeMismatchIsInvalidArgument) {
+  Problem p(4, 5, 3, 12);
+  std::vector<float> out(4 * 4);
+  const absl::Status s =
+      matmul_forward(view(out, {4, 4}), view(p.inp, {4, 5}), view(p.w, {3, 5}), view(p.b, {3}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("out"), absl::string_view::npos) << s;
+}
+
+TEST(Matmul, CudaTensorsAreUnimplemented) {
+  Problem p(2, 2, 2, 13);
+  std::vector<float> out(4);
+  auto cuda = [](std::vector<float>& v, Shape shape) { return Tensor(v.data(), DType::kF32, shape, Device::cuda(0)); };
+  const absl::Status s = matmul_forward(cuda(out, {2, 2}), cuda(p.inp, {2, 2}), cuda(p.w, {2, 2}), cuda(p.b, {2}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+}
+
+TEST(Matmul, ResultsDoNotDependOnKernelThreads) {
+  Problem p(300, 64, 400, 14);
+  set_kernel_threads(1);
+  const Grads one = run(p);
+  set_kernel_threads(3);
+  const Grads three = run(p);
+  set_kernel_threads(1);
+  EXPECT_TRUE(same_bits(one.out, three.out));
+  EXPECT_TRUE(same_bits(one.dinp, three.dinp));
+  EXPECT_TRUE(same_bits(one.dw, three.dw));
+  EXPECT_TRUE(same_bits(one.db, three.db));
+}
+
+// Four rank-like threads run GEMMs at the same time on their own data, each with two kernel threads;
+// every result equals, bit for bit, the same problem run alone on one thread.
+TEST(Matmul, ConcurrentCallersMatchSingleThreadedBitForBit) {
+  constexpr int kRanks = 4, kRepeats = 3;
+  std::vector<Problem> problems;
+  for (int r = 0; r < kRanks; ++r) problems.emplace_back(260, 96, 300, 100 + 10 * r);
+  set_kernel_threads(1);
+  std::vector<Grads> alone;
+  for (Problem& p : problems) alone.push_back(run(p));
+  std::vector<std::vector<Grads>> concurrent(kRanks);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      set_kernel_threads(2);
+      for (int i = 0; i < kRepeats; ++i) concurrent[r].push_back(run(problems[r]));
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    for (const Grads& g : concurrent[r]) {
+      EXPECT_TRUE(same_bits(g.out, alone[r].out)) << "rank " << r;
+      EXPECT_TRUE(same_bits(g.dinp, alone[r].dinp)) << "rank " << r;
+      EXPECT_TRUE(same_bits(g.dw, alone[r].dw)) << "rank " << r;
+      EXPECT_TRUE(same_bits(g.db, alone[r].db)) << "rank " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zero::kernels
