@@ -2,16 +2,12 @@
 #include "shard/engine.h"
 
 #include <cmath>
-#include <mutex>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "optim/optimizers.h"
-#include "runtime/comm/local.h"
-#include "runtime/status.h"
-#include "tests/shard/toy_model.h"
+#include "tests/shard/toy_training.h"
 
 namespace zero {
 namespace {
@@ -19,79 +15,32 @@ namespace {
 using ::testing::HasSubstr;
 using testing::ToyConfig;
 using testing::ToyModel;
-using testing::toy_rows;
 
-constexpr int64_t kGlobalBatch = 48;  // rows per optimizer step: divisible by N * A for every test here
+using testing::TrainRun;
+using testing::sgd_factory;
+using testing::train_local;
 
-OptimizerFactory adamw() {
-  return [](ShardLayout layout, Allocator& alloc) {
-    return make_adam(AdamOptions{}, std::move(layout), alloc);
-  };
-}
-
-OptimizerFactory sgd() {
-  return [](ShardLayout layout, Allocator& alloc) { return make_sgd(SgdOptions{}, std::move(layout), alloc); };
-}
-
-struct TrainRun {
-  ToyConfig model;
-  ZeroConfig zero;
-  int world_size = 1;
-  int steps = 3;
-  float lr = 0.05f;
-  OptimizerFactory optimizer = adamw();
-  std::optional<int64_t> budget;
-};
-
+// Rank 0's parameters and losses, every rank's memory and last-step volume, and the run's status.
 struct Outcome {
-  std::vector<float> params;  // every parameter, flat, in unit and declaration order (from rank 0)
+  std::vector<float> params;
   std::vector<float> losses;
-  std::vector<MemoryStats> memory;  // per rank, after the steps
-  std::vector<CommVolume> volume;   // per rank, of the last step
+  std::vector<MemoryStats> memory;
+  std::vector<CommVolume> volume;
   int64_t padded_params = 0;
   absl::Status status;
 };
 
-// Trains `run` on `world_size` in-process ranks, each rank taking its slice of every global batch.
 Outcome train(const TrainRun& run) {
-  Outcome out;
-  out.memory.resize(run.world_size);
-  out.volume.resize(run.world_size);
-  std::mutex mu;
-  const int micro = run.zero.accumulation_steps;
-  const int64_t rows = kGlobalBatch / (run.world_size * micro);
-  const std::vector<absl::Status> statuses = run_local_ranks(run.world_size, [&](Communicator& comm) -> absl::Status {
-    Allocator alloc(comm.rank(), run.budget);
-    ToyModel model(run.model);
-    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, run.optimizer, run.zero));
-    for (int step = 0; step < run.steps; ++step) {
-      std::vector<testing::ToyData> data;
-      std::vector<Batch> batches;
-      for (int m = 0; m < micro; ++m) {
-        const int64_t begin = step * kGlobalBatch + (m * run.world_size + comm.rank()) * rows;
-        data.push_back(toy_rows(run.model, begin, begin + rows));
-      }
-      for (auto& d : data) batches.push_back(d.batch(run.model.features));
-      engine->reset_comm_volume();
-      ZERO_ASSIGN_OR_RETURN(StepResult result, engine->train_step(batches, run.lr));
-      if (comm.rank() == 0) out.losses.push_back(result.loss);
-    }
-    const CommVolume last_step = engine->comm_volume();  // before the visit's own gathers
-    std::vector<float> params;
-    ZERO_RETURN_IF_ERROR(engine->visit_full_params([&](absl::string_view, absl::string_view, const Tensor& t) {
-      params.insert(params.end(), t.data_as<float>(), t.data_as<float>() + t.numel());
-      return absl::OkStatus();
-    }));
-    std::lock_guard lock(mu);
-    if (comm.rank() == 0) {
-      out.params = std::move(params);
-      out.padded_params = engine->num_padded_params();
-    }
-    out.memory[comm.rank()] = alloc.stats();
-    out.volume[comm.rank()] = last_step;
-    return absl::OkStatus();
-  });
-  out.status = root_cause(statuses);
+  testing::LocalOutcome local = train_local(run);
+  Outcome out{.status = local.status};
+  if (!local.status.ok()) return out;
+  out.params = local.ranks[0].params;
+  out.losses = local.ranks[0].losses;
+  out.padded_params = local.ranks[0].padded_params;
+  for (const testing::RankResult& r : local.ranks) {
+    out.memory.push_back(r.memory);
+    out.volume.push_back(r.last_step);
+  }
   return out;
 }
 
@@ -146,7 +95,7 @@ TEST(Engine, AnyWorldSizeMatchesSingleRankTraining) {
   // Each gradient element sums at most 48 products, so its relative rounding error is below
   // 48 * 2^-24 ~ 3e-6; three SGD steps of lr 0.05 move parameters by a small fraction of their size,
   // so parameters agree to well within 1e-5 of their magnitude.
-  TrainRun run{.steps = 3, .optimizer = sgd()};
+  TrainRun run{.steps = 3, .optimizer = sgd_factory()};
   run.zero.stage = 3;
   run.zero.persistence_threshold = 0;
   const Outcome single = train(run);

@@ -1,0 +1,59 @@
+#include "tests/shard/toy_training.h"
+
+#include <mutex>
+
+#include "runtime/comm/local.h"
+#include "runtime/status.h"
+
+namespace zero::testing {
+
+OptimizerFactory adamw_factory() {
+  return [](ShardLayout layout, Allocator& alloc) { return make_adam(AdamOptions{}, std::move(layout), alloc); };
+}
+
+OptimizerFactory sgd_factory() {
+  return [](ShardLayout layout, Allocator& alloc) { return make_sgd(SgdOptions{}, std::move(layout), alloc); };
+}
+
+absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
+  RankResult result;
+  Allocator alloc(comm.rank(), run.budget);
+  ToyModel model(run.model);
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, run.optimizer, run.zero));
+  const int micro = run.zero.accumulation_steps;
+  const int64_t rows = kGlobalBatch / (comm.world_size() * micro);
+  for (int step = 0; step < run.steps; ++step) {
+    std::vector<ToyData> data;
+    for (int m = 0; m < micro; ++m) {
+      const int64_t begin = step * kGlobalBatch + (m * comm.world_size() + comm.rank()) * rows;
+      data.push_back(toy_rows(run.model, begin, begin + rows));
+    }
+    std::vector<Batch> batches;
+    for (ToyData& d : data) batches.push_back(d.batch(run.model.features));
+    engine->reset_comm_volume();
+    ZERO_ASSIGN_OR_RETURN(StepResult step_result, engine->train_step(batches, run.lr));
+    result.losses.push_back(step_result.loss);
+  }
+  result.last_step = engine->comm_volume();  // before the visit's own gathers
+  ZERO_RETURN_IF_ERROR(engine->visit_full_params([&](absl::string_view, absl::string_view, const Tensor& t) {
+    result.params.insert(result.params.end(), t.data_as<float>(), t.data_as<float>() + t.numel());
+    return absl::OkStatus();
+  }));
+  result.padded_params = engine->num_padded_params();
+  engine.reset();
+  result.memory = alloc.stats();
+  return result;
+}
+
+LocalOutcome train_local(const TrainRun& run) {
+  LocalOutcome out;
+  out.ranks.resize(run.world_size);
+  const std::vector<absl::Status> statuses = run_local_ranks(run.world_size, [&](Communicator& comm) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(out.ranks[comm.rank()], train_rank(comm, run));
+    return absl::OkStatus();
+  });
+  out.status = root_cause(statuses);
+  return out;
+}
+
+}  // namespace zero::testing

@@ -1,0 +1,51 @@
+// Trains the toy model under the engine on one rank or on in-process ranks, for the engine's suites.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "optim/optimizers.h"
+#include "runtime/allocator.h"
+#include "runtime/comm/communicator.h"
+#include "shard/engine.h"
+#include "tests/shard/toy_model.h"
+
+namespace zero::testing {
+
+inline constexpr int64_t kGlobalBatch = 48;  // rows per optimizer step: divisible by N * A in every suite
+
+OptimizerFactory adamw_factory();
+OptimizerFactory sgd_factory();
+
+struct TrainRun {
+  ToyConfig model;
+  ZeroConfig zero;
+  int world_size = 1;
+  int steps = 3;
+  float lr = 0.05f;
+  OptimizerFactory optimizer = adamw_factory();
+  std::optional<int64_t> budget;
+};
+
+// What one rank saw.
+struct RankResult {
+  std::vector<float> params;  // every parameter, flat, in unit and declaration order
+  std::vector<float> losses;  // per step
+  MemoryStats memory;         // after the steps
+  CommVolume last_step;       // bytes sent in the last step
+  int64_t padded_params = 0;
+};
+
+// Trains `run` on this rank: each step's global batch is split evenly over ranks and micro-batches.
+absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run);
+
+// The same on run.world_size in-process ranks (local backend): every rank's result, and the root cause.
+struct LocalOutcome {
+  std::vector<RankResult> ranks;
+  absl::Status status;
+};
+LocalOutcome train_local(const TrainRun& run);
+
+}  // namespace zero::testing
