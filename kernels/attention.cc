@@ -30,7 +30,7 @@ absl::StatusOr<AttentionDims> check_attention(
   const AttentionDims d{b, t, c3 / 3, num_heads, c3 / 3 / num_heads};
   const Device dev = inp.device();
   ZERO_RETURN_IF_ERROR(check_matrix(op, "inp", inp, DType::kF32, dev, b * t, c3));
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "lse", lse, DType::kF32, dev, b * num_heads, t));
+  ZERO_RETURN_IF_ERROR(detail::check_numel(op, "lse", lse, DType::kF32, dev, b * num_heads * t));
   for (const auto& [name, x] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *x, DType::kF32, dev, b * t, d.c));
   for (const auto& [name, x] : rows_3c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *x, DType::kF32, dev, b * t, c3));
   ZERO_RETURN_IF_ERROR(detail::check_cpu(op, dev));

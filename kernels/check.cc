@@ -17,6 +17,15 @@ absl::Status check_matrix(absl::string_view op, absl::string_view name, const Te
   return absl::OkStatus();
 }
 
+absl::Status check_numel(absl::string_view op, absl::string_view name, const Tensor& t, DType dtype, Device device,
+                         int64_t n) {
+  if (t.numel() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", name, " must hold ", n, " elements, got ", t.to_string()));
+  }
+  return check_matrix(op, name, t, dtype, device, num_rows(t), last_dim(t));
+}
+
 absl::Status check_dims(absl::string_view op, absl::string_view name, const Tensor& t, int64_t dims) {
   if (t.dim() != dims) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must have ", dims, " dims, got ", t.to_string()));

@@ -20,6 +20,9 @@ inline int64_t num_rows(const Tensor& t) { return last_dim(t) == 0 ? 0 : t.numel
 // elements: (rows, cols) or any shape flattening to it. Messages name the op and the argument.
 absl::Status check_matrix(absl::string_view op, absl::string_view name, const Tensor& t, DType dtype,
                           Device device, int64_t rows, int64_t cols);
+// `t` is a contiguous `dtype` tensor on `device` of `n` elements, any shape (mean (N) may be (B, T)).
+absl::Status check_numel(absl::string_view op, absl::string_view name, const Tensor& t, DType dtype, Device device,
+                         int64_t n);
 // `t` has exactly `dims` dims (for arguments whose dims are read separately, such as (B, T, 3C)).
 absl::Status check_dims(absl::string_view op, absl::string_view name, const Tensor& t, int64_t dims);
 // `t` is contiguous fp32 on `device` with the same shape as `like`.

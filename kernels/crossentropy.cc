@@ -50,7 +50,7 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
   const Device dev = logits.device();
   ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "logits", logits, DType::kF32, dev, n, padded));
   ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, DType::kF32, dev, n, padded));
-  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "targets", targets, DType::kI32, dev, 1, n));
+  ZERO_RETURN_IF_ERROR(detail::check_numel(op, "targets", targets, DType::kI32, dev, n));
   ZERO_RETURN_IF_ERROR(detail::check_cpu(op, dev));
   if (vocab < 1 || vocab > padded) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));

@@ -21,8 +21,8 @@ absl::Status check_layernorm(absl::string_view op, const Tensor& inp, const Tens
   const Device dev = inp.device();
   ZERO_RETURN_IF_ERROR(check_matrix(op, "inp", inp, DType::kF32, dev, n, c));
   ZERO_RETURN_IF_ERROR(check_matrix(op, "weight", weight, DType::kF32, dev, 1, c));
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "mean", mean, DType::kF32, dev, 1, n));
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "rstd", rstd, DType::kF32, dev, 1, n));
+  ZERO_RETURN_IF_ERROR(detail::check_numel(op, "mean", mean, DType::kF32, dev, n));
+  ZERO_RETURN_IF_ERROR(detail::check_numel(op, "rstd", rstd, DType::kF32, dev, n));
   for (const auto& [name, t] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, n, c));
   for (const auto& [name, t] : vectors_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, 1, c));
   return detail::check_cpu(op, dev);

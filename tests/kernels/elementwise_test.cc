@@ -1,0 +1,69 @@
+#include <cmath>
+
+#include "kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace zero::kernels {
+namespace {
+
+using testing::kU32;
+using testing::random_floats;
+using testing::view;
+
+double reference_gelu(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
+}
+
+std::vector<double> reference_gelu(const std::vector<double>& x) {
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = reference_gelu(x[i]);
+  return y;
+}
+
+// GELU's fp32 evaluation: a handful of roundings in the cubic and the product, and tanhf (a few ulps);
+// |x| <= 4 keeps every intermediate below 2^5, so 64 u per unit of |x| bounds the error.
+constexpr double kGeluTol = 4 * 64 * kU32;
+
+TEST(Gelu, ForwardMatchesReference) {
+  std::vector<float> x = random_floats(1000, 1, -4.0f, 4.0f), y(1000);
+  ASSERT_TRUE(gelu_forward(view(y, {10, 100}), view(x, {10, 100})).ok());
+  testing::expect_near_all(y, reference_gelu(testing::to_double(x)), kGeluTol, "gelu");
+}
+
+TEST(Gelu, BackwardMatchesFiniteDifferences) {
+  std::vector<float> x = random_floats(200, 2, -4.0f, 4.0f), dout = random_floats(200, 3), dx(200);
+  ASSERT_TRUE(gelu_backward(view(dx, {200}), view(x, {200}), view(dout, {200})).ok());
+  const auto expected = testing::numeric_grad(
+      testing::to_double(x), [&](const auto& v) { return testing::weighted_sum(reference_gelu(v), dout); });
+  testing::expect_near_all(dx, expected, kGeluTol, "dinp");
+}
+
+TEST(Gelu, BackwardInPlaceOverDout) {
+  std::vector<float> x = random_floats(64, 4), dout = random_floats(64, 5), separate(64);
+  ASSERT_TRUE(gelu_backward(view(separate, {64}), view(x, {64}), view(dout, {64})).ok());
+  ASSERT_TRUE(gelu_backward(view(dout, {64}), view(x, {64}), view(dout, {64})).ok());
+  EXPECT_EQ(dout, separate);
+}
+
+TEST(Residual, ForwardAddsExactly) {
+  std::vector<float> a = random_floats(100, 6), b = random_floats(100, 7), out(100);
+  ASSERT_TRUE(residual_forward(view(out, {4, 25}), view(a, {4, 25}), view(b, {4, 25})).ok());
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(out[i], a[i] + b[i]);
+}
+
+TEST(Residual, BackwardAddsDoutIntoDinp) {
+  std::vector<float> dinp = random_floats(100, 8), dout = random_floats(100, 9);
+  const std::vector<float> before = dinp;
+  ASSERT_TRUE(residual_backward(view(dinp, {100}), view(dout, {100})).ok());
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(dinp[i], before[i] + dout[i]);
+}
+
+TEST(Residual, ShapeMismatchIsInvalidArgument) {
+  std::vector<float> a(12), b(12), out(12);
+  EXPECT_EQ(residual_forward(view(out, {3, 4}), view(a, {3, 4}), view(b, {4, 3})).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace zero::kernels

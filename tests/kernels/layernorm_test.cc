@@ -1,0 +1,87 @@
+#include <cmath>
+
+#include "kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace zero::kernels {
+namespace {
+
+using testing::kU32;
+using testing::random_floats;
+using testing::view;
+
+struct RefLayerNorm {
+  std::vector<double> out, mean, rstd;
+};
+
+RefLayerNorm reference_layernorm(const std::vector<double>& x, const std::vector<double>& w,
+                                 const std::vector<double>& b, int64_t n, int64_t c) {
+  RefLayerNorm r{std::vector<double>(n * c), std::vector<double>(n), std::vector<double>(n)};
+  for (int64_t i = 0; i < n; ++i) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < c; ++j) m += x[i * c + j] / c;
+    for (int64_t j = 0; j < c; ++j) v += (x[i * c + j] - m) * (x[i * c + j] - m) / c;
+    const double s = 1.0 / std::sqrt(v + 1e-5);
+    for (int64_t j = 0; j < c; ++j) r.out[i * c + j] = (x[i * c + j] - m) * s * w[j] + b[j];
+    r.mean[i] = m;
+    r.rstd[i] = s;
+  }
+  return r;
+}
+
+struct Problem {
+  int64_t n, c;
+  std::vector<float> x, w, b, dout;
+  Problem(int64_t n_, int64_t c_, uint32_t seed)
+      : n(n_), c(c_), x(random_floats(n * c, seed, -2.0f, 3.0f)), w(random_floats(c, seed + 1)),
+        b(random_floats(c, seed + 2)), dout(random_floats(n * c, seed + 3)) {}
+};
+
+// Rows of C = 24 values in [-2, 3]: mean and variance each accumulate C fp32 terms (relative error
+// <= (C + 2) u), rstd ~ 1/std <= 1/0.3 amplifies it by at most a few; xhat <= sqrt(C). 0.5e-4 leaves
+// a margin of about 10 over (C + 2) u sqrt(C) / 0.3 * 2.
+constexpr double kTol = 0.5e-4;
+
+TEST(LayerNorm, ForwardMatchesReference) {
+  Problem p(6, 24, 1);
+  std::vector<float> out(p.n * p.c), mean(p.n), rstd(p.n);
+  ASSERT_TRUE(layernorm_forward(view(out, {2, 3, p.c}), view(mean, {2, 3}), view(rstd, {2, 3}),
+                                view(p.x, {2, 3, p.c}), view(p.w, {p.c}), view(p.b, {p.c})).ok());
+  const RefLayerNorm r =
+      reference_layernorm(testing::to_double(p.x), testing::to_double(p.w), testing::to_double(p.b), p.n, p.c);
+  testing::expect_near_all(out, r.out, kTol, "out");
+  testing::expect_near_all(mean, r.mean, kTol, "mean");
+  testing::expect_near_all(rstd, r.rstd, kTol, "rstd");
+}
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAddsParameterGradients) {
+  Problem p(5, 24, 2);
+  std::vector<float> out(p.n * p.c), mean(p.n), rstd(p.n), dx(p.n * p.c);
+  std::vector<float> dw(p.c, 0.5f), db(p.c, -0.25f);  // prior gradients: backward adds to them
+  ASSERT_TRUE(layernorm_forward(view(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), view(p.x, {p.n, p.c}),
+                                view(p.w, {p.c}), view(p.b, {p.c})).ok());
+  ASSERT_TRUE(layernorm_backward(view(dx, {p.n, p.c}), view(dw, {p.c}), view(db, {p.c}), view(p.dout, {p.n, p.c}),
+                                 view(p.x, {p.n, p.c}), view(p.w, {p.c}), view(mean, {p.n}), view(rstd, {p.n})).ok());
+  const auto x = testing::to_double(p.x), w = testing::to_double(p.w), b = testing::to_double(p.b);
+  auto loss = [&](const std::vector<double>& xx, const std::vector<double>& ww, const std::vector<double>& bb) {
+    return testing::weighted_sum(reference_layernorm(xx, ww, bb, p.n, p.c).out, p.dout);
+  };
+  testing::expect_near_all(dx, testing::numeric_grad(x, [&](const auto& v) { return loss(v, w, b); }), kTol, "dinp");
+  std::vector<double> dw_expected = testing::numeric_grad(w, [&](const auto& v) { return loss(x, v, b); });
+  std::vector<double> db_expected = testing::numeric_grad(b, [&](const auto& v) { return loss(x, w, v); });
+  for (double& g : dw_expected) g += 0.5;
+  for (double& g : db_expected) g -= 0.25;
+  testing::expect_near_all(dw, dw_expected, kTol, "dweight");
+  testing::expect_near_all(db, db_expected, kTol, "dbias");
+}
+
+TEST(LayerNorm, MeanShapeMismatchIsInvalidArgument) {
+  Problem p(4, 8, 3);
+  std::vector<float> out(p.n * p.c), mean(3), rstd(p.n);
+  EXPECT_EQ(layernorm_forward(view(out, {p.n, p.c}), view(mean, {3}), view(rstd, {p.n}), view(p.x, {p.n, p.c}),
+                              view(p.w, {p.c}), view(p.b, {p.c})).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace zero::kernels
