@@ -63,7 +63,8 @@ class ParamViews {
 // One micro-batch of this rank.
 struct Batch {
   Tensor inputs;   // int32 tokens (B, T) for GPT-2; fp32 features (B, D) for the MLP
-  Tensor targets;  // int32 next tokens (B, T); int32 class labels (B)
+  Tensor targets;  // what the last unit's loss reads: int32 next tokens (B, T), int32 labels (B), or
+                   // whatever a user's model needs (the engine never looks inside a batch)
 };
 
 // What forward and backward see besides parameters and the activation stream.
