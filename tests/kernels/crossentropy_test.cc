@@ -1,0 +1,120 @@
+#include <cmath>
+
+#include "kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace zero::kernels {
+namespace {
+
+using testing::kU32;
+using testing::random_floats;
+using testing::view;
+
+constexpr int64_t kN = 6, kV = 7, kVp = 9;
+
+// Mean over non-ignored rows of logsumexp(x[0, V)) - x[target], in fp64.
+double reference_loss(const std::vector<double>& x, const std::vector<int32_t>& targets) {
+  double total = 0;
+  int counted = 0;
+  for (int64_t r = 0; r < kN; ++r) {
+    if (targets[r] == kIgnoreIndex) continue;
+    double m = -INFINITY, s = 0;
+    for (int64_t v = 0; v < kV; ++v) m = std::max(m, x[r * kVp + v]);
+    for (int64_t v = 0; v < kV; ++v) s += std::exp(x[r * kVp + v] - m);
+    total += m + std::log(s) - x[r * kVp + targets[r]];
+    ++counted;
+  }
+  return total / counted;
+}
+
+// Logits in [-3, 3]: softmax terms in fp32 (expf within 2 ulp, one product each) and a log of a fp64 sum;
+// gradients and the loss are O(1), so 32 u absolute bounds their errors with margin.
+constexpr double kTol = 32 * kU32;
+
+TEST(CrossEntropy, LossAndGradientMatchReferenceWithPaddingAndIgnoredTargets) {
+  std::vector<float> logits = random_floats(kN * kVp, 1, -3.0f, 3.0f), dlogits(kN * kVp, 7.0f);
+  std::vector<int32_t> targets = {2, kIgnoreIndex, 6, 0, kIgnoreIndex, 3};
+  absl::StatusOr<CrossEntropyResult> r =
+      crossentropy_forward_backward(view(dlogits, {2, 3, kVp}), view(logits, {2, 3, kVp}), view(targets, {2, 3}), kV);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->counted, 4);
+  const std::vector<double> x = testing::to_double(logits);
+  EXPECT_NEAR(r->loss, reference_loss(x, targets), kTol);
+  // Padded columns and ignored rows get exactly zero gradient; the rest matches d(mean loss)/d(logits).
+  std::vector<double> expected = testing::numeric_grad(x, [&](const auto& v) { return reference_loss(v, targets); });
+  testing::expect_near_all(dlogits, expected, kTol, "dlogits");
+  for (int64_t r2 = 0; r2 < kN; ++r2) {
+    for (int64_t v = 0; v < kVp; ++v) {
+      if (v >= kV || targets[r2] == kIgnoreIndex) {
+        EXPECT_EQ(dlogits[r2 * kVp + v], 0.0f) << r2 << "," << v;
+      }
+    }
+  }
+}
+
+TEST(CrossEntropy, PaddedColumnsDoNotChangeLossOrArgmax) {
+  std::vector<float> logits = random_floats(kN * kVp, 2, -3.0f, 3.0f), d(kN * kVp);
+  std::vector<int32_t> targets = {0, 1, 2, 3, 4, 5};
+  const CrossEntropyResult plain = *crossentropy_forward_backward(view(d, {kN, kVp}), view(logits, {kN, kVp}),
+                                                                  view(targets, {kN}), kV);
+  for (int64_t r = 0; r < kN; ++r) logits[r * kVp + kV] = logits[r * kVp + kV + 1] = 1e30f;
+  const CrossEntropyResult padded = *crossentropy_forward_backward(view(d, {kN, kVp}), view(logits, {kN, kVp}),
+                                                                   view(targets, {kN}), kV);
+  EXPECT_EQ(plain.loss, padded.loss);
+  EXPECT_EQ(plain.correct, padded.correct);
+}
+
+TEST(CrossEntropy, CountsArgmaxHitsOnCountedTargetsOnly) {
+  std::vector<float> logits(3 * kVp, 0.0f), d(3 * kVp);
+  logits[0 * kVp + 4] = 5.0f;  // row 0: argmax 4, target 4: correct
+  logits[1 * kVp + 2] = 5.0f;  // row 1: argmax 2, target 1: wrong
+  logits[2 * kVp + 6] = 5.0f;  // row 2: argmax 6 but ignored
+  std::vector<int32_t> targets = {4, 1, kIgnoreIndex};
+  const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {3, kVp}), view(logits, {3, kVp}),
+                                                              view(targets, {3}), kV);
+  EXPECT_EQ(r.counted, 2);
+  EXPECT_EQ(r.correct, 1);
+}
+
+TEST(CrossEntropy, AllIgnoredGivesZeroLossAndGradient) {
+  std::vector<float> logits = random_floats(2 * kVp, 3), d(2 * kVp, 5.0f);
+  std::vector<int32_t> targets = {kIgnoreIndex, kIgnoreIndex};
+  const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {2, kVp}), view(logits, {2, kVp}),
+                                                              view(targets, {2}), kV);
+  EXPECT_EQ(r.loss, 0.0f);
+  EXPECT_EQ(r.counted, 0);
+  EXPECT_EQ(d, std::vector<float>(2 * kVp, 0.0f));
+}
+
+TEST(CrossEntropy, GradientInPlaceOverLogitsMatchesSeparate) {
+  std::vector<float> logits = random_floats(kN * kVp, 4, -3.0f, 3.0f), separate(kN * kVp);
+  std::vector<int32_t> targets = {1, 2, kIgnoreIndex, 0, 6, 5};
+  const CrossEntropyResult a = *crossentropy_forward_backward(view(separate, {kN, kVp}), view(logits, {kN, kVp}),
+                                                              view(targets, {kN}), kV);
+  const CrossEntropyResult b = *crossentropy_forward_backward(view(logits, {kN, kVp}), view(logits, {kN, kVp}),
+                                                              view(targets, {kN}), kV);
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(logits, separate);
+}
+
+TEST(CrossEntropy, LargeLogitsStayFinite) {
+  std::vector<float> logits = random_floats(kN * kVp, 5, -3.0f, 3.0f), d(kN * kVp);
+  for (float& x : logits) x *= 1e4f;  // exp would overflow without subtracting the row max
+  std::vector<int32_t> targets = {0, 1, 2, 3, 4, 5};
+  const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {kN, kVp}), view(logits, {kN, kVp}),
+                                                              view(targets, {kN}), kV);
+  EXPECT_TRUE(std::isfinite(r.loss));
+  EXPECT_NEAR(r.loss, reference_loss(testing::to_double(logits), targets), 1e4 * kTol);
+  for (float g : d) EXPECT_TRUE(std::isfinite(g));
+}
+
+TEST(CrossEntropy, TargetInPaddingIsInvalidArgument) {
+  std::vector<float> logits(kVp), d(kVp);
+  std::vector<int32_t> targets = {kV};  // a padded column, not a real token
+  EXPECT_EQ(crossentropy_forward_backward(view(d, {1, kVp}), view(logits, {1, kVp}), view(targets, {1}), kV)
+                .status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace zero::kernels
