@@ -1,0 +1,229 @@
+// Hugging Face GPT-2 weights IO: round trip through the tiny fixture, layouts, and errors that name the tensor.
+#include "models/gpt2_weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/safetensors.h"
+#include "runtime/status.h"
+
+namespace zero {
+namespace {
+
+const std::string kFixture = ZERO_FIXTURES_DIR "/gpt2_tiny.safetensors";
+
+Gpt2Config tiny() { return *Gpt2Config::preset("tiny"); }
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/gpt2_weights_test_" + name; }
+
+// Every parameter of the tiny config in zero's layout, NaN until filled.
+struct Params {
+  std::vector<std::pair<Gpt2UnitParams, std::vector<std::vector<float>>>> units;
+
+  explicit Params(const Gpt2Config& config) {
+    for (Gpt2UnitParams& unit : gpt2_unit_params(config)) {
+      std::vector<std::vector<float>> values;
+      for (const ParamSpec& spec : unit.params) {
+        values.emplace_back(shape_numel(spec.shape), std::numeric_limits<float>::quiet_NaN());
+      }
+      units.emplace_back(std::move(unit), std::move(values));
+    }
+  }
+  absl::Status for_each(const std::function<absl::Status(const std::string&, const std::string&, const Tensor&)>& f) {
+    for (auto& [unit, values] : units) {
+      for (size_t i = 0; i < unit.params.size(); ++i) {
+        ZERO_RETURN_IF_ERROR(f(unit.unit, unit.params[i].name, Tensor(values[i].data(), DType::kF32, unit.params[i].shape)));
+      }
+    }
+    return absl::OkStatus();
+  }
+  Tensor get(const std::string& unit, const std::string& param) {
+    Tensor out;
+    (void)for_each([&](const std::string& u, const std::string& p, const Tensor& t) {
+      if (u == unit && p == param) out = t;
+      return absl::OkStatus();
+    });
+    return out;
+  }
+};
+
+Params load_fixture() {
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kFixture, tiny());
+  EXPECT_TRUE(reader.ok()) << reader.status();
+  Params params(tiny());
+  absl::Status s = params.for_each(
+      [&](const std::string& unit, const std::string& param, const Tensor& dst) { return reader->fill(unit, param, dst); });
+  EXPECT_TRUE(s.ok()) << s;
+  return params;
+}
+
+// The fixture's tensors with `edit` applied to the list, written to a temporary file.
+std::string edited_fixture(const std::string& name,
+                           const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(kFixture);
+  EXPECT_TRUE(file.ok()) << file.status();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const SafetensorsEntry& e : file->entries()) tensors.emplace_back(e.name, *file->get(e.name));
+  edit(tensors);
+  const std::string path = temp_path(name);
+  EXPECT_TRUE(write_safetensors(path, tensors).ok());
+  return path;
+}
+
+void expect_open_error_names(const std::string& path, const Gpt2Config& config, const std::string& tensor) {
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(path, config);
+  ASSERT_FALSE(reader.ok());
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kInvalidArgument) << reader.status();
+  EXPECT_NE(reader.status().message().find(tensor), absl::string_view::npos) << reader.status();
+}
+
+TEST(Gpt2Weights, LoadTransposesConv1DWeightsToOutIn) {
+  Params params = load_fixture();
+  SafetensorsFile file = *SafetensorsFile::read(kFixture);
+  Tensor file_w = *file.get("h.1.mlp.c_fc.weight");  // (C, 4C)
+  Tensor w = params.get("h.1", "mlp.c_fc.weight");    // (4C, C)
+  ASSERT_EQ(file_w.shape(), (Shape{32, 128}));
+  ASSERT_EQ(w.shape(), (Shape{128, 32}));
+  for (int64_t o = 0; o < 128; ++o) {
+    for (int64_t i = 0; i < 32; ++i) ASSERT_EQ(w.data_as<float>()[o * 32 + i], file_w.data_as<float>()[i * 128 + o]);
+  }
+}
+
+TEST(Gpt2Weights, LoadZeroesPaddedVocabRows) {
+  Params params = load_fixture();
+  Tensor wte = params.get("embedding", "wte.weight");  // (128, 32), 100 real rows
+  SafetensorsFile file = *SafetensorsFile::read(kFixture);
+  Tensor file_wte = *file.get("wte.weight");
+  ASSERT_EQ(file_wte.shape(), (Shape{100, 32}));
+  for (int64_t i = 0; i < 100 * 32; ++i) ASSERT_EQ(wte.data_as<float>()[i], file_wte.data_as<float>()[i]);
+  for (int64_t i = 100 * 32; i < 128 * 32; ++i) ASSERT_EQ(wte.data_as<float>()[i], 0.0f) << i;
+}
+
+// Load then save gives the fixture back bit for bit, tensor by tensor: transposes undone, padding dropped.
+TEST(Gpt2Weights, SaveOfLoadedWeightsReproducesFile) {
+  Params params = load_fixture();
+  Gpt2HfWriter writer(tiny());
+  ASSERT_TRUE(params.for_each([&](const std::string& u, const std::string& p, const Tensor& v) { return writer.add(u, p, v); }).ok());
+  const std::string path = temp_path("roundtrip.safetensors");
+  ASSERT_TRUE(writer.write(path).ok());
+
+  SafetensorsFile want = *SafetensorsFile::read(kFixture);
+  SafetensorsFile got = *SafetensorsFile::read(path);
+  ASSERT_EQ(got.entries().size(), want.entries().size());
+  for (const SafetensorsEntry& e : want.entries()) {
+    absl::StatusOr<Tensor> g = got.get(e.name, e.dtype, e.shape);
+    ASSERT_TRUE(g.ok()) << g.status();
+    Tensor w = *want.get(e.name);
+    EXPECT_EQ(std::memcmp(g->data(), w.data(), w.nbytes()), 0) << e.name;
+  }
+  EXPECT_EQ(got.metadata().at("format"), "pt");
+}
+
+TEST(Gpt2Weights, MissingTensorIsNamed) {
+  std::string path = edited_fixture("missing.safetensors", [](auto& tensors) {
+    std::erase_if(tensors, [](const auto& t) { return t.first == "h.1.attn.c_proj.bias"; });
+  });
+  expect_open_error_names(path, tiny(), "h.1.attn.c_proj.bias");
+}
+
+TEST(Gpt2Weights, WrongShapeIsNamed) {
+  std::vector<float> bigger(33, 1.0f);
+  std::string path = edited_fixture("shape.safetensors", [&](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "ln_f.weight") t = Tensor(bigger.data(), DType::kF32, {33});
+    }
+  });
+  expect_open_error_names(path, tiny(), "ln_f.weight");
+}
+
+// A file saved as (out, in) instead of Conv1D's (in, out) has the wrong shape for a non-square weight.
+TEST(Gpt2Weights, UntransposedConv1DWeightIsNamed) {
+  std::vector<float> out_in(96 * 32, 0.0f);
+  std::string path = edited_fixture("untransposed.safetensors", [&](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "h.0.attn.c_attn.weight") t = Tensor(out_in.data(), DType::kF32, {96, 32});
+    }
+  });
+  expect_open_error_names(path, tiny(), "h.0.attn.c_attn.weight");
+}
+
+TEST(Gpt2Weights, WrongDtypeIsNamed) {
+  std::vector<int32_t> ints(32, 1);
+  std::string path = edited_fixture("dtype.safetensors", [&](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "h.0.ln_2.bias") t = Tensor(ints.data(), DType::kI32, {32});
+    }
+  });
+  expect_open_error_names(path, tiny(), "h.0.ln_2.bias");
+}
+
+// The fixture's last tensor in data order is ln_f.bias; cutting the file short leaves it incomplete.
+TEST(Gpt2Weights, TruncatedFileNamesTheCutTensor) {
+  std::ifstream in(kFixture, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string path = temp_path("truncated.safetensors");
+  std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() - 8);
+  expect_open_error_names(path, tiny(), "ln_f.bias");
+}
+
+// A 2-layer file opened with a 1-layer config: h.1's tensors are not the config's.
+TEST(Gpt2Weights, TensorsOfALargerModelAreNamed) {
+  Gpt2Config one_layer = tiny();
+  one_layer.num_layers = 1;
+  expect_open_error_names(kFixture, one_layer, "h.1.");
+}
+
+TEST(Gpt2Weights, VocabMismatchIsNamed) {
+  Gpt2Config bigger_vocab = Gpt2Config::make(16, 120, 2, 2, 32);
+  expect_open_error_names(kFixture, bigger_vocab, "wte.weight");
+}
+
+// Hugging Face files carry causal-mask buffers (h.{i}.attn.bias); they are not parameters.
+TEST(Gpt2Weights, AttentionMaskBuffersAreSkipped) {
+  std::vector<float> mask(16 * 16, 1.0f);
+  std::string path = edited_fixture("mask.safetensors", [&](auto& tensors) {
+    tensors.emplace_back("h.0.attn.bias", Tensor(mask.data(), DType::kF32, {1, 1, 16, 16}));
+  });
+  EXPECT_TRUE(Gpt2HfReader::open(path, tiny()).ok());
+}
+
+TEST(Gpt2Weights, FillRejectsUnknownParameter) {
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kFixture, tiny());
+  ASSERT_TRUE(reader.ok());
+  std::vector<float> v(32);
+  absl::Status s = reader->fill("h.0", "ln_3.weight", Tensor(v.data(), DType::kF32, {32}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ln_3.weight"), absl::string_view::npos) << s;
+}
+
+TEST(Gpt2Weights, FillRejectsDestinationOfWrongShape) {
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kFixture, tiny());
+  ASSERT_TRUE(reader.ok());
+  std::vector<float> v(100 * 32);
+  absl::Status s = reader->fill("embedding", "wte.weight", Tensor(v.data(), DType::kF32, {100, 32}));  // needs Vp rows
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("wte.weight"), absl::string_view::npos) << s;
+}
+
+TEST(Gpt2Weights, WriteNamesParameterNeverAdded) {
+  Params params = load_fixture();
+  Gpt2HfWriter writer(tiny());
+  ASSERT_TRUE(params.for_each([&](const std::string& u, const std::string& p, const Tensor& v) {
+    return p == "ln_2.weight" && u == "h.1" ? absl::OkStatus() : writer.add(u, p, v);
+  }).ok());
+  absl::Status s = writer.write(temp_path("incomplete.safetensors"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("ln_2.weight"), absl::string_view::npos) << s;
+  EXPECT_FALSE(std::filesystem::exists(temp_path("incomplete.safetensors")));
+}
+
+}  // namespace
+}  // namespace zero
