@@ -12,8 +12,8 @@ namespace {
 
 // Tile sides: large enough that packing a tile's panels costs little beside its 2·K·kTileM·kTileN flops,
 // small enough that GPT-2-sized outputs give every thread several tiles.
-constexpr int64_t kTileM = 128;
-constexpr int64_t kTileN = 256;
+constexpr int64_t kTileM = 256;
+constexpr int64_t kTileN = 512;
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
 //   can make. CPU tensors run here; CUDA tensors return Unimplemented until the CUDA versions land
 //   (kernels/cuda/, same signatures, dispatched on Tensor::device()).
+// - An optional argument is passed as Tensor() (null data).
 // - Backward ADDS (+=) into parameter gradients (dweight, dbias, dwte, ...), so micro-batches accumulate
 //   and tied users sum, and WRITES (=) input gradients (dinp), unless a function says otherwise.
 // - Results do not depend on the number of threads: work is split in fixed blocks and every reduction
@@ -38,9 +39,9 @@ int kernel_threads();
 // (Tensor()) for no bias.
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
 
-// dinp (N, C) = dout (N, OC) · weight (OC, C)           (written; undefined: not computed)
+// dinp (N, C) = dout (N, OC) · weight (OC, C)           (written; Tensor(): not computed)
 // dweight (OC, C) += dout^T · inp (N, C)
-// dbias (OC) += sum over N of dout                      (undefined: no bias)
+// dbias (OC) += sum over N of dout                      (Tensor(): no bias)
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight);
 
@@ -66,7 +67,8 @@ inline constexpr float kLayerNormEps = 1e-5f;
 // variance, as nn.LayerNorm). Saves mean (N) and rstd (N) = 1/sqrt(var + eps) for backward.
 absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                const Tensor& weight, const Tensor& bias);
-// dinp (N, C) written; dweight (C) += sum_n dout * xhat; dbias (C) += sum_n dout.
+// dinp (N, C) written (must not alias dout or inp); dweight (C) += sum_n dout * xhat; dbias (C) += sum_n dout.
+// mean and rstd may have any shape of N elements, e.g. (B, T).
 absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                 const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
 
@@ -122,7 +124,7 @@ struct StochasticRounding {
 // if `stochastic` is given), bf16/fp16 -> fp32 (exact), or a copy between equal dtypes.
 absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding* stochastic = nullptr);
 
-// sum x^2 over an fp32 buffer, accumulated in fp64 in fixed 4096-element blocks (8 interleaved partial
+// sum x^2 over an fp32 buffer (any shape), accumulated in fp64 in fixed 4096-element blocks (8 interleaved partial
 // sums each) whose results are added in order: the same bits under any thread count.
 absl::StatusOr<double> squared_norm(const Tensor& x);
 

@@ -74,7 +74,7 @@ TEST(Matmul, ForwardWithoutBias) {
 }
 
 TEST(Matmul, ForwardAcrossManyTilesMatchesReference) {
-  Problem p(300, 40, 520, 6);  // 3 x 3 tiles of 128 x 256, ragged at both edges
+  Problem p(300, 40, 520, 6);  // 2 x 2 tiles of 256 x 512, ragged at both edges
   const Grads g = run(p);
   testing::expect_near_all(g.out, reference_matmul(testing::to_double(p.inp), testing::to_double(p.w),
                                                    testing::to_double(p.b), p.n, p.c, p.oc),
