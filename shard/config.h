@@ -6,8 +6,20 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/dtype.h"
 
 namespace zero {
+
+// fp16 dynamic loss scaling, with DeepSpeed's keys and defaults: the loss gradient is multiplied by the
+// scale; a step whose gradients overflow on any rank is skipped on every rank and the scale halved
+// (after `hysteresis` overflows in a row); after `window` good steps in a row it doubles.
+struct LossScaling {
+  double initial_scale = 65536.0;  // 2^initial_scale_power
+  int window = 1000;               // loss_scale_window
+  int hysteresis = 2;
+  double min_scale = 1.0;          // min_loss_scale
+  double static_scale = 0.0;       // loss_scale: 0 = dynamic, otherwise a fixed scale
+};
 
 struct ZeroConfig {
   int stage = 0;  // 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters partitioned
@@ -23,6 +35,11 @@ struct ZeroConfig {
   // fewer elements than the threshold stay gathered (DeepSpeed's stage3_param_persistence_threshold).
   int max_live_units = 2;
   int64_t persistence_threshold = 100000;
+
+  // Parameters and gradients in this dtype (fp32, bf16 or fp16); with bf16/fp16 the optimizer updates
+  // fp32 master weights held, like its state, only for the rank's slice (stage 0: whole).
+  DType precision = DType::kF32;
+  LossScaling loss_scaling;  // fp16 only
 
   int accumulation_steps = 1;   // micro-batches per optimizer step; every stage reduces each micro-batch
   double gradient_clipping = 0; // max global L2 norm of the gradients; 0 turns clipping off

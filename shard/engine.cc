@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "optim/square_sum.h"
 #include "runtime/status.h"
+#include "kernels/kernels.h"
 #include "shard/init.h"
 
 namespace zero {
@@ -14,12 +15,25 @@ namespace {
 
 float* floats(const Buffer& b) { return static_cast<float*>(b.data()); }
 
-void add_into(float* dst, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+// dst[i] += src[i] in fp32, rounded once to the dtype; the fp32 case is the plain add.
+void add_into(void* dst, const void* src, int64_t n, DType dtype) {
+  if (dtype == DType::kF32) {
+    float* d = static_cast<float*>(dst);
+    const float* s = static_cast<const float*>(src);
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) store_from_float(dst, dtype, i, load_as_float(dst, dtype, i) + load_as_float(src, dtype, i));
 }
 
-void scale(float* x, int64_t n, float divisor) {
-  for (int64_t i = 0; i < n; ++i) x[i] /= divisor;
+// x[i] /= divisor in fp32, rounded once to the dtype.
+void divide(void* x, int64_t n, DType dtype, float divisor) {
+  if (dtype == DType::kF32) {
+    float* f = static_cast<float*>(x);
+    for (int64_t i = 0; i < n; ++i) f[i] /= divisor;
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) store_from_float(x, dtype, i, load_as_float(x, dtype, i) / divisor);
 }
 
 uint64_t param_key(int unit, int param) { return (static_cast<uint64_t>(unit) << 32) | static_cast<uint64_t>(param); }
@@ -37,11 +51,24 @@ absl::Status ZeroConfig::validate() const {
   if (persistence_threshold < 0) return bad("persistence_threshold", persistence_threshold, "must be >= 0");
   if (accumulation_steps < 1) return bad("accumulation_steps", accumulation_steps, "must be >= 1");
   if (gradient_clipping < 0) return bad("gradient_clipping", gradient_clipping, "must be >= 0 (0 = off)");
+  if (!is_floating(precision)) return bad("precision", dtype_name(precision), "use fp32, bf16 or fp16");
+  if (loss_scaling.initial_scale <= 0 || loss_scaling.min_scale <= 0 || loss_scaling.static_scale < 0 ||
+      loss_scaling.window < 1 || loss_scaling.hysteresis < 1) {
+    return absl::InvalidArgumentError(
+        "fp16.loss_scale, initial_scale_power, min_loss_scale, loss_scale_window and hysteresis must be positive "
+        "(loss_scale 0 means dynamic)");
+  }
   return absl::OkStatus();
 }
 
 Engine::Engine(Model& model, Communicator& comm, Allocator& allocator, ZeroConfig config)
-    : model_(model), comm_(comm), allocator_(allocator), config_(std::move(config)) {}
+    : model_(model), comm_(comm), allocator_(allocator), config_(std::move(config)), dtype_(config_.precision) {
+  if (dtype_ == DType::kF16) {
+    const LossScaling& ls = config_.loss_scaling;
+    loss_scale_ = ls.static_scale > 0 ? ls.static_scale : ls.initial_scale;
+    hysteresis_left_ = ls.hysteresis;
+  }
+}
 
 Engine::~Engine() {
   // Never leave a collective writing into memory we are about to free.
@@ -84,12 +111,16 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
       units_[i].needs.push_back(static_cast<int>(owner - units_.begin()));
     }
   }
+  const int64_t bytes = static_cast<int64_t>(dtype_size(dtype_));
   for (UnitState& u : units_) {
     const int64_t held = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
-    ZERO_ASSIGN_OR_RETURN(u.params, allocator_.allocate(held * 4, MemoryCategory::kParams));
+    ZERO_ASSIGN_OR_RETURN(u.params, allocator_.allocate(held * bytes, MemoryCategory::kParams));
     const int64_t grads = config_.stage >= 2 ? u.layout.shard_numel : u.layout.padded_numel;
-    ZERO_ASSIGN_OR_RETURN(u.grads, allocator_.allocate(grads * 4, MemoryCategory::kGrads));
-    std::memset(u.grads.data(), 0, grads * 4);
+    ZERO_ASSIGN_OR_RETURN(u.grads, allocator_.allocate(grads * bytes, MemoryCategory::kGrads));
+    std::memset(u.grads.data(), 0, grads * bytes);
+    if (dtype_ != DType::kF32) {
+      ZERO_ASSIGN_OR_RETURN(u.master, allocator_.allocate(own_range(u).second * 4, MemoryCategory::kMasterWeights));
+    }
     std::vector<FlatParam> params = u.layout.params;
     std::vector<ParamGroup> groups = assign_decay_groups(params, config_.weight_decay, config_.no_decay_patterns);
     ZERO_ASSIGN_OR_RETURN(ShardLayout layout,
@@ -103,13 +134,32 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   return reserve_transient();
 }
 
+std::pair<int64_t, int64_t> Engine::own_range(const UnitState& u) const {
+  if (config_.stage == 0) return {0, u.layout.numel};
+  return {u.layout.shard_begin(comm_.rank()), u.layout.shard_numel};
+}
+
+absl::Status Engine::assign_params(UnitState& u, const float* values, int64_t first) {
+  // values[k] is flat element first + k, covering at least what this rank holds.
+  const int64_t held_begin = u.sharded ? u.layout.shard_begin(comm_.rank()) : 0;
+  const int64_t held_numel = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
+  const Tensor source(const_cast<float*>(values) + (held_begin - first), DType::kF32, {held_numel});
+  ZERO_RETURN_IF_ERROR(kernels::cast(u.params.tensor(dtype_, {held_numel}), source));
+  if (u.master.data() != nullptr) {
+    const auto [begin, count] = own_range(u);
+    std::memcpy(u.master.data(), values + (begin - first), count * 4);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Engine::initialize_params() {
   const int rank = comm_.rank();
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
     const int64_t held_begin = u.sharded ? u.layout.shard_begin(rank) : 0;
     const int64_t held_numel = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
-    float* held = floats(u.params);
+    ZERO_ASSIGN_OR_RETURN(Buffer values, allocator_.allocate(held_numel * 4, MemoryCategory::kWorkspace));
+    float* held = floats(values);
     std::memset(held, 0, held_numel * 4);  // padding stays zero
     const std::vector<ParamSpec> specs = u.unit->param_specs();
     for (size_t p = 0; p < specs.size(); ++p) {
@@ -120,6 +170,7 @@ absl::Status Engine::initialize_params() {
       init_values(specs[p].init, config_.seed, param_key(static_cast<int>(i), static_cast<int>(p)), begin - fp.offset,
                   end - fp.offset, held + (begin - held_begin));
     }
+    ZERO_RETURN_IF_ERROR(assign_params(u, held, held_begin));
   }
   return absl::OkStatus();
 }
@@ -161,7 +212,8 @@ absl::Status Engine::reserve_transient() {
   std::sort(gathered.rbegin(), gathered.rend());
   int64_t live = 0;
   for (size_t i = 0; i < gathered.size() && static_cast<int>(i) < config_.max_live_units; ++i) live += gathered[i];
-  absl::StatusOr<Buffer> probe = allocator_.allocate((largest_bucket + live) * 4, MemoryCategory::kCommBuffers);
+  absl::StatusOr<Buffer> probe = allocator_.allocate((largest_bucket + live) * static_cast<int64_t>(dtype_size(dtype_)),
+                                                     MemoryCategory::kCommBuffers);
   if (!probe.ok()) {
     return absl::Status(probe.status().code(),
                         absl::StrCat(probe.status().message(), " (reserving the engine's largest gradient bucket and ",
@@ -174,7 +226,7 @@ absl::Status Engine::reserve_transient() {
 Tensor Engine::full_params(int i) const {
   const UnitState& u = units_[i];
   const Buffer& b = u.sharded ? u.gathered : u.params;
-  return b.tensor(DType::kF32, {u.layout.padded_numel});
+  return b.tensor(dtype_, {u.layout.padded_numel});
 }
 
 ParamViews Engine::param_views(int i) const {
@@ -194,10 +246,11 @@ absl::StatusOr<Tensor> Engine::staging_of(int i) {
   UnitState& u = units_[i];
   Bucket& b = buckets_[u.bucket];
   if (b.staging.data() == nullptr && b.numel > 0) {
-    ZERO_ASSIGN_OR_RETURN(b.staging, allocator_.allocate(b.numel * 4, MemoryCategory::kCommBuffers));
-    std::memset(b.staging.data(), 0, b.numel * 4);
+    const int64_t bytes = b.numel * static_cast<int64_t>(dtype_size(dtype_));
+    ZERO_ASSIGN_OR_RETURN(b.staging, allocator_.allocate(bytes, MemoryCategory::kCommBuffers));
+    std::memset(b.staging.data(), 0, bytes);
   }
-  return b.staging.tensor(DType::kF32, {b.numel}).slice(u.bucket_offset, u.bucket_offset + u.layout.padded_numel);
+  return b.staging.tensor(dtype_, {b.numel}).slice(u.bucket_offset, u.bucket_offset + u.layout.padded_numel);
 }
 
 absl::StatusOr<ParamViews> Engine::grad_views(int i) {
@@ -233,9 +286,10 @@ int Engine::live_gathers() const {
 
 absl::Status Engine::start_gather(int i) {
   UnitState& u = units_[i];
-  ZERO_ASSIGN_OR_RETURN(u.gathered, allocator_.allocate(u.layout.padded_numel * 4, MemoryCategory::kCommBuffers));
-  const Tensor shard = u.params.tensor(DType::kF32, {u.layout.shard_numel});
-  const Tensor full = u.gathered.tensor(DType::kF32, {u.layout.padded_numel});
+  ZERO_ASSIGN_OR_RETURN(u.gathered, allocator_.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(dtype_)),
+                                                        MemoryCategory::kCommBuffers));
+  const Tensor shard = u.params.tensor(dtype_, {u.layout.shard_numel});
+  const Tensor full = u.gathered.tensor(dtype_, {u.layout.padded_numel});
   u.gather = counted(&CommVolume::param_gather, [&] { return comm_.allgather(shard, full); });
   return absl::OkStatus();
 }
@@ -312,8 +366,8 @@ absl::Status Engine::grads_ready(int i) {
 absl::Status Engine::launch_reduction(Bucket& b) {
   if (b.numel == 0) return absl::OkStatus();
   const int n = comm_.world_size();
-  scale(floats(b.staging), b.numel, static_cast<float>(n * config_.accumulation_steps));
-  const Tensor all = b.staging.tensor(DType::kF32, {b.numel});
+  divide(b.staging.data(), b.numel, dtype_, static_cast<float>(n * config_.accumulation_steps));
+  const Tensor all = b.staging.tensor(dtype_, {b.numel});
   if (config_.stage == 0) {
     b.reduction = counted(&CommVolume::grad_reduce, [&] { return comm_.allreduce(all, ReduceOp::kSum); });
     return absl::OkStatus();
@@ -333,14 +387,17 @@ absl::Status Engine::finish_reduction(Bucket& b) {
   b.reduction.reset();
   ZERO_RETURN_IF_ERROR(s);
   const int rank = comm_.rank();
+  const Tensor staging = b.staging.tensor(dtype_, {b.numel});
   for (int i : b.units) {
     UnitState& u = units_[i];
-    const float* reduced = floats(b.staging) + u.bucket_offset;
+    const Tensor reduced = staging.slice(u.bucket_offset, u.bucket_offset + u.layout.padded_numel);
     const int64_t begin = u.layout.shard_begin(rank);
+    const int64_t s = u.layout.shard_numel;
+    const Tensor grads = u.grads.tensor(dtype_, {config_.stage >= 2 ? s : u.layout.padded_numel});
     switch (config_.stage) {
-      case 0: add_into(floats(u.grads), reduced, u.layout.padded_numel); break;
-      case 1: add_into(floats(u.grads) + begin, reduced + begin, u.layout.shard_numel); break;
-      default: add_into(floats(u.grads), reduced + begin, u.layout.shard_numel); break;
+      case 0: add_into(grads.data(), reduced.data(), u.layout.padded_numel, dtype_); break;
+      case 1: add_into(grads.slice(begin, begin + s).data(), reduced.slice(begin, begin + s).data(), s, dtype_); break;
+      default: add_into(grads.data(), reduced.slice(begin, begin + s).data(), s, dtype_); break;
     }
   }
   b.staging.reset();
@@ -354,7 +411,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
     this_step_order_.clear();
     order_matches_ = !recorded_order_.empty();
   }
-  UnitContext ctx{.allocator = allocator_, .batch = batch};
+  UnitContext ctx{.allocator = allocator_, .batch = batch, .loss_scale = static_cast<float>(loss_scale_)};
   Tensor x;
   for (size_t i = 0; i < units_.size(); ++i) {
     ZERO_RETURN_IF_ERROR(acquire(static_cast<int>(i)));
@@ -377,18 +434,29 @@ absl::Status Engine::forward_backward(const Batch& batch) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Engine::clip_gradients() {
-  // The exact global sum of squares (optim/square_sum.h), over the gradient elements this rank updates,
-  // so the norm and the clip factor are the same bits for every stage and world size.
-  const int rank = comm_.rank();
+Tensor Engine::grad_slice(const UnitState& u) const {
+  if (config_.stage >= 2) return u.grads.tensor(dtype_, {u.layout.shard_numel});
+  const int64_t begin = u.layout.shard_begin(comm_.rank());
+  return u.grads.tensor(dtype_, {u.layout.padded_numel}).slice(begin, begin + u.layout.shard_numel);
+}
+
+Tensor Engine::own_grads(const UnitState& u) const {
+  if (config_.stage == 0) return u.grads.tensor(dtype_, {u.layout.padded_numel}).slice(0, u.layout.numel);
+  return grad_slice(u);
+}
+
+absl::StatusOr<double> Engine::global_grad_norm() {
+  // The exact global sum of squares (optim/square_sum.h) of the unscaled gradients, each rank summing
+  // its slice (stage 0 too, so no element counts twice), combined with one int32 allreduce: the same bits for every stage and world size. A NaN or infinity
+  // anywhere makes it non-finite on every rank, which is how fp16 overflow is agreed.
+  const float unscale = static_cast<float>(loss_scale_);
   SquareSum sum;
   for (const UnitState& u : units_) {
-    const float* g = floats(u.grads);
-    const int64_t begin = config_.stage == 1 || config_.stage == 0 ? u.layout.shard_begin(rank) : 0;
-    for (int64_t c = 0; c < u.layout.shard_numel; c += SquareBins::kMaxBinnedValues) {
+    const Tensor g = grad_slice(u);
+    for (int64_t c = 0; c < g.numel(); c += SquareBins::kMaxBinnedValues) {
       SquareBins bins;
-      const int64_t end = std::min(u.layout.shard_numel, c + SquareBins::kMaxBinnedValues);
-      for (int64_t k = c; k < end; ++k) bins.add(g[begin + k]);
+      const int64_t end = std::min(g.numel(), c + SquareBins::kMaxBinnedValues);
+      for (int64_t k = c; k < end; ++k) bins.add(load_as_float(g.data(), dtype_, k) / unscale);
       sum.add(bins);
     }
   }
@@ -398,41 +466,64 @@ absl::StatusOr<double> Engine::clip_gradients() {
                          return comm_.allreduce(Tensor(wire.data(), DType::kI32, {SquareSum::kWireInts}),
                                                 ReduceOp::kSum);
                        }).wait());
-  const double norm = std::sqrt(SquareSum::from_wire(wire.data()).value());
-  const double coefficient = config_.gradient_clipping / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_
-  if (coefficient < 1.0) {
-    const float c = static_cast<float>(coefficient);
-    for (UnitState& u : units_) {
-      const int64_t n = config_.stage >= 2 ? u.layout.shard_numel : u.layout.padded_numel;
-      float* g = floats(u.grads);
-      for (int64_t k = 0; k < n; ++k) g[k] *= c;
-    }
-  }
-  return norm;
+  return std::sqrt(SquareSum::from_wire(wire.data()).value());
 }
 
-absl::Status Engine::update(float lr) {
-  const int rank = comm_.rank();
+absl::Status Engine::update(float lr, double clip_coefficient) {
+  // fp32 gradients for the optimizer: in place for fp32, else one unit at a time in workspace,
+  // unscaled and clipped in the same order of operations on every stage.
+  const float unscale = static_cast<float>(loss_scale_);
+  const float clip = static_cast<float>(clip_coefficient);
   for (UnitState& u : units_) {
-    const int64_t begin = u.layout.shard_begin(rank);
-    const int64_t s = u.layout.shard_numel;
-    Tensor params = u.params.tensor(DType::kF32, {u.sharded ? s : u.layout.padded_numel});
-    Tensor grads = u.grads.tensor(DType::kF32, {config_.stage >= 2 ? s : u.layout.padded_numel});
-    if (config_.stage == 0) {
-      ZERO_RETURN_IF_ERROR(u.optimizer->step(params.slice(0, u.layout.numel), grads.slice(0, u.layout.numel),
-                                             step_count_, lr, nullptr));
-    } else {
-      Tensor own_params = u.sharded ? params : params.slice(begin, begin + s);
-      Tensor own_grads = config_.stage >= 2 ? grads : grads.slice(begin, begin + s);
-      ZERO_RETURN_IF_ERROR(u.optimizer->step(own_params, own_grads, step_count_, lr, &comm_));
-      if (!u.sharded) {
-        ZERO_RETURN_IF_ERROR(
-            counted(&CommVolume::param_gather, [&] { return comm_.allgather(own_params, params); }).wait());
-      }
+    const auto [begin, count] = own_range(u);
+    const Tensor grads = own_grads(u);
+    Buffer grads32_buffer;
+    Tensor grads32 = grads;
+    if (dtype_ != DType::kF32) {
+      ZERO_ASSIGN_OR_RETURN(grads32_buffer, allocator_.allocate(count * 4, MemoryCategory::kWorkspace));
+      grads32 = grads32_buffer.tensor(DType::kF32, {count});
+      ZERO_RETURN_IF_ERROR(kernels::cast(grads32, grads));
     }
-    std::memset(u.grads.data(), 0, u.grads.nbytes());
+    float* g = grads32.data_as<float>();
+    if (unscale != 1.0f) {
+      for (int64_t k = 0; k < count; ++k) g[k] /= unscale;
+    }
+    if (clip < 1.0f) {
+      for (int64_t k = 0; k < count; ++k) g[k] *= clip;
+    }
+    const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
+    const Tensor own_params = u.sharded ? held : held.slice(begin, begin + count);
+    Communicator* comm = config_.stage == 0 ? nullptr : &comm_;
+    if (dtype_ == DType::kF32) {
+      ZERO_RETURN_IF_ERROR(u.optimizer->step(own_params, grads32, step_count_, lr, comm));
+    } else {
+      ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {count}), grads32, step_count_, lr, comm,
+                                             HalfCopy{.out = own_params}));
+    }
+    if (config_.stage > 0 && !u.sharded) {
+      ZERO_RETURN_IF_ERROR(
+          counted(&CommVolume::param_gather, [&] { return comm_.allgather(own_params, held); }).wait());
+    }
   }
   return absl::OkStatus();
+}
+
+void Engine::adjust_loss_scale(bool overflow) {
+  const LossScaling& ls = config_.loss_scaling;
+  if (dtype_ != DType::kF16 || ls.static_scale > 0) return;
+  if (overflow) {
+    good_steps_ = 0;
+    if (--hysteresis_left_ <= 0) {
+      loss_scale_ = std::max(ls.min_scale, loss_scale_ / 2);
+      hysteresis_left_ = ls.hysteresis;
+    }
+    return;
+  }
+  if (++good_steps_ >= ls.window) {
+    loss_scale_ *= 2;
+    good_steps_ = 0;
+    hysteresis_left_ = ls.hysteresis;
+  }
 }
 
 absl::StatusOr<StepResult> Engine::step(float lr) {
@@ -441,13 +532,22 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
                                                       " micro-batches; accumulation_steps is ",
                                                       config_.accumulation_steps));
   }
-  ++step_count_;
   ZERO_RETURN_IF_ERROR(release_all_gathers());  // prefetches the step did not use, after an order change
-  StepResult result;
-  if (config_.gradient_clipping > 0) {
-    ZERO_ASSIGN_OR_RETURN(result.grad_norm, clip_gradients());
+  StepResult result{.loss_scale = loss_scale_};
+  double clip_coefficient = 1.0;
+  if (config_.gradient_clipping > 0 || dtype_ == DType::kF16) {
+    ZERO_ASSIGN_OR_RETURN(result.grad_norm, global_grad_norm());
+    result.skipped = !std::isfinite(result.grad_norm);
+    if (config_.gradient_clipping > 0) {
+      clip_coefficient = config_.gradient_clipping / (result.grad_norm + 1e-6);  // torch clip_grad_norm_
+    }
   }
-  ZERO_RETURN_IF_ERROR(update(lr));
+  adjust_loss_scale(result.skipped);
+  if (!result.skipped) {
+    ++step_count_;
+    ZERO_RETURN_IF_ERROR(update(lr, clip_coefficient));
+  }
+  for (UnitState& u : units_) std::memset(u.grads.data(), 0, u.grads.nbytes());
   float metrics[3] = {static_cast<float>(loss_sum_), static_cast<float>(correct_), static_cast<float>(predictions_)};
   ZERO_RETURN_IF_ERROR(
       counted(&CommVolume::small, [&] { return comm_.allreduce(Tensor(metrics, DType::kF32, {3}), ReduceOp::kSum); })
@@ -492,7 +592,6 @@ absl::Status Engine::visit_full_params(
 
 absl::Status Engine::load_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, Tensor)>& fill) {
-  const int rank = comm_.rank();
   for (UnitState& u : units_) {
     ZERO_ASSIGN_OR_RETURN(Buffer full, allocator_.allocate(u.layout.padded_numel * 4, MemoryCategory::kWorkspace));
     std::memset(full.data(), 0, full.nbytes());
@@ -500,8 +599,7 @@ absl::Status Engine::load_params(
     for (size_t p = 0; p < u.layout.params.size(); ++p) {
       ZERO_RETURN_IF_ERROR(fill(u.name, u.layout.params[p].name, all.view(u.layout.params[p].offset, u.layout.shapes[p])));
     }
-    const int64_t begin = u.sharded ? u.layout.shard_begin(rank) : 0;
-    std::memcpy(u.params.data(), floats(full) + begin, u.params.nbytes());
+    ZERO_RETURN_IF_ERROR(assign_params(u, floats(full), 0));
   }
   return absl::OkStatus();
 }

@@ -1,11 +1,13 @@
 // The ZeRO engine: flat units, stage 0-3 partitioning, bucketed reduction, stage-3 gathers with prefetch.
 //
-// Per rank, for a model of Ψ parameters over N ranks (fp32 + Adam, bytes; see DESIGN.md):
-//   stage 0  params Ψ·4   grads Ψ·4    optimizer Ψ·8    allreduce grads during backward
-//   stage 1  params Ψ·4   grads Ψ·4    optimizer Ψ·8/N  reduce-scatter grads, update own slice, allgather params
-//   stage 2  params Ψ·4   grads Ψ·4/N  optimizer Ψ·8/N  as 1, grads held only as the owned slice
-//   stage 3  params Ψ·4/N grads Ψ·4/N  optimizer Ψ·8/N  allgather each unit before forward and backward
-// plus, in comm_buffers, the gradient buckets in flight and (stage 3) the gathered units alive.
+// Per rank, for a model of Ψ parameters over N ranks, with p = 4 (fp32) or 2 (bf16/fp16) bytes per
+// parameter and gradient, and m = 0 (fp32) or 4 (fp32 master weights) (see DESIGN.md):
+//   stage 0  params pΨ    grads pΨ    master+Adam (m+8)Ψ    allreduce grads during backward
+//   stage 1  params pΨ    grads pΨ    master+Adam (m+8)Ψ/N  reduce-scatter grads, update own slice, allgather
+//   stage 2  params pΨ    grads pΨ/N  master+Adam (m+8)Ψ/N  as 1, grads held only as the owned slice
+//   stage 3  params pΨ/N  grads pΨ/N  master+Adam (m+8)Ψ/N  allgather each unit before forward and backward
+// plus, in comm_buffers, the gradient buckets in flight and (stage 3) the gathered units alive, and in
+// workspace one unit's fp32 gradient slice during a mixed-precision update.
 //
 // Every stage reduces every micro-batch and adds the reduced gradient into what it holds, scaling
 // each rank's gradient by 1/(N·accumulation_steps) first; with the local backend's rank-order
@@ -38,7 +40,9 @@ struct StepResult {
   float loss = 0;           // mean over micro-batches and ranks
   int64_t correct = 0;      // summed over micro-batches and ranks
   int64_t predictions = 0;
-  double grad_norm = 0;     // global L2 norm before clipping (computed only when clipping is on)
+  double grad_norm = 0;     // global L2 norm before clipping (computed with clipping or fp16 only)
+  bool skipped = false;     // fp16: the gradients overflowed on some rank, so no rank updated
+  double loss_scale = 1;    // the scale this step's gradients carried
 };
 
 // Bytes this rank sent, by purpose.
@@ -89,7 +93,8 @@ class Engine {
     FlatLayout layout;
     bool sharded = false;  // stage 3 and not persistent: params held as the owned slice only
     std::vector<int> needs;  // units whose parameters it reads: itself, then owners of tied params
-    Buffer params;           // (padded) or, when sharded, (shard)
+    Buffer params;           // (padded) or, when sharded, (shard); in the engine's precision
+    Buffer master;           // bf16/fp16 only: fp32 of the elements this rank updates
     Buffer grads;            // stage 0/1 (padded), stage 2/3 (shard)
     Buffer gathered;         // sharded units while gathered: (padded), in comm_buffers
     std::optional<Work> gather;  // in flight
@@ -112,6 +117,9 @@ class Engine {
   void plan_buckets();
   absl::Status reserve_transient();
 
+  // The flat range [begin, begin + count) of a unit this rank updates: stage 0 all of it, else its slice.
+  std::pair<int64_t, int64_t> own_range(const UnitState& u) const;
+  absl::Status assign_params(UnitState& u, const float* values, int64_t first);
   Tensor full_params(int u) const;
   ParamViews param_views(int u) const;
   absl::StatusOr<ParamViews> grad_views(int u);
@@ -129,8 +137,12 @@ class Engine {
   absl::Status grads_ready(int u);
   absl::Status launch_reduction(Bucket& bucket);
   absl::Status finish_reduction(Bucket& bucket);
-  absl::StatusOr<double> clip_gradients();
-  absl::Status update(float lr);
+  // This rank's slice (S) of a unit's reduced gradient, and the part of it the optimizer updates.
+  Tensor grad_slice(const UnitState& u) const;
+  Tensor own_grads(const UnitState& u) const;
+  absl::StatusOr<double> global_grad_norm();
+  absl::Status update(float lr, double clip_coefficient);
+  void adjust_loss_scale(bool overflow);
 
   template <typename F>
   Work counted(int64_t CommVolume::*purpose, F&& issue);
@@ -147,6 +159,11 @@ class Engine {
   std::vector<int> recorded_order_;
   std::vector<int> this_step_order_;
   bool order_matches_ = false;
+
+  const DType dtype_;
+  double loss_scale_ = 1;
+  int good_steps_ = 0;
+  int hysteresis_left_ = 0;
 
   int micro_batches_done_ = 0;
   int64_t step_count_ = 0;

@@ -48,7 +48,8 @@ struct TiedParam {
   std::string param;       // the owner's ParamSpec name
 };
 
-// Views of one unit's parameters, or of their gradients, by name (tied parameters included).
+// Views of one unit's parameters, or of their gradients, by name (tied parameters included). Their
+// dtype is the engine's precision (fp32, bf16 or fp16); a unit computes in fp32 and rounds once.
 class ParamViews {
  public:
   void set(std::string name, Tensor view) { views_[std::move(name)] = view; }
@@ -72,6 +73,8 @@ struct UnitContext {
   Allocator& allocator;  // activations (kActivations) and scratch (kWorkspace), accounted per rank
   const Batch& batch;
   Device device = Device::cpu();
+  // The last unit multiplies the gradient of its loss by this (fp16 loss scaling; 1 otherwise).
+  float loss_scale = 1.0f;
   // Written by the last unit's forward: the mean loss over this rank's micro-batch, and how many of
   // its predictions were right out of how many (the task's accuracy metric).
   float loss = 0.0f;

@@ -18,6 +18,20 @@ absl::StatusOr<Buffer> floats(Allocator& alloc, int64_t n) {
   return b;
 }
 
+// Parameters arrive in the engine's precision; the toy computes in fp32 and rounds once when it adds
+// its gradient into the view.
+std::vector<float> values_of(const Tensor& t) {
+  std::vector<float> v(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = load_as_float(t.data(), t.dtype(), i);
+  return v;
+}
+
+void add_to(const Tensor& grad, const std::vector<float>& delta) {
+  for (int64_t i = 0; i < grad.numel(); ++i) {
+    store_from_float(grad.data(), grad.dtype(), i, load_as_float(grad.data(), grad.dtype(), i) + delta[i]);
+  }
+}
+
 // y = act(x W^T + b) with W (out, in); the first layer reads the batch.
 class Linear final : public Unit {
  public:
@@ -32,8 +46,8 @@ class Linear final : public Unit {
     const int64_t rows = x_.numel() / in_;
     ZERO_ASSIGN_OR_RETURN(y_, floats(ctx.allocator, rows * out_));
     const float* x = x_.data_as<float>();
-    const float* w = p.at("weight").data_as<float>();
-    const float* b = p.at("bias").data_as<float>();
+    const std::vector<float> w = values_of(p.at("weight"));
+    const std::vector<float> b = values_of(p.at("bias"));
     float* y = static_cast<float*>(y_.data());
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t o = 0; o < out_; ++o) {
@@ -51,9 +65,8 @@ class Linear final : public Unit {
     const float* x = x_.data_as<float>();
     const float* y = static_cast<const float*>(y_.data());
     const float* dy = dy_in.data_as<float>();
-    const float* w = p.at("weight").data_as<float>();
-    float* dw = g.at("weight").data_as<float>();
-    float* db = g.at("bias").data_as<float>();
+    const std::vector<float> w = values_of(p.at("weight"));
+    std::vector<float> dw(out_ * in_), db(out_);
     const bool first = x_.data() == ctx.batch.inputs.data();
     ZERO_ASSIGN_OR_RETURN(Buffer dx_buf, floats(ctx.allocator, first ? 0 : rows * in_));
     float* dx = static_cast<float*>(dx_buf.data());
@@ -67,6 +80,8 @@ class Linear final : public Unit {
         }
       }
     }
+    add_to(g.at("weight"), dw);
+    add_to(g.at("bias"), db);
     y_.reset();
     dx_ = std::move(dx_buf);
     return first ? Tensor() : dx_.tensor(DType::kF32, {rows, in_});
@@ -99,8 +114,8 @@ class Head final : public Unit {
     const int64_t rows = h_.numel() / hidden_;
     ZERO_ASSIGN_OR_RETURN(probs_, floats(ctx.allocator, rows * classes_));
     const float* h = h_.data_as<float>();
-    const float* w = p.at("weight").data_as<float>();
-    const float* b = p.at("bias").data_as<float>();
+    const std::vector<float> w = values_of(p.at("weight"));
+    const std::vector<float> b = values_of(p.at("bias"));
     const int32_t* targets = ctx.batch.targets.data_as<int32_t>();
     float* probs = static_cast<float*>(probs_.data());
     double loss = 0;
@@ -126,16 +141,16 @@ class Head final : public Unit {
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& p, const ParamViews& g, const Tensor&) override {
     const int64_t rows = h_.numel() / hidden_;
     const float* h = h_.data_as<float>();
-    const float* w = p.at("weight").data_as<float>();
-    float* dw = g.at("weight").data_as<float>();
-    float* db = g.at("bias").data_as<float>();
+    const std::vector<float> w = values_of(p.at("weight"));
+    std::vector<float> dw(hidden_ * classes_), db(classes_);
     const int32_t* targets = ctx.batch.targets.data_as<int32_t>();
     const float* probs = static_cast<const float*>(probs_.data());
     ZERO_ASSIGN_OR_RETURN(dh_, floats(ctx.allocator, rows * hidden_));
     float* dh = static_cast<float*>(dh_.data());
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < classes_; ++c) {
-        const float dlogit = (probs[r * classes_ + c] - (targets[r] == c ? 1.0f : 0.0f)) / static_cast<float>(rows);
+        const float dlogit =
+            ctx.loss_scale * (probs[r * classes_ + c] - (targets[r] == c ? 1.0f : 0.0f)) / static_cast<float>(rows);
         db[c] += dlogit;
         for (int64_t j = 0; j < hidden_; ++j) {
           dw[j * classes_ + c] += h[r * hidden_ + j] * dlogit;
@@ -143,6 +158,8 @@ class Head final : public Unit {
         }
       }
     }
+    add_to(g.at("weight"), dw);
+    add_to(g.at("bias"), db);
     probs_.reset();
     return dh_.tensor(DType::kF32, {rows, hidden_});
   }
