@@ -1,0 +1,60 @@
+// One rank's stream of micro-batches (B, T) over any SequenceDataset, dealt across ranks by DistributedSampler.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/data/dataset.h"
+#include "models/data/distributed_sampler.h"
+#include "runtime/allocator.h"
+#include "shard/module.h"
+
+namespace zero::data {
+
+// Rank r's epoch e is its DistributedSampler indices cut into consecutive micro-batches of B sequences;
+// a last partial micro-batch is dropped (as DataLoader's drop_last), so every rank has the same
+// batches_per_epoch() and issues the same number of collectives. After the last micro-batch of an epoch,
+// next() goes on with the next epoch, reshuffled. The position (epoch, batch) is all the state there is:
+// set_epoch(e, b) from a checkpoint resumes exactly where a run stopped.
+//
+// The token buffers are allocated once from the rank's allocator in the kActivations category: they are
+// the model's input and must live through backward (the embedding's backward reads the tokens), like the
+// activations saved for it.
+class DataLoader {
+ public:
+  // Fails when the sampler options are invalid, B < 1, or a rank would not get one full micro-batch.
+  static absl::StatusOr<DataLoader> create(std::shared_ptr<const SequenceDataset> dataset, int64_t batch_size,
+                                           const SamplerOptions& options, Allocator& allocator);
+
+  int64_t batch_size() const { return batch_size_; }  // B
+  int64_t seq_len() const { return dataset_->seq_len(); }  // T
+  int64_t batches_per_epoch() const { return sampler_.num_samples() / batch_size_; }
+  const SequenceDataset& dataset() const { return *dataset_; }
+  const DistributedSampler& sampler() const { return sampler_; }
+
+  // The next micro-batch: inputs and targets int32 (B, T). Valid until the next call of next().
+  const Batch& next();
+  // The position of the micro-batch next() returns next.
+  int64_t epoch() const { return epoch_; }
+  int64_t batch_in_epoch() const { return batch_; }
+  // Moves to micro-batch `batch` (0 <= batch < batches_per_epoch()) of epoch `epoch`.
+  void set_epoch(int64_t epoch, int64_t batch = 0);
+
+ private:
+  DataLoader(std::shared_ptr<const SequenceDataset> dataset, int64_t batch_size, DistributedSampler sampler,
+             Buffer inputs, Buffer targets);
+
+  std::shared_ptr<const SequenceDataset> dataset_;
+  int64_t batch_size_;
+  DistributedSampler sampler_;
+  Buffer inputs_buffer_;   // int32 (B, T)
+  Buffer targets_buffer_;  // int32 (B, T)
+  Batch batch_view_;
+  std::vector<int64_t> order_;  // this rank's indices in epoch_
+  int64_t epoch_ = 0;
+  int64_t batch_ = 0;
+};
+
+}  // namespace zero::data
