@@ -11,8 +11,9 @@
 namespace zero {
 
 // fp16 dynamic loss scaling, with DeepSpeed's keys and defaults: the loss gradient is multiplied by the
-// scale; a step whose gradients overflow on any rank is skipped on every rank and the scale halved
-// (after `hysteresis` overflows in a row); after `window` good steps in a row it doubles.
+// scale; a step whose gradients overflow on any rank is skipped on every rank and the scale halved,
+// except that the first `hysteresis` - 1 overflows after a start or a scale-up only use up the
+// hysteresis; after `window` good steps in a row the scale doubles and the hysteresis refills.
 struct LossScaling {
   double initial_scale = 65536.0;  // 2^initial_scale_power
   int window = 1000;               // loss_scale_window

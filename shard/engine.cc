@@ -511,11 +511,13 @@ absl::Status Engine::update(float lr, double clip_coefficient) {
 void Engine::adjust_loss_scale(bool overflow) {
   const LossScaling& ls = config_.loss_scaling;
   if (dtype_ != DType::kF16 || ls.static_scale > 0) return;
+  // As DeepSpeed's DynamicLossScaler: hysteresis delays only the first halving after a scale-up.
   if (overflow) {
     good_steps_ = 0;
-    if (--hysteresis_left_ <= 0) {
+    if (hysteresis_left_ <= 1) {
       loss_scale_ = std::max(ls.min_scale, loss_scale_ / 2);
-      hysteresis_left_ = ls.hysteresis;
+    } else {
+      --hysteresis_left_;
     }
     return;
   }

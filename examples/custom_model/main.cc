@@ -97,7 +97,7 @@ class Output final : public Unit {
     ZERO_ASSIGN_OR_RETURN(dh_, ctx.allocator.allocate(rows * kHidden * 4, MemoryCategory::kActivations));
     float* dh = static_cast<float*>(dh_.data());
     for (int64_t r = 0; r < rows; ++r) {
-      const float dy = 2.0f * static_cast<const float*>(err_.data())[r] / static_cast<float>(rows);
+      const float dy = ctx.loss_scale * 2.0f * static_cast<const float*>(err_.data())[r] / static_cast<float>(rows);
       g.at("bias").data_as<float>()[0] += dy;
       for (int64_t j = 0; j < kHidden; ++j) {
         g.at("weight").data_as<float>()[j] += dy * h_.data_as<float>()[r * kHidden + j];

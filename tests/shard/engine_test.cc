@@ -20,10 +20,10 @@ using testing::TrainRun;
 using testing::sgd_factory;
 using testing::train_local;
 
-// Rank 0's parameters and losses, every rank's memory and last-step volume, and the run's status.
+// Rank 0's parameters and step results, every rank's memory and last-step volume, and the run's status.
 struct Outcome {
   std::vector<float> params;
-  std::vector<float> losses;
+  std::vector<StepResult> steps;
   std::vector<MemoryStats> memory;
   std::vector<CommVolume> volume;
   int64_t padded_params = 0;
@@ -35,7 +35,7 @@ Outcome train(const TrainRun& run) {
   Outcome out{.status = local.status};
   if (!local.status.ok()) return out;
   out.params = local.ranks[0].params;
-  out.losses = local.ranks[0].losses;
+  out.steps = local.ranks[0].steps;
   out.padded_params = local.ranks[0].padded_params;
   for (const testing::RankResult& r : local.ranks) {
     out.memory.push_back(r.memory);
@@ -48,12 +48,14 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class StagesAgree : public ::testing::TestWithParam<std::tuple<int, int>> {};
+class StagesAgree : public ::testing::TestWithParam<std::tuple<int, int, DType>> {};
 
 TEST_P(StagesAgree, AllStagesGiveBitIdenticalParameters) {
-  const auto [world_size, accumulation] = GetParam();
+  const auto [world_size, accumulation, precision] = GetParam();
   TrainRun run{.world_size = world_size};
   run.zero.accumulation_steps = accumulation;
+  run.zero.precision = precision;
+  run.zero.loss_scaling.initial_scale = 256;  // fp16: no overflow, so every step updates
   run.zero.gradient_clipping = 1.0;
   run.zero.weight_decay = 0.01f;
   run.zero.persistence_threshold = 0;
@@ -64,6 +66,7 @@ TEST_P(StagesAgree, AllStagesGiveBitIdenticalParameters) {
     run.zero.stage = stage;
     const Outcome out = train(run);
     ASSERT_TRUE(out.status.ok()) << "stage " << stage << ": " << out.status;
+    ASSERT_FALSE(out.steps.back().skipped);
     if (stage == 0) {
       reference = out.params;
       ASSERT_FALSE(reference.empty());
@@ -73,10 +76,12 @@ TEST_P(StagesAgree, AllStagesGiveBitIdenticalParameters) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizesAndAccumulation, StagesAgree,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8), ::testing::Values(1, 2)),
+INSTANTIATE_TEST_SUITE_P(WorldSizesAccumulationPrecision, StagesAgree,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8), ::testing::Values(1, 2),
+                                            ::testing::Values(DType::kF32, DType::kBF16, DType::kF16)),
                          [](const auto& info) {
-                           return absl::StrCat("N", std::get<0>(info.param), "_A", std::get<1>(info.param));
+                           return absl::StrCat("N", std::get<0>(info.param), "_A", std::get<1>(info.param), "_",
+                                               dtype_name(std::get<2>(info.param)));
                          });
 
 TEST(Engine, PersistentSmallUnitsGiveTheSameParameters) {
@@ -112,36 +117,101 @@ TEST(Engine, AnyWorldSizeMatchesSingleRankTraining) {
   }
 }
 
-TEST(Engine, LossFallsOnTheToyTask) {
-  TrainRun run{.world_size = 2, .steps = 30, .lr = 0.02f};
+TEST(Engine, LossFallsOnTheToyTaskInEveryPrecision) {
+  for (DType precision : {DType::kF32, DType::kBF16, DType::kF16}) {
+    TrainRun run{.world_size = 2, .steps = 30, .lr = 0.02f};
+    run.zero.stage = 3;
+    run.zero.precision = precision;
+    const Outcome out = train(run);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_LT(out.steps.back().loss, 0.8f * out.steps.front().loss) << precision;
+  }
+}
+
+// --- fp16 dynamic loss scaling ---
+
+TEST(LossScaling, OverflowSkipsTheStepOnEveryRankAndHalvesTheScaleAfterTheHysteresis) {
+  // 2^40 times any gradient of this size is far above fp16's 65504: the first steps overflow.
+  TrainRun run{.world_size = 4, .steps = 40};
   run.zero.stage = 3;
+  run.zero.precision = DType::kF16;
+  run.zero.loss_scaling.initial_scale = std::ldexp(1.0, 40);
+  const testing::LocalOutcome out = train_local(run);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  const std::vector<StepResult>& steps = out.ranks[0].steps;
+  ASSERT_TRUE(steps[0].skipped && steps[1].skipped);
+  EXPECT_EQ(steps[1].loss_scale, steps[0].loss_scale) << "hysteresis 2: the first overflow keeps the scale";
+  int skipped = 0;
+  while (skipped < run.steps && steps[skipped].skipped) ++skipped;
+  ASSERT_LT(skipped, run.steps) << "the scale never came down far enough";
+  for (int k = 1; k < skipped; ++k) EXPECT_EQ(steps[k + 1].loss_scale, steps[k].loss_scale / 2) << "step " << k;
+  for (int k = skipped; k < run.steps; ++k) {
+    EXPECT_FALSE(steps[k].skipped) << "step " << k;  // window 1000: the scale stays where it fit
+    EXPECT_EQ(steps[k].loss_scale, steps[skipped].loss_scale);
+  }
+  for (const testing::RankResult& rank : out.ranks) {
+    for (int k = 0; k < run.steps; ++k) EXPECT_EQ(rank.steps[k].skipped, steps[k].skipped) << "step " << k;
+    EXPECT_TRUE(bitwise_equal(rank.params, out.ranks[0].params));
+  }
+
+  // The skipped steps left the parameters as initialized.
+  const Outcome untrained = train(TrainRun{.zero = run.zero, .world_size = 4, .steps = 0});
+  run.steps = skipped;
+  const Outcome only_skipped = train(run);
+  ASSERT_TRUE(untrained.status.ok() && only_skipped.status.ok());
+  EXPECT_TRUE(bitwise_equal(only_skipped.params, untrained.params));
+}
+
+TEST(LossScaling, ScaleDoublesAfterEachWindowOfGoodSteps) {
+  TrainRun run{.world_size = 2, .steps = 7};
+  run.zero.precision = DType::kF16;
+  run.zero.loss_scaling.initial_scale = 16;
+  run.zero.loss_scaling.window = 2;
   const Outcome out = train(run);
   ASSERT_TRUE(out.status.ok()) << out.status;
-  EXPECT_LT(out.losses.back(), 0.8f * out.losses.front());
+  for (int k = 0; k < run.steps; ++k) {
+    EXPECT_FALSE(out.steps[k].skipped);
+    EXPECT_EQ(out.steps[k].loss_scale, 16 << (k / 2)) << "step " << k;
+  }
+}
+
+TEST(LossScaling, BfloatAndFloatTrainWithoutScaling) {
+  for (DType precision : {DType::kF32, DType::kBF16}) {
+    TrainRun run{.world_size = 2, .steps = 2};
+    run.zero.precision = precision;
+    const Outcome out = train(run);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    for (const StepResult& step : out.steps) EXPECT_EQ(step.loss_scale, 1.0) << precision;
+  }
 }
 
 // --- Accounting: measured peaks and bytes against the formulas in DESIGN.md ---
 
 struct Formula {
-  int64_t params, grads, optimizer_state;
+  int64_t params, grads, master_weights, optimizer_state;
 };
 
-// fp32 + Adam bytes per rank for Ψp padded parameters (Ψ unpadded: stage 0's optimizer covers
-// parameters only).
-Formula model_state_bytes(int stage, int64_t padded, int64_t unpadded, int n) {
-  switch (stage) {
-    case 0: return {4 * padded, 4 * padded, 8 * unpadded};
-    case 1: return {4 * padded, 4 * padded, 8 * padded / n};
-    case 2: return {4 * padded, 4 * padded / n, 8 * padded / n};
-    default: return {4 * padded / n, 4 * padded / n, 8 * padded / n};
-  }
+// Adam's bytes per rank for Ψp padded parameters held in `precision` (p bytes each, gradients too),
+// with fp32 master weights (4 bytes) under bf16/fp16. Ψ unpadded: at stage 0 the optimizer and the
+// master weights cover the parameters only.
+Formula model_state_bytes(int stage, DType precision, int64_t padded, int64_t unpadded, int n) {
+  const int64_t p = static_cast<int64_t>(dtype_size(precision));
+  const int64_t master = precision == DType::kF32 ? 0 : 4;
+  const int64_t owned = stage == 0 ? unpadded : padded / n;
+  return {.params = p * (stage == 3 ? padded / n : padded),
+          .grads = p * (stage >= 2 ? padded / n : padded),
+          .master_weights = master * owned,
+          .optimizer_state = 8 * owned};
 }
 
-TEST(EngineAccounting, PeakModelStateMatchesTheFormulasExactly) {
+class Accounting : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Accounting, PeakModelStateMatchesTheFormulasExactly) {
   const ToyConfig big{.features = 31, .hidden = 97, .hidden_layers = 3};
   for (int stage = 0; stage <= 3; ++stage) {
     TrainRun run{.model = big, .world_size = 4, .steps = 2};
     run.zero.stage = stage;
+    run.zero.precision = GetParam();
     run.zero.persistence_threshold = 0;
     const Outcome out = train(run);
     ASSERT_TRUE(out.status.ok()) << out.status;
@@ -150,18 +220,18 @@ TEST(EngineAccounting, PeakModelStateMatchesTheFormulasExactly) {
     for (Unit* u : model.units()) {
       for (const ParamSpec& p : u->param_specs()) unpadded += shape_numel(p.shape);
     }
-    const Formula f = model_state_bytes(stage, out.padded_params, unpadded, 4);
+    const Formula f = model_state_bytes(stage, GetParam(), out.padded_params, unpadded, 4);
     for (int r = 0; r < 4; ++r) {
       const MemoryStats& m = out.memory[r];
       EXPECT_EQ(m.peak_of(MemoryCategory::kParams), f.params) << "stage " << stage << " rank " << r;
       EXPECT_EQ(m.peak_of(MemoryCategory::kGrads), f.grads) << "stage " << stage << " rank " << r;
       EXPECT_EQ(m.peak_of(MemoryCategory::kOptimizerState), f.optimizer_state) << "stage " << stage << " rank " << r;
-      EXPECT_EQ(m.peak_of(MemoryCategory::kMasterWeights), 0);
+      EXPECT_EQ(m.peak_of(MemoryCategory::kMasterWeights), f.master_weights) << "stage " << stage << " rank " << r;
     }
   }
 }
 
-TEST(EngineAccounting, BytesSentPerStepMatchTheFormulasExactly) {
+TEST_P(Accounting, BytesSentPerStepMatchTheFormulasExactly) {
   // Untied head: the formulas count each parameter once. Stages 0-2 send 2Ψ(N-1)/N elements per step,
   // stage 3 sends 3Ψ(N-1)/N (gather for forward, gather for backward, reduce-scatter).
   const ToyConfig untied{.features = 31, .hidden = 97, .hidden_layers = 3, .tied_head = false};
@@ -169,19 +239,27 @@ TEST(EngineAccounting, BytesSentPerStepMatchTheFormulasExactly) {
   for (int stage = 0; stage <= 3; ++stage) {
     TrainRun run{.model = untied, .world_size = n, .steps = 2};
     run.zero.stage = stage;
+    run.zero.precision = GetParam();
+    run.zero.loss_scaling.initial_scale = 256;  // fp16: no overflow, so the step updates and gathers
     run.zero.persistence_threshold = 0;
     const Outcome out = train(run);
     ASSERT_TRUE(out.status.ok()) << out.status;
-    const int64_t psi_bytes = 4 * out.padded_params;
+    ASSERT_FALSE(out.steps.back().skipped);
+    const int64_t psi_bytes = static_cast<int64_t>(dtype_size(GetParam())) * out.padded_params;
     for (int r = 0; r < n; ++r) {
       const CommVolume& v = out.volume[r];
       const int64_t big = v.param_gather + v.grad_reduce;
       EXPECT_EQ(big, (stage == 3 ? 3 : 2) * psi_bytes * (n - 1) / n) << "stage " << stage;
       EXPECT_EQ(v.grad_reduce, (stage == 0 ? 2 : 1) * psi_bytes * (n - 1) / n) << "stage " << stage;
-      EXPECT_EQ(v.small, 2 * 12 * (n - 1) / n) << "the loss/metrics allreduce: 3 fp32";
+      if (GetParam() != DType::kF16) {  // fp16 adds the overflow check to the small allreduces
+        EXPECT_EQ(v.small, 2 * 12 * (n - 1) / n) << "the loss/metrics allreduce: 3 fp32";
+      }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, Accounting, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(EngineAccounting, ModelThatDoesNotFitAtStage0TrainsAtStage3) {
   // Many units, as in a real model: stage 3 holds 1/N of the model state plus a few gathered units.

@@ -32,11 +32,11 @@ absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
     for (ToyData& d : data) batches.push_back(d.batch(run.model.features));
     engine->reset_comm_volume();
     ZERO_ASSIGN_OR_RETURN(StepResult step_result, engine->train_step(batches, run.lr));
-    result.losses.push_back(step_result.loss);
+    result.steps.push_back(step_result);
   }
   result.last_step = engine->comm_volume();  // before the visit's own gathers
   ZERO_RETURN_IF_ERROR(engine->visit_full_params([&](absl::string_view, absl::string_view, const Tensor& t) {
-    result.params.insert(result.params.end(), t.data_as<float>(), t.data_as<float>() + t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) result.params.push_back(load_as_float(t.data(), t.dtype(), i));
     return absl::OkStatus();
   }));
   result.padded_params = engine->num_padded_params();

@@ -31,8 +31,8 @@ struct TrainRun {
 
 // What one rank saw.
 struct RankResult {
-  std::vector<float> params;  // every parameter, flat, in unit and declaration order
-  std::vector<float> losses;  // per step
+  std::vector<float> params;      // every parameter (as fp32), flat, in unit and declaration order
+  std::vector<StepResult> steps;  // per step
   MemoryStats memory;         // after the steps
   CommVolume last_step;       // bytes sent in the last step
   int64_t padded_params = 0;
