@@ -1,0 +1,86 @@
+// The planner's arithmetic: model-state bytes, bytes sent per step, and the largest model a budget holds.
+#include "shard/plan.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/status.h"
+
+namespace zero {
+namespace {
+
+absl::Status invalid(absl::string_view field, int64_t value, absl::string_view accepted) {
+  return absl::InvalidArgumentError(absl::StrCat("plan: ", field, " = ", value, "; ", accepted));
+}
+
+// p: bytes per parameter and per gradient.
+int64_t param_bytes(DType precision) { return static_cast<int64_t>(dtype_size(precision)); }
+// m: fp32 master weights under bf16/fp16.
+int64_t master_bytes(DType precision) { return precision == DType::kF32 ? 0 : 4; }
+
+}  // namespace
+
+absl::Status PlanInput::validate() const {
+  if (params < 0) return invalid("params", params, "the parameter count must be >= 0");
+  if (world_size < 1) return invalid("world_size", world_size, "need at least 1 rank");
+  if (stage < 0 || stage > 3) return invalid("stage", stage, "ZeRO stages are 0, 1, 2 and 3");
+  if (precision != DType::kF32 && precision != DType::kBF16 && precision != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: precision = ", dtype_name(precision), "; use fp32, bf16 or fp16"));
+  }
+  if (optimizer_state_bytes < 0) {
+    return invalid("optimizer_state_bytes", optimizer_state_bytes, "bytes per parameter must be >= 0");
+  }
+  if (accumulation_steps < 1) return invalid("accumulation_steps", accumulation_steps, "need at least 1");
+  if (padded_params != 0 && (padded_params < params || padded_params % world_size != 0)) {
+    return invalid("padded_params", padded_params,
+                   absl::StrCat("need a multiple of world_size ", world_size, " and >= params ", params,
+                                ", or 0 to pad params to the next multiple"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t PlanInput::padded() const {
+  return padded_params != 0 ? padded_params : (params + world_size - 1) / world_size * world_size;
+}
+
+ModelStateBytes model_state_bytes(const PlanInput& input) {
+  ZERO_CHECK(input.validate().ok(), input.validate().ToString());
+  const int64_t p = param_bytes(input.precision);
+  const int64_t full = input.padded();
+  const int64_t shard = full / input.world_size;
+  const int64_t updated = input.stage == 0 ? input.params : shard;
+  return {.params = p * (input.stage == 3 ? shard : full),
+          .grads = p * (input.stage >= 2 ? shard : full),
+          .master_weights = master_bytes(input.precision) * updated,
+          .optimizer_state = input.optimizer_state_bytes * updated};
+}
+
+CommBytes comm_bytes_per_step(const PlanInput& input) {
+  ZERO_CHECK(input.validate().ok(), input.validate().ToString());
+  // One reduce-scatter or allgather of the padded model: pS(N - 1) bytes sent.
+  const int64_t one_pass = param_bytes(input.precision) * (input.padded() / input.world_size) * (input.world_size - 1);
+  const int64_t a = input.accumulation_steps;
+  switch (input.stage) {
+    case 0: return {.param_gather = 0, .grad_reduce = 2 * a * one_pass};
+    case 3: return {.param_gather = 2 * a * one_pass, .grad_reduce = a * one_pass};
+    default: return {.param_gather = one_pass, .grad_reduce = a * one_pass};
+  }
+}
+
+int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, int64_t other_bytes) {
+  const auto fits = [&](int64_t params) {
+    PlanInput candidate = input;
+    candidate.params = params;
+    candidate.padded_params = 0;
+    return model_state_bytes(candidate).total() + other_bytes <= budget_bytes;
+  };
+  if (!fits(0)) return 0;
+  // A rank holds at least 2 bytes (a bf16 value) per parameter, or per parameter of its 1/N at stage 3.
+  int64_t fit = 0, no_fit = (budget_bytes / 2 + 1) * (input.stage == 3 ? input.world_size : 1);
+  while (no_fit - fit > 1) {  // model states grow with Ψ: bisect the boundary
+    const int64_t mid = fit + (no_fit - fit) / 2;
+    (fits(mid) ? fit : no_fit) = mid;
+  }
+  return fit;
+}
+
+}  // namespace zero
