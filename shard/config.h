@@ -25,6 +25,10 @@ struct LossScaling {
 struct ZeroConfig {
   int stage = 0;  // 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters partitioned
 
+  // Wrap policy (shard/wrap.h): consecutive model units are merged into one flat unit until it holds
+  // this many parameters, as FSDP's size-based auto-wrap; 0 keeps one flat unit per model unit.
+  int64_t wrap_min_params = 0;
+
   // Stage 0 packs consecutive units' gradients (in reverse order) into buckets of at most this many
   // bytes, the first one smaller so communication starts early (PyTorch DDP's 25 MB and 1 MB). Stages
   // 1-3 reduce-scatter one flat unit at a time, as FSDP does: a bucket spanning units could not give

@@ -36,8 +36,6 @@ void divide(void* x, int64_t n, DType dtype, float divisor) {
   for (int64_t i = 0; i < n; ++i) store_from_float(x, dtype, i, load_as_float(x, dtype, i) / divisor);
 }
 
-uint64_t param_key(int unit, int param) { return (static_cast<uint64_t>(unit) << 32) | static_cast<uint64_t>(param); }
-
 }  // namespace
 
 absl::Status ZeroConfig::validate() const {
@@ -45,6 +43,7 @@ absl::Status ZeroConfig::validate() const {
     return absl::InvalidArgumentError(absl::StrCat("zero_optimization.", key, " = ", value, ": ", rule));
   };
   if (stage < 0 || stage > 3) return bad("stage", stage, "the stage is 0, 1, 2 or 3");
+  if (wrap_min_params < 0) return bad("wrap_min_params", wrap_min_params, "must be >= 0 (0 = one flat unit per unit)");
   if (bucket_cap_bytes <= 0) return bad("bucket_cap_bytes", bucket_cap_bytes, "must be positive");
   if (first_bucket_cap_bytes <= 0) return bad("first_bucket_cap_bytes", first_bucket_cap_bytes, "must be positive");
   if (max_live_units < 1) return bad("max_live_units", max_live_units, "at least one gathered unit must fit");
@@ -91,7 +90,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicato
 absl::Status Engine::build(OptimizerFactory make_optimizer) {
   const int n = comm_.world_size();
   const int rank = comm_.rank();
-  const std::vector<Unit*> units = model_.units();
+  ZERO_ASSIGN_OR_RETURN(wrapped_, WrappedModel::wrap(model_, config_.wrap_min_params));
+  const std::vector<Unit*> units = wrapped_->units();
   units_.resize(units.size());
   for (size_t i = 0; i < units.size(); ++i) {
     UnitState& u = units_[i];
@@ -167,8 +167,9 @@ absl::Status Engine::initialize_params() {
       const int64_t begin = std::max(fp.offset, held_begin);
       const int64_t end = std::min(fp.offset + fp.numel, held_begin + held_numel);
       if (begin >= end) continue;
-      init_values(specs[p].init, config_.seed, param_key(static_cast<int>(i), static_cast<int>(p)), begin - fp.offset,
-                  end - fp.offset, held + (begin - held_begin));
+      const auto [unit, param] = model_param_name(u.name, specs[p].name);
+      init_values(specs[p].init, config_.seed, param_key(unit, param), begin - fp.offset, end - fp.offset,
+                  held + (begin - held_begin));
     }
     ZERO_RETURN_IF_ERROR(assign_params(u, held, held_begin));
   }
@@ -584,8 +585,8 @@ absl::Status Engine::visit_full_params(
     if (u.sharded) ZERO_RETURN_IF_ERROR(gather_now(static_cast<int>(i)));
     const Tensor full = full_params(static_cast<int>(i));
     for (size_t p = 0; p < u.layout.params.size(); ++p) {
-      ZERO_RETURN_IF_ERROR(visit(u.name, u.layout.params[p].name,
-                                 full.view(u.layout.params[p].offset, u.layout.shapes[p])));
+      const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
+      ZERO_RETURN_IF_ERROR(visit(unit, param, full.view(u.layout.params[p].offset, u.layout.shapes[p])));
     }
     if (u.sharded) u.gathered.reset();
   }
@@ -599,7 +600,8 @@ absl::Status Engine::load_params(
     std::memset(full.data(), 0, full.nbytes());
     const Tensor all = full.tensor(DType::kF32, {u.layout.padded_numel});
     for (size_t p = 0; p < u.layout.params.size(); ++p) {
-      ZERO_RETURN_IF_ERROR(fill(u.name, u.layout.params[p].name, all.view(u.layout.params[p].offset, u.layout.shapes[p])));
+      const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
+      ZERO_RETURN_IF_ERROR(fill(unit, param, all.view(u.layout.params[p].offset, u.layout.shapes[p])));
     }
     ZERO_RETURN_IF_ERROR(assign_params(u, floats(full), 0));
   }

@@ -29,6 +29,7 @@
 #include "shard/config.h"
 #include "shard/flat_unit.h"
 #include "shard/module.h"
+#include "shard/wrap.h"
 
 namespace zero {
 
@@ -148,6 +149,7 @@ class Engine {
   Work counted(int64_t CommVolume::*purpose, F&& issue);
 
   Model& model_;
+  std::unique_ptr<WrappedModel> wrapped_;  // the units as flattened: the model's, small runs merged
   Communicator& comm_;
   Allocator& allocator_;
   const ZeroConfig config_;

@@ -21,7 +21,17 @@ float normal_at(uint64_t seed, uint64_t key, int64_t i) {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
 }
 
+uint64_t fnv1a(uint64_t h, absl::string_view bytes) {
+  for (const char c : bytes) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return h;
+}
+
 }  // namespace
+
+uint64_t param_key(absl::string_view unit, absl::string_view param) {
+  constexpr uint64_t kOffsetBasis = 0xcbf29ce484222325ull;
+  return fnv1a(fnv1a(fnv1a(kOffsetBasis, unit), absl::string_view("\0", 1)), param);
+}
 
 void init_values(const Init& init, uint64_t seed, uint64_t key, int64_t begin, int64_t end, float* out) {
   for (int64_t i = begin; i < end; ++i) {
