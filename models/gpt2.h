@@ -1,0 +1,60 @@
+// GPT-2 on the module contract: an embedding unit, one unit per transformer block, and a head with the tied wte.
+#pragma once
+
+// Units (see gpt2_config.h for their parameters), inputs int32 tokens (B, T) with T <= maxT, targets int32
+// next tokens (B, T) (kernels::kIgnoreIndex: no loss):
+//   "embedding"  x (B, T, C) = wte[tokens] + wpe[t]
+//   "h.{i}"      pre-LayerNorm block: x += attn(ln_1(x)); x += mlp(ln_2(x)), causal attention, GELU (tanh)
+//   "head"       logits (B, T, Vp) = ln_f(x) wte^T (wte tied from "embedding"); loss over the real vocab
+// Memory, in floats (every tensor starts 64-byte aligned: 16 floats; with B·T a multiple of 16 nothing pads):
+//   kActivations, each unit's from its forward to the end of its backward:
+//     embedding  B·T·C                          its output
+//     h.{i}      B·T·C                          its output
+//                + 15·B·T·C + 4·B·T + B·NH·T    saved: ln_1, qkv (3C), attention out, x + attention, ln_2, the MLP
+//                                               hidden before and after GELU (4C each); both LayerNorms' mean and
+//                                               rstd; attention's log-sum-exp
+//     head       B·T·C + 2·B·T + 2·B·T·Vp       ln_f, its mean and rstd, the logits and their gradient
+//   so the peak, at the end of forward, is (L+2)·B·T·C + L·(15·B·T·C + 4·B·T + B·NH·T) + 2·B·T + 2·B·T·Vp.
+//   A block set to recompute holds only its output between forward and backward; what it saves lives only
+//   while it computes it (in forward, and again at the start of its backward). The kernels are
+//   deterministic, so its gradients are bit-identical to saving.
+//   kWorkspace: a block's backward scratch (6·B·T·C), the head's (B·T·C), and the input gradient each
+//   backward returns (B·T·C, freed when the unit before has used it).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "models/gpt2_config.h"
+#include "models/unit_common.h"
+#include "shard/module.h"
+
+namespace zero {
+
+class Gpt2Embedding;
+class Gpt2Block;
+class Gpt2Head;
+
+class Gpt2 final : public Model {
+ public:
+  // Fails if config.validate() does.
+  static absl::StatusOr<std::unique_ptr<Gpt2>> create(const Gpt2Config& config);
+  ~Gpt2() override;
+
+  std::vector<Unit*> units() override;
+  const Gpt2Config& config() const { return config_; }
+  // Whether block `layer` recomputes its activations in backward instead of saving them (default: saves).
+  void set_recompute(int64_t layer, bool recompute);
+
+ private:
+  explicit Gpt2(const Gpt2Config& config);
+
+  Gpt2Config config_;
+  GradRelay relay_;
+  std::unique_ptr<Gpt2Embedding> embedding_;
+  std::vector<std::unique_ptr<Gpt2Block>> blocks_;
+  std::unique_ptr<Gpt2Head> head_;
+};
+
+}  // namespace zero

@@ -1,0 +1,97 @@
+#include "models/mlp.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/kernels.h"
+#include "runtime/status.h"
+
+namespace zero {
+
+// Layer i: y = x W^T + b, then GELU for all but the last layer, which ends in the loss.
+class MlpLayer final : public Unit {
+ public:
+  MlpLayer(int64_t index, int64_t in, int64_t out, bool last, GradRelay& relay)
+      : name_(absl::StrCat("fc", index)), first_(index == 0), last_(last), in_(in), out_(out), relay_(relay) {}
+
+  absl::string_view name() const override { return name_; }
+
+  std::vector<ParamSpec> param_specs() const override {
+    return {{"weight", {out_, in_}, Init::normal(1.0f / std::sqrt(static_cast<float>(in_)))},
+            {"bias", {out_}, Init::zeros()}};
+  }
+
+  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
+    x_ = first_ ? ctx.batch.inputs : x;
+    if (x_.dtype() != DType::kF32 || x_.dim() != 2 || x_.size(1) != in_) {
+      return absl::InvalidArgumentError(absl::StrCat("MLP layer ", name_, " takes fp32 (B, ", in_, ") inputs; got ",
+                                                     x_.to_string()));
+    }
+    const int64_t B = x_.size(0);
+    // Hidden layers keep pre (GELU's input) and act (the output); the last keeps logits and dlogits.
+    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
+                                                   {{&pre_, {B, out_}}, {&act_, {B, out_}}}));
+    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(pre_, x_, params.at("weight"), params.at("bias")));
+    if (!last_) {
+      ZERO_RETURN_IF_ERROR(kernels::gelu_forward(act_, pre_));
+      return act_;
+    }
+    ZERO_RETURN_IF_ERROR(classifier_loss(ctx, act_, pre_, out_));
+    return pre_;
+  }
+
+  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
+                                  const Tensor& dy) override {
+    // d(pre): the loss's gradient for the last layer; else GELU's backward, written over act_, which
+    // the next layer's backward (already run) was the last to read.
+    if (!last_) ZERO_RETURN_IF_ERROR(kernels::gelu_backward(act_, pre_, dy));
+    Tensor dx;  // Tensor(): the first layer has no input gradient to compute
+    if (!first_) {
+      ZERO_ASSIGN_OR_RETURN(dx, relay_.allocate_dx(ctx.allocator, x_.shape()));
+    }
+    ZERO_RETURN_IF_ERROR(
+        kernels::matmul_backward(dx, grads.at("weight"), grads.at("bias"), act_, x_, params.at("weight")));
+    saved_.reset();
+    relay_.hand_off();
+    return dx;
+  }
+
+ private:
+  const std::string name_;
+  const bool first_, last_;
+  const int64_t in_, out_;
+  GradRelay& relay_;
+  Tensor x_;          // (B, in): the batch's inputs or the previous layer's output
+  Buffer saved_;
+  Tensor pre_, act_;  // (B, out)
+};
+
+absl::StatusOr<std::unique_ptr<Mlp>> Mlp::create(std::vector<int64_t> widths) {
+  if (widths.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("an MLP needs at least two widths (inputs and classes); got ",
+                                                   widths.size()));
+  }
+  for (size_t i = 0; i < widths.size(); ++i) {
+    if (widths[i] <= 0) return absl::InvalidArgumentError(absl::StrCat("MLP width ", i, " is ", widths[i], "; it must be positive"));
+  }
+  return std::unique_ptr<Mlp>(new Mlp(std::move(widths)));
+}
+
+Mlp::Mlp(std::vector<int64_t> widths) : widths_(std::move(widths)) {
+  const int64_t n = static_cast<int64_t>(widths_.size()) - 1;
+  for (int64_t i = 0; i < n; ++i) {
+    layers_.push_back(std::make_unique<MlpLayer>(i, widths_[i], widths_[i + 1], i + 1 == n, relay_));
+  }
+}
+
+Mlp::~Mlp() = default;
+
+std::vector<Unit*> Mlp::units() {
+  std::vector<Unit*> out;
+  for (const auto& layer : layers_) out.push_back(layer.get());
+  return out;
+}
+
+}  // namespace zero
