@@ -1,0 +1,273 @@
+// GPT-2 units: loss, logits and every gradient against PyTorch, recompute, loss scaling, activation bytes, input errors.
+#include "models/gpt2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "models/gpt2_weights.h"
+#include "runtime/safetensors.h"
+#include "tests/models/model_runner.h"
+
+namespace zero {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ModelRunner;
+using testing::RunResult;
+
+const std::string kWeights = ZERO_FIXTURES_DIR "/gpt2_tiny.safetensors";
+const std::string kGrads = ZERO_FIXTURES_DIR "/gpt2_tiny_grads.safetensors";
+const std::string kIo = ZERO_FIXTURES_DIR "/gpt2_tiny_io.safetensors";
+
+Gpt2Config tiny() { return *Gpt2Config::preset("tiny"); }
+
+// The fixture's batch: tokens and targets (B, T) = (2, 8), two targets ignored.
+struct Fixture {
+  SafetensorsFile io;
+  Batch batch;
+};
+
+Fixture load_io() {
+  absl::StatusOr<SafetensorsFile> io = SafetensorsFile::read(kIo);
+  EXPECT_TRUE(io.ok()) << io.status();
+  Fixture f{.io = *std::move(io)};
+  f.batch = {.inputs = *f.io.get("tokens"), .targets = *f.io.get("targets")};
+  return f;
+}
+
+// A tiny GPT-2 with the fixture's weights.
+struct Loaded {
+  std::unique_ptr<Gpt2> model;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+Loaded load_model() {
+  Loaded l{.model = *Gpt2::create(tiny())};
+  l.runner = std::make_unique<ModelRunner>(*l.model);
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kWeights, tiny());
+  EXPECT_TRUE(reader.ok()) << reader.status();
+  const absl::Status s = l.runner->load(
+      [&](absl::string_view unit, absl::string_view param, const Tensor& dst) { return reader->fill(unit, param, dst); });
+  EXPECT_TRUE(s.ok()) << s;
+  return l;
+}
+
+// max |a - b| / max |b| over a tensor. Per element relative error is meaningless where a value is a
+// cancellation near zero; fp32 rounding in a sum is proportional to the magnitudes summed, which the
+// tensor's largest element stands for.
+double max_relative_error(const float* a, const float* b, int64_t n) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+// The fixture is float64 math on fp32 parameters rounded once; zero runs in fp32. A sum of n fp32 terms
+// is typically off by ~sqrt(n)·2^-24 of the magnitudes summed (n <= 4C = 128 here), and about twenty
+// such steps chain from the loss back to the first block: ~1e-6 of a tensor's scale (the largest seen is
+// 6.5e-7). 1e-5 leaves a margin and still catches any wrong term (a missing residual, a transposed
+// weight), which is an O(1) error.
+constexpr double kTolerance = 1e-5;
+
+TEST(Gpt2, LossAndLogitsMatchPyTorch) {
+  Fixture f = load_io();
+  Loaded l = load_model();
+  Allocator alloc;
+  absl::StatusOr<RunResult> r = l.runner->forward_backward(alloc, f.batch);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const float want_loss = *f.io.get("loss")->data_as<float>();
+  EXPECT_NEAR(r->loss, want_loss, kTolerance * want_loss);
+  EXPECT_EQ(r->predictions, 2 * 8 - 2) << "two targets are kIgnoreIndex";
+
+  const Gpt2Config c = tiny();
+  ASSERT_EQ(r->logits_shape, Shape({2, 8, c.padded_vocab_size}));
+  const Tensor want = *f.io.get("logits");  // (B, T, V): zero's rows are Vp wide
+  std::vector<float> real;
+  for (int64_t row = 0; row < 2 * 8; ++row) {
+    const float* begin = r->logits.data() + row * c.padded_vocab_size;
+    real.insert(real.end(), begin, begin + c.vocab_size);
+  }
+  EXPECT_LT(max_relative_error(real.data(), want.data_as<float>(), want.numel()), kTolerance);
+}
+
+TEST(Gpt2, EveryGradientMatchesPyTorch) {
+  Fixture f = load_io();
+  Loaded l = load_model();
+  Allocator alloc;
+  ASSERT_TRUE(l.runner->forward_backward(alloc, f.batch).ok());
+  // The gradients file has the weights file's names and layout, so the same reader maps it to zero's.
+  absl::StatusOr<Gpt2HfReader> grads = Gpt2HfReader::open(kGrads, tiny());
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  int checked = 0;
+  l.runner->for_each_param([&](const std::string& unit, const std::string& param) {
+    const Tensor got = l.runner->grad(unit, param);
+    std::vector<float> want(got.numel());
+    ASSERT_TRUE(grads->fill(unit, param, Tensor(want.data(), DType::kF32, got.shape())).ok());
+    EXPECT_LT(max_relative_error(got.data_as<float>(), want.data(), got.numel()), kTolerance) << unit << " " << param;
+    ++checked;
+  });
+  EXPECT_EQ(checked, 2 + 2 * 12 + 2) << "wte, wpe; 12 per block; ln_f";
+  // wte's padding rows (V..Vp) are no token's and no prediction's: exactly zero gradient.
+  const Gpt2Config c = tiny();
+  const Tensor dwte = l.runner->grad(kGpt2EmbeddingUnit, "wte.weight");
+  for (int64_t i = c.vocab_size * c.channels; i < dwte.numel(); ++i) ASSERT_EQ(dwte.data_as<float>()[i], 0.0f) << i;
+}
+
+TEST(Gpt2, GradientsAddAcrossCalls) {
+  // The contract: backward adds. Two identical micro-batches give twice one; kernels that add row by
+  // row into the gradient sum in another order the second time (S + s1 + s2 ... rather than S + S), so
+  // equality is to fp32 rounding of those sums, far below the 0.5 an overwrite would leave.
+  Fixture f = load_io();
+  Loaded once = load_model(), twice = load_model();
+  Allocator alloc;
+  ASSERT_TRUE(once.runner->forward_backward(alloc, f.batch).ok());
+  ASSERT_TRUE(twice.runner->forward_backward(alloc, f.batch).ok());
+  ASSERT_TRUE(twice.runner->forward_backward(alloc, f.batch).ok());
+  std::vector<float> doubled = once.runner->all_grads();
+  for (float& g : doubled) g *= 2;
+  const std::vector<float> got = twice.runner->all_grads();
+  EXPECT_LT(max_relative_error(got.data(), doubled.data(), static_cast<int64_t>(got.size())), kTolerance);
+}
+
+TEST(Gpt2, RecomputeGivesBitIdenticalGradients) {
+  Fixture f = load_io();
+  Loaded saved = load_model(), recomputed = load_model();
+  for (int64_t layer = 0; layer < tiny().num_layers; ++layer) recomputed.model->set_recompute(layer, true);
+  Allocator alloc;
+  absl::StatusOr<RunResult> a = saved.runner->forward_backward(alloc, f.batch);
+  absl::StatusOr<RunResult> b = recomputed.runner->forward_backward(alloc, f.batch);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(std::memcmp(&a->loss, &b->loss, sizeof(float)), 0);
+  const std::vector<float> ga = saved.runner->all_grads(), gb = recomputed.runner->all_grads();
+  ASSERT_EQ(ga.size(), gb.size());
+  EXPECT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float)), 0);
+}
+
+TEST(Gpt2, LossScaleMultipliesEveryGradientExactly) {
+  // Backward is linear in d(loss)/d(logits); scaling it by a power of two scales every rounded
+  // product and sum by the same power, so (away from overflow and subnormals) the bits are exact.
+  Fixture f = load_io();
+  Loaded plain = load_model(), scaled = load_model();
+  Allocator alloc;
+  absl::StatusOr<RunResult> a = plain.runner->forward_backward(alloc, f.batch);
+  absl::StatusOr<RunResult> b = scaled.runner->forward_backward(alloc, f.batch, 1024.0f);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->loss, b->loss) << "the scale multiplies the gradient, not the reported loss";
+  std::vector<float> want = plain.runner->all_grads();
+  for (float& g : want) g *= 1024.0f;
+  EXPECT_EQ(scaled.runner->all_grads(), want);
+}
+
+// The peak kActivations gpt2.h documents, in bytes, for blocks that all save or all recompute.
+int64_t documented_peak_activation_bytes(const Gpt2Config& c, int64_t B, int64_t T, bool recompute) {
+  const int64_t BT = B * T, BTC = BT * c.channels, L = c.num_layers;
+  const int64_t block_saved = 15 * BTC + 4 * BT + B * c.num_heads * T;
+  const int64_t head = BTC + 2 * BT + 2 * BT * c.padded_vocab_size;
+  const int64_t outputs = (L + 1) * BTC;  // the embedding's and every block's
+  // Saving: everything is alive at the end of forward. Recomputing: one block's saved tensors at a
+  // time, while it runs forward or starts backward, or else the head's.
+  const int64_t floats = recompute ? outputs + std::max(block_saved, head) : outputs + L * block_saved + head;
+  return 4 * floats;
+}
+
+// A batch of B random-looking rows of T tokens, targets the next token.
+struct TokenBatch {
+  std::vector<int32_t> tokens, targets;
+  Batch batch;
+  TokenBatch(const Gpt2Config& c, int64_t B, int64_t T) {
+    for (int64_t i = 0; i < B * T; ++i) {
+      tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab_size));
+      targets.push_back(static_cast<int32_t>((i * 37 + 48) % c.vocab_size));
+    }
+    batch = {.inputs = Tensor(tokens.data(), DType::kI32, {B, T}), .targets = Tensor(targets.data(), DType::kI32, {B, T})};
+  }
+};
+
+TEST(Gpt2, PeakActivationBytesMatchTheDocumentedFormula) {
+  const Gpt2Config c = tiny();
+  // B·T a multiple of 16 floats (64 bytes), so no tensor pads; B·NH·T too.
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{2, 8}, {3, 16}}) {
+    for (bool recompute : {false, true}) {
+      std::unique_ptr<Gpt2> model = *Gpt2::create(c);
+      for (int64_t layer = 0; layer < c.num_layers; ++layer) model->set_recompute(layer, recompute);
+      ModelRunner runner(*model);
+      TokenBatch data(c, B, T);
+      Allocator alloc;
+      ASSERT_TRUE(runner.forward_backward(alloc, data.batch).ok());
+      const MemoryStats m = alloc.stats();
+      EXPECT_EQ(m.peak_of(MemoryCategory::kActivations), documented_peak_activation_bytes(c, B, T, recompute))
+          << "B=" << B << " T=" << T << " recompute=" << recompute;
+      EXPECT_EQ(m.current_of(MemoryCategory::kActivations), 0) << "backward frees what forward saved";
+      EXPECT_EQ(m.current_of(MemoryCategory::kWorkspace), 0) << "the last input gradient is freed too";
+    }
+  }
+}
+
+absl::Status run_tokens(std::vector<int32_t> tokens, int64_t B, int64_t T) {
+  const Gpt2Config c = tiny();
+  std::unique_ptr<Gpt2> model = *Gpt2::create(c);
+  ModelRunner runner(*model);
+  std::vector<int32_t> targets(tokens.size(), 0);
+  const Batch batch{.inputs = Tensor(tokens.data(), DType::kI32, {B, T}),
+                    .targets = Tensor(targets.data(), DType::kI32, {B, T})};
+  Allocator alloc;
+  return runner.forward_backward(alloc, batch).status();
+}
+
+TEST(Gpt2, TokenOutsideTheVocabularyIsAnError) {
+  // V = 100 < Vp = 128: token 100 has a (padding) row in wte but is no token.
+  std::vector<int32_t> tokens(2 * 4, 5);
+  tokens[6] = 100;
+  const absl::Status s = run_tokens(tokens, 2, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("token 100 at (1, 2) is outside the vocabulary [0, 100)"));
+  tokens[6] = -3;
+  EXPECT_THAT(std::string(run_tokens(tokens, 2, 4).message()), HasSubstr("token -3 at (1, 2)"));
+}
+
+TEST(Gpt2, SequenceLongerThanMaxSeqLenIsAnError) {
+  const absl::Status s = run_tokens(std::vector<int32_t>(17, 1), 1, 17);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("T = 17 exceeds max_seq_len 16"));
+}
+
+TEST(Gpt2, NonTokenInputsAreAnError) {
+  std::unique_ptr<Gpt2> model = *Gpt2::create(tiny());
+  ModelRunner runner(*model);
+  std::vector<float> features(8);
+  std::vector<int32_t> targets(8);
+  const Batch batch{.inputs = Tensor(features.data(), DType::kF32, {2, 4}),
+                    .targets = Tensor(targets.data(), DType::kI32, {2, 4})};
+  Allocator alloc;
+  const absl::Status s = runner.forward_backward(alloc, batch).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("GPT-2 takes int32 tokens of shape (B, T)"));
+}
+
+TEST(Gpt2, TargetOutsideTheVocabularyIsAnError) {
+  Allocator alloc;  // outlives the model: a failed forward leaves earlier units' activations held
+  std::unique_ptr<Gpt2> model = *Gpt2::create(tiny());
+  ModelRunner runner(*model);
+  std::vector<int32_t> tokens(8, 1), targets(8, 1);
+  targets[3] = 120;  // a padding column of the logits
+  const Batch batch{.inputs = Tensor(tokens.data(), DType::kI32, {2, 4}),
+                    .targets = Tensor(targets.data(), DType::kI32, {2, 4})};
+  const absl::Status s = runner.forward_backward(alloc, batch).status();
+  EXPECT_THAT(std::string(s.message()), HasSubstr("target 120 at 3 outside [0, 100)"));
+}
+
+TEST(Gpt2, InvalidConfigIsRefused) {
+  Gpt2Config c = tiny();
+  c.num_heads = 3;  // 32 channels do not split into 3 heads
+  EXPECT_EQ(Gpt2::create(c).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace zero

@@ -1,0 +1,85 @@
+#include "tests/models/model_runner.h"
+
+#include <cstring>
+
+#include "runtime/status.h"
+
+namespace zero::testing {
+
+ModelRunner::ModelRunner(Model& model) {
+  for (Unit* unit : model.units()) {
+    UnitStorage u{.unit = unit, .name = std::string(unit->name()), .specs = unit->param_specs()};
+    for (const ParamSpec& spec : u.specs) {
+      u.params.emplace_back(shape_numel(spec.shape), 0.0f);
+      u.grads.emplace_back(shape_numel(spec.shape), 0.0f);
+    }
+    units_.push_back(std::move(u));
+  }
+  // Views only once units_ no longer moves.
+  for (UnitStorage& u : units_) {
+    for (size_t i = 0; i < u.specs.size(); ++i) {
+      u.param_views.set(u.specs[i].name, Tensor(u.params[i].data(), DType::kF32, u.specs[i].shape));
+      u.grad_views.set(u.specs[i].name, Tensor(u.grads[i].data(), DType::kF32, u.specs[i].shape));
+    }
+  }
+  for (UnitStorage& u : units_) {
+    for (const TiedParam& tied : u.unit->tied_params()) {
+      u.param_views.set(tied.param, param(tied.owner_unit, tied.param));
+      u.grad_views.set(tied.param, grad(tied.owner_unit, tied.param));
+    }
+  }
+}
+
+absl::Status ModelRunner::load(const ParamFill& fill) {
+  for (UnitStorage& u : units_) {
+    for (const ParamSpec& spec : u.specs) ZERO_RETURN_IF_ERROR(fill(u.name, spec.name, u.param_views.at(spec.name)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunResult> ModelRunner::forward_backward(Allocator& allocator, const Batch& batch, float loss_scale) {
+  UnitContext ctx{.allocator = allocator, .batch = batch, .loss_scale = loss_scale};
+  RunResult result;
+  Tensor x;
+  for (UnitStorage& u : units_) {
+    ZERO_ASSIGN_OR_RETURN(x, u.unit->forward(ctx, u.param_views, x));
+  }
+  result.logits.assign(x.data_as<float>(), x.data_as<float>() + x.numel());
+  result.logits_shape = x.shape();
+  Tensor dy;
+  for (auto u = units_.rbegin(); u != units_.rend(); ++u) {
+    ZERO_ASSIGN_OR_RETURN(dy, u->unit->backward(ctx, u->param_views, u->grad_views, dy));
+  }
+  result.loss = ctx.loss;
+  result.correct = ctx.correct;
+  result.predictions = ctx.predictions;
+  return result;
+}
+
+ModelRunner::UnitStorage& ModelRunner::storage(absl::string_view unit) {
+  for (UnitStorage& u : units_) {
+    if (u.name == unit) return u;
+  }
+  ZERO_CHECK(false, "no unit named ", unit);
+  return units_.front();
+}
+
+Tensor ModelRunner::param(absl::string_view unit, absl::string_view param) { return storage(unit).param_views.at(param); }
+
+Tensor ModelRunner::grad(absl::string_view unit, absl::string_view param) { return storage(unit).grad_views.at(param); }
+
+std::vector<float> ModelRunner::all_grads() const {
+  std::vector<float> out;
+  for (const UnitStorage& u : units_) {
+    for (const std::vector<float>& g : u.grads) out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
+void ModelRunner::for_each_param(const std::function<void(const std::string&, const std::string&)>& visit) const {
+  for (const UnitStorage& u : units_) {
+    for (const ParamSpec& spec : u.specs) visit(u.name, spec.name);
+  }
+}
+
+}  // namespace zero::testing
