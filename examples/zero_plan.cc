@@ -1,0 +1,394 @@
+// zero-plan: per-rank memory by category, bytes sent per step, and the largest model that fits, for ZeRO stages 0-3.
+//
+// Model states and communication come from shard/plan.h (DESIGN.md's formulas, which plan_test holds the
+// engine's measurements to); GPT-2 activations from the model's own shapes (models/gpt2.h). No offload:
+// the engine has none yet, so neither does the plan.
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "models/gpt2_config.h"
+#include "nlohmann/json.hpp"
+#include "runtime/status.h"
+#include "shard/flat_unit.h"
+#include "shard/plan.h"
+
+ABSL_FLAG(std::optional<std::string>, model, std::nullopt,
+          "GPT-2 preset: tiny, d12 (gpt2-124M), d24 (gpt2-350M), d36 (gpt2-774M), d48 (gpt2-1.5B)");
+ABSL_FLAG(std::optional<double>, params, std::nullopt, "a raw parameter count instead of --model, e.g. 7.5e9");
+ABSL_FLAG(std::optional<int>, ranks, std::nullopt, "N, ranks sharing the model (or give --nodes and --gpus_per_node)");
+ABSL_FLAG(std::optional<int>, nodes, std::nullopt, "nodes; N = nodes x gpus_per_node");
+ABSL_FLAG(std::optional<int>, gpus_per_node, std::nullopt, "ranks per node");
+ABSL_FLAG(std::string, stage, "all", "ZeRO stage 0, 1, 2, 3, or all (side by side)");
+ABSL_FLAG(std::string, precision, "fp32", "parameters and gradients: fp32, or bf16/fp16 with fp32 master weights");
+ABSL_FLAG(std::string, optimizer, "adamw", "adamw (8 bytes of state per parameter), sgd (0) or sgd_momentum (4)");
+ABSL_FLAG(int, gradient_accumulation_steps, 1, "micro-batches per optimizer step (each one is reduced)");
+ABSL_FLAG(std::optional<int>, batch, std::nullopt, "GPT-2 micro-batch per rank B, for activations (with --seq)");
+ABSL_FLAG(std::optional<int>, seq, std::nullopt, "GPT-2 sequence length T, for activations (with --batch)");
+ABSL_FLAG(bool, recompute, false, "activations with every block recomputed in backward (checkpointing)");
+ABSL_FLAG(std::optional<std::string>, memory, std::nullopt,
+          "per-device memory, e.g. 80GB or 80GiB: prints whether the model fits and the largest that does");
+ABSL_FLAG(std::string, units, "GB", "units of the table: B, KB, KiB, MB, MiB, GB, GiB, TB or TiB");
+ABSL_FLAG(bool, json, false, "print the figures as JSON (bytes) instead of the table");
+
+namespace zero {
+namespace {
+
+absl::Status flag_error(absl::string_view flag, absl::string_view detail) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", detail));
+}
+
+// What to plan, from the flags.
+struct Request {
+  std::string model_name;  // empty for --params
+  std::optional<Gpt2Config> gpt2;
+  int nodes = 1;
+  PlanInput plan;  // stage unset: one per entry of `stages`
+  std::vector<int> stages;
+  std::string optimizer;
+  std::optional<int64_t> batch, seq;
+  bool recompute = false;
+  std::optional<int64_t> budget_bytes;
+  std::string memory;  // as given
+  std::string units;
+  int64_t unit_bytes = 1;
+};
+
+absl::StatusOr<int64_t> unit_size(absl::string_view unit) {
+  constexpr std::pair<absl::string_view, int64_t> kUnits[] = {
+      {"B", 1},       {"KB", 1'000},           {"KiB", 1LL << 10}, {"MB", 1'000'000},           {"MiB", 1LL << 20},
+      {"GB", 1'000'000'000}, {"GiB", 1LL << 30}, {"TB", 1'000'000'000'000}, {"TiB", 1LL << 40}};
+  for (const auto& [name, bytes] : kUnits) {
+    if (name == unit) return bytes;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown unit '", unit, "'; use B, KB, KiB, MB, MiB, GB, GiB, TB or TiB"));
+}
+
+// "80GB", "80 GiB", "1.5e9" (bytes).
+absl::StatusOr<int64_t> parse_bytes(absl::string_view text) {
+  const size_t split = text.find_first_not_of("0123456789.eE+- ");
+  double value = 0;
+  if (!absl::SimpleAtod(text.substr(0, split), &value) || value <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a positive size like 80GB or 80GiB"));
+  }
+  if (split == absl::string_view::npos) return static_cast<int64_t>(value);
+  ZERO_ASSIGN_OR_RETURN(const int64_t unit, unit_size(text.substr(split)));
+  return static_cast<int64_t>(value * static_cast<double>(unit));
+}
+
+absl::StatusOr<Gpt2Config> gpt2_preset(absl::string_view name) {
+  constexpr std::pair<absl::string_view, absl::string_view> kAliases[] = {
+      {"gpt2-124M", "d12"}, {"gpt2-350M", "d24"}, {"gpt2-774M", "d36"}, {"gpt2-1.5B", "d48"}};
+  for (const auto& [alias, preset] : kAliases) {
+    if (alias == name) return Gpt2Config::preset(preset);
+  }
+  return Gpt2Config::preset(name);
+}
+
+absl::Status resolve_model(Request& r) {
+  const std::optional<std::string> model = absl::GetFlag(FLAGS_model);
+  const std::optional<double> params = absl::GetFlag(FLAGS_params);
+  if (model.has_value() == params.has_value()) return flag_error("model", "give exactly one of --model and --params");
+  if (params.has_value()) {
+    if (!(*params >= 1 && *params < 9e18)) return flag_error("params", absl::StrCat(*params, " is not a count >= 1"));
+    r.plan.params = static_cast<int64_t>(*params);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Gpt2Config> config = gpt2_preset(*model);
+  if (!config.ok()) return flag_error("model", config.status().message());
+  r.model_name = *model;
+  r.gpt2 = *config;
+  r.plan.params = config->num_parameters();
+  return absl::OkStatus();
+}
+
+absl::Status resolve_world(Request& r) {
+  const std::optional<int> ranks = absl::GetFlag(FLAGS_ranks);
+  const std::optional<int> nodes = absl::GetFlag(FLAGS_nodes);
+  const std::optional<int> per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  if (nodes.has_value() != per_node.has_value()) {
+    return flag_error("nodes", "give --nodes and --gpus_per_node together");
+  }
+  if (ranks.has_value() == nodes.has_value()) {
+    return flag_error("ranks", "give either --ranks or --nodes with --gpus_per_node");
+  }
+  if (ranks.has_value() && *ranks < 1) return flag_error("ranks", absl::StrCat(*ranks, " is not a count >= 1"));
+  if (nodes.has_value() && (*nodes < 1 || *per_node < 1)) {
+    return flag_error("nodes", absl::StrCat(*nodes, " x ", *per_node, " is not a count >= 1 of each"));
+  }
+  r.nodes = nodes.value_or(1);
+  r.plan.world_size = ranks.has_value() ? *ranks : *nodes * *per_node;
+  if (r.gpt2.has_value()) {  // the engine pads every flat unit to a multiple of N
+    for (const Gpt2UnitParams& unit : gpt2_unit_params(*r.gpt2)) {
+      r.plan.padded_params += FlatLayout::of(unit.params, r.plan.world_size).padded_numel;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status resolve_training(Request& r) {
+  const std::string stage = absl::GetFlag(FLAGS_stage);
+  int single = 0;
+  if (stage == "all") {
+    r.stages = {0, 1, 2, 3};
+  } else if (absl::SimpleAtoi(stage, &single) && single >= 0 && single <= 3) {
+    r.stages = {single};
+  } else {
+    return flag_error("stage", absl::StrCat("'", stage, "' is not 0, 1, 2, 3 or all"));
+  }
+  const std::string precision = absl::GetFlag(FLAGS_precision);
+  if (precision == "fp32") r.plan.precision = DType::kF32;
+  else if (precision == "bf16") r.plan.precision = DType::kBF16;
+  else if (precision == "fp16") r.plan.precision = DType::kF16;
+  else return flag_error("precision", absl::StrCat("'", precision, "' is not fp32, bf16 or fp16"));
+  r.optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (r.optimizer == "adamw") r.plan.optimizer_state_bytes = 8;
+  else if (r.optimizer == "sgd") r.plan.optimizer_state_bytes = 0;
+  else if (r.optimizer == "sgd_momentum") r.plan.optimizer_state_bytes = 4;
+  else return flag_error("optimizer", absl::StrCat("'", r.optimizer, "' is not adamw, sgd or sgd_momentum"));
+  r.plan.accumulation_steps = absl::GetFlag(FLAGS_gradient_accumulation_steps);
+  if (r.plan.accumulation_steps < 1) {
+    return flag_error("gradient_accumulation_steps", absl::StrCat(r.plan.accumulation_steps, " is not >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status resolve_activations(Request& r) {
+  const std::optional<int> batch = absl::GetFlag(FLAGS_batch), seq = absl::GetFlag(FLAGS_seq);
+  r.recompute = absl::GetFlag(FLAGS_recompute);
+  if (!batch.has_value() && !seq.has_value()) {
+    return r.recompute ? flag_error("recompute", "needs --batch and --seq") : absl::OkStatus();
+  }
+  if (!r.gpt2.has_value()) return flag_error("batch", "activations need a GPT-2 --model, not --params");
+  if (batch.has_value() != seq.has_value()) return flag_error("batch", "give --batch and --seq together");
+  if (*batch < 1) return flag_error("batch", absl::StrCat(*batch, " is not >= 1"));
+  if (*seq < 1 || *seq > r.gpt2->max_seq_len) {
+    return flag_error("seq", absl::StrCat(*seq, " is outside 1 to the model's max_seq_len ", r.gpt2->max_seq_len));
+  }
+  r.batch = *batch;
+  r.seq = *seq;
+  return absl::OkStatus();
+}
+
+absl::Status resolve_output(Request& r) {
+  r.units = absl::GetFlag(FLAGS_units);
+  absl::StatusOr<int64_t> unit = unit_size(r.units);
+  if (!unit.ok()) return flag_error("units", unit.status().message());
+  r.unit_bytes = *unit;
+  if (const std::optional<std::string> memory = absl::GetFlag(FLAGS_memory)) {
+    absl::StatusOr<int64_t> bytes = parse_bytes(*memory);
+    if (!bytes.ok()) return flag_error("memory", bytes.status().message());
+    r.budget_bytes = *bytes;
+    r.memory = *memory;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Request> request_from_flags() {
+  Request r;
+  ZERO_RETURN_IF_ERROR(resolve_model(r));
+  ZERO_RETURN_IF_ERROR(resolve_world(r));
+  ZERO_RETURN_IF_ERROR(resolve_training(r));
+  ZERO_RETURN_IF_ERROR(resolve_activations(r));
+  ZERO_RETURN_IF_ERROR(resolve_output(r));
+  ZERO_RETURN_IF_ERROR(r.plan.validate());
+  return r;
+}
+
+// The peak of GPT-2's kActivations bytes on one rank (fp32, whatever the precision), as models/gpt2.cc
+// allocates them, in floats: the embedding's output BTC; per block its output BTC and, saved for backward,
+// 15BTC + 4BT + B·NH·T; the head's ln_f (BTC + 2BT), logits and their gradient (2BTVp). Without recompute
+// the peak is at the end of forward. With it each block keeps only its output, and one block's saved
+// activations exist at a time, while the head's do not (forward) or no longer do (backward).
+int64_t gpt2_activation_bytes(const Gpt2Config& c, int64_t B, int64_t T, bool recompute) {
+  const int64_t bt = B * T, btc = bt * c.channels;
+  const int64_t saved = 15 * btc + 4 * bt + B * c.num_heads * T;
+  const int64_t head = btc + 2 * bt + 2 * bt * c.padded_vocab_size;
+  const int64_t outputs = (c.num_layers + 1) * btc;
+  const int64_t floats = recompute ? outputs + std::max(head, saved) : outputs + c.num_layers * saved + head;
+  return 4 * floats;
+}
+
+// One stage's figures.
+struct StagePlan {
+  int stage = 0;
+  ModelStateBytes model_states;
+  int64_t activations = 0;
+  CommBytes sent;
+  int64_t total() const { return model_states.total() + activations; }
+  std::optional<int64_t> largest_params;  // with --memory: model states only
+};
+
+std::vector<StagePlan> plan_stages(const Request& r) {
+  const int64_t activations =
+      r.batch.has_value() ? gpt2_activation_bytes(*r.gpt2, *r.batch, *r.seq, r.recompute) : 0;
+  std::vector<StagePlan> plans;
+  for (int stage : r.stages) {
+    PlanInput input = r.plan;
+    input.stage = stage;
+    StagePlan p{.stage = stage, .model_states = model_state_bytes(input), .activations = activations,
+                .sent = comm_bytes_per_step(input)};
+    if (r.budget_bytes.has_value()) p.largest_params = largest_params_that_fit(input, *r.budget_bytes);
+    plans.push_back(p);
+  }
+  return plans;
+}
+
+nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
+  nlohmann::json out = {{"params", r.plan.params},
+                        {"padded_params", r.plan.padded()},
+                        {"world_size", r.plan.world_size},
+                        {"nodes", r.nodes},
+                        {"precision", std::string(dtype_name(r.plan.precision))},
+                        {"optimizer", r.optimizer},
+                        {"optimizer_state_bytes_per_param", r.plan.optimizer_state_bytes},
+                        {"gradient_accumulation_steps", r.plan.accumulation_steps}};
+  if (r.gpt2.has_value()) out["model"] = r.model_name;
+  if (r.batch.has_value()) out["activations"] = {{"batch", *r.batch}, {"seq", *r.seq}, {"recompute", r.recompute}};
+  if (r.budget_bytes.has_value()) out["memory_bytes"] = *r.budget_bytes;
+  for (const StagePlan& p : plans) {
+    const ModelStateBytes& m = p.model_states;
+    nlohmann::json stage = {
+        {"stage", p.stage},
+        {"bytes", {{"params", m.params}, {"grads", m.grads}, {"master_weights", m.master_weights},
+                   {"optimizer_state", m.optimizer_state}, {"model_states", m.total()},
+                   {"activations", p.activations}, {"total", p.total()}}},
+        {"comm_bytes_per_step",
+         {{"param_gather", p.sent.param_gather}, {"grad_reduce", p.sent.grad_reduce}, {"total", p.sent.total()}}}};
+    if (r.budget_bytes.has_value()) {
+      stage["fits"] = p.total() <= *r.budget_bytes;
+      stage["largest_params_that_fit"] = *p.largest_params;
+    }
+    out["stages"].push_back(stage);
+  }
+  return out;
+}
+
+// Rows of cells printed with the first column left-aligned and the others right-aligned.
+std::string aligned(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string text;
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&text, c == 0 ? absl::StrFormat("%-*s", width[c], row[c])
+                                    : absl::StrFormat("  %*s", width[c], row[c]));
+    }
+    absl::StrAppend(&text, "\n");
+  }
+  return text;
+}
+
+std::string count_text(int64_t n) {
+  if (n >= 1'000'000'000) return absl::StrFormat("%.2fB", static_cast<double>(n) / 1e9);
+  if (n >= 1'000'000) return absl::StrFormat("%.2fM", static_cast<double>(n) / 1e6);
+  return absl::StrCat(n);
+}
+
+std::string with_commas(int64_t n) {
+  const std::string digits = absl::StrCat(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+std::string heading(const Request& r) {
+  const std::string model = r.gpt2.has_value() ? absl::StrCat("GPT-2 ", r.model_name, ": ") : std::string();
+  const std::string nodes =
+      r.nodes > 1 ? absl::StrCat(" (", r.nodes, " nodes x ", r.plan.world_size / r.nodes, ")") : std::string();
+  const std::string master = r.plan.precision == DType::kF32 ? "" : " + fp32 master weights";
+  return absl::StrCat(model, with_commas(r.plan.params), " parameters (", with_commas(r.plan.padded()),
+                      " padded) over ", r.plan.world_size, " ranks", nodes, "\n", dtype_name(r.plan.precision),
+                      master, ", ", r.optimizer, " (", r.plan.optimizer_state_bytes,
+                      " bytes of state per parameter), gradient accumulation ", r.plan.accumulation_steps, "\n\n");
+}
+
+std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
+  const auto row = [&](const std::string& name, auto value) {
+    std::vector<std::string> cells = {name};
+    for (const StagePlan& p : plans) cells.push_back(value(p));
+    return cells;
+  };
+  const auto bytes = [&](const std::string& name, auto field) {
+    return row(name, [&](const StagePlan& p) {
+      return absl::StrFormat("%.3f", static_cast<double>(field(p)) / static_cast<double>(r.unit_bytes));
+    });
+  };
+  std::vector<std::vector<std::string>> rows = {
+      row(absl::StrCat("per rank, ", r.units), [](const StagePlan& p) { return absl::StrCat("stage ", p.stage); }),
+      bytes("  params", [](const StagePlan& p) { return p.model_states.params; }),
+      bytes("  grads", [](const StagePlan& p) { return p.model_states.grads; }),
+      bytes("  master weights", [](const StagePlan& p) { return p.model_states.master_weights; }),
+      bytes("  optimizer state", [](const StagePlan& p) { return p.model_states.optimizer_state; }),
+      bytes("  model states", [](const StagePlan& p) { return p.model_states.total(); })};
+  if (r.batch.has_value()) {
+    rows.push_back(bytes(absl::StrCat("  activations B=", *r.batch, " T=", *r.seq, r.recompute ? " recompute" : ""),
+                         [](const StagePlan& p) { return p.activations; }));
+    rows.push_back(bytes("  total", [](const StagePlan& p) { return p.total(); }));
+  }
+  rows.push_back(bytes("sent per step", [](const StagePlan& p) { return p.sent.total(); }));
+  rows.push_back(bytes("  param allgather", [](const StagePlan& p) { return p.sent.param_gather; }));
+  rows.push_back(bytes("  grad reduce", [](const StagePlan& p) { return p.sent.grad_reduce; }));
+  if (r.budget_bytes.has_value()) {
+    rows.push_back(row(absl::StrCat("fits in ", r.memory),
+                       [&](const StagePlan& p) { return p.total() <= *r.budget_bytes ? "yes" : "no"; }));
+    rows.push_back(row(absl::StrCat("largest model in ", r.memory), [](const StagePlan& p) {
+      return count_text(*p.largest_params);
+    }));
+  }
+  std::string notes =
+      "\nStage 3 gathers every unit once per forward and once per backward (persistence_threshold 0); a unit\n"
+      "using another's tied parameters (GPT-2's head, wte) gathers that unit again, which is not counted.\n"
+      "Not counted either: gradient buckets and gathered units in flight, workspace, the loader's tokens.\n";
+  if (r.budget_bytes.has_value()) absl::StrAppend(&notes, "The largest model counts model states only.\n");
+  return absl::StrCat(heading(r), aligned(rows), notes);
+}
+
+// --help lists zero-plan's own flags, not those of the libraries it links.
+bool is_plan_flag_file(absl::string_view filename) { return absl::StrContains(filename, "zero_plan"); }
+
+}  // namespace
+}  // namespace zero
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Per-rank memory by category, bytes sent per step and the largest model that fits, for ZeRO stages 0-3.\n\n"
+      "usage: zero-plan (--model d12 | --params 7.5e9) (--ranks N | --nodes A --gpus_per_node B) [--flag=value ...]");
+  absl::FlagsUsageConfig config;
+  config.contains_helpshort_flags = zero::is_plan_flag_file;
+  config.contains_help_flags = zero::is_plan_flag_file;
+  absl::SetFlagsUsageConfig(config);
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 1) {
+    std::fprintf(stderr, "zero-plan: unexpected argument '%s'; every input is a --flag (--help lists them)\n", args[1]);
+    return 2;
+  }
+  const absl::StatusOr<zero::Request> request = zero::request_from_flags();
+  if (!request.ok()) {
+    std::fprintf(stderr, "zero-plan: %s\n", std::string(request.status().message()).c_str());
+    return 2;
+  }
+  const std::vector<zero::StagePlan> plans = zero::plan_stages(*request);
+  const std::string out = absl::GetFlag(FLAGS_json) ? zero::to_json(*request, plans).dump(2) + "\n"
+                                                    : zero::to_text(*request, plans);
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
