@@ -1,0 +1,155 @@
+// zero-plan run end to end: its JSON and its table carry the plan's figures, and bad flags are refused by name.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+
+namespace zero {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult run_plan(const std::string& args) {
+  const std::string command = absl::StrCat(ZERO_PLAN_BINARY, " ", args, " 2>&1");
+  RunResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> chunk;
+  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+nlohmann::json run_json(const std::string& args) {
+  const RunResult run = run_plan(absl::StrCat(args, " --json"));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return nlohmann::json::parse(run.output);  // throws, failing the test, on anything but JSON
+}
+
+// The numbers of the table row whose first cell is `name`, e.g. "model states".
+std::vector<double> table_row(const std::string& text, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(line), name + "  ")) continue;
+    std::vector<double> values;
+    for (absl::string_view cell : absl::StrSplit(line.substr(line.find(name) + name.size()), ' ', absl::SkipEmpty())) {
+      double value = 0;
+      EXPECT_TRUE(absl::SimpleAtod(cell, &value)) << "'" << cell << "' in: " << line;
+      values.push_back(value);
+    }
+    return values;
+  }
+  ADD_FAILURE() << "no row '" << name << "' in:\n" << text;
+  return {};
+}
+
+// ZeRO's 7.5B example on 64 ranks in bf16 with AdamW: 16Ψ, 4Ψ + 12Ψ/64, 2Ψ + 14Ψ/64, 16Ψ/64 bytes.
+constexpr char kPaperExample[] = "--params 7.5e9 --ranks 64 --precision bf16";
+
+TEST(ZeroPlan, JsonCarriesEveryStagesBytesAndTraffic) {
+  const nlohmann::json plan = run_json(kPaperExample);
+  EXPECT_EQ(plan["params"], 7'500'000'000);
+  EXPECT_EQ(plan["world_size"], 64);
+  ASSERT_EQ(plan["stages"].size(), 4u);
+  std::vector<int64_t> totals, sent;
+  for (const nlohmann::json& stage : plan["stages"]) {
+    totals.push_back(stage["bytes"]["total"]);
+    sent.push_back(stage["comm_bytes_per_step"]["total"]);
+  }
+  EXPECT_THAT(totals, ElementsAre(120'000'000'000, 31'406'250'000, 16'640'625'000, 1'875'000'000));
+  // One ring pass of the bf16 model sends 2 bytes x Ψ/64 x 63 = 14,765,625,000 bytes: 2 passes, or 3 at stage 3.
+  EXPECT_THAT(sent, ElementsAre(29'531'250'000, 29'531'250'000, 29'531'250'000, 44'296'875'000));
+  const nlohmann::json& stage2 = plan["stages"][2]["bytes"];
+  EXPECT_EQ(stage2["params"], 15'000'000'000);       // 2Ψ
+  EXPECT_EQ(stage2["grads"], 234'375'000);           // 2Ψ/64
+  EXPECT_EQ(stage2["master_weights"], 468'750'000);  // 4Ψ/64
+  EXPECT_EQ(stage2["optimizer_state"], 937'500'000); // 8Ψ/64
+}
+
+TEST(ZeroPlan, TableShowsTheSameFiguresInTheChosenUnits) {
+  RunResult run = run_plan(kPaperExample);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(table_row(run.output, "model states"), ElementsAre(120.0, 31.406, 16.641, 1.875));  // GB, 3 decimals
+  run = run_plan(absl::StrCat(kPaperExample, " --units GiB"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // 120e9 / 2^30 = 111.7587..., 1.875e9 / 2^30 = 1.7462...
+  EXPECT_THAT(table_row(run.output, "model states"), ElementsAre(111.759, 29.249, 15.498, 1.746));
+}
+
+TEST(ZeroPlan, MemoryBudgetGivesFitAndTheLargestModel) {
+  const nlohmann::json plan = run_json(absl::StrCat(kPaperExample, " --memory 80GB"));
+  EXPECT_EQ(plan["memory_bytes"], 80'000'000'000);
+  std::vector<bool> fits;
+  std::vector<int64_t> largest;
+  for (const nlohmann::json& stage : plan["stages"]) {
+    fits.push_back(stage["fits"]);
+    largest.push_back(stage["largest_params_that_fit"]);
+  }
+  EXPECT_THAT(fits, ElementsAre(false, true, true, true));
+  // Stage 0: 16Ψ <= 80e9. Stage 3: 16 bytes per ceil(Ψ/64) <= 80e9, so Ψ/64 <= 5e9.
+  EXPECT_EQ(largest[0], 5'000'000'000);
+  EXPECT_EQ(largest[3], 320'000'000'000);
+}
+
+TEST(ZeroPlan, Gpt2ModelAndActivations) {
+  // d12, B = 4, T = 1024: BT = 4096, BTC = 3,145,728 floats. Per block saved 15BTC + 4BT + B·NH·T
+  // = 47,251,456; head BTC + 2BT + 2BT·50304 = 415,244,288; outputs of embedding and 12 blocks 13BTC
+  // = 40,894,464. Saving: 40,894,464 + 12 x 47,251,456 + 415,244,288 = 1,023,156,224 floats;
+  // recomputing: 40,894,464 + max(415,244,288, 47,251,456) = 456,138,752 floats; 4 bytes each.
+  const std::string args = "--model gpt2-124M --nodes 2 --gpus_per_node 4 --batch 4 --seq 1024";
+  const nlohmann::json saving = run_json(args);
+  EXPECT_EQ(saving["params"], 124'475'904);  // llm.c's count, wte with 50304 rows
+  EXPECT_EQ(saving["world_size"], 8);
+  EXPECT_EQ(saving["stages"][0]["bytes"]["activations"], 4'092'624'896);
+  EXPECT_EQ(run_json(args + " --recompute")["stages"][3]["bytes"]["activations"], 1'824'555'008);
+  const nlohmann::json& stage3 = saving["stages"][3]["bytes"];
+  EXPECT_EQ(stage3["total"], stage3["model_states"].get<int64_t>() + 4'092'624'896);
+}
+
+TEST(ZeroPlan, NodesTimesGpusIsTheSameAsRanks) {
+  EXPECT_EQ(run_json("--model d24 --ranks 16")["stages"], run_json("--model d24 --nodes 4 --gpus_per_node 4")["stages"]);
+}
+
+TEST(ZeroPlan, BadFlagsExitNonZeroNamingTheFlag) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--params 1e9 --ranks 8 --stage 5", "--stage: '5' is not 0, 1, 2, 3 or all"},
+      {"--params 1e9 --ranks 8 --precision fp8", "--precision: 'fp8'"},
+      {"--params 1e9 --ranks 8 --optimizer lion", "--optimizer: 'lion'"},
+      {"--params 1e9 --ranks 8 --memory 80XB", "--memory: unknown unit 'XB'"},
+      {"--params 1e9 --ranks 8 --units furlongs", "--units: unknown unit 'furlongs'"},
+      {"--params 1e9 --ranks 0", "--ranks: 0 is not a count >= 1"},
+      {"--params 1e9", "--ranks: give either --ranks or --nodes"},
+      {"--ranks 8", "--model: give exactly one of --model and --params"},
+      {"--model d99 --ranks 8", "--model: unknown GPT-2 preset 'd99'"},
+      {"--params 1e9 --ranks 8 --batch 4 --seq 64", "--batch: activations need a GPT-2 --model"},
+      {"--model tiny --ranks 8 --batch 4 --seq 17", "--seq: 17 is outside 1 to the model's max_seq_len 16"},
+      {"--params 1e9 --ranks 8 --bogus 1", "Unknown command line flag 'bogus'"},
+      {"--params 1e9 --ranks eight", "'eight' specified for flag 'ranks'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const RunResult run = run_plan(args);
+    EXPECT_NE(run.exit_code, 0) << args;
+    EXPECT_THAT(run.output, HasSubstr(message)) << args;
+  }
+}
+
+}  // namespace
+}  // namespace zero
