@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "examples/bench/comm_bench.h"
+#include "examples/bench/stages_bench.h"
 
 namespace {
 
@@ -24,6 +25,8 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"comm", "collective time, algbw and busbw per size (nccl-tests style) beside single-thread memcpy",
      zero::comm_command},
+    {"stages", "one GPT-2 under ZeRO stages 0-3: peak memory per category and bytes sent beside the formulas, "
+               "step time beside stage 0's", zero::stages_command},
 };
 
 std::string usage() {

@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -142,6 +144,80 @@ TEST(CommBenchMpi, TwoProcessesPrintOneRowPerCollectiveAndSize) {
   EXPECT_EQ(table[0], kHeader);
   expect_rows({table.begin() + 1, table.end()}, 0.0005);
 #endif
+}
+
+// --- stages ---
+
+class StagesBenchRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    csv_path_ = new std::string(absl::StrCat(::testing::TempDir(), "/zero_bench_stages.csv"));
+    result_ = new RunResult(run_bench(absl::StrCat(
+        "stages --model=tiny --ranks=3 --batch=2 --seq=8 --warmup=1 --iters=1 --csv=", *csv_path_)));
+  }
+  static void TearDownTestSuite() {
+    delete result_;
+    delete csv_path_;
+  }
+  // The CSV's rows as column name -> field.
+  static std::vector<std::map<std::string, std::string>> csv_rows() {
+    const auto lines = records(read_file(*csv_path_), ',');
+    std::vector<std::map<std::string, std::string>> rows;
+    for (size_t i = 1; i < lines.size(); ++i) {
+      std::map<std::string, std::string>& row = rows.emplace_back();
+      for (size_t c = 0; c < lines[0].size() && c < lines[i].size(); ++c) row[lines[0][c]] = lines[i][c];
+    }
+    return rows;
+  }
+  static std::string* csv_path_;
+  static RunResult* result_;
+};
+std::string* StagesBenchRun::csv_path_ = nullptr;
+RunResult* StagesBenchRun::result_ = nullptr;
+
+TEST_F(StagesBenchRun, OneRowPerStageWithModelStateEqualToTheFormula) {
+  ASSERT_EQ(result_->exit_code, 0) << result_->output;
+  const auto rows = csv_rows();
+  ASSERT_EQ(rows.size(), 4u) << result_->output;
+  for (int stage = 0; stage < 4; ++stage) {
+    const auto& row = rows[stage];
+    EXPECT_EQ(row.at("stage"), absl::StrCat(stage));
+    EXPECT_GT(number(row.at("step_ms")), 0);
+    EXPECT_GT(number(row.at("activ_MiB")), 0);
+  }
+  EXPECT_EQ(rows[0].at("vs_stage0"), "1");
+  for (int stage = 0; stage < 3; ++stage) {
+    EXPECT_EQ(rows[stage].at("state_MiB"), rows[stage].at("formula_MiB")) << "stage " << stage;
+    EXPECT_EQ(rows[stage].at("sent_MiB"), rows[stage].at("theory_MiB")) << "stage " << stage;
+  }
+  // Every unit of tiny is below the persistence threshold (1e5 elements), so stage 3 keeps parameters
+  // gathered: it holds and sends what stage 2 does, not the formula's sharded parameters.
+  EXPECT_EQ(rows[3].at("state_MiB"), rows[2].at("state_MiB"));
+  EXPECT_EQ(rows[3].at("sent_MiB"), rows[2].at("sent_MiB"));
+  EXPECT_LT(number(rows[2].at("grads_MiB")), number(rows[1].at("grads_MiB")));
+  EXPECT_LT(number(rows[1].at("optim_MiB")), number(rows[0].at("optim_MiB")));
+}
+
+TEST(StagesBench, WritesAPngWithGnuplot) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
+  const std::string png = absl::StrCat(::testing::TempDir(), "/zero_bench_stages.png");
+  std::remove(png.c_str());
+  const RunResult r = run_bench(absl::StrCat("stages --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
+                                             "--stages=0,3 --png=", png));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_file(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+TEST(StagesBenchFlags, BadStageAndModelNameTheFlag) {
+  RunResult r = run_bench("stages --stages=0,4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--stages: '4' is not a ZeRO stage"));
+  r = run_bench("stages --model=gpt5");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--model: 'gpt5'"));
+  r = run_bench("stages --model=tiny --seq=17");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--seq: 17 exceeds the model's maxT 16"));
 }
 
 TEST(CommBenchFlags, UnknownCollectiveNamesTheFlag) {

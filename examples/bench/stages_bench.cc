@@ -1,0 +1,211 @@
+#include "examples/bench/stages_bench.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "models/gpt2.h"
+#include "optim/optimizers.h"
+#include "runtime/status.h"
+#include "shard/plan.h"
+
+ABSL_FLAG(std::string, model, "small",
+          "stages: the GPT-2 shape: small (maxT 256, V 8192, L 4, NH 4, C 256) or a preset (tiny, d12, d24, d36, d48)");
+ABSL_FLAG(std::string, stages, "0,1,2,3", "stages: comma list of ZeRO stages to run, each from 0 to 3");
+ABSL_FLAG(int64_t, batch, 4, "stages: sequences per rank per step (B)");
+ABSL_FLAG(int64_t, seq, 64, "stages: tokens per sequence (T), at most the model's maxT");
+ABSL_FLAG(std::string, png, "",
+          "stages: also plot peak memory per category (stacked) and step time per stage to this PNG (needs gnuplot)");
+
+namespace zero {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+absl::StatusOr<Gpt2Config> model_flag() {
+  const std::string name = absl::GetFlag(FLAGS_model);
+  if (name == "small") return Gpt2Config::make(256, 8192, 4, 4, 256);
+  absl::StatusOr<Gpt2Config> preset = Gpt2Config::preset(name);
+  if (!preset.ok()) return flag_error("model", absl::StrCat("'", name, "' is not small, tiny, d12, d24, d36 or d48"));
+  return preset;
+}
+
+absl::StatusOr<std::vector<int>> stages_flag() {
+  std::vector<int> stages;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_stages), ',')) {
+    int stage = -1;
+    if (!absl::SimpleAtoi(s, &stage) || stage < 0 || stage > 3) {
+      return flag_error("stages", absl::StrCat("'", s, "' is not a ZeRO stage (0, 1, 2 or 3)"));
+    }
+    stages.push_back(stage);
+  }
+  return stages;
+}
+
+// This rank's micro-batch of step `step`: tokens uniform over the vocabulary, targets the next token.
+struct TokenBatch {
+  std::vector<int32_t> inputs, targets;
+  Batch batch(int64_t B, int64_t T) {
+    return {.inputs = Tensor(inputs.data(), DType::kI32, {B, T}), .targets = Tensor(targets.data(), DType::kI32, {B, T})};
+  }
+};
+TokenBatch random_tokens(const StagesBenchOptions& o, int rank, int step) {
+  std::mt19937 rng(static_cast<uint32_t>(step * 1009 + rank));
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(o.model.vocab_size) - 1);
+  const int64_t n = o.batch * o.seq_len;
+  std::vector<int32_t> stream(n + 1);
+  for (int32_t& t : stream) t = token(rng);
+  return {.inputs = {stream.begin(), stream.end() - 1}, .targets = {stream.begin() + 1, stream.end()}};
+}
+
+absl::Status barrier(Communicator& comm) { return comm.barrier().wait(); }
+
+absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions& o, int stage) {
+  Allocator allocator(comm.rank());
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(o.model));
+  ZeroConfig config;
+  config.stage = stage;
+  config.precision = o.precision;
+  const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc) {
+    return make_adam(AdamOptions{}, std::move(layout), alloc);
+  };
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, allocator, adamw, config));
+  const auto step = [&](int k) -> absl::Status {
+    TokenBatch data = random_tokens(o, comm.rank(), k);
+    const Batch batch = data.batch(o.batch, o.seq_len);
+    engine->reset_comm_volume();
+    return engine->train_step({&batch, 1}, 1e-4f).status();
+  };
+  for (int k = 0; k < o.reps.warmup; ++k) ZERO_RETURN_IF_ERROR(step(k));
+  ZERO_RETURN_IF_ERROR(barrier(comm));
+  const Clock::time_point start = Clock::now();
+  for (int k = 0; k < o.reps.iters; ++k) ZERO_RETURN_IF_ERROR(step(o.reps.warmup + k));
+  ZERO_RETURN_IF_ERROR(barrier(comm));  // the slowest rank's time
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / o.reps.iters;
+
+  const PlanInput plan{.params = engine->num_params(), .padded_params = engine->num_padded_params(),
+                       .world_size = comm.world_size(), .stage = stage, .precision = o.precision};
+  StageRow row{.stage = stage, .world_size = comm.world_size(), .step_ms = 1e3 * seconds,
+               .tokens_per_s = static_cast<double>(comm.world_size() * o.batch * o.seq_len) / seconds,
+               .formula_model_state = model_state_bytes(plan).total(), .sent = engine->comm_volume(),
+               .formula_sent = comm_bytes_per_step(plan).total()};
+  engine.reset();
+  model.reset();
+  row.memory = allocator.stats();
+  return row;
+}
+
+int64_t model_state_peak(const MemoryStats& m) {
+  return m.peak_of(MemoryCategory::kParams) + m.peak_of(MemoryCategory::kGrads) +
+         m.peak_of(MemoryCategory::kMasterWeights) + m.peak_of(MemoryCategory::kOptimizerState);
+}
+
+// gnuplot reads the CSV's columns by number; see stages_bench_table for the order.
+constexpr absl::string_view kPlotScript = R"(set datafile separator ','
+set terminal pngcairo noenhanced size 1200,480 font ',10'
+set output '%s'
+set multiplot layout 1,2
+set style data histograms
+set style histogram rowstacked
+set style fill solid 0.8 border -1
+set boxwidth 0.6
+set key outside right
+set title 'Peak memory per category, rank 0 (stacked peaks)'
+set ylabel 'MiB'
+plot for [c=5:11] '%s' using c:xtic(sprintf('stage %%d', column(1))) title columnhead(c)
+set style histogram clustered
+set title 'Step time'
+set ylabel 'ms'
+set yrange [0:*]
+unset key
+plot '%s' every ::1 using 2:xtic(sprintf('stage %%d', column(1)))
+unset multiplot
+)";
+
+absl::Status plot_png(const ResultTable& table, const std::string& png) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    return flag_error("png", "needs gnuplot on PATH (apt-get install gnuplot-nox; scripts/install_deps.sh does)");
+  }
+  const std::string csv = png + ".csv", script = png + ".gp";
+  std::ofstream(csv) << table.to_csv();
+  std::ofstream(script) << absl::StrFormat(kPlotScript, png, csv, csv);
+  if (std::system(absl::StrCat("gnuplot '", script, "'").c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("gnuplot failed on ", script));
+  }
+  std::printf("# plot: %s (data %s)\n", png.c_str(), csv.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<StageRow>> run_stages_bench(Communicator& comm, const StagesBenchOptions& options) {
+  if (options.seq_len > options.model.max_seq_len) {
+    return flag_error("seq", absl::StrCat(options.seq_len, " exceeds the model's maxT ", options.model.max_seq_len));
+  }
+  std::vector<StageRow> rows;
+  for (int stage : options.stages) {
+    ZERO_ASSIGN_OR_RETURN(StageRow row, run_stage(comm, options, stage));
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+ResultTable stages_bench_table(const std::vector<StageRow>& rows) {
+  ResultTable table({{"stage"}, {"step_ms", 1}, {"tokens/s", 0}, {"vs_stage0", 3}, {"params_MiB", 2},
+                     {"grads_MiB", 2}, {"master_MiB", 2}, {"optim_MiB", 2}, {"comm_MiB", 2}, {"activ_MiB", 2},
+                     {"work_MiB", 2}, {"state_MiB", 2}, {"formula_MiB", 2}, {"sent_MiB", 2}, {"theory_MiB", 2}});
+  const double stage0_ms = !rows.empty() && rows[0].stage == 0 ? rows[0].step_ms : 0;
+  for (const StageRow& r : rows) {
+    const MemoryStats& m = r.memory;
+    table.add_row({int64_t{r.stage}, r.step_ms, r.tokens_per_s, stage0_ms > 0 ? r.step_ms / stage0_ms : 0.0,
+                   mib(m.peak_of(MemoryCategory::kParams)), mib(m.peak_of(MemoryCategory::kGrads)),
+                   mib(m.peak_of(MemoryCategory::kMasterWeights)), mib(m.peak_of(MemoryCategory::kOptimizerState)),
+                   mib(m.peak_of(MemoryCategory::kCommBuffers)), mib(m.peak_of(MemoryCategory::kActivations)),
+                   mib(m.peak_of(MemoryCategory::kWorkspace)), mib(model_state_peak(m)), mib(r.formula_model_state),
+                   mib(r.sent.param_gather + r.sent.grad_reduce), mib(r.formula_sent)});
+  }
+  return table;
+}
+
+absl::Status stages_command() {
+  StagesBenchOptions options;
+  ZERO_ASSIGN_OR_RETURN(options.model, model_flag());
+  ZERO_ASSIGN_OR_RETURN(options.stages, stages_flag());
+  options.batch = absl::GetFlag(FLAGS_batch);
+  options.seq_len = absl::GetFlag(FLAGS_seq);
+  if (options.batch < 1) return flag_error("batch", "must be >= 1");
+  if (options.seq_len < 1) return flag_error("seq", "must be >= 1");
+  ZERO_ASSIGN_OR_RETURN(options.precision, dtype_flag());
+  ZERO_ASSIGN_OR_RETURN(options.reps, repetitions_flags());
+  return run_on_ranks([&](Communicator& comm) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(std::vector<StageRow> rows, run_stages_bench(comm, options));
+    if (comm.rank() != 0) return absl::OkStatus();
+    const ResultTable table = stages_bench_table(rows);
+    const Gpt2Config& g = options.model;
+    std::printf("# zero-bench stages: GPT-2 L%lld C%lld NH%lld Vp%lld (%lld parameters), B %lld, T %lld, %s, AdamW, "
+                "backend %s, %d ranks, warmup %d, iters %d\n"
+                "# memory: rank 0's peak per category; state = params+grads+master+optim against shard/plan.h; "
+                "sent: rank 0's gathers + reductions in the last step against theory (tied wte adds gathers)\n",
+                static_cast<long long>(g.num_layers), static_cast<long long>(g.channels),
+                static_cast<long long>(g.num_heads), static_cast<long long>(g.padded_vocab_size),
+                static_cast<long long>(g.num_parameters()), static_cast<long long>(options.batch),
+                static_cast<long long>(options.seq_len), std::string(dtype_name(options.precision)).c_str(),
+                std::string(comm.backend_name()).c_str(), comm.world_size(), options.reps.warmup, options.reps.iters);
+    std::fputs(table.to_text().c_str(), stdout);
+    std::fflush(stdout);
+    ZERO_RETURN_IF_ERROR(write_csv_flag(table));
+    const std::string png = absl::GetFlag(FLAGS_png);
+    return png.empty() ? absl::OkStatus() : plot_png(table, png);
+  });
+}
+
+}  // namespace zero

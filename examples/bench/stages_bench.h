@@ -1,0 +1,49 @@
+// zero-bench stages: one GPT-2 trained under ZeRO stages 0-3, memory, bytes and step time beside the formulas and stage 0.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "examples/bench/bench_common.h"
+#include "examples/bench/result_table.h"
+#include "models/gpt2_config.h"
+#include "runtime/allocator.h"
+#include "runtime/comm/communicator.h"
+#include "shard/engine.h"
+
+namespace zero {
+
+struct StagesBenchOptions {
+  Gpt2Config model;
+  std::vector<int> stages = {0, 1, 2, 3};
+  int64_t batch = 4;    // B per rank per micro-batch
+  int64_t seq_len = 64; // T
+  DType precision = DType::kF32;
+  Repetitions reps;
+};
+
+// One stage as rank 0 saw it; times are the slowest rank's.
+struct StageRow {
+  int stage = 0;
+  int world_size = 1;
+  double step_ms = 0;         // timed steps / iters
+  double tokens_per_s = 0;    // N·B·T per step / step time
+  MemoryStats memory;         // rank 0's peaks over the run
+  int64_t formula_model_state = 0;  // shard/plan.h's params + grads + master + optimizer for this model
+  CommVolume sent;                  // rank 0's bytes in the last step
+  int64_t formula_sent = 0;         // shard/plan.h's gathers + reductions per step
+};
+
+// Runs on every rank of `comm`: the model under each stage in turn, fresh engine per stage, same data.
+absl::StatusOr<std::vector<StageRow>> run_stages_bench(Communicator& comm, const StagesBenchOptions& options);
+
+// stage, step_ms, tokens/s, vs_stage0, per-category peaks (MiB), model state vs formula, sent vs formula.
+ResultTable stages_bench_table(const std::vector<StageRow>& rows);
+
+// The `stages` subcommand: reads the flags, runs on --backend, prints the table on rank 0, writes --csv
+// and, with --png, renders it with gnuplot.
+absl::Status stages_command();
+
+}  // namespace zero
