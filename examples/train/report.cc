@@ -1,0 +1,157 @@
+#include "examples/train/report.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "examples/bench/result_table.h"
+#include "examples/train/memory_formula.h"
+#include "runtime/status.h"
+
+namespace zero::train {
+
+namespace {
+
+constexpr MemoryCategory kCategories[] = {MemoryCategory::kParams,        MemoryCategory::kGrads,
+                                          MemoryCategory::kOptimizerState, MemoryCategory::kMasterWeights,
+                                          MemoryCategory::kCommBuffers,   MemoryCategory::kActivations,
+                                          MemoryCategory::kWorkspace};
+
+std::string duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+// Bytes one rank sends per optimizer step, by purpose, for Ψ elements of p bytes over N ranks with A
+// micro-batches (DESIGN.md): a ring collective sends (N-1)/N of its buffer. Every stage reduces every
+// micro-batch (stage 0 allreduces: twice a reduce-scatter); stages 1-2 allgather the updated parameters
+// once per step; stage 3 gathers every unit before its forward and again before its backward.
+CommVolume theory_per_step(const RunFacts& f) {
+  const double ring = static_cast<double>(f.world_size - 1) / f.world_size * static_cast<double>(f.padded_params) *
+                      static_cast<double>(dtype_size(f.precision));
+  const double a = f.accumulation_steps;
+  const double gathers = f.stage == 0 ? 0 : f.stage == 3 ? 2 * a : 1;
+  return {.param_gather = static_cast<int64_t>(gathers * ring),
+          .grad_reduce = static_cast<int64_t>((f.stage == 0 ? 2 : 1) * a * ring)};
+}
+
+std::string ratio(int64_t measured, int64_t theory) {
+  return theory == 0 ? std::string("-") : absl::StrFormat("%.3f", static_cast<double>(measured) / theory);
+}
+
+}  // namespace
+
+void Progress::step(int64_t step, const StepResult& r, float lr, double tokens_per_s, double elapsed_s) {
+  const double eta = elapsed_s / step * (steps_ - step);
+  const std::string text = absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  %.0f tok/s  elapsed %s  eta %s%s",
+                                           static_cast<int>(absl::StrCat(steps_).size()), step, steps_, r.loss, lr,
+                                           tokens_per_s, duration(elapsed_s), duration(eta),
+                                           r.skipped ? "  (fp16 overflow: step skipped)" : "");
+  if (tty_) {
+    const int width = 30;
+    const int filled = static_cast<int>(width * step / steps_);
+    std::printf("\r[%s%s] %s", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), text.c_str());
+    open_line_ = true;
+  } else if (step == 1 || step == steps_ || step % log_interval_ == 0) {
+    std::printf("%s\n", text.c_str());
+  }
+  std::fflush(stdout);
+}
+
+void Progress::line(const std::string& text) {
+  if (open_line_) std::printf("\n");
+  open_line_ = false;
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+absl::StatusOr<MetricsFile> MetricsFile::open(const std::string& path) {
+  if (path.empty()) return MetricsFile();
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics_path = ", path, ": cannot open it for writing: ",
+                                                   std::strerror(errno)));
+  }
+  return MetricsFile(file);
+}
+
+void MetricsFile::write(const nlohmann::json& record) {
+  if (file_ == nullptr) return;
+  std::fprintf(file_.get(), "%s\n", record.dump().c_str());
+  std::fflush(file_.get());
+}
+
+absl::StatusOr<std::vector<MemoryStats>> gather_peaks(Communicator& comm, const Allocator& allocator) {
+  const int n = comm.world_size();
+  MemoryStats mine = allocator.stats();
+  std::vector<MemoryStats> all(n);
+  // MemoryStats is plain integers: gathered as bytes.
+  const int64_t bytes = sizeof(MemoryStats);
+  ZERO_RETURN_IF_ERROR(comm.gather(Tensor(&mine, DType::kU8, {bytes}), Tensor(all.data(), DType::kU8, {n * bytes}), 0)
+                           .wait());
+  if (comm.rank() != 0) all.clear();
+  return all;
+}
+
+std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& peaks) {
+  std::vector<Column> columns = {{"peak"}};
+  for (MemoryCategory c : kCategories) columns.push_back({std::string(category_name(c))});
+  columns.push_back({"total"});
+  ResultTable memory(columns);
+  for (size_t r = 0; r < peaks.size(); ++r) {
+    std::vector<Cell> row = {absl::StrCat("rank ", r)};
+    for (MemoryCategory c : kCategories) row.push_back(format_bytes(peaks[r].peak_of(c)));
+    row.push_back(format_bytes(peaks[r].peak_total));
+    memory.add_row(std::move(row));
+  }
+  const ModelStateBytes formula =
+      zero_model_state_bytes(f.stage, f.padded_params, f.world_size, f.precision, f.optimizer_state_floats);
+  memory.add_row({std::string("ZeRO formula"), format_bytes(formula.params), format_bytes(formula.grads),
+                  format_bytes(formula.optimizer_state), format_bytes(formula.master_weights), std::string("-"),
+                  std::string("-"), std::string("-"), format_bytes(formula.total())});
+
+  const CommVolume theory = theory_per_step(f);
+  const auto per_step = [&](int64_t total) { return total / f.steps; };
+  ResultTable traffic({{"sent_per_step"}, {"measured"}, {"theory"}, {"ratio"}});
+  traffic.add_row({std::string("param_gather"), format_bytes(per_step(f.traffic.param_gather)),
+                   format_bytes(theory.param_gather), ratio(per_step(f.traffic.param_gather), theory.param_gather)});
+  traffic.add_row({std::string("grad_reduce"), format_bytes(per_step(f.traffic.grad_reduce)),
+                   format_bytes(theory.grad_reduce), ratio(per_step(f.traffic.grad_reduce), theory.grad_reduce)});
+  traffic.add_row({std::string("small"), format_bytes(per_step(f.traffic.small)), std::string("-"), std::string("-")});
+
+  return absl::StrCat(
+      "\npeak memory per rank (allocator) vs the ZeRO formula for stage ", f.stage, ", N = ", f.world_size, ", ",
+      dtype_name(f.precision), ", Ψ = ", f.padded_params, " (padded per unit):\n", memory.to_text(),
+      "\nbytes sent by rank 0 per step vs theory (ring collectives: (N-1)/N of each buffer):\n", traffic.to_text(),
+      absl::StrFormat("\nstep time %.1f ms (mean of %d steps), %.0f tokens/s\n", 1e3 * f.train_seconds / f.steps,
+                      f.steps, f.tokens_per_s));
+}
+
+nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& peaks) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const MemoryStats& s : peaks) {
+    nlohmann::json rank;
+    for (MemoryCategory c : kCategories) rank[std::string(category_name(c))] = s.peak_of(c);
+    rank["total"] = s.peak_total;
+    ranks.push_back(rank);
+  }
+  const ModelStateBytes formula =
+      zero_model_state_bytes(f.stage, f.padded_params, f.world_size, f.precision, f.optimizer_state_floats);
+  const CommVolume theory = theory_per_step(f);
+  return {{"event", "summary"},
+          {"peak_bytes", ranks},
+          {"formula_bytes",
+           {{"params", formula.params},
+            {"grads", formula.grads},
+            {"optimizer_state", formula.optimizer_state},
+            {"master_weights", formula.master_weights}}},
+          {"sent_bytes_per_step",
+           {{"param_gather", f.traffic.param_gather / f.steps},
+            {"grad_reduce", f.traffic.grad_reduce / f.steps},
+            {"small", f.traffic.small / f.steps}}},
+          {"theory_bytes_per_step", {{"param_gather", theory.param_gather}, {"grad_reduce", theory.grad_reduce}}},
+          {"step_ms", 1e3 * f.train_seconds / f.steps},
+          {"tokens_per_s", f.tokens_per_s}};
+}
+
+}  // namespace zero::train

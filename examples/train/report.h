@@ -1,0 +1,68 @@
+// What zero-train shows: the progress line, the JSON-lines metrics file, the end-of-run memory, traffic and time tables.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "runtime/allocator.h"
+#include "runtime/comm/communicator.h"
+#include "shard/engine.h"
+
+namespace zero::train {
+
+// Rank 0's progress: on a terminal one line rewritten in place ("\r"), otherwise a log line every
+// log_interval steps (and the first and last).
+class Progress {
+ public:
+  Progress(int64_t steps, int64_t log_interval, bool tty) : steps_(steps), log_interval_(log_interval), tty_(tty) {}
+  // `tokens_per_s` over the steps so far; ETA from the mean step time so far.
+  void step(int64_t step, const StepResult& result, float lr, double tokens_per_s, double elapsed_s);
+  // A line of its own (an evaluation, the summary), after the in-place line if there is one.
+  void line(const std::string& text);
+
+ private:
+  int64_t steps_;
+  int64_t log_interval_;
+  bool tty_;
+  bool open_line_ = false;
+};
+
+// One JSON object per line; a no-op without a path.
+class MetricsFile {
+ public:
+  MetricsFile() = default;  // writes nothing
+  static absl::StatusOr<MetricsFile> open(const std::string& path);
+  void write(const nlohmann::json& record);
+
+ private:
+  explicit MetricsFile(std::FILE* file) : file_(file, &std::fclose) {}
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
+};
+
+// Every rank's peak bytes per category, gathered on rank 0 (empty elsewhere). A collective.
+absl::StatusOr<std::vector<MemoryStats>> gather_peaks(Communicator& comm, const Allocator& allocator);
+
+struct RunFacts {
+  int stage = 0;
+  int world_size = 1;
+  int accumulation_steps = 1;
+  DType precision = DType::kF32;
+  int optimizer_state_floats = 2;
+  int64_t padded_params = 0;   // Ψ as the engine lays it out: each unit padded to a multiple of N
+  int64_t steps = 0;
+  CommVolume traffic;          // rank 0's bytes sent over all training steps
+  double train_seconds = 0;    // all steps
+  double tokens_per_s = 0;
+};
+
+// The tables: peak memory per category per rank beside the ZeRO formula, bytes sent per step beside
+// theory, and step time. Also as JSON for the metrics file.
+std::string summary_tables(const RunFacts& facts, const std::vector<MemoryStats>& peaks);
+nlohmann::json summary_json(const RunFacts& facts, const std::vector<MemoryStats>& peaks);
+
+}  // namespace zero::train

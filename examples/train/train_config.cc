@@ -1,0 +1,475 @@
+#include "examples/train/train_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "examples/train/memory_formula.h"
+#include "models/gpt2_config.h"
+#include "nlohmann/json.hpp"
+#include "runtime/allocator.h"
+#include "runtime/status.h"
+
+namespace zero::train {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Tuned on 2 CPU cores: about two minutes, answer loss from 2.3 to below 0.3.
+constexpr char kDefaultConfig[] = R"({
+  "train_batch_size": 64,
+  "train_micro_batch_size_per_gpu": 16,
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "betas": [0.9, 0.95], "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupCosineLR",
+                "params": {"warmup_num_steps": 20, "warmup_type": "linear", "cos_min_ratio": 0.1}},
+  "model": {"type": "gpt2", "preset": "custom", "num_layers": 2, "num_heads": 4, "channels": 64},
+  "data": {"source": "addition", "addition": {"digits": 3, "examples_per_row": 4}},
+  "backend": "local",
+  "ranks": 4,
+  "steps": 300,
+  "eval_interval": 50
+}
+)";
+
+size_t edit_distance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+absl::Status bad_type(absl::string_view key, absl::string_view expected, const json& value) {
+  return absl::InvalidArgumentError(absl::StrCat(key, ": expected ", expected, ", got ", value.dump()));
+}
+
+// JSON value -> field, naming the key when the type is wrong. Integers may be written as 5e8.
+absl::Status convert(const json& v, absl::string_view key, int64_t& out) {
+  if (!v.is_number() || std::floor(v.get<double>()) != v.get<double>() || std::abs(v.get<double>()) > 9e18) {
+    return bad_type(key, "an integer", v);
+  }
+  out = v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
+  return absl::OkStatus();
+}
+absl::Status convert(const json& v, absl::string_view key, int& out) {
+  int64_t wide = 0;
+  ZERO_RETURN_IF_ERROR(convert(v, key, wide));
+  if (wide < std::numeric_limits<int>::min() || wide > std::numeric_limits<int>::max()) {
+    return bad_type(key, "a 32-bit integer", v);
+  }
+  out = static_cast<int>(wide);
+  return absl::OkStatus();
+}
+absl::Status convert(const json& v, absl::string_view key, uint64_t& out) {
+  int64_t wide = 0;
+  ZERO_RETURN_IF_ERROR(convert(v, key, wide));
+  if (wide < 0) return bad_type(key, "a non-negative integer", v);
+  out = static_cast<uint64_t>(wide);
+  return absl::OkStatus();
+}
+absl::Status convert(const json& v, absl::string_view key, std::optional<int64_t>& out) {
+  int64_t value = 0;
+  ZERO_RETURN_IF_ERROR(convert(v, key, value));
+  out = value;
+  return absl::OkStatus();
+}
+absl::Status convert(const json& v, absl::string_view key, double& out) {
+  if (!v.is_number()) return bad_type(key, "a number", v);
+  out = v.get<double>();
+  return absl::OkStatus();
+}
+absl::Status convert(const json& v, absl::string_view key, bool& out) {
+  if (!v.is_boolean()) return bad_type(key, "true or false", v);
+  out = v.get<bool>();
+  return absl::OkStatus();
+}
+absl::Status convert(const json& v, absl::string_view key, std::string& out) {
+  if (!v.is_string()) return bad_type(key, "a string", v);
+  out = v.get<std::string>();
+  return absl::OkStatus();
+}
+absl::Status convert(const json& v, absl::string_view key, std::vector<double>& out) {
+  if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number(); })) {
+    return bad_type(key, "an array of numbers", v);
+  }
+  out = v.get<std::vector<double>>();
+  return absl::OkStatus();
+}
+
+// Reads dotted keys out of the config, remembering each one asked for, so that whatever the file holds
+// beyond them can be named as unknown.
+class KeyReader {
+ public:
+  explicit KeyReader(const json& root) : root_(root) {}
+
+  // Leaves `out` at its default when the key is absent.
+  template <typename T>
+  absl::Status read(absl::string_view key, T& out) {
+    known_.insert(std::string(key));
+    const json* node = &root_;
+    std::string walked;
+    for (absl::string_view part : absl::StrSplit(key, '.')) {
+      if (!node->is_object()) return bad_type(walked, "an object", *node);
+      const auto it = node->find(std::string(part));
+      if (it == node->end()) return absl::OkStatus();
+      node = &*it;
+      walked = walked.empty() ? std::string(part) : absl::StrCat(walked, ".", part);
+    }
+    return convert(*node, key, out);
+  }
+
+  absl::Status check_no_unknown_keys() const { return check_object(root_, ""); }
+
+ private:
+  absl::Status check_object(const json& object, const std::string& prefix) const {
+    for (const auto& [name, value] : object.items()) {
+      const std::string key = prefix.empty() ? name : absl::StrCat(prefix, ".", name);
+      if (known_.contains(key)) continue;
+      const bool is_parent = std::any_of(known_.begin(), known_.end(),
+                                         [&](const std::string& k) { return k.starts_with(key + "."); });
+      if (is_parent && value.is_object()) {
+        ZERO_RETURN_IF_ERROR(check_object(value, key));
+        continue;
+      }
+      if (is_parent) return bad_type(key, "an object", value);
+      return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'; did you mean '", closest(key), "'?"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string closest(absl::string_view key) const {
+    return *std::min_element(known_.begin(), known_.end(), [&](const std::string& a, const std::string& b) {
+      return edit_distance(key, a) < edit_distance(key, b);
+    });
+  }
+
+  const json& root_;
+  std::set<std::string> known_;
+};
+
+absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
+  ZERO_RETURN_IF_ERROR(r.read("train_batch_size", c.train_batch_size));
+  ZERO_RETURN_IF_ERROR(r.read("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu));
+  ZERO_RETURN_IF_ERROR(r.read("gradient_accumulation_steps", c.gradient_accumulation_steps));
+  ZERO_RETURN_IF_ERROR(r.read("gradient_clipping", c.gradient_clipping));
+  ZeroOptimization& z = c.zero_optimization;
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.stage", z.stage));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.reduce_bucket_size", z.reduce_bucket_size));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.allgather_bucket_size", z.allgather_bucket_size));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.stage3_max_live_parameters", z.stage3_max_live_parameters));
+  ZERO_RETURN_IF_ERROR(
+      r.read("zero_optimization.stage3_param_persistence_threshold", z.stage3_param_persistence_threshold));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.overlap_comm", z.overlap_comm));
+  ZERO_RETURN_IF_ERROR(r.read("bf16.enabled", c.bf16));
+  ZERO_RETURN_IF_ERROR(r.read("fp16.enabled", c.fp16.enabled));
+  ZERO_RETURN_IF_ERROR(r.read("fp16.loss_scale", c.fp16.loss_scale));
+  ZERO_RETURN_IF_ERROR(r.read("fp16.initial_scale_power", c.fp16.initial_scale_power));
+  ZERO_RETURN_IF_ERROR(r.read("fp16.loss_scale_window", c.fp16.loss_scale_window));
+  ZERO_RETURN_IF_ERROR(r.read("fp16.hysteresis", c.fp16.hysteresis));
+  ZERO_RETURN_IF_ERROR(r.read("fp16.min_loss_scale", c.fp16.min_loss_scale));
+  OptimizerConfig& o = c.optimizer;
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.type", o.type));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.lr", o.lr));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.betas", o.betas));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.eps", o.eps));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.weight_decay", o.weight_decay));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.adam_w_mode", o.adam_w_mode));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.momentum", o.momentum));
+  SchedulerConfig& s = c.scheduler;
+  ZERO_RETURN_IF_ERROR(r.read("scheduler.type", s.type));
+  ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_min_lr", s.warmup_min_lr));
+  ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_max_lr", s.warmup_max_lr));
+  ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_num_steps", s.warmup_num_steps));
+  ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_type", s.warmup_type));
+  ZERO_RETURN_IF_ERROR(r.read("scheduler.params.total_num_steps", s.total_num_steps));
+  ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_min_ratio", s.warmup_min_ratio));
+  return r.read("scheduler.params.cos_min_ratio", s.cos_min_ratio);
+}
+
+absl::Status read_zero_train_keys(KeyReader& r, TrainConfig& c) {
+  ZERO_RETURN_IF_ERROR(r.read("model.type", c.model.type));
+  ZERO_RETURN_IF_ERROR(r.read("model.preset", c.model.preset));
+  ZERO_RETURN_IF_ERROR(r.read("model.num_layers", c.model.num_layers));
+  ZERO_RETURN_IF_ERROR(r.read("model.num_heads", c.model.num_heads));
+  ZERO_RETURN_IF_ERROR(r.read("model.channels", c.model.channels));
+  DataConfig& d = c.data;
+  ZERO_RETURN_IF_ERROR(r.read("data.source", d.source));
+  ZERO_RETURN_IF_ERROR(r.read("data.addition.digits", d.digits));
+  ZERO_RETURN_IF_ERROR(r.read("data.addition.examples_per_row", d.examples_per_row));
+  ZERO_RETURN_IF_ERROR(r.read("data.addition.train_rows", d.train_rows));
+  ZERO_RETURN_IF_ERROR(r.read("data.addition.val_rows", d.val_rows));
+  ZERO_RETURN_IF_ERROR(r.read("data.addition.seed", d.seed));
+  ZERO_RETURN_IF_ERROR(r.read("data.tokens.train", d.train_glob));
+  ZERO_RETURN_IF_ERROR(r.read("data.tokens.val", d.val_glob));
+  ZERO_RETURN_IF_ERROR(r.read("data.tokens.seq_len", d.seq_len));
+  ZERO_RETURN_IF_ERROR(r.read("data.tokens.vocab_size", d.vocab_size));
+  ZERO_RETURN_IF_ERROR(r.read("backend", c.backend));
+  ZERO_RETURN_IF_ERROR(r.read("ranks", c.ranks));
+  ZERO_RETURN_IF_ERROR(r.read("memory_budget_mib", c.memory_budget_mib));
+  ZERO_RETURN_IF_ERROR(r.read("steps", c.steps));
+  ZERO_RETURN_IF_ERROR(r.read("eval_interval", c.eval_interval));
+  ZERO_RETURN_IF_ERROR(r.read("eval_batches", c.eval_batches));
+  ZERO_RETURN_IF_ERROR(r.read("log_interval", c.log_interval));
+  ZERO_RETURN_IF_ERROR(r.read("seed", c.seed));
+  ZERO_RETURN_IF_ERROR(r.read("metrics_path", c.metrics_path));
+  ZERO_RETURN_IF_ERROR(r.read("init_from", c.init_from));
+  return r.read("export_path", c.export_path);
+}
+
+// "key = value: rule" when cond fails.
+template <typename T>
+absl::Status require(bool cond, absl::string_view key, const T& value, absl::string_view rule) {
+  if (cond) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(key, " = ", value, ": ", rule));
+}
+
+bool one_of(const std::string& value, std::initializer_list<absl::string_view> allowed) {
+  return std::find(allowed.begin(), allowed.end(), value) != allowed.end();
+}
+
+absl::Status validate_deepspeed_keys(const TrainConfig& c) {
+  for (const auto& [key, value] : {std::pair{"train_batch_size", c.train_batch_size},
+                                   {"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu},
+                                   {"gradient_accumulation_steps", c.gradient_accumulation_steps}}) {
+    if (value) ZERO_RETURN_IF_ERROR(require(*value >= 1, key, *value, "must be at least 1"));
+  }
+  ZERO_RETURN_IF_ERROR(require(c.gradient_clipping >= 0, "gradient_clipping", c.gradient_clipping, "must be >= 0 (0 = off)"));
+  const ZeroOptimization& z = c.zero_optimization;
+  ZERO_RETURN_IF_ERROR(require(z.stage >= 0 && z.stage <= 3, "zero_optimization.stage", z.stage, "the stage is 0, 1, 2 or 3"));
+  ZERO_RETURN_IF_ERROR(require(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size", z.reduce_bucket_size,
+                               "must be a positive number of elements"));
+  ZERO_RETURN_IF_ERROR(require(z.allgather_bucket_size > 0, "zero_optimization.allgather_bucket_size",
+                               z.allgather_bucket_size, "must be a positive number of elements"));
+  ZERO_RETURN_IF_ERROR(require(z.stage3_prefetch_bucket_size >= 0, "zero_optimization.stage3_prefetch_bucket_size",
+                               z.stage3_prefetch_bucket_size, "must be >= 0 elements (0 = no prefetch)"));
+  ZERO_RETURN_IF_ERROR(require(z.stage3_max_live_parameters > 0, "zero_optimization.stage3_max_live_parameters",
+                               z.stage3_max_live_parameters, "must be a positive number of elements"));
+  ZERO_RETURN_IF_ERROR(require(z.stage3_param_persistence_threshold >= 0,
+                               "zero_optimization.stage3_param_persistence_threshold",
+                               z.stage3_param_persistence_threshold, "must be >= 0 elements"));
+  if (c.bf16 && c.fp16.enabled) {
+    return absl::InvalidArgumentError("bf16.enabled and fp16.enabled are both true; enable at most one");
+  }
+  const Fp16& f = c.fp16;
+  ZERO_RETURN_IF_ERROR(require(f.loss_scale >= 0, "fp16.loss_scale", f.loss_scale, "must be >= 0 (0 = dynamic)"));
+  ZERO_RETURN_IF_ERROR(require(f.initial_scale_power >= 0 && f.initial_scale_power <= 62, "fp16.initial_scale_power",
+                               f.initial_scale_power, "must be in [0, 62]"));
+  ZERO_RETURN_IF_ERROR(require(f.loss_scale_window >= 1, "fp16.loss_scale_window", f.loss_scale_window, "must be >= 1"));
+  ZERO_RETURN_IF_ERROR(require(f.hysteresis >= 1, "fp16.hysteresis", f.hysteresis, "must be >= 1"));
+  ZERO_RETURN_IF_ERROR(require(f.min_loss_scale > 0, "fp16.min_loss_scale", f.min_loss_scale, "must be positive"));
+  const OptimizerConfig& o = c.optimizer;
+  ZERO_RETURN_IF_ERROR(require(one_of(o.type, {"Adam", "AdamW", "Lamb", "SGD"}), "optimizer.type", o.type,
+                               "use Adam, AdamW, Lamb or SGD"));
+  ZERO_RETURN_IF_ERROR(require(o.lr >= 0, "optimizer.params.lr", o.lr, "must be >= 0"));
+  ZERO_RETURN_IF_ERROR(require(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 &&
+                                   o.betas[1] < 1,
+                               "optimizer.params.betas", absl::StrJoin(o.betas, ", "), "must be two numbers in [0, 1)"));
+  ZERO_RETURN_IF_ERROR(require(o.eps > 0, "optimizer.params.eps", o.eps, "must be positive"));
+  ZERO_RETURN_IF_ERROR(require(o.weight_decay >= 0, "optimizer.params.weight_decay", o.weight_decay, "must be >= 0"));
+  ZERO_RETURN_IF_ERROR(require(o.momentum >= 0, "optimizer.params.momentum", o.momentum, "must be >= 0"));
+  const SchedulerConfig& s = c.scheduler;
+  ZERO_RETURN_IF_ERROR(require(one_of(s.type, {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}), "scheduler.type",
+                               s.type, "use WarmupLR, WarmupDecayLR or WarmupCosineLR (or leave it out)"));
+  ZERO_RETURN_IF_ERROR(require(one_of(s.warmup_type, {"log", "linear"}), "scheduler.params.warmup_type", s.warmup_type,
+                               "use log or linear"));
+  ZERO_RETURN_IF_ERROR(require(s.warmup_num_steps >= 0, "scheduler.params.warmup_num_steps", s.warmup_num_steps,
+                               "must be >= 0"));
+  ZERO_RETURN_IF_ERROR(require(s.warmup_min_lr >= 0 && s.warmup_max_lr >= 0, "scheduler.params.warmup_min_lr/max_lr",
+                               absl::StrCat(s.warmup_min_lr, "/", s.warmup_max_lr), "must be >= 0"));
+  const int64_t total = s.total_num_steps > 0 ? s.total_num_steps : c.steps;
+  const bool decays = s.type == "WarmupDecayLR" || s.type == "WarmupCosineLR";
+  const int64_t warmup = std::max<int64_t>(2, s.warmup_num_steps);  // DeepSpeed's floor
+  return require(!decays || total > warmup, "scheduler.params.total_num_steps", total,
+                 absl::StrCat("must exceed max(2, warmup_num_steps) = ", warmup, " for ", s.type));
+}
+
+absl::Status validate_model_and_data(const TrainConfig& c) {
+  const ModelConfig& m = c.model;
+  if (m.type == "mlp") {
+    return absl::InvalidArgumentError(
+        "model.type = mlp: zero-train has no feature dataset for the MLP (models/data serves token sequences); "
+        "use gpt2, or train an Mlp from your own loop as examples/custom_model does");
+  }
+  ZERO_RETURN_IF_ERROR(require(m.type == "gpt2", "model.type", m.type, "use gpt2"));
+  if (m.preset != "custom") {
+    absl::StatusOr<Gpt2Config> preset = Gpt2Config::preset(m.preset);
+    if (!preset.ok()) return absl::InvalidArgumentError(absl::StrCat("model.preset: ", preset.status().message(), " (or custom)"));
+  }
+  ZERO_RETURN_IF_ERROR(require(m.num_layers >= 1, "model.num_layers", m.num_layers, "must be at least 1"));
+  ZERO_RETURN_IF_ERROR(require(m.num_heads >= 1, "model.num_heads", m.num_heads, "must be at least 1"));
+  ZERO_RETURN_IF_ERROR(require(m.channels >= 1 && m.channels % m.num_heads == 0, "model.channels", m.channels,
+                               absl::StrCat("must be a positive multiple of model.num_heads (", m.num_heads, ")")));
+  const DataConfig& d = c.data;
+  ZERO_RETURN_IF_ERROR(require(one_of(d.source, {"addition", "tokens"}), "data.source", d.source, "use addition or tokens"));
+  ZERO_RETURN_IF_ERROR(require(d.digits >= 1 && d.digits <= 9, "data.addition.digits", d.digits, "must be 1 to 9"));
+  ZERO_RETURN_IF_ERROR(require(d.examples_per_row >= 1, "data.addition.examples_per_row", d.examples_per_row, "must be >= 1"));
+  ZERO_RETURN_IF_ERROR(require(d.train_rows >= 1, "data.addition.train_rows", d.train_rows, "must be >= 1"));
+  ZERO_RETURN_IF_ERROR(require(d.val_rows >= 1, "data.addition.val_rows", d.val_rows, "must be >= 1"));
+  if (d.source == "tokens") {
+    ZERO_RETURN_IF_ERROR(require(!d.train_glob.empty(), "data.tokens.train", "\"\"", "name the training shards (a glob)"));
+    ZERO_RETURN_IF_ERROR(require(!d.val_glob.empty(), "data.tokens.val", "\"\"", "name the validation shards (a glob)"));
+  }
+  ZERO_RETURN_IF_ERROR(require(d.seq_len >= 1, "data.tokens.seq_len", d.seq_len, "must be >= 1"));
+  return require(d.vocab_size >= 1 && d.vocab_size <= 65536, "data.tokens.vocab_size", d.vocab_size,
+                 "must be 1 to 65536 (shards store uint16 tokens)");
+}
+
+absl::Status validate_run(const TrainConfig& c) {
+  if (c.backend == "nccl") {
+    return absl::InvalidArgumentError(
+        "backend = nccl: the engine and the models keep every buffer in host memory, and nccl moves GPU buffers "
+        "only; use local or mpi");
+  }
+  ZERO_RETURN_IF_ERROR(require(one_of(c.backend, {"local", "mpi"}), "backend", c.backend, "use local or mpi"));
+  ZERO_RETURN_IF_ERROR(require(c.ranks >= 1, "ranks", c.ranks, "must be at least 1"));
+  ZERO_RETURN_IF_ERROR(require(c.memory_budget_mib >= 0, "memory_budget_mib", c.memory_budget_mib, "must be >= 0 (0 = none)"));
+  ZERO_RETURN_IF_ERROR(require(c.steps >= 1, "steps", c.steps, "must be at least 1"));
+  ZERO_RETURN_IF_ERROR(require(c.eval_interval >= 0, "eval_interval", c.eval_interval, "must be >= 0 (0 = at the end only)"));
+  ZERO_RETURN_IF_ERROR(require(c.eval_batches >= 1, "eval_batches", c.eval_batches, "must be at least 1"));
+  ZERO_RETURN_IF_ERROR(require(c.log_interval >= 1, "log_interval", c.log_interval, "must be at least 1"));
+  const bool gpt2_weights = c.init_from.empty() && c.export_path.empty();
+  return require(gpt2_weights || c.model.type == "gpt2", "init_from/export_path", c.model.type,
+                 "safetensors import and export are for gpt2 models");
+}
+
+// Sets `key.path` = value in the tree, creating objects on the way. The value is JSON if it parses, else a string.
+absl::Status apply_override(json& root, absl::string_view override_arg) {
+  const std::vector<absl::string_view> kv = absl::StrSplit(override_arg, absl::MaxSplits('=', 1));
+  if (kv.size() != 2 || kv[0].empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("override '", override_arg, "': write it as key.path=value"));
+  }
+  json* node = &root;
+  std::string walked;
+  for (absl::string_view part : absl::StrSplit(kv[0], '.')) {
+    if (!node->is_object()) return bad_type(walked, "an object", *node);
+    node = &(*node)[std::string(part)];
+    walked = walked.empty() ? std::string(part) : absl::StrCat(walked, ".", part);
+    if (node->is_null()) *node = json::object();
+  }
+  json value = json::parse(kv[1], nullptr, /*allow_exceptions=*/false);
+  *node = value.is_discarded() ? json(std::string(kv[1])) : std::move(value);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* default_config_json() { return kDefaultConfig; }
+
+absl::StatusOr<TrainConfig> parse_train_config(const std::string& text, const std::vector<std::string>& overrides) {
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError("the config is not a JSON object; check its brackets, quotes and commas");
+  }
+  for (const std::string& o : overrides) ZERO_RETURN_IF_ERROR(apply_override(root, o));
+  TrainConfig config;
+  KeyReader reader(root);
+  ZERO_RETURN_IF_ERROR(read_deepspeed_keys(reader, config));
+  ZERO_RETURN_IF_ERROR(read_zero_train_keys(reader, config));
+  ZERO_RETURN_IF_ERROR(reader.check_no_unknown_keys());
+  ZERO_RETURN_IF_ERROR(validate_deepspeed_keys(config));
+  ZERO_RETURN_IF_ERROR(validate_model_and_data(config));
+  ZERO_RETURN_IF_ERROR(validate_run(config));
+  return config;
+}
+
+absl::StatusOr<BatchPlan> resolve_batch(const TrainConfig& c, int world_size) {
+  const int64_t n = world_size;
+  std::optional<int64_t> global = c.train_batch_size, micro = c.train_micro_batch_size_per_gpu,
+                         accumulation = c.gradient_accumulation_steps;
+  if (!global && !micro) {
+    return absl::InvalidArgumentError(
+        "set train_batch_size or train_micro_batch_size_per_gpu (any two of them and gradient_accumulation_steps "
+        "determine the third)");
+  }
+  if (global && micro && !accumulation) accumulation = std::max<int64_t>(1, *global / (*micro * n));
+  if (global && !micro) {
+    accumulation = accumulation.value_or(1);
+    micro = std::max<int64_t>(1, *global / (*accumulation * n));
+  }
+  if (!global) {
+    accumulation = accumulation.value_or(1);
+    global = *micro * *accumulation * n;
+  }
+  if (*global != *micro * *accumulation * n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train_batch_size ", *global, " != train_micro_batch_size_per_gpu ", *micro, " * gradient_accumulation_steps ",
+        *accumulation, " * ranks ", n, " (= ", *micro * *accumulation * n,
+        "); set two of the three batch keys and the third is derived"));
+  }
+  return BatchPlan{.train_batch_size = *global, .micro_batch = *micro, .accumulation_steps = *accumulation};
+}
+
+int optimizer_state_floats(const OptimizerConfig& optimizer) {
+  if (optimizer.type == "SGD") return optimizer.momentum > 0 ? 1 : 0;
+  return 2;
+}
+
+absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& batch, int world_size,
+                                         const std::vector<UnitSize>& units) {
+  const ZeroOptimization& z = c.zero_optimization;
+  ZeroConfig config;
+  config.stage = z.stage;
+  config.precision = c.bf16 ? DType::kBF16 : c.fp16.enabled ? DType::kF16 : DType::kF32;
+  config.loss_scaling = {.initial_scale = std::ldexp(1.0, c.fp16.initial_scale_power),
+                         .window = c.fp16.loss_scale_window,
+                         .hysteresis = c.fp16.hysteresis,
+                         .min_scale = c.fp16.min_loss_scale,
+                         .static_scale = c.fp16.loss_scale};
+  // DeepSpeed counts bucket sizes in elements, the engine in bytes of the training dtype. Stage 0 packs
+  // units into buckets up to reduce_bucket_size; stages 1-3 reduce-scatter and allgather one flat unit
+  // per collective (so every rank's slice is contiguous), which allgather_bucket_size cannot change.
+  const int64_t element_bytes = static_cast<int64_t>(dtype_size(config.precision));
+  config.bucket_cap_bytes = z.reduce_bucket_size * element_bytes;
+  config.first_bucket_cap_bytes = std::min(config.first_bucket_cap_bytes, config.bucket_cap_bytes);
+  // Stage 3: the engine bounds gathered units, not elements. The unit in use is always gathered (as in
+  // DeepSpeed); beside it, as many of the largest sharded unit as fit in stage3_prefetch_bucket_size are
+  // prefetched (none without overlap_comm), and no more than stage3_max_live_parameters allows in all.
+  config.persistence_threshold = z.stage3_param_persistence_threshold;
+  int64_t largest = 1;
+  for (const UnitSize& u : units) {
+    if (u.numel >= config.persistence_threshold) largest = std::max(largest, u.numel);
+  }
+  const int64_t prefetched = z.overlap_comm ? z.stage3_prefetch_bucket_size / largest : 0;
+  config.max_live_units = static_cast<int>(std::clamp<int64_t>(
+      std::min(1 + prefetched, z.stage3_max_live_parameters / largest), 1, static_cast<int64_t>(units.size())));
+  config.accumulation_steps = static_cast<int>(batch.accumulation_steps);
+  config.gradient_clipping = c.gradient_clipping;
+  config.weight_decay = static_cast<float>(c.optimizer.weight_decay);
+  config.seed = c.seed;
+  ZERO_RETURN_IF_ERROR(config.validate());
+  if (c.memory_budget_mib == 0) return config;
+
+  int64_t num_params = 0;
+  for (const UnitSize& u : units) num_params += u.numel;
+  const ModelStateBytes states =
+      zero_model_state_bytes(z.stage, num_params, world_size, config.precision, optimizer_state_floats(c.optimizer));
+  const auto gathered = std::max_element(units.begin(), units.end(),
+                                         [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
+  const int64_t gathered_bytes = z.stage == 3 ? gathered->numel * element_bytes : 0;
+  const int64_t budget = c.memory_budget_mib << 20;
+  if (states.total() + gathered_bytes <= budget) return config;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "memory_budget_mib = ", c.memory_budget_mib, ": a rank needs ", format_bytes(states.total() + gathered_bytes),
+      " before any activation at stage ", z.stage, " on ", world_size, " ranks (params ", format_bytes(states.params),
+      ", grads ", format_bytes(states.grads), ", optimizer state ", format_bytes(states.optimizer_state),
+      ", master weights ", format_bytes(states.master_weights),
+      z.stage == 3 ? absl::StrCat(", unit '", gathered->name, "' gathered ", format_bytes(gathered_bytes)) : "",
+      "); raise the budget, the stage or the ranks"));
+}
+
+}  // namespace zero::train

@@ -1,0 +1,332 @@
+// zero-train: trains GPT-2 under any ZeRO stage from a DeepSpeed-style JSON config, on in-process ranks or under mpirun.
+//
+//   zero-train                                   the embedded default: small GPT-2, addition task, 4 ranks, stage 3
+//   zero-train --config my.json --zero_optimization.stage=2 --ranks 2
+//   mpirun -np 4 zero-train --backend=mpi
+//
+// Every key of the config (train_config.h) can be overridden as --key.path=value or --key.path value.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "examples/train/deepspeed_optim.h"
+#include "examples/train/evaluate.h"
+#include "examples/train/report.h"
+#include "examples/train/train_config.h"
+#include "models/data/addition.h"
+#include "models/data/data_loader.h"
+#include "models/data/token_shard.h"
+#include "models/gpt2.h"
+#include "models/gpt2_weights.h"
+#include "runtime/comm/local.h"
+#include "runtime/status.h"
+#include "shard/engine.h"
+#ifdef ZERO_HAS_MPI
+#include "runtime/comm/mpi.h"
+#endif
+
+namespace zero::train {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: zero-train [--config FILE.json] [--key.path=value | --key.path value ...]\n"
+    "       mpirun -np N zero-train --backend=mpi [...]\n"
+    "Trains GPT-2 under ZeRO stage 0-3. Without --config it runs the embedded default (a small GPT-2 learning\n"
+    "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same.\n";
+
+// Everything a rank needs, settled before any parameter is allocated.
+struct Plan {
+  TrainConfig config;
+  BatchPlan batch;
+  ZeroConfig zero;
+  Gpt2Config gpt2;
+  std::shared_ptr<const data::SequenceDataset> train;
+  std::shared_ptr<const data::SequenceDataset> val;
+  std::shared_ptr<const data::AdditionDataset> task;  // null for token shards
+  int64_t num_params = 0;
+};
+
+absl::Status load_data(const DataConfig& d, Plan& plan) {
+  if (d.source == "tokens") {
+    ZERO_ASSIGN_OR_RETURN(data::TokenShardDataset train, data::TokenShardDataset::open(d.train_glob, d.seq_len));
+    ZERO_ASSIGN_OR_RETURN(data::TokenShardDataset val, data::TokenShardDataset::open(d.val_glob, d.seq_len));
+    plan.train = std::make_shared<data::TokenShardDataset>(std::move(train));
+    plan.val = std::make_shared<data::TokenShardDataset>(std::move(val));
+    return absl::OkStatus();
+  }
+  data::AdditionConfig task{.digits = d.digits, .examples_per_row = d.examples_per_row, .rows = d.train_rows, .seed = d.seed};
+  ZERO_ASSIGN_OR_RETURN(data::AdditionDataset train, data::AdditionDataset::create(task));
+  task.rows = d.val_rows;
+  task.split = data::AdditionSplit::kVal;
+  ZERO_ASSIGN_OR_RETURN(data::AdditionDataset val, data::AdditionDataset::create(task));
+  plan.train = std::make_shared<data::AdditionDataset>(std::move(train));
+  auto val_task = std::make_shared<data::AdditionDataset>(std::move(val));
+  plan.val = val_task;
+  plan.task = val_task;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Gpt2Config> model_shape(const TrainConfig& c, int64_t seq_len) {
+  const int64_t vocab = c.data.source == "addition" ? data::kAdditionVocabSize : c.data.vocab_size;
+  const ModelConfig& m = c.model;
+  if (m.preset == "custom") return Gpt2Config::make(seq_len, vocab, m.num_layers, m.num_heads, m.channels);
+  ZERO_ASSIGN_OR_RETURN(Gpt2Config preset, Gpt2Config::preset(m.preset));
+  if (preset.max_seq_len < seq_len || preset.vocab_size < vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.preset = ", m.preset, ": it takes ", preset.max_seq_len, " positions and ", preset.vocab_size,
+        " tokens, the data has sequences of ", seq_len, " over ", vocab, " tokens; pick a larger preset or custom"));
+  }
+  return preset;
+}
+
+absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size) {
+  Plan plan{.config = config};
+  ZERO_ASSIGN_OR_RETURN(plan.batch, resolve_batch(config, world_size));
+  ZERO_RETURN_IF_ERROR(load_data(config.data, plan));
+  ZERO_ASSIGN_OR_RETURN(plan.gpt2, model_shape(config, plan.train->seq_len()));
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(plan.gpt2));  // declares shapes, allocates nothing
+  std::vector<UnitSize> units;
+  for (Unit* u : model->units()) {
+    UnitSize size{.name = std::string(u->name())};
+    for (const ParamSpec& p : u->param_specs()) size.numel += shape_numel(p.shape);
+    units.push_back(size);
+    plan.num_params += size.numel;
+  }
+  ZERO_ASSIGN_OR_RETURN(plan.zero, engine_config(config, plan.batch, world_size, units));
+  return plan;
+}
+
+std::string describe(const Plan& p, int world_size) {
+  const Gpt2Config& g = p.gpt2;
+  return absl::StrFormat(
+      "zero-train: GPT-2 L=%d NH=%d C=%d T=%d V=%d (%d params) on %s, %d %s ranks, ZeRO stage %d, %s\n"
+      "  batch %d = micro %d x accumulation %d x ranks %d sequences, %s %s, %d steps",
+      g.num_layers, g.num_heads, g.channels, p.train->seq_len(), g.vocab_size, p.num_params, p.config.data.source,
+      world_size, p.config.backend, p.zero.stage, dtype_name(p.zero.precision), p.batch.train_batch_size,
+      p.batch.micro_batch, p.batch.accumulation_steps, world_size, p.config.optimizer.type,
+      p.config.scheduler.type.empty() ? "constant lr" : p.config.scheduler.type, p.config.steps);
+}
+
+absl::Status load_initial_weights(const Plan& plan, Engine& engine) {
+  if (plan.config.init_from.empty()) return absl::OkStatus();
+  ZERO_ASSIGN_OR_RETURN(Gpt2HfReader reader, Gpt2HfReader::open(plan.config.init_from, plan.gpt2));
+  return engine.load_params(
+      [&](absl::string_view unit, absl::string_view param, Tensor dst) { return reader.fill(unit, param, dst); });
+}
+
+absl::Status export_weights(const Plan& plan, Engine& engine, int rank) {
+  if (plan.config.export_path.empty()) return absl::OkStatus();
+  Gpt2HfWriter writer(plan.gpt2);
+  ZERO_RETURN_IF_ERROR(engine.visit_full_params([&](absl::string_view unit, absl::string_view param, const Tensor& v) {
+    return rank == 0 ? writer.add(unit, param, v) : absl::OkStatus();
+  }));
+  return rank == 0 ? writer.write(plan.config.export_path) : absl::OkStatus();
+}
+
+// One rank's run: engine, data, the loop with periodic evaluation, the summary.
+class RankRun {
+ public:
+  RankRun(Communicator& comm, const Plan& plan)
+      : comm_(comm),
+        plan_(plan),
+        allocator_(comm.rank(), plan.config.memory_budget_mib > 0
+                                    ? std::optional<int64_t>(plan.config.memory_budget_mib << 20)
+                                    : std::nullopt),
+        schedule_(plan.config.scheduler, plan.config.optimizer.lr, plan.config.steps),
+        progress_(plan.config.steps, plan.config.log_interval, isatty(fileno(stdout)) == 1),
+        lead_(comm.rank() == 0) {}
+
+  absl::Status run() {
+    ZERO_RETURN_IF_ERROR(setup());
+    for (int64_t step = 1; step <= plan_.config.steps; ++step) {
+      ZERO_RETURN_IF_ERROR(train_step(step));
+      const bool eval_due = plan_.config.eval_interval > 0 && step % plan_.config.eval_interval == 0;
+      if (eval_due || step == plan_.config.steps) ZERO_RETURN_IF_ERROR(evaluate(step));
+    }
+    ZERO_RETURN_IF_ERROR(export_weights(plan_, *engine_, comm_.rank()));
+    return summarize();
+  }
+
+ private:
+  absl::Status setup() {
+    ZERO_ASSIGN_OR_RETURN(model_, Gpt2::create(plan_.gpt2));
+    ZERO_ASSIGN_OR_RETURN(engine_, Engine::create(*model_, comm_, allocator_, optimizer_factory(plan_.config.optimizer),
+                                                  plan_.zero));
+    ZERO_RETURN_IF_ERROR(load_initial_weights(plan_, *engine_));
+    const data::SamplerOptions sampler{.world_size = comm_.world_size(), .rank = comm_.rank(), .seed = plan_.config.seed};
+    absl::StatusOr<data::DataLoader> loader =
+        data::DataLoader::create(plan_.train, plan_.batch.micro_batch, sampler, allocator_);
+    if (!loader.ok()) return absl::InvalidArgumentError(absl::StrCat("the training data: ", loader.status().message()));
+    loader_ = std::make_unique<data::DataLoader>(std::move(*loader));
+    ZERO_ASSIGN_OR_RETURN(evaluator_, Evaluator::create(plan_.gpt2, plan_.val, plan_.task, plan_.batch.micro_batch, comm_));
+    ZERO_ASSIGN_OR_RETURN(metrics_, MetricsFile::open(lead_ ? plan_.config.metrics_path : ""));
+    if (lead_) progress_.line(describe(plan_, comm_.world_size()));
+    return absl::OkStatus();
+  }
+
+  absl::Status train_step(int64_t step) {
+    const float lr = schedule_.lr(step);
+    const auto start = std::chrono::steady_clock::now();
+    engine_->reset_comm_volume();
+    for (int64_t m = 0; m < plan_.batch.accumulation_steps; ++m) ZERO_RETURN_IF_ERROR(engine_->forward_backward(loader_->next()));
+    ZERO_ASSIGN_OR_RETURN(StepResult result, engine_->step(lr));
+    train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const CommVolume v = engine_->comm_volume();
+    traffic_.param_gather += v.param_gather;
+    traffic_.grad_reduce += v.grad_reduce;
+    traffic_.small += v.small;
+    if (!lead_) return absl::OkStatus();
+    const double tokens_per_s = static_cast<double>(step * tokens_per_step()) / train_seconds_;
+    progress_.step(step, result, lr, tokens_per_s, train_seconds_);
+    metrics_.write({{"event", "train"}, {"step", step}, {"loss", result.loss}, {"lr", lr},
+                    {"accuracy", result.predictions > 0 ? static_cast<double>(result.correct) / result.predictions : 0.0},
+                    {"grad_norm", result.grad_norm}, {"skipped", result.skipped}, {"tokens_per_s", tokens_per_s},
+                    {"elapsed_s", train_seconds_}});
+    return absl::OkStatus();
+  }
+
+  absl::Status evaluate(int64_t step) {
+    ZERO_ASSIGN_OR_RETURN(EvalResult r, evaluator_->evaluate(*engine_, comm_, plan_.config.eval_batches));
+    if (!lead_) return absl::OkStatus();
+    const double accuracy = r.predictions > 0 ? static_cast<double>(r.correct) / r.predictions : 0.0;
+    const double answers = r.answers > 0 ? static_cast<double>(r.answers_correct) / r.answers : 0.0;
+    progress_.line(plan_.task != nullptr
+                       ? absl::StrFormat("eval step %d: val loss %.4f  answer digits %.1f%%  whole answers %.1f%% (of %d)",
+                                         step, r.loss, 100 * accuracy, 100 * answers, r.answers)
+                       : absl::StrFormat("eval step %d: val loss %.4f  next-token accuracy %.1f%%", step, r.loss,
+                                         100 * accuracy));
+    metrics_.write({{"event", "eval"}, {"step", step}, {"val_loss", r.loss}, {"val_accuracy", accuracy},
+                    {"val_answer_accuracy", answers}});
+    return absl::OkStatus();
+  }
+
+  absl::Status summarize() {
+    ZERO_ASSIGN_OR_RETURN(std::vector<MemoryStats> peaks, gather_peaks(comm_, allocator_));
+    if (!lead_) return absl::OkStatus();
+    const RunFacts facts{.stage = plan_.zero.stage,
+                         .world_size = comm_.world_size(),
+                         .accumulation_steps = plan_.zero.accumulation_steps,
+                         .precision = plan_.zero.precision,
+                         .optimizer_state_floats = optimizer_state_floats(plan_.config.optimizer),
+                         .padded_params = engine_->num_padded_params(),
+                         .steps = plan_.config.steps,
+                         .traffic = traffic_,
+                         .train_seconds = train_seconds_,
+                         .tokens_per_s = static_cast<double>(plan_.config.steps * tokens_per_step()) / train_seconds_};
+    progress_.line(summary_tables(facts, peaks));
+    metrics_.write(summary_json(facts, peaks));
+    return absl::OkStatus();
+  }
+
+  int64_t tokens_per_step() const { return plan_.batch.train_batch_size * plan_.train->seq_len(); }
+
+  Communicator& comm_;
+  const Plan& plan_;
+  Allocator allocator_;
+  LrSchedule schedule_;
+  Progress progress_;
+  const bool lead_;  // rank 0 prints and writes
+  std::unique_ptr<Gpt2> model_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<data::DataLoader> loader_;
+  std::unique_ptr<Evaluator> evaluator_;
+  MetricsFile metrics_;
+  CommVolume traffic_;
+  double train_seconds_ = 0;
+};
+
+struct Command {
+  std::string config_path;
+  std::vector<std::string> overrides;  // "key.path=value"
+  bool help = false;
+};
+
+absl::StatusOr<Command> parse_command_line(int argc, char** argv) {
+  Command command;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      command.help = true;
+      continue;
+    }
+    if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'; keys are given as --key=value"));
+    }
+    std::string key_value = arg.substr(2);
+    if (key_value.find('=') == std::string::npos) {
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+      key_value = absl::StrCat(key_value, "=", argv[++i]);
+    }
+    if (absl::StartsWith(key_value, "config=")) {
+      command.config_path = key_value.substr(7);
+    } else {
+      command.overrides.push_back(key_value);
+    }
+  }
+  return command;
+}
+
+absl::StatusOr<TrainConfig> load_config(const Command& command) {
+  std::string text = default_config_json();
+  if (!command.config_path.empty()) {
+    std::ifstream file(command.config_path);
+    if (!file) return absl::NotFoundError(absl::StrCat("--config ", command.config_path, ": cannot read it"));
+    std::stringstream buffer;
+    buffer << file.rdbuf();
+    text = buffer.str();
+  }
+  absl::StatusOr<TrainConfig> config = parse_train_config(text, command.overrides);
+  if (!config.ok() && !command.config_path.empty()) {
+    return absl::Status(config.status().code(), absl::StrCat(command.config_path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+absl::Status run_ranks(const TrainConfig& config) {
+  if (config.backend == "mpi") {
+#ifdef ZERO_HAS_MPI
+    // A failing rank prints its error and aborts the whole job inside run_mpi_rank.
+    const int exit_code = run_mpi_rank([&](Communicator& comm) -> absl::Status {
+      ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, comm.world_size()));
+      return RankRun(comm, plan).run();
+    });
+    return exit_code == 0 ? absl::OkStatus() : absl::InternalError("an mpi rank failed");
+#else
+    return absl::InvalidArgumentError("backend = mpi: this zero-train was built without MPI; use local");
+#endif
+  }
+  ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, config.ranks));  // refuse bad configs before the ranks start
+  return root_cause(run_local_ranks(config.ranks, [&](Communicator& comm) { return RankRun(comm, plan).run(); }));
+}
+
+}  // namespace
+}  // namespace zero::train
+
+int main(int argc, char** argv) {
+  using namespace zero::train;
+  absl::StatusOr<Command> command = parse_command_line(argc, argv);
+  if (command.ok() && command->help) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  absl::StatusOr<TrainConfig> config = command.ok() ? load_config(*command) : command.status();
+  if (!config.ok()) {
+    std::fprintf(stderr, "zero-train: %s\n%s", std::string(config.status().message()).c_str(), kUsage);
+    return 2;
+  }
+  const absl::Status status = run_ranks(*config);
+  if (!status.ok()) {
+    std::fprintf(stderr, "zero-train: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
