@@ -185,81 +185,20 @@ TEST(LossScaling, BfloatAndFloatTrainWithoutScaling) {
   }
 }
 
-// --- Accounting: measured peaks and bytes against the formulas in DESIGN.md ---
+// --- Accounting (the per-category and per-collective formulas are held to the engine in plan_test) ---
 
-struct Formula {
-  int64_t params, grads, master_weights, optimizer_state;
-};
-
-// Adam's bytes per rank for Ψp padded parameters held in `precision` (p bytes each, gradients too),
-// with fp32 master weights (4 bytes) under bf16/fp16. Ψ unpadded: at stage 0 the optimizer and the
-// master weights cover the parameters only.
-Formula model_state_bytes(int stage, DType precision, int64_t padded, int64_t unpadded, int n) {
-  const int64_t p = static_cast<int64_t>(dtype_size(precision));
-  const int64_t master = precision == DType::kF32 ? 0 : 4;
-  const int64_t owned = stage == 0 ? unpadded : padded / n;
-  return {.params = p * (stage == 3 ? padded / n : padded),
-          .grads = p * (stage >= 2 ? padded / n : padded),
-          .master_weights = master * owned,
-          .optimizer_state = 8 * owned};
-}
-
-class Accounting : public ::testing::TestWithParam<DType> {};
-
-TEST_P(Accounting, PeakModelStateMatchesTheFormulasExactly) {
-  const ToyConfig big{.features = 31, .hidden = 97, .hidden_layers = 3};
-  for (int stage = 0; stage <= 3; ++stage) {
-    TrainRun run{.model = big, .world_size = 4, .steps = 2};
-    run.zero.stage = stage;
-    run.zero.precision = GetParam();
-    run.zero.persistence_threshold = 0;
-    const Outcome out = train(run);
-    ASSERT_TRUE(out.status.ok()) << out.status;
-    ToyModel model(big);
-    int64_t unpadded = 0;
-    for (Unit* u : model.units()) {
-      for (const ParamSpec& p : u->param_specs()) unpadded += shape_numel(p.shape);
-    }
-    const Formula f = model_state_bytes(stage, GetParam(), out.padded_params, unpadded, 4);
-    for (int r = 0; r < 4; ++r) {
-      const MemoryStats& m = out.memory[r];
-      EXPECT_EQ(m.peak_of(MemoryCategory::kParams), f.params) << "stage " << stage << " rank " << r;
-      EXPECT_EQ(m.peak_of(MemoryCategory::kGrads), f.grads) << "stage " << stage << " rank " << r;
-      EXPECT_EQ(m.peak_of(MemoryCategory::kOptimizerState), f.optimizer_state) << "stage " << stage << " rank " << r;
-      EXPECT_EQ(m.peak_of(MemoryCategory::kMasterWeights), f.master_weights) << "stage " << stage << " rank " << r;
-    }
-  }
-}
-
-TEST_P(Accounting, BytesSentPerStepMatchTheFormulasExactly) {
-  // Untied head: the formulas count each parameter once. Stages 0-2 send 2Ψ(N-1)/N elements per step,
-  // stage 3 sends 3Ψ(N-1)/N (gather for forward, gather for backward, reduce-scatter).
-  const ToyConfig untied{.features = 31, .hidden = 97, .hidden_layers = 3, .tied_head = false};
+TEST(EngineAccounting, SmallAllreducesCarryOnlyTheStepMetrics) {
   const int n = 4;
   for (int stage = 0; stage <= 3; ++stage) {
-    TrainRun run{.model = untied, .world_size = n, .steps = 2};
+    TrainRun run{.world_size = n, .steps = 2};
     run.zero.stage = stage;
-    run.zero.precision = GetParam();
-    run.zero.loss_scaling.initial_scale = 256;  // fp16: no overflow, so the step updates and gathers
-    run.zero.persistence_threshold = 0;
     const Outcome out = train(run);
     ASSERT_TRUE(out.status.ok()) << out.status;
-    ASSERT_FALSE(out.steps.back().skipped);
-    const int64_t psi_bytes = static_cast<int64_t>(dtype_size(GetParam())) * out.padded_params;
-    for (int r = 0; r < n; ++r) {
-      const CommVolume& v = out.volume[r];
-      const int64_t big = v.param_gather + v.grad_reduce;
-      EXPECT_EQ(big, (stage == 3 ? 3 : 2) * psi_bytes * (n - 1) / n) << "stage " << stage;
-      EXPECT_EQ(v.grad_reduce, (stage == 0 ? 2 : 1) * psi_bytes * (n - 1) / n) << "stage " << stage;
-      if (GetParam() != DType::kF16) {  // fp16 adds the overflow check to the small allreduces
-        EXPECT_EQ(v.small, 2 * 12 * (n - 1) / n) << "the loss/metrics allreduce: 3 fp32";
-      }
+    for (const CommVolume& v : out.volume) {
+      EXPECT_EQ(v.small, 2 * 12 * (n - 1) / n) << "stage " << stage << ": one allreduce of 3 fp32 (loss, hits, count)";
     }
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(Precisions, Accounting, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(EngineAccounting, ModelThatDoesNotFitAtStage0TrainsAtStage3) {
   // Many units, as in a real model: stage 3 holds 1/N of the model state plus a few gathered units.
