@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "runtime/status.h"
+#include "shard/init.h"
 
 namespace zero::testing {
 
@@ -26,6 +27,15 @@ ModelRunner::ModelRunner(Model& model) {
     for (const TiedParam& tied : u.unit->tied_params()) {
       u.param_views.set(tied.param, param(tied.owner_unit, tied.param));
       u.grad_views.set(tied.param, grad(tied.owner_unit, tied.param));
+    }
+  }
+}
+
+void ModelRunner::init(uint64_t seed) {
+  for (UnitStorage& u : units_) {
+    for (size_t i = 0; i < u.specs.size(); ++i) {
+      const int64_t n = static_cast<int64_t>(u.params[i].size());
+      init_values(u.specs[i].init, seed, param_key(u.name, u.specs[i].name), 0, n, u.params[i].data());
     }
   }
 }

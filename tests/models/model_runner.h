@@ -30,9 +30,11 @@ using ParamFill = std::function<absl::Status(absl::string_view unit, absl::strin
 
 class ModelRunner {
  public:
-  // Parameters start at zero; load() sets them.
+  // Parameters start at zero; init() or load() sets them.
   explicit ModelRunner(Model& model);
 
+  // Every parameter from its ParamSpec's init, the values the engine starts from with this seed.
+  void init(uint64_t seed);
   absl::Status load(const ParamFill& fill);
   absl::StatusOr<RunResult> forward_backward(Allocator& allocator, const Batch& batch, float loss_scale = 1.0f);
 

@@ -1,0 +1,111 @@
+// GPT-2 forward+backward tokens/s on the CPU, tiny and d12 (124M), beside the same model in PyTorch measured in the same run.
+// Usage: models_bench [B=4] [T=64] [iterations=3] [threads=2] (T capped at a preset's max_seq_len). PyTorch is
+// optional: /usr/bin/python3 with torch. Both sides time the model alone, as loss.backward() does: zero's units
+// through testing::ModelRunner, without the engine's reductions or an optimizer step.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/kernels.h"
+#include "models/gpt2.h"
+#include "runtime/status.h"
+#include "tests/models/model_runner.h"
+
+namespace zero {
+namespace {
+
+struct Args {
+  int64_t batch = 4, seq_len = 64;
+  int iterations = 3, threads = 2;
+};
+
+// Both sides time at least `iterations` iterations and at least this long, so the tiny model's
+// milliseconds are not lost in timer and scheduling noise.
+constexpr double kMinSeconds = 2.0;
+
+// Tokens/s of zero's forward+backward: one warm-up iteration, then the timed ones, gradients adding up.
+absl::StatusOr<double> zero_tokens_per_second(const Gpt2Config& config, const Args& args) {
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(config));
+  testing::ModelRunner runner(*model);
+  runner.init(/*seed=*/1234);
+  std::vector<int32_t> tokens(args.batch * args.seq_len), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919) % config.vocab_size);
+    targets[i] = static_cast<int32_t>((i * 104729 + 1) % config.vocab_size);
+  }
+  const Batch batch{.inputs = Tensor(tokens.data(), DType::kI32, {args.batch, args.seq_len}),
+                    .targets = Tensor(targets.data(), DType::kI32, {args.batch, args.seq_len})};
+  Allocator allocator;
+  ZERO_RETURN_IF_ERROR(runner.forward_backward(allocator, batch).status());
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::duration<double> elapsed{};
+  int done = 0;
+  for (; done < args.iterations || elapsed.count() < kMinSeconds; ++done) {
+    ZERO_RETURN_IF_ERROR(runner.forward_backward(allocator, batch).status());
+    elapsed = std::chrono::steady_clock::now() - start;
+  }
+  return static_cast<double>(args.batch * args.seq_len * done) / elapsed.count();
+}
+
+// PyTorch's tokens/s for the same model and batch, or 0 where /usr/bin/python3 has no torch.
+double torch_tokens_per_second(const Gpt2Config& c, const Args& args) {
+  const std::string cmd = absl::StrCat("/usr/bin/python3 " ZERO_BENCH_SCRIPT " ", c.max_seq_len, " ", c.vocab_size, " ",
+                                       c.padded_vocab_size, " ", c.num_layers, " ", c.num_heads, " ", c.channels, " ",
+                                       args.batch, " ", args.seq_len, " ", args.iterations, " ", kMinSeconds, " ",
+                                       args.threads, " 2>/dev/null");
+  FILE* torch = popen(cmd.c_str(), "r");
+  if (torch == nullptr) return 0;
+  char line[256];
+  double rate = 0;
+  while (std::fgets(line, sizeof line, torch) != nullptr) {
+    if (std::sscanf(line, "tokens_per_s %lf", &rate) != 1) std::printf("  %s", line);
+  }
+  pclose(torch);
+  return rate;
+}
+
+int run(const Args& args) {
+  kernels::set_kernel_threads(args.threads);
+  std::printf("GPT-2 forward+backward, fp32, >= %d iterations and >= %.0f s after one warm-up, %d threads\n",
+              args.iterations, kMinSeconds, args.threads);
+  for (const char* preset : {"tiny", "d12"}) {
+    const Gpt2Config config = *Gpt2Config::preset(preset);
+    Args shape = args;
+    shape.seq_len = std::min(args.seq_len, config.max_seq_len);  // tiny has 16 positions
+    absl::StatusOr<double> zero = zero_tokens_per_second(config, shape);
+    if (!zero.ok()) {
+      std::fprintf(stderr, "models_bench: %s: %s\n", preset, std::string(zero.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%-4s %11lld params, B=%lld T=%lld  zero  %9.1f tokens/s\n", preset,
+                static_cast<long long>(config.num_parameters()), static_cast<long long>(shape.batch),
+                static_cast<long long>(shape.seq_len), *zero);
+    const double torch = torch_tokens_per_second(config, shape);
+    if (torch > 0) {
+      std::printf("%-4s %35s torch %9.1f tokens/s; zero is %.2fx\n", preset, "", torch, *zero / torch);
+    } else {
+      std::printf("      (PyTorch not found: /usr/bin/python3 -c 'import torch' fails; no comparison)\n");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace zero
+
+int main(int argc, char** argv) {
+  zero::Args args;
+  if (argc > 1) args.batch = std::atoll(argv[1]);
+  if (argc > 2) args.seq_len = std::atoll(argv[2]);
+  if (argc > 3) args.iterations = std::atoi(argv[3]);
+  if (argc > 4) args.threads = std::atoi(argv[4]);
+  if (args.batch <= 0 || args.seq_len <= 0 || args.iterations <= 0 || args.threads <= 0) {
+    std::fprintf(stderr, "usage: models_bench [B=4] [T=64] [iterations=3] [threads=2], all positive\n");
+    return 1;
+  }
+  return zero::run(args);
+}
