@@ -46,7 +46,11 @@ struct ZeroConfig {
   DType precision = DType::kF32;
   LossScaling loss_scaling;  // fp16 only
 
-  int accumulation_steps = 1;   // micro-batches per optimizer step; every stage reduces each micro-batch
+  int accumulation_steps = 1;   // micro-batches per optimizer step
+  // Stages 0-1 only: accumulate micro-batches in the local gradients and reduce once per step, as DDP's
+  // no_sync (A times less gradient traffic). Off, every stage reduces every micro-batch, which keeps
+  // stages 0-3 bit-identical; stages 2-3 hold only their gradient slice, so they always do.
+  bool no_sync = false;
   double gradient_clipping = 0; // max global L2 norm of the gradients; 0 turns clipping off
   float weight_decay = 0.0f;    // for parameters not matching no_decay_patterns
   std::vector<std::string> no_decay_patterns = {"*bias", "*ln_*", "*norm*"};

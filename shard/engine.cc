@@ -49,6 +49,10 @@ absl::Status ZeroConfig::validate() const {
   if (max_live_units < 1) return bad("max_live_units", max_live_units, "at least one gathered unit must fit");
   if (persistence_threshold < 0) return bad("persistence_threshold", persistence_threshold, "must be >= 0");
   if (accumulation_steps < 1) return bad("accumulation_steps", accumulation_steps, "must be >= 1");
+  if (no_sync && stage >= 2) {
+    return bad("no_sync", "true", "stages 2 and 3 keep only their gradient slice and reduce every micro-batch; "
+                                  "use stage 0 or 1, or turn no_sync off");
+  }
   if (gradient_clipping < 0) return bad("gradient_clipping", gradient_clipping, "must be >= 0 (0 = off)");
   if (!is_floating(precision)) return bad("precision", dtype_name(precision), "use fp32, bf16 or fp16");
   if (loss_scaling.initial_scale <= 0 || loss_scaling.min_scale <= 0 || loss_scaling.static_scale < 0 ||
@@ -250,17 +254,36 @@ absl::StatusOr<Tensor> Engine::staging_of(int i) {
     const int64_t bytes = b.numel * static_cast<int64_t>(dtype_size(dtype_));
     ZERO_ASSIGN_OR_RETURN(b.staging, allocator_.allocate(bytes, MemoryCategory::kCommBuffers));
     std::memset(b.staging.data(), 0, bytes);
+    // no_sync: the micro-batches so far accumulated in the local gradients; they join the reduction.
+    if (config_.no_sync) {
+      for (int k : b.units) {
+        UnitState& unit = units_[k];
+        const int64_t unit_bytes = unit.layout.padded_numel * static_cast<int64_t>(dtype_size(dtype_));
+        std::memcpy(static_cast<char*>(b.staging.data()) + unit.bucket_offset * dtype_size(dtype_),
+                    unit.grads.data(), unit_bytes);
+        std::memset(unit.grads.data(), 0, unit_bytes);
+      }
+    }
   }
   return b.staging.tensor(dtype_, {b.numel}).slice(u.bucket_offset, u.bucket_offset + u.layout.padded_numel);
+}
+
+bool Engine::reduces_this_micro_batch() const {
+  return !config_.no_sync || micro_batches_done_ + 1 == config_.accumulation_steps;
 }
 
 absl::StatusOr<ParamViews> Engine::grad_views(int i) {
   ParamViews views;
   const auto add = [&](int owner, const std::string& name) -> absl::Status {
-    ZERO_ASSIGN_OR_RETURN(Tensor staging, staging_of(owner));
     const UnitState& o = units_[owner];
+    Tensor flat;  // (padded_numel): the bucket's staging, or under no_sync the local gradient (stages 0-1)
+    if (reduces_this_micro_batch()) {
+      ZERO_ASSIGN_OR_RETURN(flat, staging_of(owner));
+    } else {
+      flat = o.grads.tensor(dtype_, {o.layout.padded_numel});
+    }
     const int p = o.layout.find(name);
-    views.set(name, staging.view(o.layout.params[p].offset, o.layout.shapes[p]));
+    views.set(name, flat.view(o.layout.params[p].offset, o.layout.shapes[p]));
     return absl::OkStatus();
   };
   for (const FlatParam& p : units_[i].layout.params) ZERO_RETURN_IF_ERROR(add(i, p.name));
@@ -425,7 +448,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
     ZERO_ASSIGN_OR_RETURN(ParamViews grads, grad_views(i));
     ZERO_ASSIGN_OR_RETURN(dy, units_[i].unit->backward(ctx, param_views(i), grads, dy));
     release(i);
-    ZERO_RETURN_IF_ERROR(grads_ready(i));
+    if (reduces_this_micro_batch()) ZERO_RETURN_IF_ERROR(grads_ready(i));
   }
   for (Bucket& b : buckets_) ZERO_RETURN_IF_ERROR(finish_reduction(b));
   loss_sum_ += ctx.loss;

@@ -9,9 +9,10 @@
 // plus, in comm_buffers, the gradient buckets in flight and (stage 3) the gathered units alive, and in
 // workspace one unit's fp32 gradient slice during a mixed-precision update.
 //
-// Every stage reduces every micro-batch and adds the reduced gradient into what it holds, scaling
-// each rank's gradient by 1/(N·accumulation_steps) first; with the local backend's rank-order
-// reductions and partition-independent optimizers, stages 0-3 produce bit-identical parameters.
+// Every stage reduces every micro-batch (stages 0-1 under no_sync: only the last) and adds the reduced
+// gradient into what it holds, scaling each rank's gradient by 1/(N·accumulation_steps) first; with the
+// local backend's rank-order reductions and partition-independent optimizers, stages 0-3 produce
+// bit-identical parameters.
 #pragma once
 
 #include <cstdint>
@@ -123,6 +124,9 @@ class Engine {
   absl::Status assign_params(UnitState& u, const float* values, int64_t first);
   Tensor full_params(int u) const;
   ParamViews param_views(int u) const;
+  // Whether this micro-batch's gradients are reduced (always, but the last one only under no_sync).
+  bool reduces_this_micro_batch() const;
+  // Views into the bucket staging when reducing; under no_sync otherwise, into the local gradients.
   absl::StatusOr<ParamViews> grad_views(int u);
   absl::StatusOr<Tensor> staging_of(int u);
 
