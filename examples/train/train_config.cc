@@ -151,8 +151,14 @@ class KeyReader {
     return absl::OkStatus();
   }
 
+  // The known key or section nearest to `key` in edit distance.
   std::string closest(absl::string_view key) const {
-    return *std::min_element(known_.begin(), known_.end(), [&](const std::string& a, const std::string& b) {
+    std::set<std::string> candidates;
+    for (const std::string& k : known_) {
+      for (size_t dot = k.find('.'); dot != std::string::npos; dot = k.find('.', dot + 1)) candidates.insert(k.substr(0, dot));
+      candidates.insert(k);
+    }
+    return *std::min_element(candidates.begin(), candidates.end(), [&](const std::string& a, const std::string& b) {
       return edit_distance(key, a) < edit_distance(key, b);
     });
   }

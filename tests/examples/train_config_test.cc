@@ -1,0 +1,318 @@
+// zero-train's config: parsing, overrides, DeepSpeed's defaults and units, the batch rule, errors that name their key.
+#include "examples/train/train_config.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "examples/train/deepspeed_optim.h"
+#include "examples/train/memory_formula.h"
+
+namespace zero::train {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// The smallest valid config: the batch rule needs one of its keys.
+constexpr char kMinimal[] = R"({"train_micro_batch_size_per_gpu": 2})";
+
+TrainConfig parse_ok(const std::string& json, const std::vector<std::string>& overrides = {}) {
+  absl::StatusOr<TrainConfig> config = parse_train_config(json, overrides);
+  EXPECT_TRUE(config.ok()) << config.status();
+  return config.ok() ? *config : TrainConfig{};
+}
+
+std::string parse_error(const std::string& json, const std::vector<std::string>& overrides = {}) {
+  absl::StatusOr<TrainConfig> config = parse_train_config(json, overrides);
+  EXPECT_FALSE(config.ok());
+  return std::string(config.status().message());
+}
+
+TEST(TrainConfigTest, EmbeddedDefaultIsStage3OnFourLocalRanks) {
+  const TrainConfig c = parse_ok(default_config_json());
+  EXPECT_EQ(c.zero_optimization.stage, 3);
+  EXPECT_EQ(c.backend, "local");
+  EXPECT_EQ(c.ranks, 4);
+  EXPECT_EQ(c.model.type, "gpt2");
+  EXPECT_EQ(c.data.source, "addition");
+  const absl::StatusOr<BatchPlan> batch = resolve_batch(c, c.ranks);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->train_batch_size, batch->micro_batch * batch->accumulation_steps * 4);
+}
+
+TEST(TrainConfigTest, AbsentKeysTakeDeepSpeedDefaults) {
+  const TrainConfig c = parse_ok(kMinimal);
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500'000'000);
+  EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 500'000'000);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50'000'000);
+  EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 1'000'000'000);
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 100'000);
+  EXPECT_FALSE(c.bf16);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.loss_scale, 0);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_EQ(c.fp16.min_loss_scale, 1);
+  EXPECT_FALSE(c.train_batch_size.has_value());
+  EXPECT_FALSE(c.gradient_accumulation_steps.has_value());
+}
+
+TEST(TrainConfigTest, ReadsNestedSectionsAndIntegersWrittenAsFloats) {
+  const TrainConfig c = parse_ok(R"({
+    "train_batch_size": 32, "gradient_clipping": 0.5,
+    "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e7, "overlap_comm": false},
+    "fp16": {"enabled": true, "loss_scale": 128, "hysteresis": 4},
+    "optimizer": {"type": "Lamb", "params": {"lr": 0.01, "betas": [0.8, 0.99], "eps": 1e-6}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.02, "warmup_num_steps": 7}},
+    "model": {"preset": "tiny"}, "data": {"addition": {"digits": 2}}})");
+  EXPECT_EQ(c.train_batch_size, 32);
+  EXPECT_EQ(c.gradient_clipping, 0.5);
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 50'000'000);
+  EXPECT_FALSE(c.zero_optimization.overlap_comm);
+  EXPECT_TRUE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.loss_scale, 128);
+  EXPECT_EQ(c.fp16.hysteresis, 4);
+  EXPECT_EQ(c.optimizer.type, "Lamb");
+  EXPECT_EQ(c.optimizer.lr, 0.01);
+  EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.8, 0.99}));
+  EXPECT_EQ(c.optimizer.eps, 1e-6);
+  EXPECT_EQ(c.scheduler.type, "WarmupLR");
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 0.02);
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 7);
+  EXPECT_EQ(c.model.preset, "tiny");
+  EXPECT_EQ(c.data.digits, 2);
+}
+
+TEST(TrainConfigTest, OverridesReplaceAddAndParseTheirValuesAsJson) {
+  const TrainConfig c = parse_ok(default_config_json(),
+                                 {"zero_optimization.stage=1", "optimizer.type=SGD", "optimizer.params.momentum=0.9",
+                                  "optimizer.params.betas=[0.5,0.6]", "bf16.enabled=true", "ranks=2", "ranks=3",
+                                  "metrics_path=out/m.jsonl"});
+  EXPECT_EQ(c.zero_optimization.stage, 1);
+  EXPECT_EQ(c.optimizer.type, "SGD");  // not JSON, so a string
+  EXPECT_EQ(c.optimizer.momentum, 0.9);
+  EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.5, 0.6}));
+  EXPECT_TRUE(c.bf16);  // a section the default does not have
+  EXPECT_EQ(c.ranks, 3);  // the later override wins
+  EXPECT_EQ(c.metrics_path, "out/m.jsonl");
+}
+
+struct BadConfig {
+  std::string override_arg;
+  std::vector<std::string> expected;  // substrings of the message
+};
+
+class TrainConfigErrorTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(TrainConfigErrorTest, IsRefusedNamingTheKey) {
+  const std::string message = parse_error(kMinimal, {GetParam().override_arg});
+  for (const std::string& part : GetParam().expected) EXPECT_THAT(message, HasSubstr(part));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Refused, TrainConfigErrorTest,
+    ::testing::Values(
+        BadConfig{"zero_optimization.stgae=3",
+                  {"unknown key 'zero_optimization.stgae'", "did you mean 'zero_optimization.stage'"}},
+        BadConfig{"optimiser.type=Adam", {"unknown key 'optimiser'", "did you mean 'optimizer'"}},
+        BadConfig{"zero_optimization.stage=\"three\"", {"zero_optimization.stage: expected an integer", "\"three\""}},
+        BadConfig{"zero_optimization.stage=2.5", {"zero_optimization.stage: expected an integer"}},
+        BadConfig{"zero_optimization=3", {"zero_optimization: expected an object"}},
+        BadConfig{"fp16.enabled=1", {"fp16.enabled: expected true or false"}},
+        BadConfig{"optimizer.params.betas=0.9", {"optimizer.params.betas: expected an array of numbers"}},
+        BadConfig{"zero_optimization.stage=4", {"zero_optimization.stage = 4", "0, 1, 2 or 3"}},
+        BadConfig{"zero_optimization.stage=-1", {"zero_optimization.stage = -1"}},
+        BadConfig{"zero_optimization.reduce_bucket_size=0", {"zero_optimization.reduce_bucket_size = 0"}},
+        BadConfig{"zero_optimization.allgather_bucket_size=0", {"zero_optimization.allgather_bucket_size = 0"}},
+        BadConfig{"zero_optimization.stage3_max_live_parameters=0", {"zero_optimization.stage3_max_live_parameters = 0"}},
+        BadConfig{"train_batch_size=0", {"train_batch_size = 0"}},
+        BadConfig{"gradient_clipping=-1", {"gradient_clipping = -1"}},
+        BadConfig{"fp16.min_loss_scale=0", {"fp16.min_loss_scale = 0"}},
+        BadConfig{"optimizer.type=Adagrad", {"optimizer.type = Adagrad", "Adam, AdamW, Lamb or SGD"}},
+        BadConfig{"optimizer.params.betas=[0.9]", {"optimizer.params.betas = 0.9", "two numbers"}},
+        BadConfig{"scheduler.type=OneCycle", {"scheduler.type = OneCycle"}},
+        BadConfig{"scheduler.params.warmup_type=cubic", {"scheduler.params.warmup_type = cubic"}},
+        BadConfig{"model.type=mlp", {"model.type = mlp"}},
+        BadConfig{"model.preset=d7", {"model.preset"}},
+        BadConfig{"model.channels=30", {"model.channels = 30", "multiple of model.num_heads (4)"}},
+        BadConfig{"data.source=web", {"data.source = web"}},
+        BadConfig{"data.addition.digits=10", {"data.addition.digits = 10"}},
+        BadConfig{"backend=nccl", {"backend = nccl", "use local or mpi"}},
+        BadConfig{"backend=gloo", {"backend = gloo"}},
+        BadConfig{"ranks=0", {"ranks = 0"}},
+        BadConfig{"steps=0", {"steps = 0"}},
+        BadConfig{"memory_budget_mib=-5", {"memory_budget_mib = -5"}}));
+
+TEST(TrainConfigTest, Bf16AndFp16TogetherAreRefusedNamingBoth) {
+  EXPECT_THAT(parse_error(kMinimal, {"bf16.enabled=true", "fp16.enabled=true"}),
+              AllOf(HasSubstr("bf16.enabled"), HasSubstr("fp16.enabled")));
+}
+
+TEST(TrainConfigTest, DecayingScheduleMustOutlastItsWarmup) {
+  EXPECT_THAT(parse_error(kMinimal, {"scheduler.type=WarmupDecayLR", "scheduler.params.warmup_num_steps=100",
+                                     "steps=50"}),
+              AllOf(HasSubstr("scheduler.params.total_num_steps = 50"), HasSubstr("100")));
+}
+
+TEST(TrainConfigTest, MalformedJsonIsRefused) {
+  EXPECT_THAT(parse_error("{\"steps\": 3,"), HasSubstr("not a JSON object"));
+}
+
+absl::StatusOr<BatchPlan> batch_of(std::optional<int64_t> global, std::optional<int64_t> micro,
+                                   std::optional<int64_t> accumulation, int world_size) {
+  TrainConfig c;
+  c.train_batch_size = global;
+  c.train_micro_batch_size_per_gpu = micro;
+  c.gradient_accumulation_steps = accumulation;
+  return resolve_batch(c, world_size);
+}
+
+void expect_plan(const absl::StatusOr<BatchPlan>& plan, int64_t global, int64_t micro, int64_t accumulation) {
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->train_batch_size, global);
+  EXPECT_EQ(plan->micro_batch, micro);
+  EXPECT_EQ(plan->accumulation_steps, accumulation);
+}
+
+TEST(BatchRuleTest, AnyTwoDetermineTheThird) {
+  expect_plan(batch_of(96, 4, std::nullopt, 4), 96, 4, 6);
+  expect_plan(batch_of(96, std::nullopt, 3, 4), 96, 8, 3);
+  expect_plan(batch_of(std::nullopt, 4, 3, 4), 48, 4, 3);
+  expect_plan(batch_of(96, 8, 3, 4), 96, 8, 3);
+}
+
+TEST(BatchRuleTest, OneAloneMeansNoAccumulation) {
+  expect_plan(batch_of(64, std::nullopt, std::nullopt, 4), 64, 16, 1);
+  expect_plan(batch_of(std::nullopt, 5, std::nullopt, 3), 15, 5, 1);
+}
+
+TEST(BatchRuleTest, MismatchNamesAllFourNumbers) {
+  const absl::StatusOr<BatchPlan> plan = batch_of(32, 4, 3, 4);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(),
+              AllOf(HasSubstr("train_batch_size 32"), HasSubstr("train_micro_batch_size_per_gpu 4"),
+                    HasSubstr("gradient_accumulation_steps 3"), HasSubstr("ranks 4"), HasSubstr("= 48")));
+}
+
+TEST(BatchRuleTest, GlobalBatchNotDivisibleByTheRanksIsAMismatch) {
+  const absl::StatusOr<BatchPlan> plan = batch_of(30, 4, std::nullopt, 4);  // 30 / 16 rounds down to 1
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), AllOf(HasSubstr("train_batch_size 30"), HasSubstr("= 16")));
+}
+
+TEST(BatchRuleTest, AccumulationAloneIsNotEnough) {
+  const absl::StatusOr<BatchPlan> plan = batch_of(std::nullopt, std::nullopt, 2, 4);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), HasSubstr("train_micro_batch_size_per_gpu"));
+}
+
+const BatchPlan kOneStep{.train_batch_size = 4, .micro_batch = 1, .accumulation_steps = 1};
+const std::vector<UnitSize> kUnits = {{"embedding", 4000}, {"h.0", 10'000}, {"head", 200}};
+
+ZeroConfig engine_config_ok(const std::vector<std::string>& overrides) {
+  const absl::StatusOr<ZeroConfig> z = engine_config(parse_ok(kMinimal, overrides), kOneStep, 4, kUnits);
+  EXPECT_TRUE(z.ok()) << z.status();
+  return z.ok() ? *z : ZeroConfig{};
+}
+
+TEST(EngineConfigTest, BucketElementsBecomeBytesOfTheTrainingDtype) {
+  EXPECT_EQ(engine_config_ok({"zero_optimization.reduce_bucket_size=1000"}).bucket_cap_bytes, 4000);
+  EXPECT_EQ(engine_config_ok({"zero_optimization.reduce_bucket_size=1000", "bf16.enabled=true"}).bucket_cap_bytes,
+            2000);
+  // The engine's first, smaller bucket never exceeds the cap.
+  EXPECT_EQ(engine_config_ok({"zero_optimization.reduce_bucket_size=1000"}).first_bucket_cap_bytes, 4000);
+}
+
+TEST(EngineConfigTest, PrefetchAndLiveParametersCountLargestSharedUnits) {
+  // The largest sharded unit holds 10,000 elements: the unit in use plus two prefetched.
+  const std::vector<std::string> stage3 = {"zero_optimization.stage=3",
+                                           "zero_optimization.stage3_param_persistence_threshold=0"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), stage3.begin(), stage3.end());
+    return engine_config_ok(more).max_live_units;
+  };
+  EXPECT_EQ(with({"zero_optimization.stage3_prefetch_bucket_size=25000"}), 3);
+  EXPECT_EQ(with({"zero_optimization.stage3_prefetch_bucket_size=25000",
+                  "zero_optimization.stage3_max_live_parameters=20000"}), 2);
+  EXPECT_EQ(with({"zero_optimization.stage3_prefetch_bucket_size=25000", "zero_optimization.overlap_comm=false"}), 1);
+  EXPECT_EQ(with({"zero_optimization.stage3_max_live_parameters=10"}), 1);  // the unit in use is always gathered
+  EXPECT_EQ(with({}), 3);  // DeepSpeed's 5e7 prefetch: every unit, no more
+}
+
+TEST(EngineConfigTest, CarriesPrecisionLossScalingAndAccumulation) {
+  const ZeroConfig z = engine_config_ok({"fp16.enabled=true", "fp16.initial_scale_power=10", "fp16.loss_scale_window=50",
+                                         "gradient_clipping=2", "optimizer.params.weight_decay=0.1"});
+  EXPECT_EQ(z.precision, DType::kF16);
+  EXPECT_EQ(z.loss_scaling.initial_scale, 1024.0);
+  EXPECT_EQ(z.loss_scaling.window, 50);
+  EXPECT_EQ(z.loss_scaling.static_scale, 0.0);
+  EXPECT_EQ(z.gradient_clipping, 2.0);
+  EXPECT_FLOAT_EQ(z.weight_decay, 0.1f);
+}
+
+TEST(EngineConfigTest, BudgetBelowModelStatesAndOneGatheredUnitIsRefused) {
+  // 14,200 parameters, fp32 AdamW, stage 3 on 4 ranks: 16 B x 3,550 = 56,800 B of states plus h.0 gathered
+  // (40,000 B) is under 1 MiB, so 1 MiB fits; a model 100 times larger does not.
+  TrainConfig c = parse_ok(kMinimal, {"zero_optimization.stage=3", "memory_budget_mib=1"});
+  EXPECT_TRUE(engine_config(c, kOneStep, 4, kUnits).ok());
+  const std::vector<UnitSize> large = {{"embedding", 400'000}, {"h.0", 1'000'000}, {"head", 20'000}};
+  const absl::StatusOr<ZeroConfig> z = engine_config(c, kOneStep, 4, large);
+  ASSERT_FALSE(z.ok());
+  EXPECT_THAT(z.status().message(), AllOf(HasSubstr("memory_budget_mib = 1"), HasSubstr("unit 'h.0' gathered")));
+}
+
+TEST(MemoryFormulaTest, MatchesTheZeroPaperPerStage) {
+  // Ψ = 1000 over N = 4, fp32 Adam: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N bytes.
+  const int64_t psi = 1000;
+  EXPECT_EQ(zero_model_state_bytes(0, psi, 4, DType::kF32, 2).total(), 16 * psi);
+  EXPECT_EQ(zero_model_state_bytes(1, psi, 4, DType::kF32, 2).total(), 8 * psi + 8 * psi / 4);
+  EXPECT_EQ(zero_model_state_bytes(2, psi, 4, DType::kF32, 2).total(), 4 * psi + 12 * psi / 4);
+  EXPECT_EQ(zero_model_state_bytes(3, psi, 4, DType::kF32, 2).total(), 16 * psi / 4);
+  // bf16 with fp32 master weights: 2 + 2 + 12 bytes per parameter.
+  const ModelStateBytes mixed = zero_model_state_bytes(2, psi, 4, DType::kBF16, 2);
+  EXPECT_EQ(mixed.params, 2 * psi);
+  EXPECT_EQ(mixed.grads, 2 * psi / 4);
+  EXPECT_EQ(mixed.master_weights, 4 * psi / 4);
+  EXPECT_EQ(mixed.optimizer_state, 8 * psi / 4);
+}
+
+float lr_at(const std::vector<std::string>& overrides, int64_t step) {
+  const TrainConfig c = parse_ok(kMinimal, overrides);
+  return LrSchedule(c.scheduler, c.optimizer.lr, c.steps).lr(step);
+}
+
+TEST(LrScheduleTest, FollowsDeepSpeedsFormulas) {
+  const std::vector<std::string> linear = {"scheduler.params.warmup_min_lr=0.1", "scheduler.params.warmup_max_lr=0.5",
+                                           "scheduler.params.warmup_num_steps=10",
+                                           "scheduler.params.warmup_type=linear"};
+  auto plus = [](std::vector<std::string> a, std::vector<std::string> b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const auto warmup_lr = plus(linear, {"scheduler.type=WarmupLR"});
+  EXPECT_FLOAT_EQ(lr_at(warmup_lr, 1), 0.1f);             // i = 0: the warmup's start
+  EXPECT_FLOAT_EQ(lr_at(warmup_lr, 6), 0.1f + 0.4f / 2);  // i = 5 of 10
+  EXPECT_FLOAT_EQ(lr_at(warmup_lr, 50), 0.5f);
+  const auto decay = plus(linear, {"scheduler.type=WarmupDecayLR", "scheduler.params.total_num_steps=30"});
+  EXPECT_FLOAT_EQ(lr_at(decay, 21), 0.1f + 0.4f * (30 - 20) / 20);  // i = 20: (total - i) / (total - W)
+  EXPECT_FLOAT_EQ(lr_at(decay, 40), 0.1f);
+  const std::vector<std::string> log_warmup = {"scheduler.type=WarmupLR", "scheduler.params.warmup_max_lr=1",
+                           "scheduler.params.warmup_num_steps=100"};
+  EXPECT_FLOAT_EQ(lr_at(log_warmup, 10), static_cast<float>(std::log(10.0) / std::log(100.0)));
+  const std::vector<std::string> cosine = {"scheduler.type=WarmupCosineLR", "optimizer.params.lr=2",
+                                           "scheduler.params.warmup_num_steps=10", "scheduler.params.total_num_steps=30",
+                                           "scheduler.params.cos_min_ratio=0", "scheduler.params.warmup_type=linear"};
+  EXPECT_FLOAT_EQ(lr_at(cosine, 6), 1.0f);   // half the warmup of lr 2
+  EXPECT_FLOAT_EQ(lr_at(cosine, 20), 1.0f);  // i = 19: (19 - 10 + 1) / 20 of the cosine, its midpoint
+  EXPECT_FLOAT_EQ(lr_at({"optimizer.params.lr=0.25"}, 7), 0.25f);  // no scheduler: the optimizer's lr
+}
+
+}  // namespace
+}  // namespace zero::train
