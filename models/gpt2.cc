@@ -43,7 +43,7 @@ absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens) {
 class Gpt2Embedding final : public Unit {
  public:
   Gpt2Embedding(const Gpt2Config& config, GradRelay& relay)
-      : config_(config), specs_(unit_specs(config, 0)), relay_(relay) {}
+      : config_(config), specs_(unit_specs(config, 0)), names_(view_names(specs_)), relay_(relay) {}
 
   absl::string_view name() const override { return kGpt2EmbeddingUnit; }
   std::vector<ParamSpec> param_specs() const override { return specs_; }
@@ -51,16 +51,19 @@ class Gpt2Embedding final : public Unit {
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor&) override {
     const Tensor& tokens = ctx.batch.inputs;
     ZERO_RETURN_IF_ERROR(check_tokens(config_, tokens));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, params, names_));
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
                                                    {{&out_, {tokens.size(0), tokens.size(1), config_.channels}}}));
-    ZERO_RETURN_IF_ERROR(kernels::embedding_forward(out_, tokens, params.at("wte.weight"), params.at("wpe.weight")));
+    ZERO_RETURN_IF_ERROR(kernels::embedding_forward(out_, tokens, p.views().at("wte.weight"), p.views().at("wpe.weight")));
     return out_;
   }
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews&, const ParamViews& grads,
                                   const Tensor& dy) override {
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, grads, names_));
     ZERO_RETURN_IF_ERROR(
-        kernels::embedding_backward(grads.at("wte.weight"), grads.at("wpe.weight"), dy, ctx.batch.inputs));
+        kernels::embedding_backward(g.views().at("wte.weight"), g.views().at("wpe.weight"), dy, ctx.batch.inputs));
+    ZERO_RETURN_IF_ERROR(g.round_back());
     saved_.reset();
     relay_.hand_off();
     return Tensor();
@@ -69,6 +72,7 @@ class Gpt2Embedding final : public Unit {
  private:
   const Gpt2Config config_;
   const std::vector<ParamSpec> specs_;
+  const std::vector<std::string> names_;
   GradRelay& relay_;
   Buffer saved_;
   Tensor out_;
@@ -78,13 +82,19 @@ class Gpt2Embedding final : public Unit {
 class Gpt2Block final : public Unit {
  public:
   Gpt2Block(const Gpt2Config& config, int64_t layer, GradRelay& relay)
-      : config_(config), name_(gpt2_block_unit(layer)), specs_(unit_specs(config, layer + 1)), relay_(relay) {}
+      : config_(config),
+        name_(gpt2_block_unit(layer)),
+        specs_(unit_specs(config, layer + 1)),
+        names_(view_names(specs_)),
+        relay_(relay) {}
 
   absl::string_view name() const override { return name_; }
   std::vector<ParamSpec> param_specs() const override { return specs_; }
   void set_recompute(bool recompute) { recompute_ = recompute; }
 
-  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& p, const Tensor& x) override {
+  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, params, names_));
+    const ParamViews& p = p32.views();
     x_ = x;
     ZERO_ASSIGN_OR_RETURN(out_buffer_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, {{&out_, x.shape()}}));
     ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
@@ -95,8 +105,12 @@ class Gpt2Block final : public Unit {
     return out_;
   }
 
-  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& p, const ParamViews& g,
+  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
                                   const Tensor& dy) override {
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, params, names_));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views g32, Fp32Views::widen(ctx.allocator, grads, names_));
+    const ParamViews& p = p32.views();
+    const ParamViews& g = g32.views();
     if (recompute_) ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
     const Shape& shape = x_.shape();  // (B, T, C)
     const Shape wide = {shape[0], shape[1], 4 * config_.channels};
@@ -125,6 +139,7 @@ class Gpt2Block final : public Unit {
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_1.weight"), g.at("ln_1.bias"), dc, x_,
                                                      p.at("ln_1.weight"), a_.ln1_mean, a_.ln1_rstd));
     ZERO_RETURN_IF_ERROR(kernels::residual_backward(dx, dx2));
+    ZERO_RETURN_IF_ERROR(g32.round_back());
     saved_.reset();
     out_buffer_.reset();
     relay_.hand_off();
@@ -166,6 +181,7 @@ class Gpt2Block final : public Unit {
   const Gpt2Config config_;
   const std::string name_;
   const std::vector<ParamSpec> specs_;
+  const std::vector<std::string> names_;
   GradRelay& relay_;
   bool recompute_ = false;
   Tensor x_;                 // (B, T, C): the previous unit's output, valid until after this backward
@@ -179,7 +195,10 @@ class Gpt2Block final : public Unit {
 class Gpt2Head final : public Unit {
  public:
   Gpt2Head(const Gpt2Config& config, GradRelay& relay)
-      : config_(config), specs_(unit_specs(config, config.num_layers + 1)), relay_(relay) {}
+      : config_(config),
+        specs_(unit_specs(config, config.num_layers + 1)),
+        names_(view_names(specs_, tied_params())),
+        relay_(relay) {}
 
   absl::string_view name() const override { return kGpt2HeadUnit; }
   std::vector<ParamSpec> param_specs() const override { return specs_; }
@@ -187,7 +206,9 @@ class Gpt2Head final : public Unit {
     return {{std::string(kGpt2EmbeddingUnit), "wte.weight"}};
   }
 
-  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& p, const Tensor& x) override {
+  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, params, names_));
+    const ParamViews& p = p32.views();
     x_ = x;
     const int64_t B = x.size(0), T = x.size(1), C = config_.channels, Vp = config_.padded_vocab_size;
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
@@ -199,7 +220,12 @@ class Gpt2Head final : public Unit {
     return logits_;
   }
 
-  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& p, const ParamViews& g, const Tensor&) override {
+  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
+                                  const Tensor&) override {
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, params, names_));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views g32, Fp32Views::widen(ctx.allocator, grads, names_));
+    const ParamViews& p = p32.views();
+    const ParamViews& g = g32.views();
     Tensor dlnf;
     ZERO_ASSIGN_OR_RETURN(Buffer scratch,
                           allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, {{&dlnf, x_.shape()}}));
@@ -207,6 +233,7 @@ class Gpt2Head final : public Unit {
     ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, x_.shape()));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_f.weight"), g.at("ln_f.bias"), dlnf, x_,
                                                      p.at("ln_f.weight"), mean_, rstd_));
+    ZERO_RETURN_IF_ERROR(g32.round_back());
     saved_.reset();
     relay_.hand_off();
     return dx;
@@ -215,6 +242,7 @@ class Gpt2Head final : public Unit {
  private:
   const Gpt2Config config_;
   const std::vector<ParamSpec> specs_;
+  const std::vector<std::string> names_;  // ln_f's, then the tied wte
   GradRelay& relay_;
   Tensor x_;  // (B, T, C)
   Buffer saved_;

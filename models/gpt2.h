@@ -19,7 +19,8 @@
 //   while it computes it (in forward, and again at the start of its backward). The kernels are
 //   deterministic, so its gradients are bit-identical to saving.
 //   kWorkspace: a block's backward scratch (6·B·T·C), the head's (B·T·C), and the input gradient each
-//   backward returns (B·T·C, freed when the unit before has used it).
+//   backward returns (B·T·C, freed when the unit before has used it). With bf16/fp16 parameters, also a
+//   unit's parameters widened to fp32 while it runs, and in backward its gradients (Fp32Views).
 
 #include <cstdint>
 #include <memory>

@@ -13,6 +13,8 @@ namespace zero {
 // Layer i: y = x W^T + b, then GELU for all but the last layer, which ends in the loss.
 class MlpLayer final : public Unit {
  public:
+  inline static const std::vector<std::string> kNames = {"weight", "bias"};
+
   MlpLayer(int64_t index, int64_t in, int64_t out, bool last, GradRelay& relay)
       : name_(absl::StrCat("fc", index)), first_(index == 0), last_(last), in_(in), out_(out), relay_(relay) {}
 
@@ -24,6 +26,7 @@ class MlpLayer final : public Unit {
   }
 
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, params, kNames));
     x_ = first_ ? ctx.batch.inputs : x;
     if (x_.dtype() != DType::kF32 || x_.dim() != 2 || x_.size(1) != in_) {
       return absl::InvalidArgumentError(absl::StrCat("MLP layer ", name_, " takes fp32 (B, ", in_, ") inputs; got ",
@@ -33,7 +36,7 @@ class MlpLayer final : public Unit {
     // Hidden layers keep pre (GELU's input) and act (the output); the last keeps logits and dlogits.
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
                                                    {{&pre_, {B, out_}}, {&act_, {B, out_}}}));
-    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(pre_, x_, params.at("weight"), params.at("bias")));
+    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(pre_, x_, p.views().at("weight"), p.views().at("bias")));
     if (!last_) {
       ZERO_RETURN_IF_ERROR(kernels::gelu_forward(act_, pre_));
       return act_;
@@ -44,6 +47,8 @@ class MlpLayer final : public Unit {
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
                                   const Tensor& dy) override {
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, params, kNames));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, grads, kNames));
     // d(pre): the loss's gradient for the last layer; else GELU's backward, written over act_, which
     // the next layer's backward (already run) was the last to read.
     if (!last_) ZERO_RETURN_IF_ERROR(kernels::gelu_backward(act_, pre_, dy));
@@ -51,8 +56,9 @@ class MlpLayer final : public Unit {
     if (!first_) {
       ZERO_ASSIGN_OR_RETURN(dx, relay_.allocate_dx(ctx.allocator, x_.shape()));
     }
-    ZERO_RETURN_IF_ERROR(
-        kernels::matmul_backward(dx, grads.at("weight"), grads.at("bias"), act_, x_, params.at("weight")));
+    ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dx, g.views().at("weight"), g.views().at("bias"), act_, x_,
+                                                  p.views().at("weight")));
+    ZERO_RETURN_IF_ERROR(g.round_back());
     saved_.reset();
     relay_.hand_off();
     return dx;

@@ -14,8 +14,7 @@ int64_t aligned(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAli
 
 }  // namespace
 
-absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category,
-                                        std::initializer_list<TensorSlot> slots) {
+absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category, std::span<const TensorSlot> slots) {
   int64_t floats = 0;
   for (const TensorSlot& slot : slots) floats += aligned(shape_numel(slot.shape));
   ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator.allocate(floats * 4, category));
@@ -26,6 +25,42 @@ absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory cat
     offset += aligned(shape_numel(slot.shape));
   }
   return buffer;
+}
+
+absl::StatusOr<Fp32Views> Fp32Views::widen(Allocator& allocator, const ParamViews& views,
+                                           const std::vector<std::string>& names) {
+  Fp32Views out;
+  std::vector<Tensor> copies(names.size());
+  std::vector<TensorSlot> slots;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Tensor& view = views.at(names[i]);
+    if (view.dtype() == DType::kF32) {
+      out.fp32_.set(names[i], view);
+    } else {
+      slots.push_back({&copies[i], view.shape()});
+    }
+  }
+  if (slots.empty()) return out;
+  ZERO_ASSIGN_OR_RETURN(out.buffer_, allocate_tensors(allocator, MemoryCategory::kWorkspace, slots));
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (copies[i].data() == nullptr) continue;  // passed through as fp32
+    ZERO_RETURN_IF_ERROR(kernels::cast(copies[i], views.at(names[i])));
+    out.fp32_.set(names[i], copies[i]);
+    out.widened_.emplace_back(views.at(names[i]), copies[i]);
+  }
+  return out;
+}
+
+absl::Status Fp32Views::round_back() const {
+  for (const auto& [view, copy] : widened_) ZERO_RETURN_IF_ERROR(kernels::cast(view, copy));
+  return absl::OkStatus();
+}
+
+std::vector<std::string> view_names(const std::vector<ParamSpec>& specs, const std::vector<TiedParam>& tied) {
+  std::vector<std::string> names;
+  for (const ParamSpec& spec : specs) names.push_back(spec.name);
+  for (const TiedParam& t : tied) names.push_back(t.param);
+  return names;
 }
 
 absl::StatusOr<Tensor> GradRelay::allocate_dx(Allocator& allocator, const Shape& shape) {

@@ -2,6 +2,10 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/allocator.h"
@@ -17,8 +21,32 @@ struct TensorSlot {
 
 // One allocation of `category` holding every slot's tensor, each 64-byte aligned. The views are valid
 // while the returned Buffer lives.
-absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category,
-                                        std::initializer_list<TensorSlot> slots);
+absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category, std::span<const TensorSlot> slots);
+inline absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category,
+                                               std::initializer_list<TensorSlot> slots) {
+  return allocate_tensors(allocator, category, std::span<const TensorSlot>(slots.begin(), slots.size()));
+}
+
+// fp32 views of a unit's parameters or gradients in whatever precision the engine holds them (module.h:
+// a unit computes in fp32 and rounds once). fp32 views pass through, costing nothing; bf16/fp16 ones are
+// widened (exactly) into one kWorkspace allocation. For gradients, backward adds into the fp32 copies and
+// round_back() stores the sums into the engine's views, rounding each element once to nearest even.
+class Fp32Views {
+ public:
+  // `names`: every view the unit reads, its own parameters and tied ones.
+  static absl::StatusOr<Fp32Views> widen(Allocator& allocator, const ParamViews& views,
+                                         const std::vector<std::string>& names);
+  const ParamViews& views() const { return fp32_; }
+  absl::Status round_back() const;
+
+ private:
+  ParamViews fp32_;
+  std::vector<std::pair<Tensor, Tensor>> widened_;  // (the engine's bf16/fp16 view, its fp32 copy)
+  Buffer buffer_;
+};
+
+// A unit's parameter names, its own then its tied ones: what Fp32Views::widen needs.
+std::vector<std::string> view_names(const std::vector<ParamSpec>& specs, const std::vector<TiedParam>& tied = {});
 
 // Owns d(loss)/d(x) as units' backwards return it, shared by the units of one model. A unit's backward
 // allocates its dx here (the dy it was handed, the next unit's dx, stays alive), and calls hand_off()
