@@ -1,0 +1,31 @@
+# Installs zero's libraries, headers, tools and a CMake package, so another project can find_package(zero).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(zero_exported runtime kernels optim shard plan models data)
+set(zero_export_targets "")
+foreach(name IN LISTS zero_exported)
+  set_target_properties(zero_${name} PROPERTIES EXPORT_NAME ${name})  # zero_shard -> zero::shard
+  list(APPEND zero_export_targets zero_${name})
+endforeach()
+if(ZERO_HAS_NCCL)
+  list(APPEND zero_export_targets zero_nccl_lib)
+endif()
+
+install(TARGETS ${zero_export_targets} EXPORT zeroTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY runtime kernels optim shard models DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h")
+install(EXPORT zeroTargets NAMESPACE zero:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
+
+configure_package_config_file(cmake/zeroConfig.cmake.in ${CMAKE_BINARY_DIR}/zeroConfig.cmake
+                              INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/zeroConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/zeroConfig.cmake ${CMAKE_BINARY_DIR}/zeroConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
+
+foreach(tool zero-train zero-plan zero-bench)
+  if(TARGET ${tool})
+    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  endif()
+endforeach()
