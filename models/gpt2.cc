@@ -22,9 +22,10 @@ absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens) {
         absl::StrCat("GPT-2 takes int32 tokens of shape (B, T); got ", tokens.to_string()));
   }
   if (tokens.size(1) > config.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("GPT-2 sequence length T = ", tokens.size(1), " exceeds max_seq_len ",
-                                                   config.max_seq_len, "; cut the batch to at most ",
-                                                   config.max_seq_len, " tokens per row or raise max_seq_len"));
+    return absl::InvalidArgumentError(absl::StrCat("GPT-2 sequence length T = ", tokens.size(1),
+                                                   " exceeds max_seq_len ", config.max_seq_len,
+                                                   "; cut the batch to at most ", config.max_seq_len,
+                                                   " tokens per row or raise max_seq_len"));
   }
   const int32_t* token = tokens.data_as<int32_t>();
   for (int64_t i = 0; i < tokens.numel(); ++i) {
@@ -54,7 +55,8 @@ class Gpt2Embedding final : public Unit {
     ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, params, names_));
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
                                                    {{&out_, {tokens.size(0), tokens.size(1), config_.channels}}}));
-    ZERO_RETURN_IF_ERROR(kernels::embedding_forward(out_, tokens, p.views().at("wte.weight"), p.views().at("wpe.weight")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::embedding_forward(out_, tokens, p.views().at("wte.weight"), p.views().at("wpe.weight")));
     return out_;
   }
 
@@ -96,7 +98,8 @@ class Gpt2Block final : public Unit {
     ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, params, names_));
     const ParamViews& p = p32.views();
     x_ = x;
-    ZERO_ASSIGN_OR_RETURN(out_buffer_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, {{&out_, x.shape()}}));
+    ZERO_ASSIGN_OR_RETURN(out_buffer_,
+                          allocate_tensors(ctx.allocator, MemoryCategory::kActivations, {{&out_, x.shape()}}));
     ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
     // y (B, T, C) = x2 + fc_gelu · mlp.c_proj^T + b
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(out_, a_.fc_gelu, p.at("mlp.c_proj.weight"), p.at("mlp.c_proj.bias")));
@@ -161,11 +164,18 @@ class Gpt2Block final : public Unit {
   absl::Status compute_activations(UnitContext& ctx, const ParamViews& p) {
     const int64_t B = x_.size(0), T = x_.size(1), C = config_.channels;
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
-                                                   {{&a_.ln1, {B, T, C}}, {&a_.ln1_mean, {B, T}}, {&a_.ln1_rstd, {B, T}},
-                                                    {&a_.qkv, {B, T, 3 * C}}, {&a_.atty, {B, T, C}},
-                                                    {&a_.lse, {B, config_.num_heads, T}}, {&a_.x2, {B, T, C}},
-                                                    {&a_.ln2, {B, T, C}}, {&a_.ln2_mean, {B, T}}, {&a_.ln2_rstd, {B, T}},
-                                                    {&a_.fc, {B, T, 4 * C}}, {&a_.fc_gelu, {B, T, 4 * C}}}));
+                                                   {{&a_.ln1, {B, T, C}},
+                                                    {&a_.ln1_mean, {B, T}},
+                                                    {&a_.ln1_rstd, {B, T}},
+                                                    {&a_.qkv, {B, T, 3 * C}},
+                                                    {&a_.atty, {B, T, C}},
+                                                    {&a_.lse, {B, config_.num_heads, T}},
+                                                    {&a_.x2, {B, T, C}},
+                                                    {&a_.ln2, {B, T, C}},
+                                                    {&a_.ln2_mean, {B, T}},
+                                                    {&a_.ln2_rstd, {B, T}},
+                                                    {&a_.fc, {B, T, 4 * C}},
+                                                    {&a_.fc_gelu, {B, T, 4 * C}}}));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_forward(a_.ln1, a_.ln1_mean, a_.ln1_rstd, x_, p.at("ln_1.weight"),
                                                     p.at("ln_1.bias")));
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(a_.qkv, a_.ln1, p.at("attn.c_attn.weight"), p.at("attn.c_attn.bias")));
@@ -229,7 +239,8 @@ class Gpt2Head final : public Unit {
     Tensor dlnf;
     ZERO_ASSIGN_OR_RETURN(Buffer scratch,
                           allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, {{&dlnf, x_.shape()}}));
-    ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dlnf, g.at("wte.weight"), Tensor(), dlogits_, lnf_, p.at("wte.weight")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::matmul_backward(dlnf, g.at("wte.weight"), Tensor(), dlogits_, lnf_, p.at("wte.weight")));
     ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, x_.shape()));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_f.weight"), g.at("ln_f.bias"), dlnf, x_,
                                                      p.at("ln_f.weight"), mean_, rstd_));

@@ -80,7 +80,9 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::create(std::vector<int64_t> widths) {
                                                    widths.size()));
   }
   for (size_t i = 0; i < widths.size(); ++i) {
-    if (widths[i] <= 0) return absl::InvalidArgumentError(absl::StrCat("MLP width ", i, " is ", widths[i], "; it must be positive"));
+    if (widths[i] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("MLP width ", i, " is ", widths[i], "; it must be positive"));
+    }
   }
   return std::unique_ptr<Mlp>(new Mlp(std::move(widths)));
 }

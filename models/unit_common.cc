@@ -14,7 +14,8 @@ int64_t aligned(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAli
 
 }  // namespace
 
-absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category, std::span<const TensorSlot> slots) {
+absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category,
+                                        std::span<const TensorSlot> slots) {
   int64_t floats = 0;
   for (const TensorSlot& slot : slots) floats += aligned(shape_numel(slot.shape));
   ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator.allocate(floats * 4, category));

@@ -1,4 +1,4 @@
-// What the model units share: activations carved from one accounted allocation, the relay that keeps each backward's input gradient alive, the classifier loss.
+// What model units share: accounted activation carving, fp32 views of half parameters, the input-gradient relay, the loss.
 #pragma once
 
 #include <initializer_list>
@@ -21,7 +21,8 @@ struct TensorSlot {
 
 // One allocation of `category` holding every slot's tensor, each 64-byte aligned. The views are valid
 // while the returned Buffer lives.
-absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category, std::span<const TensorSlot> slots);
+absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category,
+                                        std::span<const TensorSlot> slots);
 inline absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category,
                                                std::initializer_list<TensorSlot> slots) {
   return allocate_tensors(allocator, category, std::span<const TensorSlot>(slots.begin(), slots.size()));

@@ -1,4 +1,4 @@
-// Tiny GPT-2 under the engine: stages 0-3 train to bit-identical parameters on 2 and 4 in-process ranks, in fp32, bf16 and fp16, and its loss falls.
+// Tiny GPT-2 under the engine: stages 0-3 bit-identical on 2 and 4 local ranks in fp32, bf16, fp16; the loss falls.
 #include <cstring>
 #include <memory>
 #include <tuple>

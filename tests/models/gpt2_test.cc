@@ -53,7 +53,9 @@ Loaded load_model() {
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kWeights, tiny());
   EXPECT_TRUE(reader.ok()) << reader.status();
   const absl::Status s = l.runner->load(
-      [&](absl::string_view unit, absl::string_view param, const Tensor& dst) { return reader->fill(unit, param, dst); });
+      [&](absl::string_view unit, absl::string_view param, const Tensor& dst) {
+        return reader->fill(unit, param, dst);
+      });
   EXPECT_TRUE(s.ok()) << s;
   return l;
 }
@@ -187,7 +189,8 @@ struct TokenBatch {
       tokens.push_back(static_cast<int32_t>((i * 37 + 11) % c.vocab_size));
       targets.push_back(static_cast<int32_t>((i * 37 + 48) % c.vocab_size));
     }
-    batch = {.inputs = Tensor(tokens.data(), DType::kI32, {B, T}), .targets = Tensor(targets.data(), DType::kI32, {B, T})};
+    batch = {.inputs = Tensor(tokens.data(), DType::kI32, {B, T}),
+             .targets = Tensor(targets.data(), DType::kI32, {B, T})};
   }
 };
 

@@ -74,7 +74,9 @@ ModelRunner::UnitStorage& ModelRunner::storage(absl::string_view unit) {
   return units_.front();
 }
 
-Tensor ModelRunner::param(absl::string_view unit, absl::string_view param) { return storage(unit).param_views.at(param); }
+Tensor ModelRunner::param(absl::string_view unit, absl::string_view param) {
+  return storage(unit).param_views.at(param);
+}
 
 Tensor ModelRunner::grad(absl::string_view unit, absl::string_view param) { return storage(unit).grad_views.at(param); }
 
