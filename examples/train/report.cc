@@ -123,6 +123,9 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
       "\npeak memory per rank (allocator) vs the ZeRO formula for stage ", f.stage, ", N = ", f.world_size, ", ",
       dtype_name(f.precision), ", Ψ = ", f.padded_params, " (padded per unit):\n", memory.to_text(),
       "\nbytes sent by rank 0 per step vs theory (ring collectives: (N-1)/N of each buffer):\n", traffic.to_text(),
+      f.stage == 3 ? "  (stage 3 gathers a tied owner again for each unit that reads it: GPT-2's head re-gathers the "
+                     "embedding for wte, in forward and in backward)\n"
+                   : "",
       absl::StrFormat("\nstep time %.1f ms (mean of %d steps), %.0f tokens/s\n", 1e3 * f.train_seconds / f.steps,
                       f.steps, f.tokens_per_s));
 }

@@ -100,7 +100,7 @@ struct TrainConfig {
   int64_t steps = 300;
   int64_t eval_interval = 50;           // steps between evaluations; 0 = only at the end
   int64_t eval_batches = 4;             // micro-batches per rank per evaluation
-  int64_t log_interval = 10;
+  int64_t log_interval = 50;           // steps between log lines when stdout is not a terminal
   uint64_t seed = 1234;                 // parameter init and data order
   std::string metrics_path = "zero-train-metrics.jsonl";  // JSON lines; "" = none
   std::string init_from;                // Hugging Face GPT-2 safetensors to start from; "" = random init
