@@ -118,9 +118,13 @@ std::string describe(const Plan& p, int world_size) {
 
 absl::Status load_initial_weights(const Plan& plan, Engine& engine) {
   if (plan.config.init_from.empty()) return absl::OkStatus();
-  ZERO_ASSIGN_OR_RETURN(Gpt2HfReader reader, Gpt2HfReader::open(plan.config.init_from, plan.gpt2));
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(plan.config.init_from, plan.gpt2);
+  if (!reader.ok()) {
+    return absl::Status(reader.status().code(), absl::StrCat("init_from = ", plan.config.init_from, ": ",
+                                                             reader.status().message()));
+  }
   return engine.load_params(
-      [&](absl::string_view unit, absl::string_view param, Tensor dst) { return reader.fill(unit, param, dst); });
+      [&](absl::string_view unit, absl::string_view param, Tensor dst) { return reader->fill(unit, param, dst); });
 }
 
 absl::Status export_weights(const Plan& plan, Engine& engine, int rank) {
