@@ -1,0 +1,109 @@
+// Dtype casts on CUDA with the CPU's exact bits (nearest-even and stochastic), the squared norm via Thrust, device-to-host copies.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <thrust/execution_policy.h>
+#include <thrust/functional.h>
+#include <thrust/system_error.h>
+#include <thrust/transform_reduce.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "optim/element_math.h"  // the stochastic rounding the CPU cast and the optimizers' half copy use
+
+namespace zero::kernels::cuda {
+namespace {
+
+// Nearest-even as runtime/dtype.h's float_to_bf16 / float_to_fp16: the hardware conversion rounds the
+// same way but canonicalises NaN, so NaNs take the CPU's path (bf16: payload kept, quiet bit set; fp16:
+// sign kept, canonical quiet NaN).
+__device__ uint16_t to_bf16(float v) {
+  return isnan(v) ? static_cast<uint16_t>((__float_as_uint(v) >> 16) | 0x40u) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+__device__ uint16_t to_fp16(float v) {
+  const uint16_t sign = static_cast<uint16_t>((__float_as_uint(v) >> 16) & 0x8000u);
+  return isnan(v) ? static_cast<uint16_t>(sign | 0x7e00u) : __half_as_ushort(__float2half_rn(v));
+}
+
+// Exact widening as runtime/dtype.h: fp16 NaNs keep sign and payload (the hardware canonicalises them).
+__device__ float from_bf16(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ float from_fp16(uint16_t h) {
+  if ((h & 0x7fffu) > 0x7c00u) {
+    return __uint_as_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
+  }
+  return __half2float(__ushort_as_half(h));
+}
+
+struct Stochastic {
+  bool enabled;
+  uint64_t seed;
+  int64_t step;
+  int64_t index_offset;
+};
+
+__global__ void narrow_kernel(uint16_t* out, const float* inp, int64_t n, bool bf16, Stochastic sr) {
+  ZERO_GRID_STRIDE(i, n) {
+    if (sr.enabled) {
+      const uint32_t r = optim::rounding_bits(sr.seed, sr.step, sr.index_offset + i);
+      out[i] = bf16 ? optim::bf16_stochastic(inp[i], r) : optim::fp16_stochastic(inp[i], r);
+    } else {
+      out[i] = bf16 ? to_bf16(inp[i]) : to_fp16(inp[i]);
+    }
+  }
+}
+
+__global__ void widen_kernel(float* out, const uint16_t* inp, int64_t n, bool bf16) {
+  ZERO_GRID_STRIDE(i, n) out[i] = bf16 ? from_bf16(inp[i]) : from_fp16(inp[i]);
+}
+
+bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+
+// x^2 in fp64: exact for an fp32 x (48 significant bits), so only the summation order can differ from the CPU.
+struct SquareAsDouble {
+  __device__ double operator()(float x) const { return static_cast<double>(x) * x; }
+};
+
+}  // namespace
+
+absl::Status cast(int device, void* out, DType to, const void* inp, DType from, int64_t n,
+                  const StochasticRounding* stochastic) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  if (n == 0) return absl::OkStatus();
+  if (from == to) {
+    ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, inp, n * dtype_size(from), cudaMemcpyDeviceToDevice, 0));
+    return absl::OkStatus();
+  }
+  if (from == DType::kF32 && is_half(to)) {
+    const Stochastic sr = stochastic == nullptr
+                              ? Stochastic{false, 0, 0, 0}
+                              : Stochastic{true, stochastic->seed, stochastic->step, stochastic->index_offset};
+    narrow_kernel<<<blocks_for(n), kThreads>>>(static_cast<uint16_t*>(out), static_cast<const float*>(inp), n,
+                                               to == DType::kBF16, sr);
+    return launched("narrow_kernel");
+  }
+  if (is_half(from) && to == DType::kF32) {
+    widen_kernel<<<blocks_for(n), kThreads>>>(static_cast<float*>(out), static_cast<const uint16_t*>(inp), n,
+                                              from == DType::kBF16);
+    return launched("widen_kernel");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("cast: no CUDA cast from ", dtype_name(from), " to ", dtype_name(to)));
+}
+
+absl::StatusOr<double> squared_norm(int device, const float* x, int64_t n) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  try {
+    return thrust::transform_reduce(thrust::cuda::par.on(0), x, x + n, SquareAsDouble{}, 0.0, thrust::plus<double>());
+  } catch (const thrust::system_error& e) {  // Thrust reports CUDA errors by throwing
+    return absl::InternalError(absl::StrCat("squared_norm: ", e.what()));
+  }
+}
+
+absl::Status copy_to_host(int device, void* host, const void* src, int64_t nbytes) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, src, nbytes, cudaMemcpyDeviceToHost));
+  return absl::OkStatus();
+}
+
+}  // namespace zero::kernels::cuda

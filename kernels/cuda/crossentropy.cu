@@ -1,0 +1,99 @@
+// Fused softmax cross-entropy forward and backward on CUDA: one block per row, per-row loss summed in row order on the host.
+#include <cfloat>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace zero::kernels::cuda {
+namespace {
+
+struct MaxAt {
+  float value;
+  int64_t index;
+};
+
+// The larger value; on ties the lower index, as the CPU's first-maximum scan.
+__device__ MaxAt max_at(MaxAt a, MaxAt b) {
+  return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
+}
+
+// A fixed-shape tree over the block's kThreads partials: the same order on every run. Ends synchronized.
+template <typename T, typename Combine>
+__device__ T block_reduce(T x, T* shared, Combine combine) {
+  shared[threadIdx.x] = x;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] = combine(shared[threadIdx.x], shared[threadIdx.x + half]);
+    __syncthreads();
+  }
+  const T result = shared[0];
+  __syncthreads();
+  return result;
+}
+
+// Row r: d = scale * (softmax(x) - onehot(target)) over [0, vocab), 0 over the padding; row_loss[r] =
+// -log p(target), row_correct[r] = argmax == target. Ignored rows get a zero gradient and no loss. d may
+// alias x: every element is read before the block's first barrier or by the thread that then writes it.
+__global__ void crossentropy_kernel(float* dlogits, const float* logits, const int32_t* targets, int64_t vocab,
+                                    int64_t padded, float scale, double* row_loss, int32_t* row_correct) {
+  __shared__ MaxAt max_shared[kThreads];
+  __shared__ double sum_shared[kThreads];
+  const int64_t r = blockIdx.x;
+  const float* x = logits + r * padded;
+  float* d = dlogits + r * padded;
+  const int32_t target = targets[r];
+  if (target == kIgnoreIndex) {
+    for (int64_t v = threadIdx.x; v < padded; v += kThreads) d[v] = 0.0f;
+    if (threadIdx.x == 0) row_loss[r] = 0.0, row_correct[r] = 0;
+    return;
+  }
+  const float target_logit = x[target];
+  MaxAt local{-FLT_MAX, vocab};
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) local = max_at(local, MaxAt{x[v], v});
+  const MaxAt best = block_reduce(local, max_shared, max_at);
+  double sum = 0.0;
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) {
+    d[v] = expf(x[v] - best.value);
+    sum += d[v];
+  }
+  sum = block_reduce(sum, sum_shared, [](double a, double b) { return a + b; });
+  const float inv = static_cast<float>(scale / sum);
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) d[v] = d[v] * inv - (v == target ? scale : 0.0f);
+  for (int64_t v = vocab + threadIdx.x; v < padded; v += kThreads) d[v] = 0.0f;
+  if (threadIdx.x == 0) {
+    row_loss[r] = log(sum) - (static_cast<double>(target_logit) - best.value);
+    row_correct[r] = best.index == target ? 1 : 0;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<CrossEntropySums> crossentropy_forward_backward(int device, float* dlogits, const float* logits,
+                                                               const int32_t* targets, int64_t n, int64_t vocab,
+                                                               int64_t padded, float scale) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  if (n == 0) return CrossEntropySums{};
+  void* rows = nullptr;  // row_loss (N) fp64, then row_correct (N) int32
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&rows, n * (sizeof(double) + sizeof(int32_t)), 0));
+  double* row_loss = static_cast<double*>(rows);
+  int32_t* row_correct = reinterpret_cast<int32_t*>(row_loss + n);
+  crossentropy_kernel<<<static_cast<unsigned>(n), kThreads>>>(dlogits, logits, targets, vocab, padded, scale, row_loss,
+                                                             row_correct);
+  std::vector<double> loss(static_cast<size_t>(n));
+  std::vector<int32_t> correct(static_cast<size_t>(n));
+  absl::Status status = launched("crossentropy_kernel");
+  if (status.ok()) status.Update(copy_to_host(device, loss.data(), row_loss, n * sizeof(double)));
+  if (status.ok()) status.Update(copy_to_host(device, correct.data(), row_correct, n * sizeof(int32_t)));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaFreeAsync(rows, 0));
+  ZERO_RETURN_IF_ERROR(status);
+  CrossEntropySums sums;
+  for (int64_t r = 0; r < n; ++r) {
+    sums.loss += loss[r];
+    sums.correct += correct[r];
+  }
+  return sums;
+}
+
+}  // namespace zero::kernels::cuda

@@ -1,0 +1,70 @@
+// CUDA launchers behind kernels.h's dispatch: raw device pointers, arguments already checked by the caller.
+#pragma once
+
+// Every launcher makes `device` current, enqueues its kernels on that device's legacy default stream (so
+// a communication stream created blocking, as runtime/ does, is ordered after them) and returns without
+// waiting, except where it returns host values (crossentropy, squared_norm), which it waits for.
+// Shapes and semantics are those of the kernels.h function of the same name.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/kernels.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+
+namespace zero::kernels::cuda {
+
+// out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC); bias may be null.
+absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias,
+                            int64_t n, int64_t c, int64_t oc);
+// dinp (N, C) = dout · weight (dinp may be null); dweight (OC, C) += dout^T · inp; dbias (OC) += column sums (may be null).
+absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, int64_t n, int64_t c, int64_t oc);
+
+absl::Status gelu_forward(int device, float* out, const float* inp, int64_t n);
+absl::Status gelu_backward(int device, float* dinp, const float* inp, const float* dout, int64_t n);
+absl::Status residual_forward(int device, float* out, const float* a, const float* b, int64_t n);
+absl::Status residual_backward(int device, float* dinp, const float* dout, int64_t n);
+
+// inp, out (N, C); weight, bias (C); mean, rstd (N).
+absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp,
+                               const float* weight, const float* bias, int64_t n, int64_t c);
+absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, const float* mean, const float* rstd,
+                                int64_t n, int64_t c);
+
+// tokens (B, T) on the device, already copied to the host as host_tokens and checked to lie in [0, V).
+absl::Status embedding_forward(int device, float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                               int64_t b, int64_t t, int64_t c);
+absl::Status embedding_backward(int device, float* dwte, float* dwpe, const float* dout, const int32_t* host_tokens,
+                                int64_t b, int64_t t, int64_t c, int64_t vocab);
+
+// logits, dlogits (N, Vp), targets (N) on the device; `scale` = 1 / counted (0 if none). Returns the sum of
+// -log p(target) over counted rows (fp64) and how many of them have argmax == target.
+struct CrossEntropySums {
+  double loss = 0;
+  int64_t correct = 0;
+};
+absl::StatusOr<CrossEntropySums> crossentropy_forward_backward(int device, float* dlogits, const float* logits,
+                                                               const int32_t* targets, int64_t n, int64_t vocab,
+                                                               int64_t padded, float scale);
+
+// The largest head size the attention kernels take: one warp holds a query row, kMaxHeadDim / 32 per lane.
+inline constexpr int64_t kMaxHeadDim = 256;
+// inp (B, T, 3C), out (B, T, C), lse (B, NH, T); C = NH * HS.
+absl::Status attention_forward(int device, float* out, float* lse, const float* inp, int64_t b, int64_t t, int64_t nh,
+                               int64_t hs);
+absl::Status attention_backward(int device, float* dinp, const float* dout, const float* inp, const float* out,
+                                const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs);
+
+// fp32 -> bf16/fp16 (nearest even, or stochastic when `stochastic` is not null), bf16/fp16 -> fp32, or a copy.
+absl::Status cast(int device, void* out, DType to, const void* inp, DType from, int64_t n,
+                  const StochasticRounding* stochastic);
+absl::StatusOr<double> squared_norm(int device, const float* x, int64_t n);
+
+// Copies n bytes from the device to the host, waiting for earlier work on the default stream.
+absl::Status copy_to_host(int device, void* host, const void* src, int64_t nbytes);
+
+}  // namespace zero::kernels::cuda

@@ -1,0 +1,91 @@
+// LayerNorm on CUDA: one warp per row for the output and input gradient, column sums for dweight and dbias.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace zero::kernels::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = kThreads / kWarp;
+
+// Two-pass mean and biased variance of one row, as the CPU version (not Welford).
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                         const float* bias, int64_t n, int64_t c) {
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= n) return;
+  const float* x = inp + row * c;
+  float sum = 0.0f;
+  for (int64_t i = lane; i < c; i += kWarp) sum += x[i];
+  const float m = warp_sum(sum) / static_cast<float>(c);
+  float sq = 0.0f;
+  for (int64_t i = lane; i < c; i += kWarp) sq += (x[i] - m) * (x[i] - m);
+  const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(c) + kLayerNormEps);
+  float* y = out + row * c;
+  for (int64_t i = lane; i < c; i += kWarp) y[i] = (x[i] - m) * s * weight[i] + bias[i];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row.
+__global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
+                                          const float* mean, const float* rstd, int64_t n, int64_t c) {
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= n) return;
+  const float* x = inp + row * c;
+  const float* g = dout + row * c;
+  const float mu = mean[row], rs = rstd[row];
+  float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
+  for (int64_t i = lane; i < c; i += kWarp) {
+    const float dnorm = g[i] * weight[i];
+    dnorm_sum += dnorm;
+    dnorm_xhat_sum += dnorm * (x[i] - mu) * rs;
+  }
+  const float dnorm_mean = warp_sum(dnorm_sum) / static_cast<float>(c);
+  const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / static_cast<float>(c);
+  float* dx = dinp + row * c;
+  for (int64_t i = lane; i < c; i += kWarp) {
+    dx[i] = (g[i] * weight[i] - dnorm_mean - (x[i] - mu) * rs * dnorm_xhat_mean) * rs;
+  }
+}
+
+// dweight's term: dout * xhat.
+struct DoutTimesXhat {
+  const float* dout;
+  const float* inp;
+  const float* mean;
+  const float* rstd;
+  int64_t c;
+  __device__ double operator()(int64_t r, int64_t i) const {
+    return dout[r * c + i] * ((inp[r * c + i] - mean[r]) * rstd[r]);
+  }
+};
+
+unsigned row_blocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+}  // namespace
+
+absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp,
+                               const float* weight, const float* bias, int64_t n, int64_t c) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  if (n == 0) return absl::OkStatus();
+  layernorm_forward_kernel<<<row_blocks(n), kThreads>>>(out, mean, rstd, inp, weight, bias, n, c);
+  return launched("layernorm_forward_kernel");
+}
+
+absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, const float* mean, const float* rstd,
+                                int64_t n, int64_t c) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  if (n == 0) return absl::OkStatus();
+  layernorm_backward_kernel<<<row_blocks(n), kThreads>>>(dinp, dout, inp, weight, mean, rstd, n, c);
+  ZERO_RETURN_IF_ERROR(launched("layernorm_backward_kernel"));
+  ZERO_RETURN_IF_ERROR(add_column_sums(n, c, dweight, DoutTimesXhat{dout, inp, mean, rstd, c}));
+  return add_column_sums(n, c, dbias, MatrixElement{dout, c});
+}
+
+}  // namespace zero::kernels::cuda
