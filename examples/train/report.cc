@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "examples/bench/result_table.h"
-#include "examples/train/memory_formula.h"
 #include "runtime/status.h"
+#include "shard/plan.h"
 
 namespace zero::train {
 
@@ -22,17 +22,11 @@ std::string duration(double seconds) {
   return absl::StrFormat("%d:%02d", s / 60, s % 60);
 }
 
-// Bytes one rank sends per optimizer step, by purpose, for Ψ elements of p bytes over N ranks with A
-// micro-batches (DESIGN.md): a ring collective sends (N-1)/N of its buffer. Every stage reduces every
-// micro-batch (stage 0 allreduces: twice a reduce-scatter); stages 1-2 allgather the updated parameters
-// once per step; stage 3 gathers every unit before its forward and again before its backward.
-CommVolume theory_per_step(const RunFacts& f) {
-  const double ring = static_cast<double>(f.world_size - 1) / f.world_size * static_cast<double>(f.padded_params) *
-                      static_cast<double>(dtype_size(f.precision));
-  const double a = f.accumulation_steps;
-  const double gathers = f.stage == 0 ? 0 : f.stage == 3 ? 2 * a : 1;
-  return {.param_gather = static_cast<int64_t>(gathers * ring),
-          .grad_reduce = static_cast<int64_t>((f.stage == 0 ? 2 : 1) * a * ring)};
+// shard/plan.h's input for this run: the formulas for model states and bytes sent per step.
+PlanInput plan_of(const RunFacts& f) {
+  return {.params = f.params, .padded_params = f.padded_params, .world_size = f.world_size, .stage = f.stage,
+          .precision = f.precision, .optimizer_state_bytes = 4 * f.optimizer_state_floats,
+          .accumulation_steps = f.accumulation_steps};
 }
 
 std::string ratio(int64_t measured, int64_t theory) {
@@ -104,13 +98,12 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
     row.push_back(format_bytes(peaks[r].peak_total));
     memory.add_row(std::move(row));
   }
-  const ModelStateBytes formula =
-      zero_model_state_bytes(f.stage, f.padded_params, f.world_size, f.precision, f.optimizer_state_floats);
+  const ModelStateBytes formula = model_state_bytes(plan_of(f));
   memory.add_row({std::string("ZeRO formula"), format_bytes(formula.params), format_bytes(formula.grads),
                   format_bytes(formula.optimizer_state), format_bytes(formula.master_weights), std::string("-"),
                   std::string("-"), std::string("-"), format_bytes(formula.total())});
 
-  const CommVolume theory = theory_per_step(f);
+  const CommBytes theory = comm_bytes_per_step(plan_of(f));
   const auto per_step = [&](int64_t total) { return total / f.steps; };
   ResultTable traffic({{"sent_per_step"}, {"measured"}, {"theory"}, {"ratio"}});
   traffic.add_row({std::string("param_gather"), format_bytes(per_step(f.traffic.param_gather)),
@@ -138,9 +131,8 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
     rank["total"] = s.peak_total;
     ranks.push_back(rank);
   }
-  const ModelStateBytes formula =
-      zero_model_state_bytes(f.stage, f.padded_params, f.world_size, f.precision, f.optimizer_state_floats);
-  const CommVolume theory = theory_per_step(f);
+  const ModelStateBytes formula = model_state_bytes(plan_of(f));
+  const CommBytes theory = comm_bytes_per_step(plan_of(f));
   return {{"event", "summary"},
           {"peak_bytes", ranks},
           {"formula_bytes",

@@ -8,11 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "examples/train/memory_formula.h"
 #include "models/gpt2_config.h"
 #include "nlohmann/json.hpp"
 #include "runtime/allocator.h"
 #include "runtime/status.h"
+#include "shard/plan.h"
 
 namespace zero::train {
 
@@ -464,7 +464,8 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   int64_t num_params = 0;
   for (const UnitSize& u : units) num_params += u.numel;
   const ModelStateBytes states =
-      zero_model_state_bytes(z.stage, num_params, world_size, config.precision, optimizer_state_floats(c.optimizer));
+      model_state_bytes({.params = num_params, .world_size = world_size, .stage = z.stage,
+                         .precision = config.precision, .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer)});
   const auto gathered = std::max_element(units.begin(), units.end(),
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
   const int64_t gathered_bytes = z.stage == 3 ? gathered->numel * element_bytes : 0;

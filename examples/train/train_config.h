@@ -134,7 +134,7 @@ struct UnitSize {
 };
 
 // The engine's knobs for a model of these units, after checking that the memory budget holds the model
-// states (memory_formula.h) and, at stage 3, the largest unit gathered.
+// states (shard/plan.h) and, at stage 3, the largest unit gathered.
 absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& config, const BatchPlan& batch, int world_size,
                                          const std::vector<UnitSize>& units);
 

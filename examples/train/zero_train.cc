@@ -221,6 +221,7 @@ class RankRun {
                          .accumulation_steps = plan_.zero.accumulation_steps,
                          .precision = plan_.zero.precision,
                          .optimizer_state_floats = optimizer_state_floats(plan_.config.optimizer),
+                         .params = engine_->num_params(),
                          .padded_params = engine_->num_padded_params(),
                          .steps = plan_.config.steps,
                          .traffic = traffic_,

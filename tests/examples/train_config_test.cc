@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include "examples/train/deepspeed_optim.h"
-#include "examples/train/memory_formula.h"
 
 namespace zero::train {
 namespace {
@@ -266,21 +265,6 @@ TEST(EngineConfigTest, BudgetBelowModelStatesAndOneGatheredUnitIsRefused) {
   const absl::StatusOr<ZeroConfig> z = engine_config(c, kOneStep, 4, large);
   ASSERT_FALSE(z.ok());
   EXPECT_THAT(z.status().message(), AllOf(HasSubstr("memory_budget_mib = 1"), HasSubstr("unit 'h.0' gathered")));
-}
-
-TEST(MemoryFormulaTest, MatchesTheZeroPaperPerStage) {
-  // Ψ = 1000 over N = 4, fp32 Adam: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N bytes.
-  const int64_t psi = 1000;
-  EXPECT_EQ(zero_model_state_bytes(0, psi, 4, DType::kF32, 2).total(), 16 * psi);
-  EXPECT_EQ(zero_model_state_bytes(1, psi, 4, DType::kF32, 2).total(), 8 * psi + 8 * psi / 4);
-  EXPECT_EQ(zero_model_state_bytes(2, psi, 4, DType::kF32, 2).total(), 4 * psi + 12 * psi / 4);
-  EXPECT_EQ(zero_model_state_bytes(3, psi, 4, DType::kF32, 2).total(), 16 * psi / 4);
-  // bf16 with fp32 master weights: 2 + 2 + 12 bytes per parameter.
-  const ModelStateBytes mixed = zero_model_state_bytes(2, psi, 4, DType::kBF16, 2);
-  EXPECT_EQ(mixed.params, 2 * psi);
-  EXPECT_EQ(mixed.grads, 2 * psi / 4);
-  EXPECT_EQ(mixed.master_weights, 4 * psi / 4);
-  EXPECT_EQ(mixed.optimizer_state, 8 * psi / 4);
 }
 
 float lr_at(const std::vector<std::string>& overrides, int64_t step) {
