@@ -117,7 +117,8 @@ AdditionScore AdditionDataset::score(const Tensor& logits, const Tensor& targets
     bool answer_right = true;
     for (int64_t p = e * example_length() + first_counted; p <= e * example_length() + 3 * config_.digits + 1; ++p) {
       const float* row = logits.data_as<float>() + p * vocab;
-      const auto predicted = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      // Only real tokens compete: a padded vocabulary's extra columns are never a prediction.
+      const auto predicted = static_cast<int32_t>(std::max_element(row, row + kAdditionVocabSize) - row);
       const bool right = predicted == targets.data_as<int32_t>()[p];
       score.digits_correct += right;
       answer_right = answer_right && right;

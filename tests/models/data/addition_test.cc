@@ -186,8 +186,13 @@ TEST(AdditionDataset, ScoreCountsAnswerDigitsAndWholeAnswers) {
   EXPECT_EQ(score.answers_correct, 4);
   EXPECT_EQ(score.answers, 4);
 
+  // The padding columns are not tokens: however large their logits, they are never the prediction.
+  for (size_t p = 0; p < targets.size(); ++p) logits[p * vocab + 15] = 5.0f;
+  score = dataset.score(logits_view, targets_view);
+  EXPECT_EQ(score.digits_correct, 16);
+
   // Two wrong digits in the second example of row 1 (positions 7 and 8 of example 3): one wrong answer.
-  for (int64_t p : {3 * 13 + 7, 3 * 13 + 8}) logits[p * vocab + 15] = 2.0f;
+  for (int64_t p : {3 * 13 + 7, 3 * 13 + 8}) logits[p * vocab + (targets[p] + 1) % 10] = 2.0f;
   score = dataset.score(logits_view, targets_view);
   EXPECT_EQ(score.digits_correct, 14);
   EXPECT_EQ(score.answers_correct, 3);
