@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "runtime/status.h"
@@ -33,7 +34,11 @@ absl::StatusOr<AttentionDims> check_attention(
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "lse", lse, DType::kF32, dev, b * num_heads * t));
   for (const auto& [name, x] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *x, DType::kF32, dev, b * t, d.c));
   for (const auto& [name, x] : rows_3c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *x, DType::kF32, dev, b * t, c3));
-  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, dev));
+  ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
+  if (dev.is_cuda() && d.hs > cuda::kMaxHeadDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": head size ", d.hs, " exceeds the CUDA kernel's ", cuda::kMaxHeadDim));
+  }
   return d;
 }
 
@@ -74,6 +79,12 @@ void for_each_head(const AttentionDims& d, Fn&& fn) {
 absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tensor& inp, int64_t num_heads) {
   ZERO_ASSIGN_OR_RETURN(const AttentionDims d,
                         check_attention("attention_forward", inp, lse, num_heads, {{"out", &out}}, {}));
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) {
+    return cuda::attention_forward(inp.device().index, out.data_as<float>(), lse.data_as<float>(),
+                                   inp.data_as<float>(), d.b, d.t, d.nh, d.hs);
+  }
+#endif
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
   for_each_head(d, [&](int64_t b, int64_t h) {
     const HeadView hv = head_view(inp.data_as<float>(), d, b, h);
@@ -108,6 +119,13 @@ absl::Status attention_backward(const Tensor& dinp, const Tensor& dout, const Te
   ZERO_ASSIGN_OR_RETURN(const AttentionDims d,
                         check_attention("attention_backward", inp, lse, num_heads,
                                         {{"dout", &dout}, {"out", &out}}, {{"dinp", &dinp}}));
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) {
+    return cuda::attention_backward(inp.device().index, dinp.data_as<float>(), dout.data_as<float>(),
+                                    inp.data_as<float>(), out.data_as<float>(), lse.data_as<float>(), d.b, d.t, d.nh,
+                                    d.hs);
+  }
+#endif
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
   for_each_head(d, [&](int64_t b, int64_t h) {
     const HeadView hv = head_view(inp.data_as<float>(), d, b, h);

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "optim/element_math.h"  // header-only: the stochastic rounding the optimizers' half copy uses
@@ -41,12 +42,15 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
   if (out.numel() != n) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": out ", out.to_string(), " and inp ", inp.to_string(), " differ in numel"));
   }
-  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, inp.device()));
+  ZERO_RETURN_IF_ERROR(detail::check_backend(op, inp.device()));
   const DType from = inp.dtype(), to = out.dtype();
   const bool narrowing = from == DType::kF32 && is_half(to);
   if (stochastic != nullptr && !narrowing) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": stochastic rounding needs fp32 -> bf16/fp16, got ", from, " -> ", to));
   }
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) return cuda::cast(inp.device().index, out.data(), to, inp.data(), from, n, stochastic);
+#endif
   if (from == to) {
     std::memcpy(out.data(), inp.data(), inp.nbytes());
   } else if (narrowing) {
@@ -66,7 +70,10 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
 absl::StatusOr<double> squared_norm(const Tensor& x) {
   constexpr absl::string_view op = "squared_norm";
   ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "x", x, DType::kF32, x.device(), detail::num_rows(x), detail::last_dim(x)));
-  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, x.device()));
+  ZERO_RETURN_IF_ERROR(detail::check_backend(op, x.device()));
+#if ZERO_HAS_CUDA
+  if (x.device().is_cuda()) return cuda::squared_norm(x.device().index, x.data_as<float>(), x.numel());
+#endif
   const float* p = x.data_as<float>();
   return detail::ordered_block_sum<double>(x.numel(), kNormBlock, [&](int64_t begin, int64_t end) {
     double lane[kNormLanes] = {};

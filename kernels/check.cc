@@ -1,6 +1,8 @@
 #include "kernels/check.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "runtime/status.h"
 
 namespace zero::kernels::detail {
 
@@ -41,10 +43,25 @@ absl::Status check_like(absl::string_view op, absl::string_view name, const Tens
   return check_matrix(op, name, t, DType::kF32, like.device(), num_rows(like), last_dim(like));
 }
 
-absl::Status check_cpu(absl::string_view op, Device device) {
-  if (device.is_cpu()) return absl::OkStatus();
-  return absl::UnimplementedError(
-      absl::StrCat(op, ": no CUDA kernel yet (tensors on ", device.to_string(), "); only CPU tensors run"));
+absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_t>& copy) {
+  if (t.device().is_cpu()) return t.data_as<int32_t>();
+  ZERO_RETURN_IF_ERROR(check_backend("int32_on_host", t.device()));
+#if ZERO_HAS_CUDA
+  copy.resize(static_cast<size_t>(t.numel()));
+  ZERO_RETURN_IF_ERROR(cuda::copy_to_host(t.device().index, copy.data(), t.data(), static_cast<int64_t>(t.nbytes())));
+#endif
+  return copy.data();
+}
+
+absl::Status check_backend(absl::string_view op, Device device) {
+#if ZERO_HAS_CUDA
+  constexpr bool kHasCuda = true;
+#else
+  constexpr bool kHasCuda = false;
+#endif
+  if (device.is_cpu() || kHasCuda) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(op, ": tensors on ", device.to_string(), " but zero was built without CUDA (ZERO_WITH_CUDA=OFF)"));
 }
 
 }  // namespace zero::kernels::detail

@@ -1,8 +1,10 @@
 // Softmax cross-entropy over a padded vocab with ignored targets, its gradient and argmax accuracy in one pass.
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "runtime/status.h"
@@ -41,6 +43,12 @@ RowSums row_forward_backward(const float* x, float* d, int64_t vocab, int64_t pa
   return {std::log(sum) - (static_cast<double>(target_logit) - max), argmax == target ? 1 : 0};
 }
 
+// The result from the rows' summed loss and correct count.
+CrossEntropyResult finish(int64_t counted, double loss_sum, int64_t correct) {
+  const float loss = counted > 0 ? static_cast<float>(loss_sum / static_cast<double>(counted)) : 0.0f;
+  return {loss, counted, correct};
+}
+
 }  // namespace
 
 absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
@@ -51,21 +59,31 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
   ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "logits", logits, DType::kF32, dev, n, padded));
   ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, DType::kF32, dev, n, padded));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "targets", targets, DType::kI32, dev, n));
-  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, dev));
+  ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
   if (vocab < 1 || vocab > padded) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));
   }
-  const int32_t* tgt = targets.data_as<int32_t>();
-  CrossEntropyResult result;
+  std::vector<int32_t> host_copy;
+  ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, detail::int32_on_host(targets, host_copy));
+  int64_t counted = 0;
   for (int64_t r = 0; r < n; ++r) {
     if (tgt[r] == kIgnoreIndex) continue;
     if (tgt[r] < 0 || tgt[r] >= vocab) {
       return absl::InvalidArgumentError(
           absl::StrCat(op, ": target ", tgt[r], " at ", r, " outside [0, ", vocab, ") and not ", kIgnoreIndex));
     }
-    ++result.counted;
+    ++counted;
   }
-  const float scale = result.counted > 0 ? 1.0f / static_cast<float>(result.counted) : 0.0f;
+  const float scale = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
+#if ZERO_HAS_CUDA
+  if (dev.is_cuda()) {
+    ZERO_ASSIGN_OR_RETURN(const cuda::CrossEntropySums s,
+                          cuda::crossentropy_forward_backward(dev.index, dlogits.data_as<float>(),
+                                                              logits.data_as<float>(), targets.data_as<int32_t>(), n,
+                                                              vocab, padded, scale));
+    return finish(counted, s.loss, s.correct);
+  }
+#endif
   const RowSums sums = detail::ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
     RowSums s;
     for (int64_t r = r0; r < r1; ++r) {
@@ -79,9 +97,7 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
     }
     return s;
   });
-  result.loss = result.counted > 0 ? static_cast<float>(sums.loss / static_cast<double>(result.counted)) : 0.0f;
-  result.correct = sums.correct;
-  return result;
+  return finish(counted, sums.loss, sums.correct);
 }
 
 }  // namespace zero::kernels

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "runtime/status.h"
@@ -15,7 +16,7 @@ constexpr int64_t kBlock = 1 << 14;  // elements per thread block: 64 KiB of fp3
 absl::Status check_elementwise(absl::string_view op, std::initializer_list<std::pair<const char*, const Tensor*>> args) {
   const Tensor& first = *args.begin()->second;
   for (const auto& [name, t] : args) ZERO_RETURN_IF_ERROR(detail::check_like(op, name, *t, first));
-  return detail::check_cpu(op, first.device());
+  return detail::check_backend(op, first.device());
 }
 
 template <typename Fn>
@@ -32,6 +33,11 @@ constexpr float kGeluCubic = 0.044715f;
 
 absl::Status gelu_forward(const Tensor& out, const Tensor& inp) {
   ZERO_RETURN_IF_ERROR(check_elementwise("gelu_forward", {{"inp", &inp}, {"out", &out}}));
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) {
+    return cuda::gelu_forward(inp.device().index, out.data_as<float>(), inp.data_as<float>(), inp.numel());
+  }
+#endif
   const float* x = inp.data_as<float>();
   float* y = out.data_as<float>();
   for_each_element(inp.numel(), [&](int64_t i) {
@@ -43,6 +49,12 @@ absl::Status gelu_forward(const Tensor& out, const Tensor& inp) {
 
 absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   ZERO_RETURN_IF_ERROR(check_elementwise("gelu_backward", {{"inp", &inp}, {"dout", &dout}, {"dinp", &dinp}}));
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) {
+    return cuda::gelu_backward(inp.device().index, dinp.data_as<float>(), inp.data_as<float>(), dout.data_as<float>(),
+                               inp.numel());
+  }
+#endif
   const float* x = inp.data_as<float>();
   const float* g = dout.data_as<float>();
   float* dx = dinp.data_as<float>();
@@ -58,6 +70,12 @@ absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& 
 
 absl::Status residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
   ZERO_RETURN_IF_ERROR(check_elementwise("residual_forward", {{"a", &a}, {"b", &b}, {"out", &out}}));
+#if ZERO_HAS_CUDA
+  if (a.device().is_cuda()) {
+    return cuda::residual_forward(a.device().index, out.data_as<float>(), a.data_as<float>(), b.data_as<float>(),
+                                  a.numel());
+  }
+#endif
   const float* pa = a.data_as<float>();
   const float* pb = b.data_as<float>();
   float* po = out.data_as<float>();
@@ -67,6 +85,11 @@ absl::Status residual_forward(const Tensor& out, const Tensor& a, const Tensor& 
 
 absl::Status residual_backward(const Tensor& dinp, const Tensor& dout) {
   ZERO_RETURN_IF_ERROR(check_elementwise("residual_backward", {{"dout", &dout}, {"dinp", &dinp}}));
+#if ZERO_HAS_CUDA
+  if (dout.device().is_cuda()) {
+    return cuda::residual_backward(dout.device().index, dinp.data_as<float>(), dout.data_as<float>(), dout.numel());
+  }
+#endif
   const float* g = dout.data_as<float>();
   float* d = dinp.data_as<float>();
   for_each_element(dout.numel(), [&](int64_t i) { d[i] += g[i]; });

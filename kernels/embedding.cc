@@ -1,6 +1,9 @@
 // Token + position embedding: forward gathers rows, backward scatters into dwte/dwpe.
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "runtime/status.h"
@@ -15,26 +18,30 @@ constexpr int64_t kColBlock = 64;
 
 struct EmbeddingDims {
   int64_t b = 0, t = 0, c = 0, vocab = 0, max_t = 0;
+  const int32_t* host_tokens = nullptr;  // tokens' data, or their copy on the host for CUDA tensors
 };
 
 // tokens (B, T) int32 in [0, V); wte (V, C), wpe (maxT, C) with T <= maxT; `rows_c` (B, T, C) arguments.
+// `host_copy` holds the tokens read back from a CUDA device.
 absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor& tokens, const Tensor& wte,
                                               const Tensor& wpe,
-                                              std::initializer_list<std::pair<const char*, const Tensor*>> rows_c) {
+                                              std::initializer_list<std::pair<const char*, const Tensor*>> rows_c,
+                                              std::vector<int32_t>& host_copy) {
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "tokens", tokens, 2));
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "wte", wte, 2));
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "wpe", wpe, 2));
-  const EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0), wpe.size(0)};
+  EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0), wpe.size(0)};
   const Device dev = wte.device();
   ZERO_RETURN_IF_ERROR(check_matrix(op, "tokens", tokens, DType::kI32, dev, d.b, d.t));
   ZERO_RETURN_IF_ERROR(check_matrix(op, "wte", wte, DType::kF32, dev, d.vocab, d.c));
   ZERO_RETURN_IF_ERROR(check_matrix(op, "wpe", wpe, DType::kF32, dev, d.max_t, d.c));
   for (const auto& [name, t] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, d.b * d.t, d.c));
-  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, dev));
+  ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
   if (d.t > d.max_t) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": sequence length ", d.t, " exceeds wpe's ", d.max_t, " positions"));
   }
-  const int32_t* tok = tokens.data_as<int32_t>();
+  ZERO_ASSIGN_OR_RETURN(d.host_tokens, detail::int32_on_host(tokens, host_copy));
+  const int32_t* tok = d.host_tokens;
   for (int64_t i = 0; i < d.b * d.t; ++i) {
     if (tok[i] < 0 || tok[i] >= d.vocab) {
       return absl::InvalidArgumentError(absl::StrCat(op, ": token ", tok[i], " at ", i, " outside [0, ", d.vocab, ")"));
@@ -46,8 +53,16 @@ absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor
 }  // namespace
 
 absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
-  ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d, check_embedding("embedding_forward", tokens, wte, wpe, {{"out", &out}}));
-  const int32_t* tok = tokens.data_as<int32_t>();
+  std::vector<int32_t> host_copy;
+  ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d,
+                        check_embedding("embedding_forward", tokens, wte, wpe, {{"out", &out}}, host_copy));
+#if ZERO_HAS_CUDA
+  if (wte.device().is_cuda()) {
+    return cuda::embedding_forward(wte.device().index, out.data_as<float>(), tokens.data_as<int32_t>(),
+                                   wte.data_as<float>(), wpe.data_as<float>(), d.b, d.t, d.c);
+  }
+#endif
+  const int32_t* tok = d.host_tokens;
   detail::for_blocks(d.b * d.t, kRowBlock, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* te = wte.data_as<float>() + tok[r] * d.c;
@@ -60,9 +75,16 @@ absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Te
 }
 
 absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+  std::vector<int32_t> host_copy;
   ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d,
-                        check_embedding("embedding_backward", tokens, dwte, dwpe, {{"dout", &dout}}));
-  const int32_t* tok = tokens.data_as<int32_t>();
+                        check_embedding("embedding_backward", tokens, dwte, dwpe, {{"dout", &dout}}, host_copy));
+#if ZERO_HAS_CUDA
+  if (dwte.device().is_cuda()) {
+    return cuda::embedding_backward(dwte.device().index, dwte.data_as<float>(), dwpe.data_as<float>(),
+                                    dout.data_as<float>(), d.host_tokens, d.b, d.t, d.c, d.vocab);
+  }
+#endif
+  const int32_t* tok = d.host_tokens;
   const float* g = dout.data_as<float>();
   float* dte = dwte.data_as<float>();
   float* dpe = dwpe.data_as<float>();

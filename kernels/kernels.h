@@ -5,8 +5,9 @@
 // - Free functions on Tensor views; all float tensors are fp32 and contiguous, all on one device. A shape
 //   written (N, C) also accepts any shape whose last dim is C, leading dims flattened into N rows.
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
-//   can make. CPU tensors run here; CUDA tensors return Unimplemented until the CUDA versions land
-//   (kernels/cuda/, same signatures, dispatched on Tensor::device()).
+//   can make. CPU tensors run here; CUDA tensors run the CUDA versions (kernels/cuda/, dispatched on
+//   Tensor::device()), asynchronously on the device's legacy default stream, or return FailedPrecondition
+//   in a build without CUDA.
 // - An optional argument is passed as Tensor() (null data).
 // - Backward ADDS (+=) into parameter gradients (dweight, dbias, dwte, ...), so micro-batches accumulate
 //   and tied users sum, and WRITES (=) input gradients (dinp), unless a function says otherwise.

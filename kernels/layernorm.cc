@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "runtime/status.h"
@@ -25,7 +26,7 @@ absl::Status check_layernorm(absl::string_view op, const Tensor& inp, const Tens
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "rstd", rstd, DType::kF32, dev, n));
   for (const auto& [name, t] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, n, c));
   for (const auto& [name, t] : vectors_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, 1, c));
-  return detail::check_cpu(op, dev);
+  return detail::check_backend(op, dev);
 }
 
 }  // namespace
@@ -35,6 +36,13 @@ absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tens
   ZERO_RETURN_IF_ERROR(
       check_layernorm("layernorm_forward", inp, weight, mean, rstd, {{"out", &out}}, {{"bias", &bias}}));
   const int64_t c = detail::last_dim(inp);
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) {
+    return cuda::layernorm_forward(inp.device().index, out.data_as<float>(), mean.data_as<float>(),
+                                   rstd.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(),
+                                   bias.data_as<float>(), detail::num_rows(inp), c);
+  }
+#endif
   const float* w = weight.data_as<float>();
   const float* b = bias.data_as<float>();
   detail::for_blocks(detail::num_rows(inp), kRowBlock, [&](int64_t r0, int64_t r1) {
@@ -63,6 +71,13 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
                                        {{"dout", &dout}, {"dinp", &dinp}},
                                        {{"dweight", &dweight}, {"dbias", &dbias}}));
   const int64_t n = detail::num_rows(inp), c = detail::last_dim(inp);
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) {
+    return cuda::layernorm_backward(inp.device().index, dinp.data_as<float>(), dweight.data_as<float>(),
+                                    dbias.data_as<float>(), dout.data_as<float>(), inp.data_as<float>(),
+                                    weight.data_as<float>(), mean.data_as<float>(), rstd.data_as<float>(), n, c);
+  }
+#endif
   const float* x = inp.data_as<float>();
   const float* g = dout.data_as<float>();
   const float* w = weight.data_as<float>();

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/blas.h"
 #include "kernels/check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "runtime/status.h"
@@ -27,7 +28,7 @@ absl::StatusOr<MatmulDims> matmul_dims(absl::string_view op, const Tensor& inp, 
   if (d.c == 0 || d.oc == 0) return absl::InvalidArgumentError(absl::StrCat(op, ": empty weight ", weight.to_string()));
   ZERO_RETURN_IF_ERROR(check_matrix(op, "weight", weight, DType::kF32, inp.device(), d.oc, d.c));
   ZERO_RETURN_IF_ERROR(check_matrix(op, "inp", inp, DType::kF32, inp.device(), d.n, d.c));
-  ZERO_RETURN_IF_ERROR(detail::check_cpu(op, inp.device()));
+  ZERO_RETURN_IF_ERROR(detail::check_backend(op, inp.device()));
   return d;
 }
 
@@ -43,6 +44,12 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
   ZERO_RETURN_IF_ERROR(check_matrix(op, "out", out, DType::kF32, inp.device(), d.n, d.oc));
   ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) {
+    return cuda::matmul_forward(inp.device().index, out.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(),
+                                bias.data_as<float>(), d.n, d.c, d.oc);
+  }
+#endif
   float* o = out.data_as<float>();
   if (given(bias)) {
     const float* b = bias.data_as<float>();
@@ -67,6 +74,12 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
   ZERO_RETURN_IF_ERROR(check_bias(op, "dbias", dbias, d, dev));
   if (given(dinp)) ZERO_RETURN_IF_ERROR(check_matrix(op, "dinp", dinp, DType::kF32, dev, d.n, d.c));
   if (d.n == 0) return absl::OkStatus();
+#if ZERO_HAS_CUDA
+  if (dev.is_cuda()) {
+    return cuda::matmul_backward(dev.index, dinp.data_as<float>(), dweight.data_as<float>(), dbias.data_as<float>(),
+                                 dout.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(), d.n, d.c, d.oc);
+  }
+#endif
   const float* g = dout.data_as<float>();
   if (given(dinp)) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)

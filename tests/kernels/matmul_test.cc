@@ -130,14 +130,6 @@ TEST(Matmul, ShapeMismatchIsInvalidArgument) {
   EXPECT_NE(s.message().find("out"), absl::string_view::npos) << s;
 }
 
-TEST(Matmul, CudaTensorsAreUnimplemented) {
-  Problem p(2, 2, 2, 13);
-  std::vector<float> out(4);
-  auto cuda = [](std::vector<float>& v, Shape shape) { return Tensor(v.data(), DType::kF32, shape, Device::cuda(0)); };
-  const absl::Status s = matmul_forward(cuda(out, {2, 2}), cuda(p.inp, {2, 2}), cuda(p.w, {2, 2}), cuda(p.b, {2}));
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-}
-
 TEST(Matmul, ResultsDoNotDependOnKernelThreads) {
   Problem p(300, 64, 400, 14);
   set_kernel_threads(1);

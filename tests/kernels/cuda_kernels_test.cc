@@ -1,0 +1,274 @@
+// The CUDA kernels against the CPU kernels on the same random inputs; every GPU test skips without a CUDA device.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/kernels.h"
+#include "runtime/allocator.h"
+#include "tests/kernels/kernel_test_util.h"
+#if ZERO_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/stream.h"
+#endif
+
+namespace zero::kernels {
+namespace {
+
+using testing::expect_near_all;
+using testing::kU32;
+using testing::random_floats;
+using testing::view;
+
+bool cuda_present() {
+#if ZERO_HAS_CUDA
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+void copy_bytes(void* dst, const void* src, size_t nbytes) {
+#if ZERO_HAS_CUDA
+  ASSERT_EQ(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), cudaSuccess);
+#else
+  ADD_FAILURE() << "unreachable: every GPU test skips in a build without CUDA";
+#endif
+}
+
+// Runs on cuda:0 with copies of host vectors; keeps the device buffers alive for the test.
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_present()) GTEST_SKIP() << "no CUDA device, or built without CUDA";
+  }
+
+  template <typename T>
+  Tensor upload(const std::vector<T>& host, Shape shape) {
+    auto buffer = allocator_.allocate(static_cast<int64_t>(host.size() * sizeof(T)), MemoryCategory::kWorkspace,
+                                      Device::cuda(0));
+    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    Tensor t = buffer->tensor(DTypeOf<T>::value, std::move(shape));
+    copy_bytes(t.data(), host.data(), t.nbytes());
+    buffers_.push_back(*std::move(buffer));
+    return t;
+  }
+
+  template <typename T>
+  std::vector<T> download(const Tensor& t) {
+    std::vector<T> host(static_cast<size_t>(t.numel()));
+    copy_bytes(host.data(), t.data(), t.nbytes());
+    return host;
+  }
+
+ private:
+  Allocator allocator_;
+  std::vector<Buffer> buffers_;
+};
+
+// Both sides sum K fp32 products in different orders; each sum's error is at most K·u·sum|a||b| (u = 2^-24)
+// and |a|, |b| <= 1 here, so the two results differ by at most 2·K·u·K (and the += of an O(1) start value).
+double gemm_tolerance(int64_t k) { return 2.0 * k * kU32 * k + 2 * kU32; }
+
+TEST_F(CudaKernels, MatmulMatchesCpu) {
+  const int64_t n = 64, c = 96, oc = 80;
+  std::vector<float> inp = random_floats(n * c, 1), w = random_floats(oc * c, 2), b = random_floats(oc, 3);
+  std::vector<float> dout = random_floats(n * oc, 4), out(n * oc), dinp(n * c);
+  std::vector<float> dw = random_floats(oc * c, 5), db = random_floats(oc, 6);
+  const Tensor g_out = upload(out, {n, oc}), g_dinp = upload(dinp, {n, c}), g_dw = upload(dw, {oc, c});
+  const Tensor g_db = upload(db, {oc}), g_inp = upload(inp, {n, c}), g_w = upload(w, {oc, c});
+  ASSERT_TRUE(matmul_forward(view(out, {n, oc}), view(inp, {n, c}), view(w, {oc, c}), view(b, {oc})).ok());
+  ASSERT_TRUE(matmul_forward(g_out, g_inp, g_w, upload(b, {oc})).ok());
+  ASSERT_TRUE(matmul_backward(view(dinp, {n, c}), view(dw, {oc, c}), view(db, {oc}), view(dout, {n, oc}),
+                              view(inp, {n, c}), view(w, {oc, c})).ok());
+  ASSERT_TRUE(matmul_backward(g_dinp, g_dw, g_db, upload(dout, {n, oc}), g_inp, g_w).ok());
+  expect_near_all(download<float>(g_out), out, gemm_tolerance(c) + kU32, "out");
+  expect_near_all(download<float>(g_dinp), dinp, gemm_tolerance(oc), "dinp");
+  expect_near_all(download<float>(g_dw), dw, gemm_tolerance(n), "dweight");
+  expect_near_all(download<float>(g_db), db, gemm_tolerance(n), "dbias");  // fp64 sums: far tighter in fact
+}
+
+TEST_F(CudaKernels, GeluAndResidualMatchCpu) {
+  const int64_t n = 10000;
+  std::vector<float> x = random_floats(n, 7, -5.0f, 5.0f), dout = random_floats(n, 8), y(n), dx(n);
+  const Tensor g_x = upload(x, {n}), g_y = upload(y, {n}), g_dx = upload(dx, {n}), g_dout = upload(dout, {n});
+  ASSERT_TRUE(gelu_forward(view(y, {n}), view(x, {n})).ok());
+  ASSERT_TRUE(gelu_forward(g_y, g_x).ok());
+  ASSERT_TRUE(gelu_backward(view(dx, {n}), view(x, {n}), view(dout, {n})).ok());
+  ASSERT_TRUE(gelu_backward(g_dx, g_x, g_dout).ok());
+  // tanhf and std::tanh differ by a few ulps of |tanh| <= 1 (<= 4u); forward scales that by 0.5|x| <= 2.5, backward by
+  // |d local / d tanh| <= 0.5 + |x| sqrt(2/pi) (1 + 3·0.044715 x^2) <= 18 at |x| <= 5; plus the final rounding.
+  expect_near_all(download<float>(g_y), y, 2.5 * 4 * kU32 + 5 * kU32, "gelu out");
+  expect_near_all(download<float>(g_dx), dx, 18 * 4 * kU32 + 18 * kU32, "gelu dinp");
+  // One IEEE add per element on both sides: equal bits.
+  ASSERT_TRUE(residual_forward(view(y, {n}), view(x, {n}), view(dout, {n})).ok());
+  ASSERT_TRUE(residual_forward(g_y, g_x, g_dout).ok());
+  ASSERT_TRUE(residual_backward(view(dx, {n}), view(dout, {n})).ok());
+  ASSERT_TRUE(residual_backward(g_dx, g_dout).ok());
+  EXPECT_EQ(download<float>(g_y), y);
+  EXPECT_EQ(download<float>(g_dx), dx);
+}
+
+TEST_F(CudaKernels, LayerNormMatchesCpu) {
+  const int64_t n = 32, c = 200;
+  std::vector<float> x = random_floats(n * c, 9), w = random_floats(c, 10), b = random_floats(c, 11);
+  std::vector<float> dout = random_floats(n * c, 12), out(n * c), mean(n), rstd(n), dx(n * c);
+  std::vector<float> dw = random_floats(c, 13), db = random_floats(c, 14);
+  const Tensor g_x = upload(x, {n, c}), g_w = upload(w, {c}), g_out = upload(out, {n, c});
+  const Tensor g_mean = upload(mean, {n}), g_rstd = upload(rstd, {n});
+  ASSERT_TRUE(layernorm_forward(view(out, {n, c}), view(mean, {n}), view(rstd, {n}), view(x, {n, c}), view(w, {c}),
+                                view(b, {c})).ok());
+  ASSERT_TRUE(layernorm_forward(g_out, g_mean, g_rstd, g_x, g_w, upload(b, {c})).ok());
+  // Row sums of C terms in another order: mean and variance differ by <= 2·C·u relative; xhat = (x - mean)·rstd
+  // is at most sqrt(C) ~ 14 and |weight| <= 1, so out differs by about 2·C·u·14.
+  const double tol = 2.0 * c * kU32 * 14;
+  expect_near_all(download<float>(g_mean), mean, tol, "mean");
+  expect_near_all(download<float>(g_rstd), rstd, tol * rstd[0], "rstd");
+  expect_near_all(download<float>(g_out), out, tol, "out");
+  // Backward from the CPU's saved mean and rstd on both sides, so only the sums' order differs (dinp: row sums
+  // of C terms of size <= 14, times rstd ~ 1.7; dweight, dbias: fp64 column sums, equal to a few ulps).
+  const Tensor g_dx = upload(dx, {n, c}), g_dw = upload(dw, {c}), g_db = upload(db, {c});
+  ASSERT_TRUE(layernorm_backward(g_dx, g_dw, g_db, upload(dout, {n, c}), g_x, g_w, upload(mean, {n}),
+                                 upload(rstd, {n})).ok());
+  ASSERT_TRUE(layernorm_backward(view(dx, {n, c}), view(dw, {c}), view(db, {c}), view(dout, {n, c}), view(x, {n, c}),
+                                 view(w, {c}), view(mean, {n}), view(rstd, {n})).ok());
+  expect_near_all(download<float>(g_dx), dx, tol * 2, "dinp");
+  expect_near_all(download<float>(g_dw), dw, 4 * n * kU32, "dweight");
+  expect_near_all(download<float>(g_db), db, 4 * n * kU32, "dbias");
+}
+
+TEST_F(CudaKernels, EmbeddingMatchesCpuBitwise) {
+  const int64_t b = 3, t = 7, c = 40, vocab = 11, max_t = 9;
+  std::vector<int32_t> tokens(b * t);
+  for (int64_t i = 0; i < b * t; ++i) tokens[i] = static_cast<int32_t>((i * 5) % 4 + (i % 3 == 0 ? 7 : 0));  // repeats
+  std::vector<float> wte = random_floats(vocab * c, 15), wpe = random_floats(max_t * c, 16), out(b * t * c);
+  std::vector<float> dout = random_floats(b * t * c, 17), dwte = random_floats(vocab * c, 18);
+  std::vector<float> dwpe = random_floats(max_t * c, 19);
+  const Tensor g_tok = upload(tokens, {b, t}), g_out = upload(out, {b, t, c});
+  const Tensor g_dwte = upload(dwte, {vocab, c}), g_dwpe = upload(dwpe, {max_t, c});
+  ASSERT_TRUE(embedding_forward(view(out, {b, t, c}), view(tokens, {b, t}), view(wte, {vocab, c}),
+                                view(wpe, {max_t, c})).ok());
+  ASSERT_TRUE(embedding_forward(g_out, g_tok, upload(wte, {vocab, c}), upload(wpe, {max_t, c})).ok());
+  ASSERT_TRUE(embedding_backward(view(dwte, {vocab, c}), view(dwpe, {max_t, c}), view(dout, {b, t, c}),
+                                 view(tokens, {b, t})).ok());
+  ASSERT_TRUE(embedding_backward(g_dwte, g_dwpe, upload(dout, {b, t, c}), g_tok).ok());
+  // One add per element forward; backward adds each gradient row in increasing row order on both sides.
+  EXPECT_EQ(download<float>(g_out), out);
+  EXPECT_EQ(download<float>(g_dwte), dwte);
+  EXPECT_EQ(download<float>(g_dwpe), dwpe);
+}
+
+TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
+  const int64_t n = 16, padded = 136, vocab = 130;
+  std::vector<float> logits = random_floats(n * padded, 20, -4.0f, 4.0f), dlogits(n * padded);
+  std::vector<int32_t> targets(n);
+  for (int64_t r = 0; r < n; ++r) targets[r] = r % 5 == 0 ? kIgnoreIndex : static_cast<int32_t>((r * 37) % vocab);
+  const Tensor g_d = upload(dlogits, {n, padded});
+  auto cpu = crossentropy_forward_backward(view(dlogits, {n, padded}), view(logits, {n, padded}), view(targets, {n}),
+                                           vocab);
+  auto gpu = crossentropy_forward_backward(g_d, upload(logits, {n, padded}), upload(targets, {n}), vocab);
+  ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
+  EXPECT_EQ(gpu->counted, cpu->counted);
+  EXPECT_EQ(gpu->correct, cpu->correct);
+  // expf vs std::exp (<= 2 ulps), the fp64 sum's order (negligible), and the loss's final rounding.
+  EXPECT_NEAR(gpu->loss, cpu->loss, 4 * kU32 * std::fabs(cpu->loss));
+  // Each gradient is p·(scale/sum) [- scale]: a few roundings of values <= scale = 1/counted.
+  const double scale = 1.0 / static_cast<double>(cpu->counted);
+  expect_near_all(download<float>(g_d), dlogits, 8 * kU32 * scale, "dlogits");
+}
+
+TEST_F(CudaKernels, AttentionMatchesCpu) {
+  const int64_t b = 2, t = 17, nh = 3, hs = 40, c = nh * hs;  // hs > 32 and not a multiple: partial lanes
+  std::vector<float> inp = random_floats(b * t * 3 * c, 21), dout = random_floats(b * t * c, 22);
+  std::vector<float> out(b * t * c), lse(b * nh * t), dinp(b * t * 3 * c);
+  const Tensor g_inp = upload(inp, {b, t, 3 * c}), g_out = upload(out, {b, t, c}), g_lse = upload(lse, {b, nh, t});
+  ASSERT_TRUE(attention_forward(view(out, {b, t, c}), view(lse, {b, nh, t}), view(inp, {b, t, 3 * c}), nh).ok());
+  ASSERT_TRUE(attention_forward(g_out, g_lse, g_inp, nh).ok());
+  // A score is scale·(hs products of |.| <= 1) summed in another order: |ds| <= 2·hs·u·hs·scale. Softmax moves
+  // each probability by <= 2 p |ds|, so out (a convex mix of |v| <= 1) and lse move by about 2|ds|, plus T roundings.
+  const double ds = 2.0 * hs * kU32 * hs / std::sqrt(static_cast<double>(hs));
+  const double tol = 2 * ds + t * kU32;
+  expect_near_all(download<float>(g_out), out, tol, "out");
+  expect_near_all(download<float>(g_lse), lse, tol, "lse");
+  // Backward from the CPU's out and lse on both sides; each gradient sums <= T terms, each off by about the
+  // forward's tolerance times |dout · v| <= hs.
+  const Tensor g_dinp = upload(dinp, {b, t, 3 * c});
+  ASSERT_TRUE(attention_backward(view(dinp, {b, t, 3 * c}), view(dout, {b, t, c}), view(inp, {b, t, 3 * c}),
+                                 view(out, {b, t, c}), view(lse, {b, nh, t}), nh).ok());
+  ASSERT_TRUE(attention_backward(g_dinp, upload(dout, {b, t, c}), g_inp, upload(out, {b, t, c}),
+                                 upload(lse, {b, nh, t}), nh).ok());
+  expect_near_all(download<float>(g_dinp), dinp, t * tol * hs, "dinp");
+}
+
+// Finite values across the ranges that round differently, plus the specials.
+std::vector<float> cast_inputs() {
+  std::vector<float> x = random_floats(4096, 23, -70000.0f, 70000.0f);
+  const std::vector<float> small = random_floats(4096, 24, -1e-4f, 1e-4f);  // fp16 subnormals
+  x.insert(x.end(), small.begin(), small.end());
+  for (float s : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::denorm_min()}) {
+    x.push_back(s);
+  }
+  return x;
+}
+
+TEST_F(CudaKernels, CastsEqualCpuBitwise) {
+  const std::vector<float> x = cast_inputs();
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> xc = x;
+  const Tensor g_x = upload(x, {n});
+  const StochasticRounding sr{.seed = 99, .step = 3, .index_offset = 1000};
+  for (DType half : {DType::kBF16, DType::kF16}) {
+    for (const StochasticRounding* rounding : {static_cast<const StochasticRounding*>(nullptr), &sr}) {
+      std::vector<uint16_t> h(n), g_h_init(n);
+      const Tensor g_h = upload(g_h_init, {n});
+      const Tensor h_view(h.data(), half, {n});
+      const Tensor g_h_half(g_h.data(), half, {n}, Device::cuda(0));
+      ASSERT_TRUE(cast(h_view, view(xc, {n}), rounding).ok());
+      ASSERT_TRUE(cast(g_h_half, g_x, rounding).ok());
+      EXPECT_EQ(download<uint16_t>(g_h), h) << dtype_name(half) << (rounding ? " stochastic" : " nearest");
+      // Back to fp32: exact on both sides, NaN payloads included, so compare bits.
+      std::vector<float> back(n), g_back_init(n);
+      const Tensor g_back = upload(g_back_init, {n});
+      ASSERT_TRUE(cast(view(back, {n}), h_view).ok());
+      ASSERT_TRUE(cast(g_back, g_h_half).ok());
+      const std::vector<float> g_back_host = download<float>(g_back);
+      EXPECT_EQ(std::memcmp(g_back_host.data(), back.data(), back.size() * sizeof(float)), 0) << dtype_name(half);
+    }
+  }
+}
+
+TEST_F(CudaKernels, SquaredNormMatchesCpu) {
+  std::vector<float> x = random_floats(100003, 25);
+  const int64_t n = static_cast<int64_t>(x.size());
+  auto cpu = squared_norm(view(x, {n}));
+  auto gpu = squared_norm(upload(x, {n}));
+  ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
+  // Exact fp32 squares summed in fp64 in two orders: each within n·2^-53 relative of the true sum.
+  EXPECT_NEAR(*gpu, *cpu, 2.0 * n * std::ldexp(1.0, -53) * *cpu);
+}
+
+// Runs in every build: arguments on two devices are refused before any data is touched.
+TEST(CudaKernelChecks, MixedDevicesAreRefused) {
+  std::vector<float> x(8), y(8);
+  const Tensor on_gpu(y.data(), DType::kF32, {8}, Device::cuda(0));
+  const absl::Status s = gelu_forward(on_gpu, view(x, {8}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+TEST(CudaKernelChecks, CudaTensorsWithoutCudaBuildAreRefused) {
+#if ZERO_HAS_CUDA
+  GTEST_SKIP() << "built with CUDA";
+#endif
+  std::vector<float> x(4);
+  const Tensor on_gpu(x.data(), DType::kF32, {2, 2}, Device::cuda(0));
+  const absl::Status s = matmul_forward(on_gpu, on_gpu, on_gpu, Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("without CUDA"), absl::string_view::npos) << s;
+}
+
+}  // namespace
+}  // namespace zero::kernels
