@@ -1,7 +1,5 @@
-// zero-bench: the comm subcommand run end to end on tiny sizes (table, CSV, flag errors) and its pieces.
-#include <sys/wait.h>
+// zero-bench: comm and stages run end to end on tiny sizes (tables, CSV, PNG, flag errors) and their pieces.
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "examples/bench/comm_bench.h"
 #include "examples/bench/result_table.h"
+#include "tests/examples/run_program.h"
 
 namespace zero {
 namespace {
@@ -26,22 +25,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using testing::RunResult;
 
-// Runs `launcher zero-bench args`, e.g. under mpiexec.
 RunResult run_bench(const std::string& args, const std::string& launcher = "") {
-  const std::string command = absl::StrCat(launcher, " ", ZERO_BENCH_BINARY, " ", args, " 2>&1");
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> chunk;
-  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return testing::run_program(ZERO_BENCH_BINARY, args, launcher);
 }
 
 std::string read_file(const std::string& path) {

@@ -1,7 +1,5 @@
 // zero-plan run end to end: its JSON and its table carry the plan's figures, and bad flags are refused by name.
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "tests/examples/run_program.h"
 
 namespace zero {
 namespace {
@@ -22,22 +21,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using testing::RunResult;
 
-RunResult run_plan(const std::string& args) {
-  const std::string command = absl::StrCat(ZERO_PLAN_BINARY, " ", args, " 2>&1");
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> chunk;
-  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+RunResult run_plan(const std::string& args) { return testing::run_program(ZERO_PLAN_BINARY, args); }
 
 nlohmann::json run_json(const std::string& args) {
   const RunResult run = run_plan(absl::StrCat(args, " --json"));

@@ -1,7 +1,5 @@
 // zero-train run end to end: a few stage-3 steps on 2 ranks write parseable metrics with a falling loss; bad keys exit non-zero.
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "tests/examples/run_program.h"
 
 namespace zero::train {
 namespace {
@@ -21,21 +20,10 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using testing::RunResult;
 
 RunResult run_zero_train(const std::string& args, const std::string& launcher = "") {
-  const std::string command = absl::StrCat(launcher, " ", ZERO_TRAIN_BINARY, " ", args, " 2>&1");
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> chunk;
-  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return testing::run_program(ZERO_TRAIN_BINARY, args, launcher);
 }
 
 // Every line of the metrics file as JSON; a line that does not parse fails the test.

@@ -1,0 +1,24 @@
+#include "tests/examples/run_program.h"
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace zero::testing {
+
+RunResult run_program(const std::string& binary, const std::string& args, const std::string& launcher) {
+  const std::string command = absl::StrCat(launcher, " ", binary, " ", args, " 2>&1");
+  RunResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> chunk;
+  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace zero::testing

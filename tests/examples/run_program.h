@@ -1,0 +1,16 @@
+// Runs an example program the way a user does, for the end-to-end tests: its exit code and all it printed.
+#pragma once
+
+#include <string>
+
+namespace zero::testing {
+
+struct RunResult {
+  int exit_code = -1;  // -1 when it could not be started or did not exit normally
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `launcher binary args` through the shell (launcher: e.g. "mpiexec -np 2", or empty).
+RunResult run_program(const std::string& binary, const std::string& args, const std::string& launcher = "");
+
+}  // namespace zero::testing
