@@ -13,7 +13,27 @@
 #include <array>
 #include <cstdint>
 
+#include "optim/element_math.h"
+
 namespace zero {
+
+// Where x^2 goes, shared by the CPU bins and the CUDA kernels: slots 1..254 are fp32 exponents and get the
+// exact integer m^2 (fp32 subnormals share exponent 1's scale without the hidden bit); NaN and infinity
+// are counted (amount 1) in slots kNanSlot and kInfSlot.
+inline constexpr int kNanSlot = 256;
+inline constexpr int kInfSlot = 257;
+inline constexpr int kSquareSlots = 258;
+ZERO_HD int square_slot(float x, uint64_t& amount) {
+  const uint32_t u = optim::bits_of(x);
+  const uint32_t e = (u >> 23) & 0xffu;
+  const uint64_t m = (u & 0x7fffffu) | (e != 0 ? 0x800000u : 0u);
+  if (e == 0xffu) {
+    amount = 1;
+    return (m & 0x7fffffu) != 0 ? kNanSlot : kInfSlot;
+  }
+  amount = m * m;
+  return e == 0 ? 1 : static_cast<int>(e);
+}
 
 // Exact squares of at most kMaxBinnedValues values, binned by fp32 exponent (the hot inner loop).
 struct SquareBins {
@@ -23,15 +43,13 @@ struct SquareBins {
   uint32_t inf = 0;
 
   void add(float x) {
-    uint32_t u;
-    __builtin_memcpy(&u, &x, 4);
-    const uint32_t e = (u >> 23) & 0xffu;
-    const uint64_t m = (u & 0x7fffffu) | (e != 0 ? 0x800000u : 0u);
-    if (e == 0xffu) {
-      (m & 0x7fffffu) != 0 ? ++nan : ++inf;
-      return;
+    uint64_t amount;
+    const int slot = square_slot(x, amount);
+    if (slot < 256) {
+      bins[slot] += amount;
+    } else {
+      slot == kNanSlot ? ++nan : ++inf;
     }
-    bins[e == 0 ? 1 : e] += m * m;  // fp32 subnormals share exponent 1's scale without the hidden bit
   }
 };
 
