@@ -70,12 +70,24 @@ ZERO_HD float adam_element(float p, float g, float& m, float& v, const AdamCoeff
   return p + c.neg_step_size * m / denom;
 }
 
+// LAMB: the Adam moments of the group (without weight decay) and the group's weight decay, which enters u.
+struct LambCoeffs {
+  AdamCoeffs adam;
+  float weight_decay = 0;
+};
+
 // LAMB's per-element update direction u = m_hat / (sqrt(v_hat) + eps) + weight_decay * p (You et al. 2019, Alg. 2).
 ZERO_HD float lamb_direction(float p, float m, float v, float weight_decay, const AdamCoeffs& c) {
   const float m_hat = m / c.bias_correction1;
   const float v_hat = v / c.bias_correction2;
   return m_hat / (sqrt_f(v_hat) + c.eps) + weight_decay * p;
 }
+
+// LARS: the per-group scalars; the per-parameter scaled_lr is passed apart.
+struct LarsCoeffs {
+  float momentum = 0;
+  float weight_decay = 0;
+};
 
 // LARS (You et al. 2017, Alg. 1): v = momentum * v + scaled_lr * (g + weight_decay * p); p = p - v,
 // where scaled_lr = lr * local_lr of the parameter. Returns the new parameter.

@@ -6,11 +6,16 @@
 #include "optim/cpu_loops.h"
 #include "optim/optimizers.h"
 #include "runtime/status.h"
+#if ZERO_HAS_CUDA
+#include "optim/cuda/optim_kernels.h"
+#endif
 
 namespace zero {
 namespace {
 
 static_assert(kMaxChunkElements <= SquareBins::kMaxBinnedValues, "a chunk's squares must fit one set of bins");
+
+using ChunkSums = std::vector<std::array<SquareSum, 2>>;
 
 class Lamb final : public Optimizer {
  public:
@@ -18,33 +23,23 @@ class Lamb final : public Optimizer {
       : Optimizer(std::move(layout), device), options_(options) {}
   absl::string_view name() const override { return "LAMB"; }
 
+  absl::Status allocate_bins(Allocator& allocator) {
+    ZERO_ASSIGN_OR_RETURN(bins_, optim::allocate_square_bins(layout(), allocator, device()));
+    return absl::OkStatus();
+  }
+
  private:
   // Pass 1 updates the moments and sums ||p||^2 and ||u||^2 exactly; after the allreduce, pass 2
   // recomputes u from the same inputs (so the same bits) and applies it scaled by the trust ratio.
   absl::Status update(const StepArgs& a) override {
-    std::vector<optim::AdamCoeffs> coeffs;
+    std::vector<optim::LambCoeffs> coeffs;
     for (const ParamGroup& g : layout().groups()) {
       // Weight decay enters through u, not through Adam's l2 or decoupled decay.
-      coeffs.push_back(optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps, /*decoupled=*/true, a,
-                                          ParamGroup{g.lr_scale, 0.0f}));
+      coeffs.push_back({optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps, /*decoupled=*/true, a,
+                                           ParamGroup{g.lr_scale, 0.0f}),
+                        g.weight_decay});
     }
-    float* __restrict m = state_data(0);
-    float* __restrict v = state_data(1);
-    float* __restrict p = a.params;
-    const float* __restrict g = a.grads;
-    std::vector<std::array<SquareSum, 2>> sums(layout().chunks().size());
-    optim::for_each_chunk(layout(), [&](int64_t k, const ShardChunk& ch) {
-      const optim::AdamCoeffs c = coeffs[layout().params()[ch.param].group];
-      const float wd = layout().group_of(ch.param).weight_decay;
-      SquareBins p_sq, u_sq;
-      for (int64_t i = ch.begin; i < ch.end; ++i) {
-        optim::adam_moments(g[i], m[i], v[i], c);
-        p_sq.add(p[i]);
-        u_sq.add(optim::lamb_direction(p[i], m[i], v[i], wd, c));
-      }
-      sums[k][0].add(p_sq);
-      sums[k][1].add(u_sq);
-    });
+    ZERO_ASSIGN_OR_RETURN(ChunkSums sums, square_sums(a, coeffs));
     using Norms = std::vector<std::array<double, 2>>;
     ZERO_ASSIGN_OR_RETURN(Norms norms, whole_param_norms(sums, a.comm));
     std::vector<float> neg_step(norms.size());
@@ -53,16 +48,52 @@ class Lamb final : public Optimizer {
       const double trust_ratio = p_norm > 0 && u_norm > 0 ? p_norm / u_norm : 1.0;
       neg_step[i] = static_cast<float>(-(a.lr * layout().group_of(static_cast<int>(i)).lr_scale * trust_ratio));
     }
+    return apply(a, coeffs, neg_step);
+  }
+
+  absl::StatusOr<ChunkSums> square_sums(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs) {
+    float* __restrict m = state_data(0);
+    float* __restrict v = state_data(1);
+#if ZERO_HAS_CUDA
+    if (device().is_cuda()) return optim::lamb_sums_cuda(layout(), coeffs, a, m, v, bins_.data());
+#endif
+    const float* __restrict p = a.params;
+    const float* __restrict g = a.grads;
+    ChunkSums sums(layout().chunks().size());
+    optim::for_each_chunk(layout(), [&](int64_t k, const ShardChunk& ch) {
+      const optim::LambCoeffs c = coeffs[layout().params()[ch.param].group];
+      SquareBins p_sq, u_sq;
+      for (int64_t i = ch.begin; i < ch.end; ++i) {
+        optim::adam_moments(g[i], m[i], v[i], c.adam);
+        p_sq.add(p[i]);
+        u_sq.add(optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));
+      }
+      sums[k][0].add(p_sq);
+      sums[k][1].add(u_sq);
+    });
+    return sums;
+  }
+
+  absl::Status apply(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs,
+                     const std::vector<float>& neg_step) {
+    const float* __restrict m = state_data(0);
+    const float* __restrict v = state_data(1);
+#if ZERO_HAS_CUDA
+    if (device().is_cuda()) return optim::lamb_apply_cuda(layout(), coeffs, neg_step, a, m, v);
+#endif
+    float* __restrict p = a.params;
     optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
-      const optim::AdamCoeffs c = coeffs[layout().params()[ch.param].group];
-      const float wd = layout().group_of(ch.param).weight_decay;
+      const optim::LambCoeffs c = coeffs[layout().params()[ch.param].group];
       const float step = neg_step[ch.param];
-      for (int64_t i = ch.begin; i < ch.end; ++i) p[i] = p[i] + step * optim::lamb_direction(p[i], m[i], v[i], wd, c);
+      for (int64_t i = ch.begin; i < ch.end; ++i) {
+        p[i] = p[i] + step * optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam);
+      }
     });
     return absl::OkStatus();
   }
 
   LambOptions options_;
+  Buffer bins_;
 };
 
 }  // namespace
@@ -73,9 +104,10 @@ absl::StatusOr<std::unique_ptr<Optimizer>> make_lamb(const LambOptions& options,
     return absl::InvalidArgumentError(absl::StrCat("LAMB betas (", options.beta1, ", ", options.beta2, ") and eps ",
                                                    options.eps, ": betas must lie in [0, 1) and eps be >= 0"));
   }
-  ZERO_RETURN_IF_ERROR(optim::check_device(device, "LAMB", /*has_cuda_kernel=*/false));
+  ZERO_RETURN_IF_ERROR(optim::check_device(device, "LAMB", /*has_cuda_kernel=*/true));
   auto opt = std::make_unique<Lamb>(options, std::move(layout), device);
   ZERO_RETURN_IF_ERROR(opt->allocate_state(allocator, {"exp_avg", "exp_avg_sq"}));
+  ZERO_RETURN_IF_ERROR(opt->allocate_bins(allocator));
   return opt;
 }
 

@@ -5,9 +5,14 @@
 #include "optim/cpu_loops.h"
 #include "optim/optimizers.h"
 #include "runtime/status.h"
+#if ZERO_HAS_CUDA
+#include "optim/cuda/optim_kernels.h"
+#endif
 
 namespace zero {
 namespace {
+
+using ChunkSums = std::vector<std::array<SquareSum, 2>>;
 
 class Lars final : public Optimizer {
  public:
@@ -15,21 +20,16 @@ class Lars final : public Optimizer {
       : Optimizer(std::move(layout), device), options_(options) {}
   absl::string_view name() const override { return "LARS"; }
 
+  absl::Status allocate_bins(Allocator& allocator) {
+    ZERO_ASSIGN_OR_RETURN(bins_, optim::allocate_square_bins(layout(), allocator, device()));
+    return absl::OkStatus();
+  }
+
  private:
   absl::Status update(const StepArgs& a) override {
-    float* __restrict v = state_data(0);
-    float* __restrict p = a.params;
-    const float* __restrict g = a.grads;
-    std::vector<std::array<SquareSum, 2>> sums(layout().chunks().size());
-    optim::for_each_chunk(layout(), [&](int64_t k, const ShardChunk& ch) {
-      SquareBins p_sq, g_sq;
-      for (int64_t i = ch.begin; i < ch.end; ++i) {
-        p_sq.add(p[i]);
-        g_sq.add(g[i]);
-      }
-      sums[k][0].add(p_sq);
-      sums[k][1].add(g_sq);
-    });
+    std::vector<optim::LarsCoeffs> coeffs;
+    for (const ParamGroup& g : layout().groups()) coeffs.push_back({static_cast<float>(options_.momentum), g.weight_decay});
+    ZERO_ASSIGN_OR_RETURN(ChunkSums sums, square_sums(a, coeffs));
     using Norms = std::vector<std::array<double, 2>>;
     ZERO_ASSIGN_OR_RETURN(Norms norms, whole_param_norms(sums, a.comm));
     std::vector<float> scaled_lr(norms.size());
@@ -41,16 +41,49 @@ class Lars final : public Optimizer {
                                   : 1.0;
       scaled_lr[i] = static_cast<float>(a.lr * group.lr_scale * local_lr);
     }
-    const float momentum = static_cast<float>(options_.momentum);
+    return apply(a, coeffs, scaled_lr);
+  }
+
+  absl::StatusOr<ChunkSums> square_sums(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs) {
+#if ZERO_HAS_CUDA
+    if (device().is_cuda()) return optim::lars_sums_cuda(layout(), coeffs, a, bins_.data());
+#endif
+    (void)coeffs;
+    const float* __restrict p = a.params;
+    const float* __restrict g = a.grads;
+    ChunkSums sums(layout().chunks().size());
+    optim::for_each_chunk(layout(), [&](int64_t k, const ShardChunk& ch) {
+      SquareBins p_sq, g_sq;
+      for (int64_t i = ch.begin; i < ch.end; ++i) {
+        p_sq.add(p[i]);
+        g_sq.add(g[i]);
+      }
+      sums[k][0].add(p_sq);
+      sums[k][1].add(g_sq);
+    });
+    return sums;
+  }
+
+  absl::Status apply(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs,
+                     const std::vector<float>& scaled_lr) {
+    float* __restrict v = state_data(0);
+#if ZERO_HAS_CUDA
+    if (device().is_cuda()) return optim::lars_apply_cuda(layout(), coeffs, scaled_lr, a, v);
+#endif
+    float* __restrict p = a.params;
+    const float* __restrict g = a.grads;
     optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
+      const optim::LarsCoeffs c = coeffs[layout().params()[ch.param].group];
       const float lr = scaled_lr[ch.param];
-      const float wd = layout().group_of(ch.param).weight_decay;
-      for (int64_t i = ch.begin; i < ch.end; ++i) p[i] = optim::lars_element(p[i], g[i], v[i], momentum, lr, wd);
+      for (int64_t i = ch.begin; i < ch.end; ++i) {
+        p[i] = optim::lars_element(p[i], g[i], v[i], c.momentum, lr, c.weight_decay);
+      }
     });
     return absl::OkStatus();
   }
 
   LarsOptions options_;
+  Buffer bins_;
 };
 
 }  // namespace
@@ -62,9 +95,10 @@ absl::StatusOr<std::unique_ptr<Optimizer>> make_lars(const LarsOptions& options,
                                                    options.trust_coefficient, ": need momentum >= 0 and a positive "
                                                    "trust coefficient"));
   }
-  ZERO_RETURN_IF_ERROR(optim::check_device(device, "LARS", /*has_cuda_kernel=*/false));
+  ZERO_RETURN_IF_ERROR(optim::check_device(device, "LARS", /*has_cuda_kernel=*/true));
   auto opt = std::make_unique<Lars>(options, std::move(layout), device);
   ZERO_RETURN_IF_ERROR(opt->allocate_state(allocator, {"momentum_buffer"}));
+  ZERO_RETURN_IF_ERROR(opt->allocate_bins(allocator));
   return opt;
 }
 

@@ -35,6 +35,16 @@ absl::Status optim::check_device(Device device, absl::string_view optimizer, boo
 #endif
 }
 
+absl::StatusOr<Buffer> optim::allocate_square_bins(const ShardLayout& layout, Allocator& allocator, Device device) {
+#if ZERO_HAS_CUDA
+  if (device.is_cuda() && !layout.chunks().empty()) {
+    return allocator.allocate(optim::square_bins_bytes(layout), MemoryCategory::kWorkspace, device);
+  }
+#endif
+  (void)layout, (void)allocator, (void)device;
+  return Buffer();
+}
+
 absl::Status Optimizer::step(Tensor params, Tensor grads, int64_t step, float lr, Communicator* comm,
                              const HalfCopy& half) {
   const int64_t n = layout_.shard_numel();

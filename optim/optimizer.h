@@ -87,6 +87,9 @@ class Optimizer {
 namespace optim {
 // OK for the CPU; for CUDA only when zero was built with CUDA and the optimizer has a kernel.
 absl::Status check_device(Device device, absl::string_view optimizer, bool has_cuda_kernel);
+// LAMB/LARS on CUDA: device scratch for the exact square bins of their norm pass (optim_kernels.h); an empty
+// buffer on the CPU, whose bins live on the stack.
+absl::StatusOr<Buffer> allocate_square_bins(const ShardLayout& layout, Allocator& allocator, Device device);
 }  // namespace optim
 
 }  // namespace zero

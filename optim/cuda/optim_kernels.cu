@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/status.h"
 
 namespace zero::optim {
 namespace {
@@ -15,11 +16,15 @@ constexpr int kMaxSegments = 48;  // per launch; kernel parameters stay under 4 
 constexpr int kMaxGroups = 8;
 constexpr int kThreads = 256;
 
-// A parameter's part of the shard [begin, end) (shard-local) and its group.
+constexpr int kSumTiles = 16;    // blocks per chunk in the square-sum pass: 16 * 256 threads, 16 elements each
+
+// A parameter's part of the shard [begin, end) (shard-local), its group, and a per-parameter scale
+// (LAMB/LARS: the step scaled by the trust ratio; the float fits the struct's padding).
 struct Segment {
   int64_t begin;
   int64_t end;
   int32_t group;
+  float scale;
 };
 
 // Passed by value as a kernel parameter, so no device allocation per step.
@@ -60,7 +65,7 @@ __device__ void write_half(const HalfOut& h, int64_t i, float x) {
   }
 }
 
-// Grid-stride loop over the table's span; fn(i, coeffs) returns the new parameter of element i.
+// Grid-stride loop over the table's span; fn(i, coeffs, scale) returns the new parameter of element i.
 template <typename Coeffs, typename Fn>
 __device__ void for_each_element(const Table<Coeffs>& t, float* p, const HalfOut& h, Fn fn) {
   const int64_t first = t.segments[0].begin, last = t.segments[t.num_segments - 1].end;
@@ -68,21 +73,73 @@ __device__ void for_each_element(const Table<Coeffs>& t, float* p, const HalfOut
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int s = find_segment(t, i);
     if (s < 0) continue;
-    const float x = fn(i, t.coeffs[t.segments[s].group]);
+    const float x = fn(i, t.coeffs[t.segments[s].group], t.segments[s].scale);
     p[i] = x;
     write_half(h, i, x);
   }
 }
 
+// Square-sum pass over a table of chunks (one per blockIdx.y, kSumTiles blocks each): fn(i, coeffs) returns the
+// two values of element i whose squares go to the chunk's exact bins, bins[(first_chunk + y) * 2 + q][slot].
+// Integer atomics are exact and associative, so the bins equal the CPU's for any schedule.
+template <typename Coeffs, typename Fn>
+__device__ void bin_squares(const Table<Coeffs>& t, unsigned long long* bins, int64_t first_chunk, Fn fn) {
+  __shared__ unsigned long long local[2 * kSquareSlots];
+  for (int j = threadIdx.x; j < 2 * kSquareSlots; j += blockDim.x) local[j] = 0;
+  __syncthreads();
+  const Segment& s = t.segments[blockIdx.y];
+  for (int64_t i = s.begin + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < s.end;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float2 x = fn(i, t.coeffs[s.group]);
+    uint64_t amount;
+    int slot = square_slot(x.x, amount);
+    atomicAdd(&local[slot], static_cast<unsigned long long>(amount));
+    slot = square_slot(x.y, amount);
+    atomicAdd(&local[kSquareSlots + slot], static_cast<unsigned long long>(amount));
+  }
+  __syncthreads();
+  unsigned long long* out = bins + (first_chunk + blockIdx.y) * 2 * kSquareSlots;
+  for (int j = threadIdx.x; j < 2 * kSquareSlots; j += blockDim.x) {
+    if (local[j] != 0) atomicAdd(&out[j], local[j]);
+  }
+}
+
 __global__ void sgd_kernel(Table<SgdCoeffs> t, float* p, const float* g, float* buf, HalfOut h) {
-  for_each_element(t, p, h, [&](int64_t i, const SgdCoeffs& c) {
+  for_each_element(t, p, h, [&](int64_t i, const SgdCoeffs& c, float) {
     float unused = 0.0f;
     return sgd_element(p[i], g[i], buf != nullptr ? buf[i] : unused, c);
   });
 }
 
 __global__ void adam_kernel(Table<AdamCoeffs> t, float* p, const float* g, float* m, float* v, HalfOut h) {
-  for_each_element(t, p, h, [&](int64_t i, const AdamCoeffs& c) { return adam_element(p[i], g[i], m[i], v[i], c); });
+  for_each_element(t, p, h,
+                   [&](int64_t i, const AdamCoeffs& c, float) { return adam_element(p[i], g[i], m[i], v[i], c); });
+}
+
+// The same operations, in the same order, as the CPU loops of lamb.cc and lars.cc.
+__global__ void lamb_sums_kernel(Table<LambCoeffs> t, unsigned long long* bins, int64_t first_chunk, const float* p,
+                                 const float* g, float* m, float* v) {
+  bin_squares(t, bins, first_chunk, [&](int64_t i, const LambCoeffs& c) {
+    adam_moments(g[i], m[i], v[i], c.adam);
+    return make_float2(p[i], lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));
+  });
+}
+
+__global__ void lamb_apply_kernel(Table<LambCoeffs> t, float* p, const float* m, const float* v, HalfOut h) {
+  for_each_element(t, p, h, [&](int64_t i, const LambCoeffs& c, float neg_step) {
+    return p[i] + neg_step * lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam);
+  });
+}
+
+__global__ void lars_sums_kernel(Table<LarsCoeffs> t, unsigned long long* bins, int64_t first_chunk, const float* p,
+                                 const float* g) {
+  bin_squares(t, bins, first_chunk, [&](int64_t i, const LarsCoeffs&) { return make_float2(p[i], g[i]); });
+}
+
+__global__ void lars_apply_kernel(Table<LarsCoeffs> t, float* p, const float* g, float* v, HalfOut h) {
+  for_each_element(t, p, h, [&](int64_t i, const LarsCoeffs& c, float scaled_lr) {
+    return lars_element(p[i], g[i], v[i], c.momentum, scaled_lr, c.weight_decay);
+  });
 }
 
 HalfOut half_out(const ShardLayout& layout, const ShardStep& s) {
@@ -91,20 +148,29 @@ HalfOut half_out(const ShardLayout& layout, const ShardStep& s) {
                  s.half->seed, layout.shard_begin(), s.step};
 }
 
-// Launches `launch(table)` once per kMaxSegments parameter segments of the shard.
+// The shard's chunks as segments. Without `param_scale` (SGD, Adam) adjacent chunks of one group merge into
+// one segment; with it, each chunk stays a segment (in layout order) carrying its parameter's scale.
+std::vector<Segment> segments_of(const ShardLayout& layout, const std::vector<float>* param_scale) {
+  std::vector<Segment> segments;
+  for (const ShardChunk& c : layout.chunks()) {
+    const int32_t group = layout.params()[c.param].group;
+    if (param_scale == nullptr && !segments.empty() && segments.back().end == c.begin &&
+        segments.back().group == group) {
+      segments.back().end = c.end;
+    } else {
+      segments.push_back({c.begin, c.end, group, param_scale != nullptr ? (*param_scale)[c.param] : 0.0f});
+    }
+  }
+  return segments;
+}
+
+// Launches `launch(table, blocks, first)` once per kMaxSegments segments; `first` indexes the table's first
+// segment in `segments`.
 template <typename Coeffs, typename Launch>
-absl::Status for_each_table(const ShardLayout& layout, const std::vector<Coeffs>& coeffs, Launch launch) {
+absl::Status for_each_table(const std::vector<Segment>& segments, const std::vector<Coeffs>& coeffs, Launch launch) {
   if (coeffs.size() > kMaxGroups) {
     return absl::InvalidArgumentError(absl::StrCat("the CUDA optimizers take at most ", kMaxGroups,
                                                    " parameter groups, got ", coeffs.size()));
-  }
-  std::vector<Segment> segments;  // chunks merged back into whole parameter segments
-  for (const ShardChunk& c : layout.chunks()) {
-    if (!segments.empty() && segments.back().end == c.begin && segments.back().group == layout.params()[c.param].group) {
-      segments.back().end = c.end;
-    } else {
-      segments.push_back({c.begin, c.end, layout.params()[c.param].group});
-    }
   }
   for (size_t first = 0; first < segments.size(); first += kMaxSegments) {
     Table<Coeffs> t{};
@@ -113,14 +179,47 @@ absl::Status for_each_table(const ShardLayout& layout, const std::vector<Coeffs>
     std::copy(coeffs.begin(), coeffs.end(), t.coeffs);
     const int64_t span = t.segments[t.num_segments - 1].end - t.segments[0].begin;
     const int blocks = static_cast<int>(std::min<int64_t>((span + kThreads - 1) / kThreads, 65535));
-    launch(t, blocks);
+    launch(t, blocks, static_cast<int64_t>(first));
     ZERO_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   ZERO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(0));
   return absl::OkStatus();
 }
 
+// Zeroes the bins, runs `launch(table, grid, first_chunk)` per table of chunks, and returns the bins as
+// SquareSums exactly as the CPU's SquareSum::add(SquareBins) builds them.
+template <typename Coeffs, typename Launch>
+absl::StatusOr<ChunkSums> chunk_sums(const ShardLayout& layout, const std::vector<Coeffs>& coeffs, void* bins,
+                                     Launch launch) {
+  const size_t chunks = layout.chunks().size();
+  if (chunks == 0) return ChunkSums();
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(bins, 0, static_cast<size_t>(square_bins_bytes(layout))));
+  const std::vector<float> unused_scale(layout.params().size());  // one segment per chunk: bins are per chunk
+  const std::vector<Segment> segments = segments_of(layout, &unused_scale);
+  ZERO_RETURN_IF_ERROR(for_each_table(segments, coeffs, [&](const Table<Coeffs>& t, int, int64_t first) {
+    launch(t, dim3(kSumTiles, t.num_segments), static_cast<unsigned long long*>(bins), first);
+  }));
+  std::vector<uint64_t> host(chunks * 2 * kSquareSlots);
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), bins, host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  ChunkSums sums(chunks);
+  for (size_t k = 0; k < chunks; ++k) {
+    for (int q = 0; q < 2; ++q) {
+      const uint64_t* slots = &host[(2 * k + q) * kSquareSlots];
+      SquareBins b;
+      std::copy_n(slots, 256, b.bins.begin());
+      b.nan = static_cast<uint32_t>(slots[kNanSlot]);  // counts of at most kMaxChunkElements values
+      b.inf = static_cast<uint32_t>(slots[kInfSlot]);
+      sums[k][q].add(b);
+    }
+  }
+  return sums;
+}
+
 }  // namespace
+
+int64_t square_bins_bytes(const ShardLayout& layout) {
+  return static_cast<int64_t>(layout.chunks().size()) * 2 * kSquareSlots * static_cast<int64_t>(sizeof(uint64_t));
+}
 
 absl::Status cuda_zero(void* ptr, int64_t nbytes) {
   ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(ptr, 0, static_cast<size_t>(nbytes)));
@@ -130,7 +229,7 @@ absl::Status cuda_zero(void* ptr, int64_t nbytes) {
 absl::Status sgd_cuda(const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs, const ShardStep& s,
                       float* momentum_buffer) {
   const HalfOut h = half_out(layout, s);
-  return for_each_table(layout, coeffs, [&](const Table<SgdCoeffs>& t, int blocks) {
+  return for_each_table(segments_of(layout, nullptr), coeffs, [&](const Table<SgdCoeffs>& t, int blocks, int64_t) {
     sgd_kernel<<<blocks, kThreads>>>(t, s.params, s.grads, momentum_buffer, h);
   });
 }
@@ -138,9 +237,46 @@ absl::Status sgd_cuda(const ShardLayout& layout, const std::vector<SgdCoeffs>& c
 absl::Status adam_cuda(const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs, const ShardStep& s,
                        float* exp_avg, float* exp_avg_sq) {
   const HalfOut h = half_out(layout, s);
-  return for_each_table(layout, coeffs, [&](const Table<AdamCoeffs>& t, int blocks) {
+  return for_each_table(segments_of(layout, nullptr), coeffs, [&](const Table<AdamCoeffs>& t, int blocks, int64_t) {
     adam_kernel<<<blocks, kThreads>>>(t, s.params, s.grads, exp_avg, exp_avg_sq, h);
   });
+}
+
+}  // namespace zero::optim
+
+namespace zero::optim {
+
+absl::StatusOr<ChunkSums> lamb_sums_cuda(const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
+                                         const ShardStep& s, float* exp_avg, float* exp_avg_sq, void* bins) {
+  return chunk_sums(layout, coeffs, bins, [&](const Table<LambCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
+    lamb_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads, exp_avg, exp_avg_sq);
+  });
+}
+
+absl::Status lamb_apply_cuda(const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
+                             const std::vector<float>& param_scale, const ShardStep& s, const float* exp_avg,
+                             const float* exp_avg_sq) {
+  const HalfOut h = half_out(layout, s);
+  return for_each_table(segments_of(layout, &param_scale), coeffs,
+                        [&](const Table<LambCoeffs>& t, int blocks, int64_t) {
+                          lamb_apply_kernel<<<blocks, kThreads>>>(t, s.params, exp_avg, exp_avg_sq, h);
+                        });
+}
+
+absl::StatusOr<ChunkSums> lars_sums_cuda(const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
+                                         const ShardStep& s, void* bins) {
+  return chunk_sums(layout, coeffs, bins, [&](const Table<LarsCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
+    lars_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads);
+  });
+}
+
+absl::Status lars_apply_cuda(const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
+                             const std::vector<float>& param_scale, const ShardStep& s, float* momentum_buffer) {
+  const HalfOut h = half_out(layout, s);
+  return for_each_table(segments_of(layout, &param_scale), coeffs,
+                        [&](const Table<LarsCoeffs>& t, int blocks, int64_t) {
+                          lars_apply_kernel<<<blocks, kThreads>>>(t, s.params, s.grads, momentum_buffer, h);
+                        });
 }
 
 }  // namespace zero::optim

@@ -1,12 +1,15 @@
 // CUDA launchers of the fused optimizer kernels: one kernel per optimizer over the flat fp32 shard.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "optim/element_math.h"
 #include "optim/optimizer.h"
+#include "optim/square_sum.h"
 
 namespace zero::optim {
 
@@ -18,5 +21,27 @@ absl::Status sgd_cuda(const ShardLayout& layout, const std::vector<SgdCoeffs>& c
                       float* momentum_buffer /*(S), null without momentum*/);
 absl::Status adam_cuda(const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs, const ShardStep& step,
                        float* exp_avg /*(S)*/, float* exp_avg_sq /*(S)*/);
+
+// LAMB and LARS: pass 1 fills exact square bins (square_sum.h) of two quantities per chunk of the layout on
+// the device and returns them as SquareSums, the same integers the CPU bins hold; after the caller's
+// allreduce, pass 2 applies each parameter's scale (`param_scale`, one per layout parameter).
+using ChunkSums = std::vector<std::array<SquareSum, 2>>;
+// Device scratch for pass 1: kSquareSlots uint64 counters per quantity per chunk.
+int64_t square_bins_bytes(const ShardLayout& layout);
+
+// Updates the moments; sums ||p||^2 and ||u||^2 (u = lamb_direction).
+absl::StatusOr<ChunkSums> lamb_sums_cuda(const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
+                                         const ShardStep& step, float* exp_avg, float* exp_avg_sq, void* bins);
+// p += param_scale * u, with param_scale = -lr * trust_ratio.
+absl::Status lamb_apply_cuda(const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
+                             const std::vector<float>& param_scale, const ShardStep& step, const float* exp_avg,
+                             const float* exp_avg_sq);
+
+// Sums ||p||^2 and ||g||^2.
+absl::StatusOr<ChunkSums> lars_sums_cuda(const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
+                                         const ShardStep& step, void* bins);
+// lars_element with scaled_lr = param_scale.
+absl::Status lars_apply_cuda(const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
+                             const std::vector<float>& param_scale, const ShardStep& step, float* momentum_buffer);
 
 }  // namespace zero::optim

@@ -6,52 +6,83 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "optim/optimizers.h"
+#include "runtime/comm/local.h"
+#include "runtime/status.h"
 
 namespace zero {
 namespace {
 
 using Factory = std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(ShardLayout, Allocator&, Device)>;
 
+constexpr int kRanks = 3;
+constexpr int64_t kFlat = 300000;
+constexpr int64_t kShard = kFlat / kRanks;
+constexpr int kSteps = 3;
+
 struct Trajectory {
   std::vector<float> params;
   std::vector<uint16_t> half;
 };
 
-// Shard [50, 250) of a 300-element flat buffer with two groups and a gap; 3 steps; bf16 stochastic copy.
-Trajectory run(const Factory& make, Device device) {
-  std::vector<FlatParam> params = {{"a.weight", 0, 120}, {"a.bias", 120, 30}, {"b.weight", 160, 140}};
+// Parameters that straddle ranks (LAMB/LARS norms need the allreduce) and span several 2^16-element chunks,
+// 60 small ones (more segments than one kernel launch takes), a gap, and two groups.
+std::vector<FlatParam> test_params() {
+  std::vector<FlatParam> params = {{"a.weight", 0, 150000}, {"a.bias", 150000, 30}};
+  int64_t offset = 150040;
+  for (int i = 0; i < 60; ++i, offset += 100) params.push_back({absl::StrCat("h", i, ".weight"), offset, 100});
+  params.push_back({"b.weight", offset, kFlat - offset});
+  return params;
+}
+
+std::vector<float> normal_vector(int64_t n, unsigned seed, float scale) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = scale * dist(gen);
+  return v;
+}
+
+// One rank's shard on `device`: kSteps steps with its communicator, bf16 stochastic copy; writes its slices.
+absl::Status run_rank(const Factory& make, Device device, Communicator& comm, Trajectory& out) {
+  std::vector<FlatParam> params = test_params();
   std::vector<ParamGroup> groups = assign_decay_groups(params, 0.05f);
   groups[1].lr_scale = 0.25f;
-  const int64_t n = 200;
-  std::mt19937 gen(5);
-  std::normal_distribution<float> dist;
-  Trajectory out{std::vector<float>(n), std::vector<uint16_t>(n)};
-  for (float& x : out.params) x = dist(gen);
-  Allocator allocator;
-  auto opt = make(*ShardLayout::create(params, groups, 50, 250), allocator, device);
-  EXPECT_TRUE(opt.ok()) << opt.status();
-  auto p = *allocator.allocate(n * 4, MemoryCategory::kParams, device);
-  auto g = *allocator.allocate(n * 4, MemoryCategory::kGrads, device);
-  auto h = *allocator.allocate(n * 2, MemoryCategory::kParams, device);
-  const cudaMemcpyKind up = device.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost;
-  const cudaMemcpyKind down = device.is_cuda() ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
-  cudaMemcpy(p.data(), out.params.data(), n * 4, up);
-  for (int t = 1; t <= 3; ++t) {
-    std::vector<float> grads(n);
-    for (float& x : grads) x = 0.1f * dist(gen);
-    cudaMemcpy(g.data(), grads.data(), n * 4, up);
-    HalfCopy half{h.tensor(DType::kBF16, {n}), /*stochastic=*/true, /*seed=*/9};
-    EXPECT_TRUE((*opt)->step(p.tensor(DType::kF32, {n}), g.tensor(DType::kF32, {n}), t, 0.01f, nullptr, half).ok());
+  ZERO_ASSIGN_OR_RETURN(ShardLayout layout, ShardLayout::for_rank(params, groups, kFlat, comm.rank(), kRanks));
+  Allocator allocator(comm.rank());
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, make(std::move(layout), allocator, device));
+  ZERO_ASSIGN_OR_RETURN(Buffer p, allocator.allocate(kShard * 4, MemoryCategory::kParams, device));
+  ZERO_ASSIGN_OR_RETURN(Buffer g, allocator.allocate(kShard * 4, MemoryCategory::kGrads, device));
+  ZERO_ASSIGN_OR_RETURN(Buffer h, allocator.allocate(kShard * 2, MemoryCategory::kParams, device));
+  const int64_t begin = comm.rank() * kShard;
+  cudaMemcpy(p.data(), out.params.data() + begin, kShard * 4, cudaMemcpyDefault);
+  for (int t = 1; t <= kSteps; ++t) {
+    const std::vector<float> grads = normal_vector(kFlat, 100 + t, 0.1f);
+    cudaMemcpy(g.data(), grads.data() + begin, kShard * 4, cudaMemcpyDefault);
+    HalfCopy half{h.tensor(DType::kBF16, {kShard}), /*stochastic=*/true, /*seed=*/9};
+    ZERO_RETURN_IF_ERROR(opt->step(p.tensor(DType::kF32, {kShard}), g.tensor(DType::kF32, {kShard}), t, 0.01f,
+                                   &comm, half));
   }
-  cudaMemcpy(out.params.data(), p.data(), n * 4, down);
-  cudaMemcpy(out.half.data(), h.data(), n * 2, down);
+  cudaMemcpy(out.params.data() + begin, p.data(), kShard * 4, cudaMemcpyDefault);
+  cudaMemcpy(out.half.data() + begin, h.data(), kShard * 2, cudaMemcpyDefault);
+  return absl::OkStatus();
+}
+
+Trajectory run(const Factory& make, Device device) {
+  Trajectory out{normal_vector(kFlat, 5, 1.0f), std::vector<uint16_t>(kFlat)};
+  std::vector<absl::Status> statuses =
+      run_local_ranks(kRanks, [&](Communicator& comm) { return run_rank(make, device, comm, out); });
+  EXPECT_TRUE(root_cause(statuses).ok()) << root_cause(statuses);
   return out;
 }
 
 class CudaMatchesCpu : public ::testing::TestWithParam<Factory> {};
 
+// Bitwise: the kernels call the CPU's element functions (element_math.h), both sides are built without FMA
+// contraction (-ffp-contract=off, --fmad=false) with IEEE division and sqrt, and the LAMB/LARS norms come from
+// the same exact integer square sums (square_sum.h) whatever the order of the device's atomics.
 TEST_P(CudaMatchesCpu, Bitwise) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
@@ -66,7 +97,11 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, CudaMatchesCpu,
                              [](ShardLayout l, Allocator& a, Device d) {
                                return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a, d);
                              },
-                             [](ShardLayout l, Allocator& a, Device d) { return make_adam({}, std::move(l), a, d); }));
+                             [](ShardLayout l, Allocator& a, Device d) { return make_adam({}, std::move(l), a, d); },
+                             [](ShardLayout l, Allocator& a, Device d) { return make_lamb({}, std::move(l), a, d); },
+                             [](ShardLayout l, Allocator& a, Device d) {
+                               return make_lars({.trust_coefficient = 0.02}, std::move(l), a, d);
+                             }));
 
 }  // namespace
 }  // namespace zero
