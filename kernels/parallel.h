@@ -10,11 +10,11 @@ namespace zero::kernels::detail {
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // fn(begin, end) for the blocks [0, block), [block, 2 block), ... of [0, n), split statically over the
-// calling thread's OpenMP team. fn must only write what its block owns.
+// calling thread's OpenMP team (not woken for a single block). fn must only write what its block owns.
 template <typename Fn>
 void for_blocks(int64_t n, int64_t block, Fn&& fn) {
   const int64_t blocks = ceil_div(n, block);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t i = 0; i < blocks; ++i) fn(i * block, std::min(n, (i + 1) * block));
 }
 
