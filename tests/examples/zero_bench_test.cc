@@ -133,6 +133,25 @@ TEST(CommBenchMpi, TwoProcessesPrintOneRowPerCollectiveAndSize) {
 #endif
 }
 
+// --- optim ---
+
+TEST(OptimBench, PrintsZeroBesideTheBandwidthBound) {
+  const RunResult r = run_bench("optim --numel=100000 --iters=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = records(r.output, absl::ByString("  "));
+  ASSERT_GE(rows.size(), 3u) << r.output;  // header, zero, bound (and torch rows when PyTorch is there)
+  EXPECT_EQ(rows[1][0], "zero AdamW");
+  EXPECT_EQ(rows[1][2], "1.00");
+  EXPECT_THAT(rows[2][0], HasSubstr("bandwidth bound"));
+  EXPECT_GT(number(rows[2][1]), 0);
+}
+
+TEST(OptimBench, NonPositiveNumelNamesTheFlag) {
+  const RunResult r = run_bench("optim --numel=0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--numel: must be >= 1"));
+}
+
 // --- stages ---
 
 class StagesBenchRun : public ::testing::Test {

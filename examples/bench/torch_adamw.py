@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints torch.optim.AdamW CPU throughput as `variant params_per_second` lines; optim_bench runs it.
+"""Prints torch.optim.AdamW CPU throughput as `variant params_per_second` lines; `zero-bench optim` runs it.
 
 Usage: bench_torch_adamw.py NUMEL ITERATIONS THREADS (torch.set_num_threads, to match zero's OpenMP threads). Variants: foreach=False (single-tensor loop) and foreach=True;
 fused=True is listed too when this PyTorch offers it for CPU tensors.
@@ -28,7 +28,7 @@ def main():
     variants = [("foreach=False", {"foreach": False}), ("foreach=True", {"foreach": True})]
     if "fused" in inspect.signature(torch.optim.AdamW).parameters:
         variants.append(("fused=True", {"fused": True}))
-    print(f"torch {torch.__version__} threads {torch.get_num_threads()}", flush=True)
+    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     for name, kwargs in variants:
         try:
             print(f"{name} {measure(numel, iterations, **kwargs):.6g}", flush=True)
