@@ -182,6 +182,8 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(
       r.read("zero_optimization.stage3_param_persistence_threshold", z.stage3_param_persistence_threshold));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.overlap_comm", z.overlap_comm));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.no_sync", z.no_sync));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.wrap_min_params", z.wrap_min_params));
   ZERO_RETURN_IF_ERROR(r.read("bf16.enabled", c.bf16));
   ZERO_RETURN_IF_ERROR(r.read("fp16.enabled", c.fp16.enabled));
   ZERO_RETURN_IF_ERROR(r.read("fp16.loss_scale", c.fp16.loss_scale));
@@ -431,6 +433,8 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   const ZeroOptimization& z = c.zero_optimization;
   ZeroConfig config;
   config.stage = z.stage;
+  config.no_sync = z.no_sync;
+  config.wrap_min_params = z.wrap_min_params;
   config.precision = c.bf16 ? DType::kBF16 : c.fp16.enabled ? DType::kF16 : DType::kF32;
   config.loss_scaling = {.initial_scale = std::ldexp(1.0, c.fp16.initial_scale_power),
                          .window = c.fp16.loss_scale_window,

@@ -26,6 +26,9 @@ struct ZeroOptimization {               // "zero_optimization"
   int64_t stage3_max_live_parameters = 1'000'000'000;  // elements
   int64_t stage3_param_persistence_threshold = 100'000;  // elements
   bool overlap_comm = true;
+  // zero's own: DDP's no_sync for stages 0-1 (reduce once per step), and the wrap policy's size.
+  bool no_sync = false;
+  int64_t wrap_min_params = 0;          // elements; 0 = one flat unit per model unit
 };
 
 struct Fp16 {                           // "fp16"

@@ -65,7 +65,7 @@ TEST(TrainConfigTest, AbsentKeysTakeDeepSpeedDefaults) {
 TEST(TrainConfigTest, ReadsNestedSectionsAndIntegersWrittenAsFloats) {
   const TrainConfig c = parse_ok(R"({
     "train_batch_size": 32, "gradient_clipping": 0.5,
-    "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e7, "overlap_comm": false},
+    "zero_optimization": {"stage": 2, "reduce_bucket_size": 5e7, "overlap_comm": false, "wrap_min_params": 1e6},
     "fp16": {"enabled": true, "loss_scale": 128, "hysteresis": 4},
     "optimizer": {"type": "Lamb", "params": {"lr": 0.01, "betas": [0.8, 0.99], "eps": 1e-6}},
     "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.02, "warmup_num_steps": 7}},
@@ -75,6 +75,8 @@ TEST(TrainConfigTest, ReadsNestedSectionsAndIntegersWrittenAsFloats) {
   EXPECT_EQ(c.zero_optimization.stage, 2);
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 50'000'000);
   EXPECT_FALSE(c.zero_optimization.overlap_comm);
+  EXPECT_EQ(c.zero_optimization.wrap_min_params, 1'000'000);
+  EXPECT_FALSE(c.zero_optimization.no_sync);
   EXPECT_TRUE(c.fp16.enabled);
   EXPECT_EQ(c.fp16.loss_scale, 128);
   EXPECT_EQ(c.fp16.hysteresis, 4);
@@ -219,6 +221,16 @@ ZeroConfig engine_config_ok(const std::vector<std::string>& overrides) {
   const absl::StatusOr<ZeroConfig> z = engine_config(parse_ok(kMinimal, overrides), kOneStep, 4, kUnits);
   EXPECT_TRUE(z.ok()) << z.status();
   return z.ok() ? *z : ZeroConfig{};
+}
+
+TEST(EngineConfigTest, NoSyncAndWrapReachTheEngineAndNoSyncIsRefusedAtStage2) {
+  const ZeroConfig z = engine_config_ok({"zero_optimization.no_sync=true", "zero_optimization.wrap_min_params=5000"});
+  EXPECT_TRUE(z.no_sync);
+  EXPECT_EQ(z.wrap_min_params, 5000);
+  const absl::StatusOr<ZeroConfig> refused = engine_config(
+      parse_ok(kMinimal, {"zero_optimization.no_sync=true", "zero_optimization.stage=2"}), kOneStep, 4, kUnits);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("zero_optimization.no_sync = true"));
 }
 
 TEST(EngineConfigTest, BucketElementsBecomeBytesOfTheTrainingDtype) {
