@@ -78,7 +78,12 @@ Trajectory run(const Factory& make, Device device) {
   return out;
 }
 
-class CudaMatchesCpu : public ::testing::TestWithParam<Factory> {};
+struct OptimizerCase {
+  const char* name;  // the test's name suffix
+  Factory make;
+};
+
+class CudaMatchesCpu : public ::testing::TestWithParam<OptimizerCase> {};
 
 // Bitwise: the kernels call the CPU's element functions (element_math.h), both sides are built without FMA
 // contraction (-ffp-contract=off, --fmad=false) with IEEE division and sqrt, and the LAMB/LARS norms come from
@@ -86,22 +91,27 @@ class CudaMatchesCpu : public ::testing::TestWithParam<Factory> {};
 TEST_P(CudaMatchesCpu, Bitwise) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
-  const Trajectory cpu = run(GetParam(), Device::cpu());
-  const Trajectory gpu = run(GetParam(), Device::cuda(0));
+  const Trajectory cpu = run(GetParam().make, Device::cpu());
+  const Trajectory gpu = run(GetParam().make, Device::cuda(0));
   EXPECT_EQ(std::memcmp(cpu.params.data(), gpu.params.data(), cpu.params.size() * 4), 0);
   EXPECT_EQ(std::memcmp(cpu.half.data(), gpu.half.data(), cpu.half.size() * 2), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, CudaMatchesCpu,
-                         ::testing::Values(
-                             [](ShardLayout l, Allocator& a, Device d) {
-                               return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a, d);
-                             },
-                             [](ShardLayout l, Allocator& a, Device d) { return make_adam({}, std::move(l), a, d); },
-                             [](ShardLayout l, Allocator& a, Device d) { return make_lamb({}, std::move(l), a, d); },
-                             [](ShardLayout l, Allocator& a, Device d) {
-                               return make_lars({.trust_coefficient = 0.02}, std::move(l), a, d);
-                             }));
+INSTANTIATE_TEST_SUITE_P(
+    Optimizers, CudaMatchesCpu,
+    ::testing::Values(OptimizerCase{"SgdNesterov",
+                                    [](ShardLayout l, Allocator& a, Device d) {
+                                      return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a, d);
+                                    }},
+                      OptimizerCase{"Adam", [](ShardLayout l, Allocator& a,
+                                               Device d) { return make_adam({}, std::move(l), a, d); }},
+                      OptimizerCase{"Lamb", [](ShardLayout l, Allocator& a,
+                                               Device d) { return make_lamb({}, std::move(l), a, d); }},
+                      OptimizerCase{"Lars",
+                                    [](ShardLayout l, Allocator& a, Device d) {
+                                      return make_lars({.trust_coefficient = 0.02}, std::move(l), a, d);
+                                    }}),
+    [](const ::testing::TestParamInfo<OptimizerCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace zero
