@@ -1,4 +1,4 @@
-// One rank's stream of micro-batches (B, T) over any SequenceDataset, dealt across ranks by DistributedSampler.
+// One rank's stream of micro-batches over any Dataset (token sequences or labelled features), dealt across ranks by DistributedSampler.
 #pragma once
 
 #include <cstdint>
@@ -19,22 +19,23 @@ namespace zero::data {
 // next() goes on with the next epoch, reshuffled. The position (epoch, batch) is all the state there is:
 // set_epoch(e, b) from a checkpoint resumes exactly where a run stopped.
 //
-// The token buffers are allocated once from the rank's allocator in the kActivations category: they are
-// the model's input and must live through backward (the embedding's backward reads the tokens), like the
-// activations saved for it.
+// A micro-batch is inputs (B, *input_shape) and targets (B, *target_shape) of the dataset's layout:
+// int32 tokens and targets (B, T) from a SequenceDataset, fp32 features (B, D) and int32 labels (B) from
+// a FeatureDataset. The buffers are allocated once from the rank's allocator in the kActivations
+// category: they are the model's input and must live through backward (the embedding's backward reads
+// the tokens, the first linear layer's the features), like the activations saved for it.
 class DataLoader {
  public:
   // Fails when the sampler options are invalid, B < 1, or a rank would not get one full micro-batch.
-  static absl::StatusOr<DataLoader> create(std::shared_ptr<const SequenceDataset> dataset, int64_t batch_size,
+  static absl::StatusOr<DataLoader> create(std::shared_ptr<const Dataset> dataset, int64_t batch_size,
                                            const SamplerOptions& options, Allocator& allocator);
 
   int64_t batch_size() const { return batch_size_; }  // B
-  int64_t seq_len() const { return dataset_->seq_len(); }  // T
   int64_t batches_per_epoch() const { return sampler_.num_samples() / batch_size_; }
-  const SequenceDataset& dataset() const { return *dataset_; }
+  const Dataset& dataset() const { return *dataset_; }
   const DistributedSampler& sampler() const { return sampler_; }
 
-  // The next micro-batch: inputs and targets int32 (B, T). Valid until the next call of next().
+  // The next micro-batch, shaped as above. Valid until the next call of next().
   const Batch& next();
   // The position of the micro-batch next() returns next.
   int64_t epoch() const { return epoch_; }
@@ -43,14 +44,15 @@ class DataLoader {
   void set_epoch(int64_t epoch, int64_t batch = 0);
 
  private:
-  DataLoader(std::shared_ptr<const SequenceDataset> dataset, int64_t batch_size, DistributedSampler sampler,
+  DataLoader(std::shared_ptr<const Dataset> dataset, int64_t batch_size, DistributedSampler sampler,
              Buffer inputs, Buffer targets);
 
-  std::shared_ptr<const SequenceDataset> dataset_;
+  std::shared_ptr<const Dataset> dataset_;
   int64_t batch_size_;
   DistributedSampler sampler_;
-  Buffer inputs_buffer_;   // int32 (B, T)
-  Buffer targets_buffer_;  // int32 (B, T)
+  ExampleLayout layout_;
+  Buffer inputs_buffer_;   // (B, *input_shape) of input_dtype
+  Buffer targets_buffer_;  // int32 (B, *target_shape)
   Batch batch_view_;
   std::vector<int64_t> order_;  // this rank's indices in epoch_
   int64_t epoch_ = 0;
