@@ -57,37 +57,33 @@ inline uint16_t float_to_bf16(float f) {
 }
 inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
 
-// IEEE binary16, round to nearest even, with subnormals, infinities and NaN.
+// IEEE binary16, round to nearest even, with subnormals, infinities and NaN (quiet 0x7e00). Written
+// without branches (every case computed, one selected) so loops over buffers vectorize; the subnormal
+// case lets the fp32 adder do the rounding: adding 0.5 puts the half's ulp, 2^-24, at fp32's last bit.
 inline uint16_t float_to_fp16(float f) {
+  constexpr uint32_t kHalf = 0x3f000000u;  // 0.5f
   const uint32_t u = float_bits(f);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;                      // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;                     // rounds to >= 65520: inf
-  if (abs >= 0x38800000u) {                                          // normal half
-    const uint32_t mant_odd = (abs >> 13) & 1u;
-    const uint32_t rounded = abs + 0xfffu + mant_odd;
-    return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
-  }
-  // Subnormal half (or zero): scale so the half's ulp (2^-24) becomes 1 and round.
-  const float scaled = bits_float(abs) * 16777216.0f;  // exact: power of two
-  const uint32_t whole = static_cast<uint32_t>(scaled);
-  const float frac = scaled - static_cast<float>(whole);
-  uint32_t result = whole;
-  if (frac > 0.5f || (frac == 0.5f && (whole & 1u))) ++result;
-  return sign | static_cast<uint16_t>(result);
+  // Rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even; a carry out of the
+  // mantissa raises the exponent, up to infinity for [65520, 65536).
+  const uint32_t normal = (abs - 0x38000000u + 0xfffu + ((abs >> 13) & 1u)) >> 13;
+  const uint32_t subnormal = float_bits(bits_float(abs) + bits_float(kHalf)) - kHalf;
+  const uint32_t inf_or_nan = abs > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  const uint32_t magnitude = abs >= 0x47800000u ? inf_or_nan : abs < 0x38800000u ? subnormal : normal;
+  return static_cast<uint16_t>(sign | magnitude);
 }
 
+// Exact. Branch-free like float_to_fp16: the exponent is rebiased (15 -> 127) for every input, then
+// infinities/NaN get the rest of the way to 255 and subnormals are renormalized by one exact subtraction.
 inline float fp16_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float v = static_cast<float>(mant) * (1.0f / 16777216.0f);  // mant * 2^-24, exact
-    return bits_float(float_bits(v) | sign);
-  }
-  if (exp == 31) return bits_float(sign | 0x7f800000u | (mant << 13));
-  return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  const uint32_t shifted = static_cast<uint32_t>(h & 0x7fffu) << 13;  // exponent and mantissa in place
+  const uint32_t exponent = shifted & 0x0f800000u;
+  const uint32_t normal = shifted + (112u << 23);
+  const uint32_t inf_or_nan = normal + (112u << 23);
+  const uint32_t subnormal = float_bits(bits_float(normal + (1u << 23)) - bits_float(113u << 23));
+  const uint32_t magnitude = exponent == 0x0f800000u ? inf_or_nan : exponent == 0 ? subnormal : normal;
+  return bits_float(magnitude | (static_cast<uint32_t>(h & 0x8000u) << 16));
 }
 
 // Reads element i of a floating buffer of type t as fp32 (exact for all three types).
