@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "examples/bench/comm_bench.h"
+#include "examples/bench/kernels_bench.h"
 #include "examples/bench/optim_bench.h"
 #include "examples/bench/stages_bench.h"
 
@@ -26,6 +27,8 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"comm", "collective time, algbw and busbw per size (nccl-tests style) beside single-thread memcpy",
      zero::comm_command},
+    {"kernels", "CPU kernels' GFLOP/s (matmul, attention) beside raw cblas_sgemm and GB/s (elementwise, norms, "
+                "cross-entropy) beside a parallel memcpy", zero::kernels_command},
     {"optim", "AdamW parameters/s on one CPU shard beside the memory-bandwidth bound and torch.optim.AdamW",
      zero::optim_command},
     {"stages", "one GPT-2 under ZeRO stages 0-3: peak memory per category and bytes sent beside the formulas, "

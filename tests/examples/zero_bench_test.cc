@@ -1,4 +1,4 @@
-// zero-bench: comm and stages run end to end on tiny sizes (tables, CSV, PNG, flag errors) and their pieces.
+// zero-bench: comm, kernels, optim and stages run end to end on tiny sizes (tables, CSV, PNG, flag errors) and their pieces.
 
 #include <cmath>
 #include <cstdio>
@@ -152,6 +152,59 @@ TEST(OptimBench, NonPositiveNumelNamesTheFlag) {
   EXPECT_THAT(r.output, HasSubstr("--numel: must be >= 1"));
 }
 
+// --- kernels ---
+
+// The CSV of `zero-bench kernels <args> --tokens=4 --warmup=0 --iters=1`, as rows of fields (header first).
+std::vector<std::vector<std::string>> run_kernels_csv(const std::string& args) {
+  const std::string csv = absl::StrCat(::testing::TempDir(), "/zero_bench_kernels.csv");
+  std::remove(csv.c_str());
+  const RunResult r = run_bench(absl::StrCat("kernels --tokens=4 --warmup=0 --iters=1 --csv=", csv, " ", args));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("# zero-bench kernels: "));
+  return records(read_file(csv), ',');
+}
+
+TEST(KernelsBench, EveryKernelHasPositiveRatesBesideItsBaseline) {
+  const auto rows = run_kernels_csv("");
+  ASSERT_FALSE(rows.empty());
+  EXPECT_THAT(rows[0], ElementsAre("kernel", "shape", "time_us", "rate", "unit", "baseline", "baseline_rate", "ratio"));
+  std::map<std::string, int> seen;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    ASSERT_EQ(row.size(), 8u) << row[0];
+    ++seen[row[0]];
+    EXPECT_THAT(row[4], ::testing::AnyOf("GFLOP/s", "GB/s")) << row[0];
+    for (int c : {2, 3, 6, 7}) EXPECT_GT(number(row[c]), 0) << rows[0][c] << " of " << row[0];
+    EXPECT_NEAR(number(row[7]), number(row[3]) / number(row[6]), 1e-6 * number(row[7])) << row[0];
+  }
+  EXPECT_EQ(seen["matmul_forward"], 2) << "both GPT-2 MLP shapes";
+  EXPECT_EQ(seen["matmul_backward"], 2);
+  for (const char* kernel : {"gelu_forward", "residual_backward", "cast_fp32_bf16_stochastic", "squared_norm",
+                             "layernorm_backward", "crossentropy", "attention_forward", "attention_backward"}) {
+    EXPECT_EQ(seen[kernel], 1) << kernel;
+  }
+  EXPECT_EQ(rows.size(), 17u) << "header + 16 kernel rows";
+}
+
+TEST(KernelsBench, KernelsFlagPicksTheRows) {
+  const auto rows = run_kernels_csv("--kernels=squared_norm,matmul_forward");
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[1][0], "matmul_forward");
+  EXPECT_EQ(rows[1][1], "4x768x3072");
+  EXPECT_EQ(rows[2][0], "matmul_forward");
+  EXPECT_EQ(rows[3][0], "squared_norm");
+  EXPECT_EQ(rows[3][5], "memcpy");
+}
+
+TEST(KernelsBench, UnknownKernelAndZeroTokensNameTheFlag) {
+  RunResult r = run_bench("kernels --kernels=gelu_forward,gemm");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--kernels: unknown kernel 'gemm'; choose from all, matmul_forward"));
+  r = run_bench("kernels --tokens=0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--tokens: 0 rows requested"));
+}
+
 // --- stages ---
 
 class StagesBenchRun : public ::testing::Test {
@@ -269,7 +322,8 @@ TEST(CommBenchFlags, UnknownSubcommandIsAUsageError) {
 TEST(CommBenchFlags, HelpExplainsEveryFlag) {
   const RunResult r = run_bench("--help");
   for (const char* flag :
-       {"--backend", "--ranks", "--dtype", "--warmup", "--iters", "--csv", "--collectives", "--sizes"}) {
+       {"--backend", "--ranks", "--dtype", "--warmup", "--iters", "--csv", "--collectives", "--sizes", "--kernels",
+        "--tokens"}) {
     EXPECT_THAT(r.output, HasSubstr(absl::StrCat("    ", flag, " ("))) << flag;
   }
   EXPECT_THAT(r.output, HasSubstr("comm  collective time"));
