@@ -10,14 +10,13 @@
 
 namespace zero::train {
 
-Evaluator::Evaluator(std::unique_ptr<Gpt2> replica, std::shared_ptr<const data::AdditionDataset> task, int rank)
+Evaluator::Evaluator(std::unique_ptr<Model> replica, std::shared_ptr<const data::AdditionDataset> task, int rank)
     : allocator_(rank), replica_(std::move(replica)), task_(std::move(task)) {}
 
-absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::create(const Gpt2Config& model,
-                                                             std::shared_ptr<const data::SequenceDataset> val,
+absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::create(std::unique_ptr<Model> replica,
+                                                             std::shared_ptr<const data::Dataset> val,
                                                              std::shared_ptr<const data::AdditionDataset> task,
                                                              int64_t micro_batch, const Communicator& comm) {
-  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> replica, Gpt2::create(model));
   std::unique_ptr<Evaluator> evaluator(new Evaluator(std::move(replica), std::move(task), comm.rank()));
   const data::SamplerOptions sampler{.world_size = comm.world_size(), .rank = comm.rank(), .shuffle = false};
   absl::StatusOr<data::DataLoader> loader = data::DataLoader::create(std::move(val), micro_batch, sampler,

@@ -4,7 +4,8 @@
 // The engine has no forward-only pass, and a training forward would leave gradients behind. So each
 // evaluation micro-batch runs Engine::visit_full_params (a collective: stage 3 gathers one unit at a
 // time, as its forward does) and feeds each unit's parameters, as soon as all of them have been
-// visited, to that unit of a replica model: a second Gpt2 whose units hold no parameters of their own.
+// visited, to that unit of a replica model: a second instance of the trained model (GPT-2 or the MLP)
+// whose units hold no parameters of their own.
 // Its activations come from the evaluator's own allocator, so evaluation neither counts towards nor
 // disturbs the training peaks; parameters a later unit ties to (GPT-2's wte) are copied there too.
 
@@ -14,7 +15,6 @@
 #include "absl/status/statusor.h"
 #include "models/data/addition.h"
 #include "models/data/data_loader.h"
-#include "models/gpt2.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
 #include "shard/engine.h"
@@ -23,7 +23,7 @@ namespace zero::train {
 
 struct EvalResult {
   float loss = 0;             // mean over micro-batches and ranks
-  int64_t correct = 0;        // answer digits (addition) or next tokens predicted right, over all ranks
+  int64_t correct = 0;        // answer digits (addition), next tokens or class labels predicted right, over all ranks
   int64_t predictions = 0;
   int64_t answers_correct = 0;  // addition only: whole answers right
   int64_t answers = 0;
@@ -31,10 +31,11 @@ struct EvalResult {
 
 class Evaluator {
  public:
-  // `task` scores whole answers when the data is the addition task (else null). Each rank reads its
-  // DistributedSampler share of `val`, unshuffled, from the start at every evaluation.
-  static absl::StatusOr<std::unique_ptr<Evaluator>> create(const Gpt2Config& model,
-                                                           std::shared_ptr<const data::SequenceDataset> val,
+  // `replica`: a fresh model of the trained one's shape. `task` scores whole answers when the data is the
+  // addition task (else null). Each rank reads its DistributedSampler share of `val`, unshuffled, from
+  // the start at every evaluation.
+  static absl::StatusOr<std::unique_ptr<Evaluator>> create(std::unique_ptr<Model> replica,
+                                                           std::shared_ptr<const data::Dataset> val,
                                                            std::shared_ptr<const data::AdditionDataset> task,
                                                            int64_t micro_batch, const Communicator& comm);
 
@@ -42,13 +43,13 @@ class Evaluator {
   absl::StatusOr<EvalResult> evaluate(Engine& engine, Communicator& comm, int64_t batches);
 
  private:
-  Evaluator(std::unique_ptr<Gpt2> replica, std::shared_ptr<const data::AdditionDataset> task, int rank);
-  // The replica's forward over ctx.batch; returns its logits (B, T, Vp) and sets ctx's loss and counts.
+  Evaluator(std::unique_ptr<Model> replica, std::shared_ptr<const data::AdditionDataset> task, int rank);
+  // The replica's forward over ctx.batch; returns its logits ((B, T, Vp) or (B, K)) and sets ctx's loss and counts.
   absl::StatusOr<Tensor> forward(Engine& engine, UnitContext& ctx);
   void score(const Tensor& logits, const Batch& batch, EvalResult& sums);
 
   Allocator allocator_;  // replica activations, tied copies, the val loader's tokens
-  std::unique_ptr<Gpt2> replica_;
+  std::unique_ptr<Model> replica_;
   std::shared_ptr<const data::AdditionDataset> task_;
   std::unique_ptr<data::DataLoader> loader_;
 };

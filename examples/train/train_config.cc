@@ -103,6 +103,14 @@ absl::Status convert(const json& v, absl::string_view key, std::string& out) {
   out = v.get<std::string>();
   return absl::OkStatus();
 }
+absl::Status convert(const json& v, absl::string_view key, std::vector<int64_t>& out) {
+  if (!v.is_array()) return bad_type(key, "an array of integers", v);
+  out.assign(v.size(), 0);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!convert(v[i], key, out[i]).ok()) return bad_type(key, "an array of integers", v);
+  }
+  return absl::OkStatus();
+}
 absl::Status convert(const json& v, absl::string_view key, std::vector<double>& out) {
   if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_number(); })) {
     return bad_type(key, "an array of numbers", v);
@@ -216,6 +224,7 @@ absl::Status read_zero_train_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("model.num_layers", c.model.num_layers));
   ZERO_RETURN_IF_ERROR(r.read("model.num_heads", c.model.num_heads));
   ZERO_RETURN_IF_ERROR(r.read("model.channels", c.model.channels));
+  ZERO_RETURN_IF_ERROR(r.read("model.widths", c.model.widths));
   DataConfig& d = c.data;
   ZERO_RETURN_IF_ERROR(r.read("data.source", d.source));
   ZERO_RETURN_IF_ERROR(r.read("data.addition.digits", d.digits));
@@ -227,6 +236,12 @@ absl::Status read_zero_train_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("data.tokens.val", d.val_glob));
   ZERO_RETURN_IF_ERROR(r.read("data.tokens.seq_len", d.seq_len));
   ZERO_RETURN_IF_ERROR(r.read("data.tokens.vocab_size", d.vocab_size));
+  ZERO_RETURN_IF_ERROR(r.read("data.blobs.features", d.blobs.features));
+  ZERO_RETURN_IF_ERROR(r.read("data.blobs.classes", d.blobs.classes));
+  ZERO_RETURN_IF_ERROR(r.read("data.blobs.noise", d.blobs.noise));
+  ZERO_RETURN_IF_ERROR(r.read("data.blobs.train_rows", d.blobs.train_rows));
+  ZERO_RETURN_IF_ERROR(r.read("data.blobs.val_rows", d.blobs.val_rows));
+  ZERO_RETURN_IF_ERROR(r.read("data.blobs.seed", d.blobs.seed));
   ZERO_RETURN_IF_ERROR(r.read("backend", c.backend));
   ZERO_RETURN_IF_ERROR(r.read("ranks", c.ranks));
   ZERO_RETURN_IF_ERROR(r.read("memory_budget_mib", c.memory_budget_mib));
@@ -307,24 +322,37 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
                  absl::StrCat("must exceed max(2, warmup_num_steps) = ", warmup, " for ", s.type));
 }
 
-absl::Status validate_model_and_data(const TrainConfig& c) {
-  const ModelConfig& m = c.model;
-  if (m.type == "mlp") {
-    return absl::InvalidArgumentError(
-        "model.type = mlp: zero-train has no feature dataset for the MLP (models/data serves token sequences); "
-        "use gpt2, or train an Mlp from your own loop as examples/custom_model does");
-  }
-  ZERO_RETURN_IF_ERROR(require(m.type == "gpt2", "model.type", m.type, "use gpt2"));
+absl::Status validate_gpt2(const ModelConfig& m, const DataConfig& d) {
+  ZERO_RETURN_IF_ERROR(require(one_of(d.source, {"addition", "tokens"}), "data.source", d.source,
+                               "gpt2 reads token sequences: use addition or tokens (blobs is for model.type = mlp)"));
   if (m.preset != "custom") {
     absl::StatusOr<Gpt2Config> preset = Gpt2Config::preset(m.preset);
     if (!preset.ok()) return absl::InvalidArgumentError(absl::StrCat("model.preset: ", preset.status().message(), " (or custom)"));
   }
   ZERO_RETURN_IF_ERROR(require(m.num_layers >= 1, "model.num_layers", m.num_layers, "must be at least 1"));
   ZERO_RETURN_IF_ERROR(require(m.num_heads >= 1, "model.num_heads", m.num_heads, "must be at least 1"));
-  ZERO_RETURN_IF_ERROR(require(m.channels >= 1 && m.channels % m.num_heads == 0, "model.channels", m.channels,
-                               absl::StrCat("must be a positive multiple of model.num_heads (", m.num_heads, ")")));
-  const DataConfig& d = c.data;
-  ZERO_RETURN_IF_ERROR(require(one_of(d.source, {"addition", "tokens"}), "data.source", d.source, "use addition or tokens"));
+  return require(m.channels >= 1 && m.channels % m.num_heads == 0, "model.channels", m.channels,
+                 absl::StrCat("must be a positive multiple of model.num_heads (", m.num_heads, ")"));
+}
+
+absl::Status validate_mlp(const ModelConfig& m, const DataConfig& d) {
+  ZERO_RETURN_IF_ERROR(require(d.source == "blobs", "data.source", d.source,
+                               "the mlp reads labelled features: use blobs (addition and tokens are for gpt2)"));
+  const std::string widths = absl::StrCat("[", absl::StrJoin(m.widths, ", "), "]");
+  ZERO_RETURN_IF_ERROR(require(m.widths.size() >= 2 && std::all_of(m.widths.begin(), m.widths.end(),
+                                                                    [](int64_t w) { return w >= 1; }),
+                               "model.widths", widths, "must be two or more positive widths [D, hidden..., K]"));
+  if (m.widths.front() != d.blobs.features || m.widths.back() != d.blobs.classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.widths = ", widths, " must start with data.blobs.features (", d.blobs.features,
+        ") and end with data.blobs.classes (", d.blobs.classes, "); change one to match the other"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status validate_data(const DataConfig& d) {
+  ZERO_RETURN_IF_ERROR(require(one_of(d.source, {"addition", "tokens", "blobs"}), "data.source", d.source,
+                               "use addition, tokens or blobs"));
   ZERO_RETURN_IF_ERROR(require(d.digits >= 1 && d.digits <= 9, "data.addition.digits", d.digits, "must be 1 to 9"));
   ZERO_RETURN_IF_ERROR(require(d.examples_per_row >= 1, "data.addition.examples_per_row", d.examples_per_row, "must be >= 1"));
   ZERO_RETURN_IF_ERROR(require(d.train_rows >= 1, "data.addition.train_rows", d.train_rows, "must be >= 1"));
@@ -334,8 +362,20 @@ absl::Status validate_model_and_data(const TrainConfig& c) {
     ZERO_RETURN_IF_ERROR(require(!d.val_glob.empty(), "data.tokens.val", "\"\"", "name the validation shards (a glob)"));
   }
   ZERO_RETURN_IF_ERROR(require(d.seq_len >= 1, "data.tokens.seq_len", d.seq_len, "must be >= 1"));
-  return require(d.vocab_size >= 1 && d.vocab_size <= 65536, "data.tokens.vocab_size", d.vocab_size,
-                 "must be 1 to 65536 (shards store uint16 tokens)");
+  ZERO_RETURN_IF_ERROR(require(d.vocab_size >= 1 && d.vocab_size <= 65536, "data.tokens.vocab_size", d.vocab_size,
+                               "must be 1 to 65536 (shards store uint16 tokens)"));
+  const BlobsKeys& b = d.blobs;
+  ZERO_RETURN_IF_ERROR(require(b.features >= 1, "data.blobs.features", b.features, "must be >= 1"));
+  ZERO_RETURN_IF_ERROR(require(b.classes >= 2, "data.blobs.classes", b.classes, "must be >= 2"));
+  ZERO_RETURN_IF_ERROR(require(b.noise >= 0, "data.blobs.noise", b.noise, "must be >= 0"));
+  ZERO_RETURN_IF_ERROR(require(b.train_rows >= 1, "data.blobs.train_rows", b.train_rows, "must be >= 1"));
+  return require(b.val_rows >= 1, "data.blobs.val_rows", b.val_rows, "must be >= 1");
+}
+
+absl::Status validate_model_and_data(const TrainConfig& c) {
+  ZERO_RETURN_IF_ERROR(require(one_of(c.model.type, {"gpt2", "mlp"}), "model.type", c.model.type, "use gpt2 or mlp"));
+  ZERO_RETURN_IF_ERROR(validate_data(c.data));
+  return c.model.type == "mlp" ? validate_mlp(c.model, c.data) : validate_gpt2(c.model, c.data);
 }
 
 absl::Status validate_run(const TrainConfig& c) {

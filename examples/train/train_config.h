@@ -62,16 +62,27 @@ struct SchedulerConfig {                // "scheduler"; type "" = the optimizer'
 };
 
 struct ModelConfig {                    // "model"
-  std::string type = "gpt2";
+  std::string type = "gpt2";            // gpt2 or mlp
   // A Gpt2Config::preset name, or "custom": the sizes below, with max_seq_len and vocab from the data.
   std::string preset = "custom";
   int64_t num_layers = 2;
   int64_t num_heads = 4;
   int64_t channels = 64;
+  std::vector<int64_t> widths = {16, 64, 64, 4};  // mlp: {D, hidden..., K}, D and K the data's
+};
+
+struct BlobsKeys {                      // "data.blobs": see models/data/blobs.h
+  int64_t features = 16;                // D
+  int64_t classes = 4;                  // K
+  double noise = 1.0;
+  int64_t train_rows = 1 << 14;
+  int64_t val_rows = 1024;
+  uint64_t seed = 1;
 };
 
 struct DataConfig {                     // "data"
-  std::string source = "addition";      // addition (generated, embedded) or tokens (llm.c .bin shards)
+  // addition (generated, embedded) or tokens (llm.c .bin shards) for gpt2; blobs (generated) for mlp
+  std::string source = "addition";
   int digits = 3;                       // addition.*: see models/data/addition.h
   int examples_per_row = 4;
   int64_t train_rows = 1 << 16;
@@ -81,6 +92,7 @@ struct DataConfig {                     // "data"
   std::string val_glob;
   int64_t seq_len = 64;
   int64_t vocab_size = 50257;
+  BlobsKeys blobs;
 };
 
 struct TrainConfig {

@@ -1,7 +1,8 @@
-// zero-train: trains GPT-2 under any ZeRO stage from a DeepSpeed-style JSON config, on in-process ranks or under mpirun.
+// zero-train: trains GPT-2 or an MLP under any ZeRO stage from a DeepSpeed-style JSON config, on in-process ranks or under mpirun.
 //
 //   zero-train                                   the embedded default: small GPT-2, addition task, 4 ranks, stage 3
 //   zero-train --config my.json --zero_optimization.stage=2 --ranks 2
+//   zero-train --model.type=mlp --data.source=blobs --model.widths=[16,64,64,4]
 //   mpirun -np 4 zero-train --backend=mpi
 //
 // Every key of the config (train_config.h) can be overridden as --key.path=value or --key.path value.
@@ -18,15 +19,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "examples/train/deepspeed_optim.h"
 #include "examples/train/evaluate.h"
 #include "examples/train/report.h"
 #include "examples/train/train_config.h"
 #include "models/data/addition.h"
+#include "models/data/blobs.h"
 #include "models/data/data_loader.h"
 #include "models/data/token_shard.h"
 #include "models/gpt2.h"
 #include "models/gpt2_weights.h"
+#include "models/mlp.h"
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
@@ -40,7 +44,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: zero-train [--config FILE.json] [--key.path=value | --key.path value ...]\n"
     "       mpirun -np N zero-train --backend=mpi [...]\n"
-    "Trains GPT-2 under ZeRO stage 0-3. Without --config it runs the embedded default (a small GPT-2 learning\n"
+    "Trains GPT-2 (or an MLP: --model.type=mlp --data.source=blobs) under ZeRO stage 0-3. Without --config it runs the embedded default (a small GPT-2 learning\n"
     "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same.\n";
 
 // Everything a rank needs, settled before any parameter is allocated.
@@ -48,14 +52,27 @@ struct Plan {
   TrainConfig config;
   BatchPlan batch;
   ZeroConfig zero;
-  Gpt2Config gpt2;
-  std::shared_ptr<const data::SequenceDataset> train;
-  std::shared_ptr<const data::SequenceDataset> val;
+  Gpt2Config gpt2;  // gpt2 only; the MLP's shape is config.model.widths
+  std::shared_ptr<const data::Dataset> train;
+  std::shared_ptr<const data::Dataset> val;
   std::shared_ptr<const data::AdditionDataset> task;  // null for token shards
   int64_t num_params = 0;
 };
 
+absl::Status load_blobs(const BlobsKeys& b, Plan& plan) {
+  data::BlobsConfig blobs{.features = b.features, .classes = b.classes, .noise = b.noise, .rows = b.train_rows,
+                          .seed = b.seed};
+  ZERO_ASSIGN_OR_RETURN(data::BlobsDataset train, data::BlobsDataset::create(blobs));
+  blobs.rows = b.val_rows;
+  blobs.split = data::BlobsSplit::kVal;
+  ZERO_ASSIGN_OR_RETURN(data::BlobsDataset val, data::BlobsDataset::create(blobs));
+  plan.train = std::make_shared<data::BlobsDataset>(std::move(train));
+  plan.val = std::make_shared<data::BlobsDataset>(std::move(val));
+  return absl::OkStatus();
+}
+
 absl::Status load_data(const DataConfig& d, Plan& plan) {
+  if (d.source == "blobs") return load_blobs(d.blobs, plan);
   if (d.source == "tokens") {
     ZERO_ASSIGN_OR_RETURN(data::TokenShardDataset train, data::TokenShardDataset::open(d.train_glob, d.seq_len));
     ZERO_ASSIGN_OR_RETURN(data::TokenShardDataset val, data::TokenShardDataset::open(d.val_glob, d.seq_len));
@@ -88,12 +105,20 @@ absl::StatusOr<Gpt2Config> model_shape(const TrainConfig& c, int64_t seq_len) {
   return preset;
 }
 
+// A fresh model of the plan's shape: it declares its parameters' shapes and allocates nothing.
+absl::StatusOr<std::unique_ptr<Model>> create_model(const Plan& plan) {
+  if (plan.config.model.type == "mlp") return Mlp::create(plan.config.model.widths);
+  return Gpt2::create(plan.gpt2);
+}
+
 absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size) {
   Plan plan{.config = config};
   ZERO_ASSIGN_OR_RETURN(plan.batch, resolve_batch(config, world_size));
   ZERO_RETURN_IF_ERROR(load_data(config.data, plan));
-  ZERO_ASSIGN_OR_RETURN(plan.gpt2, model_shape(config, plan.train->seq_len()));
-  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(plan.gpt2));  // declares shapes, allocates nothing
+  if (config.model.type == "gpt2") {
+    ZERO_ASSIGN_OR_RETURN(plan.gpt2, model_shape(config, plan.train->layout().input_shape[0]));  // T
+  }
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, create_model(plan));
   std::vector<UnitSize> units;
   for (Unit* u : model->units()) {
     UnitSize size{.name = std::string(u->name())};
@@ -105,14 +130,20 @@ absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size) {
   return plan;
 }
 
-std::string describe(const Plan& p, int world_size) {
+std::string describe_model(const Plan& p) {
+  if (p.config.model.type == "mlp") return absl::StrCat("MLP widths [", absl::StrJoin(p.config.model.widths, ", "), "]");
   const Gpt2Config& g = p.gpt2;
+  return absl::StrFormat("GPT-2 L=%d NH=%d C=%d T=%d V=%d", g.num_layers, g.num_heads, g.channels,
+                         p.train->layout().input_shape[0], g.vocab_size);
+}
+
+std::string describe(const Plan& p, int world_size) {
   return absl::StrFormat(
-      "zero-train: GPT-2 L=%d NH=%d C=%d T=%d V=%d (%d params) on %s, %d %s ranks, ZeRO stage %d, %s\n"
-      "  batch %d = micro %d x accumulation %d x ranks %d sequences, %s %s, %d steps",
-      g.num_layers, g.num_heads, g.channels, p.train->seq_len(), g.vocab_size, p.num_params, p.config.data.source,
-      world_size, p.config.backend, p.zero.stage, dtype_name(p.zero.precision), p.batch.train_batch_size,
-      p.batch.micro_batch, p.batch.accumulation_steps, world_size, p.config.optimizer.type,
+      "zero-train: %s (%d params) on %s, %d %s ranks, ZeRO stage %d, %s\n"
+      "  batch %d = micro %d x accumulation %d x ranks %d %s, %s %s, %d steps",
+      describe_model(p), p.num_params, p.config.data.source, world_size, p.config.backend, p.zero.stage,
+      dtype_name(p.zero.precision), p.batch.train_batch_size, p.batch.micro_batch, p.batch.accumulation_steps,
+      world_size, p.config.model.type == "mlp" ? "points" : "sequences", p.config.optimizer.type,
       p.config.scheduler.type.empty() ? "constant lr" : p.config.scheduler.type, p.config.steps);
 }
 
@@ -162,7 +193,7 @@ class RankRun {
 
  private:
   absl::Status setup() {
-    ZERO_ASSIGN_OR_RETURN(model_, Gpt2::create(plan_.gpt2));
+    ZERO_ASSIGN_OR_RETURN(model_, create_model(plan_));
     ZERO_ASSIGN_OR_RETURN(engine_, Engine::create(*model_, comm_, allocator_, optimizer_factory(plan_.config.optimizer),
                                                   plan_.zero));
     ZERO_RETURN_IF_ERROR(load_initial_weights(plan_, *engine_));
@@ -171,7 +202,9 @@ class RankRun {
         data::DataLoader::create(plan_.train, plan_.batch.micro_batch, sampler, allocator_);
     if (!loader.ok()) return absl::InvalidArgumentError(absl::StrCat("the training data: ", loader.status().message()));
     loader_ = std::make_unique<data::DataLoader>(std::move(*loader));
-    ZERO_ASSIGN_OR_RETURN(evaluator_, Evaluator::create(plan_.gpt2, plan_.val, plan_.task, plan_.batch.micro_batch, comm_));
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> replica, create_model(plan_));
+    ZERO_ASSIGN_OR_RETURN(evaluator_, Evaluator::create(std::move(replica), plan_.val, plan_.task,
+                                                        plan_.batch.micro_batch, comm_));
     ZERO_ASSIGN_OR_RETURN(metrics_, MetricsFile::open(lead_ ? plan_.config.metrics_path : ""));
     if (lead_) progress_.line(describe(plan_, comm_.world_size()));
     return absl::OkStatus();
@@ -203,14 +236,19 @@ class RankRun {
     if (!lead_) return absl::OkStatus();
     const double accuracy = r.predictions > 0 ? static_cast<double>(r.correct) / r.predictions : 0.0;
     const double answers = r.answers > 0 ? static_cast<double>(r.answers_correct) / r.answers : 0.0;
-    progress_.line(plan_.task != nullptr
-                       ? absl::StrFormat("eval step %d: val loss %.4f  answer digits %.1f%%  whole answers %.1f%% (of %d)",
-                                         step, r.loss, 100 * accuracy, 100 * answers, r.answers)
-                       : absl::StrFormat("eval step %d: val loss %.4f  next-token accuracy %.1f%%", step, r.loss,
-                                         100 * accuracy));
+    progress_.line(eval_line(step, r, accuracy, answers));
     metrics_.write({{"event", "eval"}, {"step", step}, {"val_loss", r.loss}, {"val_accuracy", accuracy},
                     {"val_answer_accuracy", answers}});
     return absl::OkStatus();
+  }
+
+  std::string eval_line(int64_t step, const EvalResult& r, double accuracy, double answers) const {
+    if (plan_.task != nullptr) {
+      return absl::StrFormat("eval step %d: val loss %.4f  answer digits %.1f%%  whole answers %.1f%% (of %d)", step,
+                             r.loss, 100 * accuracy, 100 * answers, r.answers);
+    }
+    return absl::StrFormat("eval step %d: val loss %.4f  %s accuracy %.1f%% (of %d)", step, r.loss,
+                           plan_.config.model.type == "mlp" ? "class" : "next-token", 100 * accuracy, r.predictions);
   }
 
   absl::Status summarize() {
@@ -232,7 +270,10 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  int64_t tokens_per_step() const { return plan_.batch.train_batch_size * plan_.train->seq_len(); }
+  // Predictions per step: tokens for GPT-2 (T per sequence), points for the MLP (one label each).
+  int64_t tokens_per_step() const {
+    return plan_.batch.train_batch_size * shape_numel(plan_.train->layout().target_shape);
+  }
 
   Communicator& comm_;
   const Plan& plan_;
@@ -240,7 +281,7 @@ class RankRun {
   LrSchedule schedule_;
   Progress progress_;
   const bool lead_;  // rank 0 prints and writes
-  std::unique_ptr<Gpt2> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<Evaluator> evaluator_;

@@ -140,7 +140,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"optimizer.params.betas=[0.9]", {"optimizer.params.betas = 0.9", "two numbers"}},
         BadConfig{"scheduler.type=OneCycle", {"scheduler.type = OneCycle"}},
         BadConfig{"scheduler.params.warmup_type=cubic", {"scheduler.params.warmup_type = cubic"}},
-        BadConfig{"model.type=mlp", {"model.type = mlp"}},
+        BadConfig{"model.type=cnn", {"model.type = cnn", "use gpt2 or mlp"}},
+        BadConfig{"model.type=mlp", {"data.source = addition", "the mlp reads labelled features: use blobs"}},
+        BadConfig{"data.source=blobs", {"data.source = blobs", "gpt2 reads token sequences"}},
+        BadConfig{"data.blobs.classes=1", {"data.blobs.classes = 1", "must be >= 2"}},
+        BadConfig{"data.blobs.noise=-0.5", {"data.blobs.noise = -0.5"}},
+        BadConfig{"model.widths=[16, 64, 4.5]", {"model.widths: expected an array of integers"}},
         BadConfig{"model.preset=d7", {"model.preset"}},
         BadConfig{"model.channels=30", {"model.channels = 30", "multiple of model.num_heads (4)"}},
         BadConfig{"data.source=web", {"data.source = web"}},
@@ -150,6 +155,38 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"ranks=0", {"ranks = 0"}},
         BadConfig{"steps=0", {"steps = 0"}},
         BadConfig{"memory_budget_mib=-5", {"memory_budget_mib = -5"}}));
+
+TEST(TrainConfigTest, MlpReadsWidthsAndBlobsKeys) {
+  const TrainConfig c = parse_ok(kMinimal, {"model.type=mlp", "model.widths=[8, 32, 3]", "data.source=blobs",
+                                            "data.blobs.features=8", "data.blobs.classes=3", "data.blobs.noise=0.5",
+                                            "data.blobs.train_rows=512", "data.blobs.val_rows=64", "data.blobs.seed=9"});
+  EXPECT_EQ(c.model.type, "mlp");
+  EXPECT_EQ(c.model.widths, (std::vector<int64_t>{8, 32, 3}));
+  EXPECT_EQ(c.data.source, "blobs");
+  EXPECT_EQ(c.data.blobs.features, 8);
+  EXPECT_EQ(c.data.blobs.classes, 3);
+  EXPECT_EQ(c.data.blobs.noise, 0.5);
+  EXPECT_EQ(c.data.blobs.train_rows, 512);
+  EXPECT_EQ(c.data.blobs.val_rows, 64);
+  EXPECT_EQ(c.data.blobs.seed, 9u);
+}
+
+TEST(TrainConfigTest, MlpDefaultsFitTheBlobsDefaults) {
+  const TrainConfig c = parse_ok(kMinimal, {"model.type=mlp", "data.source=blobs"});
+  EXPECT_EQ(c.model.widths, (std::vector<int64_t>{16, 64, 64, 4}));
+  EXPECT_EQ(c.data.blobs.features, 16);
+  EXPECT_EQ(c.data.blobs.classes, 4);
+}
+
+TEST(TrainConfigTest, MlpWidthsMustMatchTheDataNamingBothKeys) {
+  EXPECT_EQ(parse_error(kMinimal, {"model.type=mlp", "data.source=blobs", "model.widths=[16, 64, 10]"}),
+            "model.widths = [16, 64, 10] must start with data.blobs.features (16) and end with data.blobs.classes (4); "
+            "change one to match the other");
+  EXPECT_THAT(parse_error(kMinimal, {"model.type=mlp", "data.source=blobs", "data.blobs.features=3"}),
+              AllOf(HasSubstr("model.widths = [16, 64, 64, 4]"), HasSubstr("data.blobs.features (3)")));
+  EXPECT_THAT(parse_error(kMinimal, {"model.type=mlp", "data.source=blobs", "model.widths=[4]"}),
+              HasSubstr("model.widths = [4]: must be two or more positive widths"));
+}
 
 TEST(TrainConfigTest, Bf16AndFp16TogetherAreRefusedNamingBoth) {
   EXPECT_THAT(parse_error(kMinimal, {"bf16.enabled=true", "fp16.enabled=true"}),

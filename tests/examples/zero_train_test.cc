@@ -94,6 +94,28 @@ TEST_F(ZeroTrainTest, Stage3OnTwoRanksWritesMetricsAndTheLossFalls) {
   std::filesystem::remove(path);
 }
 
+// The MLP [16, 32, 4] on 4 blobs at stage 2: 20 steps of 32 points (micro-batch 8, accumulation 2 on 2 ranks).
+TEST_F(ZeroTrainTest, MlpOnBlobsAtStage2LearnsAboveChance) {
+  const std::string path = metrics_path();
+  const RunResult run = run_zero_train(absl::StrCat(
+      "--ranks 2 --zero_optimization.stage=2 --model.type=mlp --model.widths=[16,32,4] --data.source=blobs "
+      "--train_batch_size=32 --train_micro_batch_size_per_gpu=8 --steps=20 --eval_interval=10 --eval_batches=4 "
+      "--scheduler.params.warmup_num_steps=2 --data.blobs.val_rows=64 --metrics_path=",
+      path));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, AllOf(HasSubstr("MLP widths [16, 32, 4]"), HasSubstr("ZeRO stage 2"),
+                                HasSubstr("eval step 20: val loss"), HasSubstr("class accuracy")));
+
+  const std::vector<json> records = metrics_lines(path);
+  const std::vector<json> train = events(records, "train");
+  ASSERT_EQ(train.size(), 20u);
+  EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
+  const std::vector<json> eval = events(records, "eval");
+  ASSERT_EQ(eval.size(), 2u);  // steps 10 and 20
+  EXPECT_GT(eval.back()["val_accuracy"].get<double>(), 0.5);  // chance is 1 in 4
+  std::filesystem::remove(path);
+}
+
 TEST_F(ZeroTrainTest, UnknownKeyExitsNonZeroNamingIt) {
   const RunResult run = run_zero_train("--zero_optimization.stgae=3");
   EXPECT_NE(run.exit_code, 0);
