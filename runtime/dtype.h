@@ -57,6 +57,13 @@ inline uint16_t float_to_bf16(float f) {
 }
 inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
 
+// Branch-free selection, which compilers keep as masks (a ternary over floating-point results is
+// turned back into a branch, and a loop with a branch does not vectorize).
+inline uint32_t all_ones_if(bool c) { return 0u - static_cast<uint32_t>(c); }
+inline uint32_t select_bits(uint32_t mask, uint32_t if_set, uint32_t if_clear) {
+  return (if_set & mask) | (if_clear & ~mask);
+}
+
 // IEEE binary16, round to nearest even, with subnormals, infinities and NaN (quiet 0x7e00). Written
 // without branches (every case computed, one selected) so loops over buffers vectorize; the subnormal
 // case lets the fp32 adder do the rounding: adding 0.5 puts the half's ulp, 2^-24, at fp32's last bit.
@@ -69,9 +76,9 @@ inline uint16_t float_to_fp16(float f) {
   // mantissa raises the exponent, up to infinity for [65520, 65536).
   const uint32_t normal = (abs - 0x38000000u + 0xfffu + ((abs >> 13) & 1u)) >> 13;
   const uint32_t subnormal = float_bits(bits_float(abs) + bits_float(kHalf)) - kHalf;
-  const uint32_t inf_or_nan = abs > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  const uint32_t magnitude = abs >= 0x47800000u ? inf_or_nan : abs < 0x38800000u ? subnormal : normal;
-  return static_cast<uint16_t>(sign | magnitude);
+  const uint32_t inf_or_nan = 0x7c00u | (all_ones_if(abs > 0x7f800000u) & 0x0200u);
+  const uint32_t finite = select_bits(all_ones_if(abs < 0x38800000u), subnormal, normal);
+  return static_cast<uint16_t>(sign | select_bits(all_ones_if(abs >= 0x47800000u), inf_or_nan, finite));
 }
 
 // Exact. Branch-free like float_to_fp16: the exponent is rebiased (15 -> 127) for every input, then
@@ -82,7 +89,8 @@ inline float fp16_to_float(uint16_t h) {
   const uint32_t normal = shifted + (112u << 23);
   const uint32_t inf_or_nan = normal + (112u << 23);
   const uint32_t subnormal = float_bits(bits_float(normal + (1u << 23)) - bits_float(113u << 23));
-  const uint32_t magnitude = exponent == 0x0f800000u ? inf_or_nan : exponent == 0 ? subnormal : normal;
+  const uint32_t finite = select_bits(all_ones_if(exponent == 0), subnormal, normal);
+  const uint32_t magnitude = select_bits(all_ones_if(exponent == 0x0f800000u), inf_or_nan, finite);
   return bits_float(magnitude | (static_cast<uint32_t>(h & 0x8000u) << 16));
 }
 
