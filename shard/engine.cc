@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "optim/square_sum.h"
 #include "runtime/status.h"
 #include "kernels/kernels.h"
@@ -104,6 +105,7 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
     u.layout = FlatLayout::of(units[i]->param_specs(), n);
     u.sharded = config_.stage == 3 && u.layout.numel >= config_.persistence_threshold;
   }
+  ZERO_RETURN_IF_ERROR(check_same_model_on_every_rank());
   for (size_t i = 0; i < units_.size(); ++i) {
     units_[i].needs = {static_cast<int>(i)};
     for (const TiedParam& tied : units_[i].unit->tied_params()) {
@@ -136,6 +138,33 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   ZERO_RETURN_IF_ERROR(initialize_params());
   plan_buckets();
   return reserve_transient();
+}
+
+absl::Status Engine::check_same_model_on_every_rank() {
+  // Every collective of a step is sized by the units, so ranks with different models would exchange
+  // mismatched data (or hang); one allgather of a fingerprint of the units refuses that up front.
+  std::string layout;  // "unit:param(shape),param(shape);unit:..." in order
+  for (const UnitState& u : units_) {
+    absl::StrAppend(&layout, u.name, ":");
+    for (size_t p = 0; p < u.layout.params.size(); ++p) {
+      absl::StrAppend(&layout, u.layout.params[p].name, shape_string(u.layout.shapes[p]), ",");
+    }
+    absl::StrAppend(&layout, ";");
+  }
+  const uint64_t fingerprint = param_key(layout, "");  // FNV-1a: the same in every process
+  const int n = comm_.world_size();
+  int32_t mine[2] = {static_cast<int32_t>(fingerprint), static_cast<int32_t>(fingerprint >> 32)};
+  std::vector<int32_t> all(2 * n);
+  ZERO_RETURN_IF_ERROR(
+      comm_.allgather(Tensor(mine, DType::kI32, {2}), Tensor(all.data(), DType::kI32, {2 * n})).wait());
+  std::vector<int> differ;
+  for (int r = 1; r < n; ++r) {
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) differ.push_back(r);
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the model differs across ranks: rank(s) ", absl::StrJoin(differ, ", "),
+      " declare units, parameters or sizes other than rank 0's; build the same model on every rank"));
 }
 
 std::pair<int64_t, int64_t> Engine::own_range(const UnitState& u) const {

@@ -115,6 +115,8 @@ class Engine {
 
   Engine(Model& model, Communicator& comm, Allocator& allocator, ZeroConfig config);
   absl::Status build(OptimizerFactory make_optimizer);
+  // InvalidArgument naming the ranks whose units (names, parameters, sizes) differ from rank 0's.
+  absl::Status check_same_model_on_every_rank();
   absl::Status initialize_params();
   void plan_buckets();
   absl::Status reserve_transient();

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "runtime/comm/local.h"
 #include "tests/shard/toy_training.h"
 
 namespace zero {
@@ -255,6 +256,18 @@ TEST(EngineAccounting, ModelThatDoesNotFitAtStage0TrainsAtStage3) {
   const Outcome sharded = train(run);
   ASSERT_TRUE(sharded.status.ok()) << sharded.status;
   EXPECT_LE(sharded.memory[0].peak_total, *run.budget);
+}
+
+TEST(EngineConfig, DifferentModelsOnDifferentRanksAreRefusedAtCreate) {
+  // Rank 1 builds hidden layers of another width: every later collective would be mis-sized.
+  const std::vector<absl::Status> statuses = run_local_ranks(3, [](Communicator& comm) -> absl::Status {
+    Allocator allocator(comm.rank());
+    ToyModel model(ToyConfig{.hidden = comm.rank() == 1 ? 14 : 13});
+    return Engine::create(model, comm, allocator, sgd_factory(), ZeroConfig{}).status();
+  });
+  for (const absl::Status& s : statuses) {
+    EXPECT_THAT(std::string(s.message()), HasSubstr("the model differs across ranks: rank(s) 1 declare")) << s;
+  }
 }
 
 TEST(EngineConfig, BadValuesNameTheKey) {
