@@ -1,9 +1,9 @@
-// Runs a model's units on one rank without the engine: fp32 parameters and gradients it can read back.
+// Runs a model's units on one rank without the engine: parameters and gradients (fp32, bf16 or fp16) it can read back.
 #pragma once
 
 // What the engine does at stage 0 on one rank, minus the reductions and the optimizer: every unit's
-// parameters and gradients in fp32 vectors, tied parameters viewing their owner's, forward in unit
-// order, then backward in reverse. Gradients ADD across calls, as the contract says.
+// parameters and gradients in vectors of the engine's dtype, tied parameters viewing their owner's,
+// forward in unit order, then backward in reverse. Gradients ADD across calls, as the contract says.
 
 #include <cstdint>
 #include <functional>
@@ -30,18 +30,22 @@ using ParamFill = std::function<absl::Status(absl::string_view unit, absl::strin
 
 class ModelRunner {
  public:
-  // Parameters start at zero; init() or load() sets them.
-  explicit ModelRunner(Model& model);
+  // Parameters start at zero; init() or load() sets them. `dtype` (fp32, bf16 or fp16) is what the
+  // units' parameter and gradient views hold, as under an engine of that precision.
+  explicit ModelRunner(Model& model, DType dtype = DType::kF32);
 
-  // Every parameter from its ParamSpec's init, the values the engine starts from with this seed.
+  // Every parameter from its ParamSpec's init, the values the engine starts from with this seed. Under
+  // bf16/fp16, init() and load() produce fp32 values (fill writes an fp32 tensor) rounded once to dtype.
   void init(uint64_t seed);
   absl::Status load(const ParamFill& fill);
   absl::StatusOr<RunResult> forward_backward(Allocator& allocator, const Batch& batch, float loss_scale = 1.0f);
+  // Called after each unit's backward with its name (none by default).
+  void set_after_backward(std::function<void(const std::string& unit)> hook) { after_backward_ = std::move(hook); }
 
-  // The parameter or gradient `param` of `unit` (its owner's for a tied one); an unknown name aborts.
+  // The parameter or gradient `param` of `unit` (its owner's for a tied one), in dtype; an unknown name aborts.
   Tensor param(absl::string_view unit, absl::string_view param);
   Tensor grad(absl::string_view unit, absl::string_view param);
-  // Every gradient, flat, in unit and declaration order (tied ones once, at their owner).
+  // Every gradient, flat, widened to fp32, in unit and declaration order (tied ones once, at their owner).
   std::vector<float> all_grads() const;
   // Calls visit(unit, param) for every parameter a unit owns, in that order.
   void for_each_param(const std::function<void(const std::string& unit, const std::string& param)>& visit) const;
@@ -51,12 +55,15 @@ class ModelRunner {
     Unit* unit = nullptr;
     std::string name;
     std::vector<ParamSpec> specs;
-    std::vector<std::vector<float>> params, grads;  // per spec
+    std::vector<std::vector<float>> params, grads;  // per spec; the views' storage under fp32
+    std::vector<std::vector<uint16_t>> half_params, half_grads;  // per spec; the views' storage under bf16/fp16
     ParamViews param_views, grad_views;              // own and tied
   };
   UnitStorage& storage(absl::string_view unit);
 
+  DType dtype_;
   std::vector<UnitStorage> units_;
+  std::function<void(const std::string& unit)> after_backward_;
 };
 
 }  // namespace zero::testing
