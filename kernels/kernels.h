@@ -2,7 +2,7 @@
 #pragma once
 
 // Conventions, as llm.c:
-// - Free functions on Tensor views; all float tensors are fp32 and contiguous, all on one device. A shape
+// - Free functions on Tensor views; all float tensors are fp32 (but see matmul) and contiguous, all on one device. A shape
 //   written (N, C) also accepts any shape whose last dim is C, leading dims flattened into N rows.
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
 //   can make. CPU tensors run here; CUDA tensors run the CUDA versions (kernels/cuda/, dispatched on
@@ -38,11 +38,17 @@ int kernel_threads();
 
 // out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC). weight as nn.Linear; bias may be undefined
 // (Tensor()) for no bias.
+// Mixed precision, CUDA only (the CPU takes fp32 operands only and refuses others): inp and weight both bf16
+// or both fp16 run on tensor cores with fp32 accumulation; out and bias may each be fp32 or that dtype. The
+// bias is added in fp32 and a half out is rounded once, to nearest even.
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
 
 // dinp (N, C) = dout (N, OC) · weight (OC, C)           (written; Tensor(): not computed)
 // dweight (OC, C) += dout^T · inp (N, C)
 // dbias (OC) += sum over N of dout                      (Tensor(): no bias)
+// Mixed precision as matmul_forward: with bf16/fp16 inp and weight, dout is in that dtype too, and dinp,
+// dweight, dbias may each be fp32 or that dtype; sums and += run in fp32 (dbias: fp64) and a half
+// destination is rounded once.
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight);
 

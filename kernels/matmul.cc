@@ -1,4 +1,4 @@
-// matmul_forward / matmul_backward: GEMMs through OpenBLAS (kernels/blas.h), bias and its gradient here.
+// matmul_forward / matmul_backward: GEMMs through OpenBLAS (kernels/blas.h) or cuBLAS (fp32, bf16, fp16), bias and its gradient here.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -19,22 +19,38 @@ constexpr int64_t kRowBlock = 64;
 
 struct MatmulDims {
   int64_t n = 0, c = 0, oc = 0;
+  DType operands = DType::kF32;  // inp, weight and dout: fp32, or bf16/fp16 on CUDA
 };
 
-// weight (OC, C) fixes C and OC; inp (N, C) fixes N.
+bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+
+// weight (OC, C) fixes C and OC; inp (N, C) fixes N. The operand dtype is inp's when it is bf16/fp16 on CUDA,
+// else fp32: the CPU GEMM takes fp32 only, so a half CPU inp gets check_matrix's "must be a contiguous fp32"
+// error (cast first).
 absl::StatusOr<MatmulDims> matmul_dims(absl::string_view op, const Tensor& inp, const Tensor& weight) {
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "weight", weight, 2));
-  const MatmulDims d{detail::num_rows(inp), weight.size(1), weight.size(0)};
+  const DType operands = inp.device().is_cuda() && is_half(inp.dtype()) ? inp.dtype() : DType::kF32;
+  const MatmulDims d{detail::num_rows(inp), weight.size(1), weight.size(0), operands};
   if (d.c == 0 || d.oc == 0) return absl::InvalidArgumentError(absl::StrCat(op, ": empty weight ", weight.to_string()));
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "weight", weight, DType::kF32, inp.device(), d.oc, d.c));
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "inp", inp, DType::kF32, inp.device(), d.n, d.c));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "weight", weight, operands, inp.device(), d.oc, d.c));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "inp", inp, operands, inp.device(), d.n, d.c));
   ZERO_RETURN_IF_ERROR(detail::check_backend(op, inp.device()));
   return d;
 }
 
+// A result or bias `t`: fp32, or the operands' dtype (only ever fp32 on the CPU).
+absl::Status check_result(absl::string_view op, absl::string_view name, const Tensor& t, const MatmulDims& d,
+                          Device device, int64_t rows, int64_t cols) {
+  if (t.dtype() != DType::kF32 && t.dtype() != d.operands && d.operands != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be fp32 or ", dtype_name(d.operands),
+                                                   " (the operands' dtype), got ", t.to_string()));
+  }
+  return check_matrix(op, name, t, t.dtype() == d.operands ? d.operands : DType::kF32, device, rows, cols);
+}
+
 absl::Status check_bias(absl::string_view op, absl::string_view name, const Tensor& bias, const MatmulDims& d,
                         Device device) {
-  return given(bias) ? check_matrix(op, name, bias, DType::kF32, device, 1, d.oc) : absl::OkStatus();
+  return given(bias) ? check_result(op, name, bias, d, device, 1, d.oc) : absl::OkStatus();
 }
 
 }  // namespace
@@ -42,9 +58,13 @@ absl::Status check_bias(absl::string_view op, absl::string_view name, const Tens
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   constexpr absl::string_view op = "matmul_forward";
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "out", out, DType::kF32, inp.device(), d.n, d.oc));
+  ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
   ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
 #if ZERO_HAS_CUDA
+  if (inp.device().is_cuda() && d.operands != DType::kF32) {
+    return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), inp.data(), weight.data(),
+                                     bias.data(), bias.dtype(), d.operands, d.n, d.c, d.oc);
+  }
   if (inp.device().is_cuda()) {
     return cuda::matmul_forward(inp.device().index, out.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(),
                                 bias.data_as<float>(), d.n, d.c, d.oc);
@@ -69,12 +89,18 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
   constexpr absl::string_view op = "matmul_backward";
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
   const Device dev = inp.device();
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "dout", dout, DType::kF32, dev, d.n, d.oc));
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "dweight", dweight, DType::kF32, dev, d.oc, d.c));
+  // dout is a GEMM operand with weight (then inp): cuBLAS takes both of one dtype.
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "dout", dout, d.operands, dev, d.n, d.oc));
+  ZERO_RETURN_IF_ERROR(check_result(op, "dweight", dweight, d, dev, d.oc, d.c));
   ZERO_RETURN_IF_ERROR(check_bias(op, "dbias", dbias, d, dev));
-  if (given(dinp)) ZERO_RETURN_IF_ERROR(check_matrix(op, "dinp", dinp, DType::kF32, dev, d.n, d.c));
+  if (given(dinp)) ZERO_RETURN_IF_ERROR(check_result(op, "dinp", dinp, d, dev, d.n, d.c));
   if (d.n == 0) return absl::OkStatus();
 #if ZERO_HAS_CUDA
+  if (dev.is_cuda() && d.operands != DType::kF32) {
+    return cuda::matmul_backward_half(dev.index, dinp.data(), dinp.dtype(), dweight.data(), dweight.dtype(),
+                                      dbias.data(), dbias.dtype(), dout.data(), inp.data(), weight.data(),
+                                      d.operands, d.n, d.c, d.oc);
+  }
   if (dev.is_cuda()) {
     return cuda::matmul_backward(dev.index, dinp.data_as<float>(), dweight.data_as<float>(), dbias.data_as<float>(),
                                  dout.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(), d.n, d.c, d.oc);

@@ -22,6 +22,14 @@ absl::Status matmul_forward(int device, float* out, const float* inp, const floa
 // dinp (N, C) = dout · weight (dinp may be null); dweight (OC, C) += dout^T · inp; dbias (OC) += column sums (may be null).
 absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
                              const float* inp, const float* weight, int64_t n, int64_t c, int64_t oc);
+// The same on tensor cores: inp, weight and dout in `half` (bf16 or fp16), products summed in fp32; out, bias,
+// dinp, dweight, dbias each fp32 or `half` as its dtype says. Bias and gradient adds happen in fp32 and a
+// half destination is rounded once (nearest even).
+absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const void* inp, const void* weight,
+                                 const void* bias, DType bias_dtype, DType half, int64_t n, int64_t c, int64_t oc);
+absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void* dweight, DType dweight_dtype,
+                                  void* dbias, DType dbias_dtype, const void* dout, const void* inp,
+                                  const void* weight, DType half, int64_t n, int64_t c, int64_t oc);
 
 absl::Status gelu_forward(int device, float* out, const float* inp, int64_t n);
 absl::Status gelu_backward(int device, float* dinp, const float* inp, const float* dout, int64_t n);

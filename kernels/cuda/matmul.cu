@@ -1,6 +1,9 @@
-// matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (no TF32), bias broadcast and deterministic bias gradient.
+// matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (no TF32), bf16/fp16 tensor-core GEMMs with fp32 accumulation, bias and deterministic bias gradient.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
+#include <type_traits>
 #include <unordered_map>
 
 #include "kernels/cuda/common.cuh"
@@ -29,7 +32,11 @@ class ThreadHandles {
     ZERO_CUBLAS_RETURN_IF_ERROR(cublasCreate(&h));
     handles_[device] = h;
     // fp32 in, fp32 products and sums: no TF32, so results differ from the CPU only by summation order.
-    ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    // bf16/fp16 in (cublasGemmEx, compute 32F): tensor cores, products exact in fp32 and summed in fp32; the
+    // DISALLOW flag keeps split-K partial sums in fp32 too (by default cuBLAS may reduce them in a half C's
+    // dtype), so a half output is rounded exactly once. It changes nothing for fp32 outputs.
+    ZERO_CUBLAS_RETURN_IF_ERROR(
+        cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, 0));
     return h;
   }
@@ -55,6 +62,85 @@ absl::Status gemm(cublasHandle_t h, cublasOperation_t op_b, cublasOperation_t op
 // out (N, OC) row r = bias (OC).
 __global__ void broadcast_rows_kernel(float* out, const float* bias, int64_t n, int64_t oc) {
   ZERO_GRID_STRIDE(i, n * oc) out[i] = bias[i % oc];
+}
+
+// ---- bf16 / fp16 operands ----
+
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::kBF16 ? CUDA_R_16BF : t == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+// The gemm above for half A and B (dtype `ab`) and a C of dtype `ct` (fp32 or `ab`): fp32 accumulation
+// (CUBLAS_COMPUTE_32F), alpha and beta fp32, tensor cores allowed (CUBLAS_GEMM_DEFAULT picks them).
+absl::Status gemm_ex(cublasHandle_t h, cublasOperation_t op_b, cublasOperation_t op_a, int64_t n, int64_t m, int64_t k,
+                     const void* b, int64_t ldb, const void* a, int64_t lda, DType ab, float beta, void* c, DType ct,
+                     int64_t ldc) {
+  const float one = 1.0f;
+  ZERO_CUBLAS_RETURN_IF_ERROR(cublasGemmEx_64(h, op_b, op_a, n, m, k, &one, b, cuda_type(ab), ldb, a, cuda_type(ab),
+                                              lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
+                                              CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
+
+// fp32 -> T, round to nearest even (the identity for fp32).
+template <typename T>
+__device__ __forceinline__ T narrow(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(x);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(x);
+  } else {
+    return x;
+  }
+}
+
+// Calls f with a null T* for the C++ type T that `t` names (fp32, bf16 or fp16): the launchers below
+// dispatch on runtime dtypes with it.
+template <typename F>
+absl::Status with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kF32: return f(static_cast<float*>(nullptr));
+    case DType::kBF16: return f(static_cast<__nv_bfloat16*>(nullptr));
+    case DType::kF16: return f(static_cast<__half*>(nullptr));
+    default: return absl::InternalError(absl::StrCat("matmul: no CUDA GEMM for ", dtype_name(t)));
+  }
+}
+
+template <typename P>
+using Pointee = std::remove_pointer_t<P>;
+
+// out (N, OC) row r = bias (OC) widened to fp32.
+template <typename Bias>
+__global__ void broadcast_widen_kernel(float* out, const Bias* bias, int64_t n, int64_t oc) {
+  ZERO_GRID_STRIDE(i, n * oc) out[i] = widen(bias[i % oc]);
+}
+
+// out (N, OC) = round(acc (N, OC) + bias (OC)): the bias added in fp32, then one rounding into Out.
+template <typename Out, typename Bias>
+__global__ void add_bias_narrow_kernel(Out* out, const float* acc, const Bias* bias, int64_t n, int64_t oc) {
+  ZERO_GRID_STRIDE(i, n * oc) out[i] = narrow<Out>(acc[i] + widen(bias[i % oc]));
+}
+
+// out[col] = round(out[col] + sum over rows of x[r, col]): common.cuh's add_column_sums_kernel (fp64 sums in a
+// fixed order, no atomics) for a half x and an fp32 or half out, rounded once.
+template <typename In, typename Out>
+__global__ void add_column_sums_typed_kernel(int64_t rows, int64_t cols, Out* out, const In* x) {
+  __shared__ double partial[kSumRows][kWarp];
+  const int64_t col = blockIdx.x * int64_t{kWarp} + threadIdx.x;
+  double acc = 0.0;
+  if (col < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kSumRows) acc += widen(x[r * cols + col]);
+  }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) return;
+  double total = 0.0;
+  for (int y = 0; y < kSumRows; ++y) total += partial[y][threadIdx.x];
+  out[col] = narrow<Out>(widen(out[col]) + static_cast<float>(total));
 }
 
 }  // namespace
@@ -87,6 +173,71 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
   ZERO_RETURN_IF_ERROR(gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, dweight, c));
   if (dbias == nullptr) return absl::OkStatus();
   return add_column_sums(n, oc, dbias, MatrixElement{dout, oc});
+}
+
+absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const void* inp, const void* weight,
+                                 const void* bias, DType bias_dtype, DType half, int64_t n, int64_t c, int64_t oc) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  if (n == 0) return absl::OkStatus();
+  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, handle(device));
+  // out (N, OC) = inp (N, C) · weight^T (C, OC), as matmul_forward's gemm.
+  const auto product = [&](void* dst, DType dst_dtype, float beta) {
+    return gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, half, beta, dst, dst_dtype, oc);
+  };
+  if (bias == nullptr) return product(out, out_dtype, 0.0f);
+  return with_type(bias_dtype, [&](auto* bias_tag) -> absl::Status {
+    using Bias = Pointee<decltype(bias_tag)>;
+    const Bias* b = static_cast<const Bias*>(bias);
+    if (out_dtype == DType::kF32) {
+      // fp32 out: bias broadcast, then the GEMM adds the products to it in fp32 (beta = 1).
+      broadcast_widen_kernel<<<blocks_for(n * oc), kThreads>>>(static_cast<float*>(out), b, n, oc);
+      ZERO_RETURN_IF_ERROR(launched("broadcast_widen_kernel"));
+      return product(out, DType::kF32, 1.0f);
+    }
+    // Half out: the products in an fp32 scratch (stream-ordered on the default stream), bias added in fp32,
+    // one rounding into out.
+    float* acc = nullptr;
+    ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&acc), n * oc * sizeof(float), 0));
+    absl::Status s = product(acc, DType::kF32, 0.0f);
+    if (s.ok()) {
+      s.Update(with_type(out_dtype, [&](auto* out_tag) -> absl::Status {
+        using Out = Pointee<decltype(out_tag)>;
+        add_bias_narrow_kernel<<<blocks_for(n * oc), kThreads>>>(static_cast<Out*>(out), acc, b, n, oc);
+        return launched("add_bias_narrow_kernel");
+      }));
+    }
+    s.Update(cuda_status(cudaFreeAsync(acc, 0), "cudaFreeAsync(matmul scratch)"));  // freed on every path
+    return s;
+  });
+}
+
+absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void* dweight, DType dweight_dtype,
+                                  void* dbias, DType dbias_dtype, const void* dout, const void* inp,
+                                  const void* weight, DType half, int64_t n, int64_t c, int64_t oc) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  if (n == 0) return absl::OkStatus();
+  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, handle(device));
+  if (dinp != nullptr) {
+    // dinp (N, C) = dout (N, OC) · weight (OC, C)
+    ZERO_RETURN_IF_ERROR(gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp,
+                                 dinp_dtype, c));
+  }
+  // dweight (OC, C) += dout^T (OC, N) · inp (N, C): cuBLAS reads a half dweight, adds in fp32, rounds once.
+  ZERO_RETURN_IF_ERROR(gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, 1.0f, dweight,
+                               dweight_dtype, c));
+  if (dbias == nullptr) return absl::OkStatus();
+  return with_type(half, [&](auto* in_tag) {
+    using In = Pointee<decltype(in_tag)>;
+    return with_type(dbias_dtype, [&](auto* out_tag) -> absl::Status {
+      using Out = Pointee<decltype(out_tag)>;
+      const dim3 block(kWarp, kSumRows);
+      add_column_sums_typed_kernel<<<static_cast<unsigned>((oc + kWarp - 1) / kWarp), block>>>(
+          n, oc, static_cast<Out*>(dbias), static_cast<const In*>(dout));
+      return launched("add_column_sums_typed_kernel");
+    });
+  });
 }
 
 }  // namespace zero::kernels::cuda

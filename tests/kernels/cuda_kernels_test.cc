@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -88,6 +89,122 @@ TEST_F(CudaKernels, MatmulMatchesCpu) {
   expect_near_all(download<float>(g_dinp), dinp, gemm_tolerance(oc), "dinp");
   expect_near_all(download<float>(g_dw), dw, gemm_tolerance(n), "dweight");
   expect_near_all(download<float>(g_db), db, gemm_tolerance(n), "dbias");  // fp64 sums: far tighter in fact
+}
+
+// ---- bf16 / fp16 GEMMs ----
+
+// n values in [-1, 1] rounded to `half` (nearest even): the bits for the GPU and their exact fp32 widening for
+// the CPU reference, so both sides multiply the same numbers.
+struct HalfValues {
+  std::vector<uint16_t> bits;
+  std::vector<float> wide;
+};
+HalfValues random_half(int64_t n, uint32_t seed, DType half) {
+  HalfValues v{.bits = std::vector<uint16_t>(n), .wide = random_floats(n, seed)};
+  for (int64_t i = 0; i < n; ++i) {
+    v.bits[i] = half == DType::kBF16 ? float_to_bf16(v.wide[i]) : float_to_fp16(v.wide[i]);
+    v.wide[i] = half == DType::kBF16 ? bf16_to_float(v.bits[i]) : fp16_to_float(v.bits[i]);
+  }
+  return v;
+}
+
+// The unit roundoff of the single rounding into a half result: 2^-p for p significand bits (bf16 8, fp16 11).
+double half_roundoff(DType half) { return half == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
+
+// Both GEMMs multiply exactly (bf16·bf16 has <= 16 significant bits, fp16·fp16 <= 22: exact in fp32) and sum K
+// products in fp32 in different orders: each within K·u·Σ|a||b| <= K·u·K of the exact sum (|a|, |b| <= 1), so
+// gemm_tolerance(K) covers both; + u for the fp32 add of the O(1) bias or += start value. A half result is
+// then rounded once: within half_roundoff·|x| of the fp32 value x it rounds, |x| <= |cpu| + tol; an fp16
+// result in the subnormal range is instead within half its spacing, 2^-25, absolutely.
+class CudaHalfGemm : public CudaKernels, public ::testing::WithParamInterface<DType> {
+ protected:
+  DType half() const { return GetParam(); }
+
+  // A device tensor of `dtype` (fp32 or half()) holding `v`: the half bits, or their widening in fp32.
+  Tensor upload_as(const HalfValues& v, DType dtype, Shape shape) {
+    if (dtype == DType::kF32) return upload(v.wide, std::move(shape));
+    const Tensor t = upload(v.bits, shape);
+    return Tensor(t.data(), dtype, std::move(shape), Device::cuda(0));
+  }
+
+  void expect_result(const Tensor& g, const std::vector<float>& cpu, int64_t k, const std::string& what) {
+    const double tol = gemm_tolerance(k) + kU32;
+    if (g.dtype() == DType::kF32) return expect_near_all(download<float>(g), cpu, tol, what);
+    const std::vector<uint16_t> bits = download<uint16_t>(g);
+    ASSERT_EQ(bits.size(), cpu.size()) << what;
+    int misses = 0;
+    for (size_t i = 0; i < bits.size() && misses < 5; ++i) {
+      const double got = g.dtype() == DType::kBF16 ? bf16_to_float(bits[i]) : fp16_to_float(bits[i]);
+      const double bound = half_roundoff(g.dtype()) * (std::fabs(cpu[i]) + tol) + tol + std::ldexp(1.0, -25);
+      if (!(std::fabs(got - cpu[i]) <= bound)) {
+        ADD_FAILURE() << what << " (" << dtype_name(g.dtype()) << ")[" << i << "]: " << got << " vs CPU " << cpu[i]
+                      << " (tolerance " << bound << ")";
+        ++misses;
+      }
+    }
+  }
+
+  // Forward and backward with half operands on the GPU against the fp32 CPU GEMM on their widened values;
+  // out, bias, dinp, dweight and dbias all in `results` (fp32, or half() to round each once).
+  void run(DType results) {
+    const int64_t n = 64, c = 96, oc = 80;
+    const DType h = half();
+    const HalfValues inp = random_half(n * c, 31, h), w = random_half(oc * c, 32, h), b = random_half(oc, 33, h);
+    const HalfValues dout = random_half(n * oc, 34, h), dw = random_half(oc * c, 35, h), db = random_half(oc, 36, h);
+    std::vector<float> inp_c = inp.wide, w_c = w.wide, b_c = b.wide, dout_c = dout.wide, dw_c = dw.wide;
+    std::vector<float> db_c = db.wide, out_c(n * oc), dinp_c(n * c);
+    ASSERT_TRUE(matmul_forward(view(out_c, {n, oc}), view(inp_c, {n, c}), view(w_c, {oc, c}), view(b_c, {oc})).ok());
+    ASSERT_TRUE(matmul_backward(view(dinp_c, {n, c}), view(dw_c, {oc, c}), view(db_c, {oc}), view(dout_c, {n, oc}),
+                                view(inp_c, {n, c}), view(w_c, {oc, c})).ok());
+
+    const HalfValues zeros_out{std::vector<uint16_t>(n * oc), std::vector<float>(n * oc)};
+    const HalfValues zeros_dinp{std::vector<uint16_t>(n * c), std::vector<float>(n * c)};
+    const Tensor g_inp = upload_as(inp, h, {n, c}), g_w = upload_as(w, h, {oc, c});
+    const Tensor g_out = upload_as(zeros_out, results, {n, oc}), g_dinp = upload_as(zeros_dinp, results, {n, c});
+    const Tensor g_dw = upload_as(dw, results, {oc, c}), g_db = upload_as(db, results, {oc});
+    const absl::Status fwd = matmul_forward(g_out, g_inp, g_w, upload_as(b, results, {oc}));
+    ASSERT_TRUE(fwd.ok()) << fwd;
+    const absl::Status bwd = matmul_backward(g_dinp, g_dw, g_db, upload_as(dout, h, {n, oc}), g_inp, g_w);
+    ASSERT_TRUE(bwd.ok()) << bwd;
+    expect_result(g_out, out_c, c, "out");
+    expect_result(g_dinp, dinp_c, oc, "dinp");
+    expect_result(g_dw, dw_c, n, "dweight");
+    expect_result(g_db, db_c, n, "dbias");  // fp64 column sums on both sides: far tighter in fact
+  }
+};
+
+TEST_P(CudaHalfGemm, Fp32ResultsMatchCpu) { run(DType::kF32); }
+TEST_P(CudaHalfGemm, HalfResultsMatchCpu) { run(half()); }
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CudaHalfGemm, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(info.param == DType::kBF16 ? "bf16" : "fp16");
+                         });
+
+// Runs in every build (the results' checks with CUDA only): half operands are checked before any dispatch;
+// no data is touched.
+TEST(CudaKernelChecks, HalfMatmulArgumentsAreChecked) {
+  std::vector<uint16_t> x(4);
+  std::vector<float> f(4);
+  const Tensor cpu_bf16(x.data(), DType::kBF16, {2, 2});
+  // The CPU GEMM stays fp32-only, with the usual message.
+  absl::Status s = matmul_forward(view(f, {2, 2}), cpu_bf16, cpu_bf16, Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("fp32"), absl::string_view::npos) << s;
+  // On CUDA, inp and weight share one half dtype, and out is fp32 or that dtype.
+  const Tensor bf16(x.data(), DType::kBF16, {2, 2}, Device::cuda(0)), fp16(x.data(), DType::kF16, {2, 2}, Device::cuda(0));
+  const Tensor i32(x.data(), DType::kI32, {2, 2}, Device::cuda(0));
+  s = matmul_forward(bf16, bf16, fp16, Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("weight"), absl::string_view::npos) << s;
+#if ZERO_HAS_CUDA  // without CUDA, the backend's FailedPrecondition comes first for the results' checks
+  s = matmul_forward(fp16, bf16, bf16, Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("fp32 or bf16"), absl::string_view::npos) << s;
+  s = matmul_backward(Tensor(), bf16, Tensor(), i32, bf16, bf16);  // dout must be bf16 like the operands
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("dout"), absl::string_view::npos) << s;
+#endif
 }
 
 TEST_F(CudaKernels, GeluAndResidualMatchCpu) {
