@@ -12,6 +12,7 @@
 
 #include "models/gpt2_weights.h"
 #include "runtime/safetensors.h"
+#include "tests/models/gpt2_fixture.h"
 #include "tests/models/model_runner.h"
 
 namespace zero {
@@ -21,25 +22,9 @@ using ::testing::HasSubstr;
 using testing::ModelRunner;
 using testing::RunResult;
 
-const std::string kWeights = ZERO_FIXTURES_DIR "/gpt2_tiny.safetensors";
-const std::string kGrads = ZERO_FIXTURES_DIR "/gpt2_tiny_grads.safetensors";
-const std::string kIo = ZERO_FIXTURES_DIR "/gpt2_tiny_io.safetensors";
 
 Gpt2Config tiny() { return *Gpt2Config::preset("tiny"); }
 
-// The fixture's batch: tokens and targets (B, T) = (2, 8), two targets ignored.
-struct Fixture {
-  SafetensorsFile io;
-  Batch batch;
-};
-
-Fixture load_io() {
-  absl::StatusOr<SafetensorsFile> io = SafetensorsFile::read(kIo);
-  EXPECT_TRUE(io.ok()) << io.status();
-  Fixture f{.io = *std::move(io)};
-  f.batch = {.inputs = *f.io.get("tokens"), .targets = *f.io.get("targets")};
-  return f;
-}
 
 // A tiny GPT-2 with the fixture's weights.
 struct Loaded {
@@ -50,7 +35,7 @@ struct Loaded {
 Loaded load_model() {
   Loaded l{.model = *Gpt2::create(tiny())};
   l.runner = std::make_unique<ModelRunner>(*l.model);
-  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kWeights, tiny());
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(testing::kGpt2TinyWeights, tiny());
   EXPECT_TRUE(reader.ok()) << reader.status();
   const absl::Status s = l.runner->load(
       [&](absl::string_view unit, absl::string_view param, const Tensor& dst) {
@@ -80,7 +65,7 @@ double max_relative_error(const float* a, const float* b, int64_t n) {
 constexpr double kTolerance = 1e-5;
 
 TEST(Gpt2, LossAndLogitsMatchPyTorch) {
-  Fixture f = load_io();
+  testing::Gpt2FixtureBatch f = testing::load_gpt2_fixture_batch();
   Loaded l = load_model();
   Allocator alloc;
   absl::StatusOr<RunResult> r = l.runner->forward_backward(alloc, f.batch);
@@ -101,12 +86,12 @@ TEST(Gpt2, LossAndLogitsMatchPyTorch) {
 }
 
 TEST(Gpt2, EveryGradientMatchesPyTorch) {
-  Fixture f = load_io();
+  testing::Gpt2FixtureBatch f = testing::load_gpt2_fixture_batch();
   Loaded l = load_model();
   Allocator alloc;
   ASSERT_TRUE(l.runner->forward_backward(alloc, f.batch).ok());
   // The gradients file has the weights file's names and layout, so the same reader maps it to zero's.
-  absl::StatusOr<Gpt2HfReader> grads = Gpt2HfReader::open(kGrads, tiny());
+  absl::StatusOr<Gpt2HfReader> grads = Gpt2HfReader::open(testing::kGpt2TinyGrads, tiny());
   ASSERT_TRUE(grads.ok()) << grads.status();
   int checked = 0;
   l.runner->for_each_param([&](const std::string& unit, const std::string& param) {
@@ -127,7 +112,7 @@ TEST(Gpt2, GradientsAddAcrossCalls) {
   // The contract: backward adds. Two identical micro-batches give twice one; kernels that add row by
   // row into the gradient sum in another order the second time (S + s1 + s2 ... rather than S + S), so
   // equality is to fp32 rounding of those sums, far below the 0.5 an overwrite would leave.
-  Fixture f = load_io();
+  testing::Gpt2FixtureBatch f = testing::load_gpt2_fixture_batch();
   Loaded once = load_model(), twice = load_model();
   Allocator alloc;
   ASSERT_TRUE(once.runner->forward_backward(alloc, f.batch).ok());
@@ -140,7 +125,7 @@ TEST(Gpt2, GradientsAddAcrossCalls) {
 }
 
 TEST(Gpt2, RecomputeGivesBitIdenticalGradients) {
-  Fixture f = load_io();
+  testing::Gpt2FixtureBatch f = testing::load_gpt2_fixture_batch();
   Loaded saved = load_model(), recomputed = load_model();
   for (int64_t layer = 0; layer < tiny().num_layers; ++layer) recomputed.model->set_recompute(layer, true);
   Allocator alloc;
@@ -156,7 +141,7 @@ TEST(Gpt2, RecomputeGivesBitIdenticalGradients) {
 TEST(Gpt2, LossScaleMultipliesEveryGradientExactly) {
   // Backward is linear in d(loss)/d(logits); scaling it by a power of two scales every rounded
   // product and sum by the same power, so (away from overflow and subnormals) the bits are exact.
-  Fixture f = load_io();
+  testing::Gpt2FixtureBatch f = testing::load_gpt2_fixture_batch();
   Loaded plain = load_model(), scaled = load_model();
   Allocator alloc;
   absl::StatusOr<RunResult> a = plain.runner->forward_backward(alloc, f.batch);

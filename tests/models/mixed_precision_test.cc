@@ -20,6 +20,7 @@
 #include "runtime/dtype.h"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
+#include "tests/models/gpt2_fixture.h"
 #include "tests/models/model_runner.h"
 
 namespace zero {
@@ -28,9 +29,6 @@ namespace {
 using testing::ModelRunner;
 using testing::RunResult;
 
-const std::string kWeights = ZERO_FIXTURES_DIR "/gpt2_tiny.safetensors";
-const std::string kGrads = ZERO_FIXTURES_DIR "/gpt2_tiny_grads.safetensors";
-const std::string kIo = ZERO_FIXTURES_DIR "/gpt2_tiny_io.safetensors";
 const std::string kMlp = ZERO_FIXTURES_DIR "/mlp.safetensors";
 const std::vector<int64_t> kMlpWidths = {16, 32, 32, 10};
 
@@ -93,7 +91,7 @@ struct Gpt2Run {
 Gpt2Run load_gpt2(DType dtype, DType pre_round = DType::kF32) {
   Gpt2Run r{.model = *Gpt2::create(tiny())};
   r.runner = std::make_unique<ModelRunner>(*r.model, dtype);
-  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kWeights, tiny());
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(testing::kGpt2TinyWeights, tiny());
   EXPECT_TRUE(reader.ok()) << reader.status();
   const absl::Status s = r.runner->load([&](absl::string_view unit, absl::string_view param, const Tensor& dst) {
     ZERO_RETURN_IF_ERROR(reader->fill(unit, param, dst));
@@ -106,18 +104,6 @@ Gpt2Run load_gpt2(DType dtype, DType pre_round = DType::kF32) {
   return r;
 }
 
-struct Gpt2Io {
-  SafetensorsFile io;
-  Batch batch;
-};
-
-Gpt2Io load_gpt2_io() {
-  absl::StatusOr<SafetensorsFile> io = SafetensorsFile::read(kIo);
-  EXPECT_TRUE(io.ok()) << io.status();
-  Gpt2Io f{.io = *std::move(io)};
-  f.batch = {.inputs = *f.io.get("tokens"), .targets = *f.io.get("targets")};
-  return f;
-}
 
 // The one tied parameter: wte, owned by the embedding, also read (and its gradient added to) by the head.
 bool is_tied_wte(const std::string& unit, const std::string& param) {
@@ -138,7 +124,7 @@ class Gpt2Precision : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(Gpt2Precision, GradientsAreTheFp32RunsRoundedOnceAndTheLossIsEqual) {
   const auto [half, scale] = GetParam();
-  Gpt2Io f = load_gpt2_io();
+  testing::Gpt2FixtureBatch f = testing::load_gpt2_fixture_batch();
   Gpt2Run h = load_gpt2(half, half), fp32 = load_gpt2(DType::kF32, half);
   // The tied wte gradient is stored by two units in turn, the head's backward and then the
   // embedding's: under a half engine each rounds its sum once, so wte is rounded twice, the head's
@@ -215,7 +201,7 @@ TEST_P(Gpt2Precision, GradientsMatchPyTorchWithinTheFormatsBound) {
   const auto [half, scale] = GetParam();
   constexpr int kTensors = 2 + 2 * 12 + 2;  // wte, wpe; 12 per block; ln_f
   const double bound = gradient_bound(half, kTensors);
-  Gpt2Io f = load_gpt2_io();
+  testing::Gpt2FixtureBatch f = testing::load_gpt2_fixture_batch();
   Gpt2Run h = load_gpt2(half);  // the fixture's fp32 weights, rounded once by load()
   Allocator alloc;
   absl::StatusOr<RunResult> r = h.runner->forward_backward(alloc, f.batch, scale);
@@ -236,7 +222,7 @@ TEST_P(Gpt2Precision, GradientsMatchPyTorchWithinTheFormatsBound) {
   const float want_loss = *f.io.get("loss")->data_as<float>();
   EXPECT_LE(std::fabs(r->loss - want_loss), 2 * forward_bound(half, kTensors) * max_logit);
 
-  absl::StatusOr<Gpt2HfReader> grads = Gpt2HfReader::open(kGrads, tiny());
+  absl::StatusOr<Gpt2HfReader> grads = Gpt2HfReader::open(testing::kGpt2TinyGrads, tiny());
   ASSERT_TRUE(grads.ok()) << grads.status();
   double worst = 0;
   std::string worst_name;
