@@ -3,6 +3,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/fast_math.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
 #include "runtime/status.h"
@@ -42,7 +43,7 @@ absl::Status gelu_forward(const Tensor& out, const Tensor& inp) {
   float* y = out.data_as<float>();
   for_each_element(inp.numel(), [&](int64_t i) {
     const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + std::tanh(kGeluScale * (v + kGeluCubic * v * v * v)));
+    y[i] = 0.5f * v * (1.0f + detail::tanh_rational(kGeluScale * (v + kGeluCubic * v * v * v)));
   });
   return absl::OkStatus();
 }
@@ -60,7 +61,7 @@ absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& 
   float* dx = dinp.data_as<float>();
   for_each_element(inp.numel(), [&](int64_t i) {
     const float v = x[i];
-    const float th = std::tanh(kGeluScale * (v + kGeluCubic * v * v * v));
+    const float th = detail::tanh_rational(kGeluScale * (v + kGeluCubic * v * v * v));
     const float sech2 = 1.0f - th * th;  // d tanh(u) / du
     const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
     dx[i] = local * g[i];

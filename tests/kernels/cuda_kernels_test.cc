@@ -215,10 +215,11 @@ TEST_F(CudaKernels, GeluAndResidualMatchCpu) {
   ASSERT_TRUE(gelu_forward(g_y, g_x).ok());
   ASSERT_TRUE(gelu_backward(view(dx, {n}), view(x, {n}), view(dout, {n})).ok());
   ASSERT_TRUE(gelu_backward(g_dx, g_x, g_dout).ok());
-  // tanhf and std::tanh differ by a few ulps of |tanh| <= 1 (<= 4u); forward scales that by 0.5|x| <= 2.5, backward by
+  // The CPU's tanh_rational is within 7 ulps of glibc's tanhf (elementwise_test) and CUDA's tanhf within 2, so the
+  // two tanh values of |tanh| <= 1 differ by <= 9u; forward scales that by 0.5|x| <= 2.5, backward by
   // |d local / d tanh| <= 0.5 + |x| sqrt(2/pi) (1 + 3·0.044715 x^2) <= 18 at |x| <= 5; plus the final rounding.
-  expect_near_all(download<float>(g_y), y, 2.5 * 4 * kU32 + 5 * kU32, "gelu out");
-  expect_near_all(download<float>(g_dx), dx, 18 * 4 * kU32 + 18 * kU32, "gelu dinp");
+  expect_near_all(download<float>(g_y), y, 2.5 * 9 * kU32 + 5 * kU32, "gelu out");
+  expect_near_all(download<float>(g_dx), dx, 18 * 9 * kU32 + 18 * kU32, "gelu dinp");
   // One IEEE add per element on both sides: equal bits.
   ASSERT_TRUE(residual_forward(view(y, {n}), view(x, {n}), view(dout, {n})).ok());
   ASSERT_TRUE(residual_forward(g_y, g_x, g_dout).ok());

@@ -1,6 +1,8 @@
 #include <cmath>
+#include <limits>
 
 #include "kernel_test_util.h"
+#include "kernels/fast_math.h"
 #include "kernels/kernels.h"
 
 namespace zero::kernels {
@@ -24,6 +26,18 @@ std::vector<double> reference_gelu(const std::vector<double>& x) {
 // GELU's fp32 evaluation: a handful of roundings in the cubic and the product, and tanhf (a few ulps);
 // |x| <= 4 keeps every intermediate below 2^5, so 64 u per unit of |x| bounds the error.
 constexpr double kGeluTol = 4 * 64 * kU32;
+
+TEST(TanhRational, WithinSevenUlpsOfTanhf) {
+  // Every 2^-12 step of [-10, 10], and the tails: clamped to exactly +-1, NaN through.
+  for (float x = -10.0f; x <= 10.0f; x += 0x1p-12f) {
+    const float want = std::tanh(x);
+    const float ulp = std::max(std::ldexp(1.0f, std::ilogb(want) - 23), std::numeric_limits<float>::denorm_min());
+    ASSERT_LE(std::fabs(detail::tanh_rational(x) - want), 7 * ulp) << "x = " << x;
+  }
+  EXPECT_EQ(detail::tanh_rational(100.0f), 1.0f);
+  EXPECT_EQ(detail::tanh_rational(-100.0f), -1.0f);
+  EXPECT_TRUE(std::isnan(detail::tanh_rational(std::numeric_limits<float>::quiet_NaN())));
+}
 
 TEST(Gelu, ForwardMatchesReference) {
   std::vector<float> x = random_floats(1000, 1, -4.0f, 4.0f), y(1000);
