@@ -1,8 +1,9 @@
-// Causal multi-head self-attention on the CPU: one (batch, head) per task, one query row at a time.
+// Causal multi-head self-attention on the CPU: one (batch, head) per task, its products as single-threaded GEMMs.
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/blas.h"
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
@@ -42,19 +43,6 @@ absl::StatusOr<AttentionDims> check_attention(
   return d;
 }
 
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// y += a * x over n elements.
-void axpy(float a, const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
 // Pointers to one (batch, head)'s rows: q/k/v row t at q + t * stride (and k, v), out likewise.
 struct HeadView {
   const float* q;
@@ -74,6 +62,23 @@ void for_each_head(const AttentionDims& d, Fn&& fn) {
   detail::for_blocks(d.b * d.nh, 1, [&](int64_t i, int64_t) { fn(i / d.nh, i % d.nh); });
 }
 
+// C (m, n) = op(A) op(B) for row-major operands with row strides lda, ldb, ldc, on the calling thread.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float* c, int64_t ldc) {
+  detail::tiled_sgemm({.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b,
+                       .ldb = ldb, .c = c, .ldc = ldc});
+}
+
+// p (T, T) = exp(scale q k^T - lse) with the future (j > i) zeroed: softmax rows, given each row's lse.
+void causal_probabilities(const HeadView& hv, const AttentionDims& d, float scale, const float* row_lse, float* p) {
+  gemm(false, true, d.t, d.t, d.hs, hv.q, hv.stride, hv.k, hv.stride, p, d.t);
+  for (int64_t i = 0; i < d.t; ++i) {
+    float* row = p + i * d.t;
+    for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(scale * row[j] - row_lse[i]);
+    std::fill(row + i + 1, row + d.t, 0.0f);
+  }
+}
+
 }  // namespace
 
 absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tensor& inp, int64_t num_heads) {
@@ -88,25 +93,26 @@ absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tenso
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
   for_each_head(d, [&](int64_t b, int64_t h) {
     const HeadView hv = head_view(inp.data_as<float>(), d, b, h);
-    std::vector<float> p(static_cast<size_t>(d.t));  // (T) the current query's scores, then exp(score - max)
+    float* row_lse = lse.data_as<float>() + (b * d.nh + h) * d.t;
+    std::vector<float> p(static_cast<size_t>(d.t * d.t));  // (T, T) q k^T, then exp(scale s - max) per row
+    gemm(false, true, d.t, d.t, d.hs, hv.q, hv.stride, hv.k, hv.stride, p.data(), d.t);
+    std::vector<double> sums(static_cast<size_t>(d.t));
     for (int64_t i = 0; i < d.t; ++i) {
-      const float* qi = hv.q + i * hv.stride;
+      float* row = p.data() + i * d.t;
       float max = -INFINITY;
-      for (int64_t j = 0; j <= i; ++j) {
-        p[j] = scale * dot(qi, hv.k + j * hv.stride, d.hs);
-        max = std::fmax(max, p[j]);
-      }
-      float* oi = out.data_as<float>() + (b * d.t + i) * d.c + h * d.hs;
-      std::fill(oi, oi + d.hs, 0.0f);
+      for (int64_t j = 0; j <= i; ++j) max = std::fmax(max, row[j] *= scale);
       double sum = 0.0;
-      for (int64_t j = 0; j <= i; ++j) {
-        p[j] = std::exp(p[j] - max);
-        sum += p[j];
-        axpy(p[j], hv.v + j * hv.stride, oi, d.hs);
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t e = 0; e < d.hs; ++e) oi[e] *= inv;
-      lse.data_as<float>()[(b * d.nh + h) * d.t + i] = max + static_cast<float>(std::log(sum));
+      for (int64_t j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - max));
+      std::fill(row + i + 1, row + d.t, 0.0f);
+      sums[i] = sum;
+      row_lse[i] = max + static_cast<float>(std::log(sum));
+    }
+    // out (T, hs) = p v, then each row divided by its sum.
+    float* o = out.data_as<float>() + b * d.t * d.c + h * d.hs;
+    gemm(false, false, d.t, d.hs, d.t, p.data(), d.t, hv.v, hv.stride, o, d.c);
+    for (int64_t i = 0; i < d.t; ++i) {
+      const float inv = static_cast<float>(1.0 / sums[i]);
+      for (int64_t e = 0; e < d.hs; ++e) o[i * d.c + e] *= inv;
     }
   });
   return absl::OkStatus();
@@ -132,27 +138,21 @@ absl::Status attention_backward(const Tensor& dinp, const Tensor& dout, const Te
     float* dq = dinp.data_as<float>() + b * d.t * 3 * d.c + h * d.hs;
     float* dk = dq + d.c;
     float* dv = dq + 2 * d.c;
-    for (int64_t j = 0; j < d.t; ++j) {
-      std::fill(dk + j * hv.stride, dk + j * hv.stride + d.hs, 0.0f);
-      std::fill(dv + j * hv.stride, dv + j * hv.stride + d.hs, 0.0f);
-    }
-    const float* row_lse = lse.data_as<float>() + (b * d.nh + h) * d.t;
+    const float* d_o = dout.data_as<float>() + b * d.t * d.c + h * d.hs;  // (T, hs), row stride C
+    const float* o = out.data_as<float>() + b * d.t * d.c + h * d.hs;
+    std::vector<float> p(static_cast<size_t>(d.t * d.t)), ds(static_cast<size_t>(d.t * d.t));  // (T, T) each
+    causal_probabilities(hv, d, scale, lse.data_as<float>() + (b * d.nh + h) * d.t, p.data());
+    gemm(true, false, d.t, d.hs, d.t, p.data(), d.t, d_o, d.c, dv, hv.stride);  // dv = p^T dO
+    gemm(false, true, d.t, d.t, d.hs, d_o, d.c, hv.v, hv.stride, ds.data(), d.t);  // dP = dO v^T
     for (int64_t i = 0; i < d.t; ++i) {
-      const float* qi = hv.q + i * hv.stride;
-      const float* doi = dout.data_as<float>() + (b * d.t + i) * d.c + h * d.hs;
-      const float* oi = out.data_as<float>() + (b * d.t + i) * d.c + h * d.hs;
-      float* dqi = dq + i * hv.stride;
-      std::fill(dqi, dqi + d.hs, 0.0f);
-      const float di = dot(doi, oi, d.hs);
-      for (int64_t j = 0; j <= i; ++j) {
-        const float* kj = hv.k + j * hv.stride;
-        const float pij = std::exp(scale * dot(qi, kj, d.hs) - row_lse[i]);
-        const float dsij = pij * (dot(doi, hv.v + j * hv.stride, d.hs) - di) * scale;
-        axpy(pij, doi, dv + j * hv.stride, d.hs);
-        axpy(dsij, qi, dk + j * hv.stride, d.hs);
-        axpy(dsij, kj, dqi, d.hs);
-      }
+      float di = 0.0f;  // dO_i . O_i
+      for (int64_t e = 0; e < d.hs; ++e) di += d_o[i * d.c + e] * o[i * d.c + e];
+      float* row = ds.data() + i * d.t;
+      const float* pi = p.data() + i * d.t;
+      for (int64_t j = 0; j < d.t; ++j) row[j] = pi[j] * (row[j] - di) * scale;  // 0 where p is (the future)
     }
+    gemm(false, false, d.t, d.hs, d.t, ds.data(), d.t, hv.k, hv.stride, dq, hv.stride);  // dq = dS k
+    gemm(true, false, d.t, d.hs, d.t, ds.data(), d.t, hv.q, hv.stride, dk, hv.stride);   // dk = dS^T q
   });
   return absl::OkStatus();
 }
