@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/blas.h"
 #include "kernels/check.h"
+#include "kernels/fast_math.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
@@ -74,7 +75,7 @@ void causal_probabilities(const HeadView& hv, const AttentionDims& d, float scal
   gemm(false, true, d.t, d.t, d.hs, hv.q, hv.stride, hv.k, hv.stride, p, d.t);
   for (int64_t i = 0; i < d.t; ++i) {
     float* row = p + i * d.t;
-    for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(scale * row[j] - row_lse[i]);
+    for (int64_t j = 0; j <= i; ++j) row[j] = detail::exp_poly(scale * row[j] - row_lse[i]);
     std::fill(row + i + 1, row + d.t, 0.0f);
   }
 }
@@ -101,8 +102,8 @@ absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tenso
       float* row = p.data() + i * d.t;
       float max = -INFINITY;
       for (int64_t j = 0; j <= i; ++j) max = std::fmax(max, row[j] *= scale);
-      double sum = 0.0;
-      for (int64_t j = 0; j <= i; ++j) sum += (row[j] = std::exp(row[j] - max));
+      for (int64_t j = 0; j <= i; ++j) row[j] = detail::exp_poly(row[j] - max);
+      const double sum = detail::sum_fp64(row, i + 1);
       std::fill(row + i + 1, row + d.t, 0.0f);
       sums[i] = sum;
       row_lse[i] = max + static_cast<float>(std::log(sum));

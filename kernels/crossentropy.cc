@@ -1,9 +1,11 @@
 // Softmax cross-entropy over a padded vocab with ignored targets, its gradient and argmax accuracy in one pass.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
+#include "kernels/fast_math.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
@@ -27,15 +29,18 @@ struct RowSums {
 // One row: writes dlogits = scale * (softmax - onehot(target)) over [0, vocab) and 0 over the padding;
 // returns the row's -log p(target) and whether the argmax is the target. x and d may alias.
 RowSums row_forward_backward(const float* x, float* d, int64_t vocab, int64_t padded, int32_t target, float scale) {
+  // The largest logit by a vectorized reduction, then the first column holding it (NaN logits: column 0).
+  float max = x[0];
+#pragma omp simd reduction(max : max)
+  for (int64_t v = 1; v < vocab; ++v) max = std::max(max, x[v]);
   int64_t argmax = 0;
-  for (int64_t v = 1; v < vocab; ++v) argmax = x[v] > x[argmax] ? v : argmax;
-  const float max = x[argmax];
+  while (argmax < vocab && !(x[argmax] == max)) ++argmax;
+  if (argmax == vocab) argmax = 0;
   const float target_logit = x[target];
-  double sum = 0.0;
-  for (int64_t v = 0; v < vocab; ++v) {
-    d[v] = std::exp(x[v] - max);  // reads x[v] before writing the same element: aliasing is safe
-    sum += d[v];
-  }
+  // The exps and the sum vectorize.
+#pragma omp simd  // d may be x itself: each element is read before it is written
+  for (int64_t v = 0; v < vocab; ++v) d[v] = detail::exp_poly(x[v] - max);
+  const double sum = detail::sum_fp64(d, vocab);
   const float inv = static_cast<float>(scale / sum);
   for (int64_t v = 0; v < vocab; ++v) d[v] *= inv;
   d[target] -= scale;

@@ -39,6 +39,21 @@ TEST(TanhRational, WithinSevenUlpsOfTanhf) {
   EXPECT_TRUE(std::isnan(detail::tanh_rational(std::numeric_limits<float>::quiet_NaN())));
 }
 
+TEST(ExpPoly, WithinOneUlpOfTheRoundedExpAndExactAtTheEdges) {
+  // Every 2^-10 step over the normal range; the reference is exp in fp64 rounded once to fp32.
+  for (float x = -87.0f; x <= 88.0f; x += 0x1p-10f) {
+    const float want = static_cast<float>(std::exp(static_cast<double>(x)));
+    const float ulp = std::ldexp(1.0f, std::ilogb(want) - 23);
+    ASSERT_LE(std::fabs(detail::exp_poly(x) - want), ulp) << "x = " << x;
+  }
+  EXPECT_EQ(detail::exp_poly(0.0f), 1.0f);
+  EXPECT_EQ(detail::exp_poly(-INFINITY), 0.0f);
+  EXPECT_EQ(detail::exp_poly(-100.0f), 0.0f);  // below 2^-126: flushed
+  EXPECT_EQ(detail::exp_poly(INFINITY), INFINITY);
+  EXPECT_EQ(detail::exp_poly(100.0f), INFINITY);
+  EXPECT_TRUE(std::isnan(detail::exp_poly(std::numeric_limits<float>::quiet_NaN())));
+}
+
 TEST(Gelu, ForwardMatchesReference) {
   std::vector<float> x = random_floats(1000, 1, -4.0f, 4.0f), y(1000);
   ASSERT_TRUE(gelu_forward(view(y, {10, 100}), view(x, {10, 100})).ok());
