@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "models/gpt2.h"
 #include "models/gpt2_config.h"
 #include "nlohmann/json.hpp"
 #include "runtime/status.h"
@@ -207,20 +208,6 @@ absl::StatusOr<Request> request_from_flags() {
   return r;
 }
 
-// The peak of GPT-2's kActivations bytes on one rank (fp32, whatever the precision), as models/gpt2.cc
-// allocates them, in floats: the embedding's output BTC; per block its output BTC and, saved for backward,
-// 15BTC + 4BT + B·NH·T; the head's ln_f (BTC + 2BT), logits and their gradient (2BTVp). Without recompute
-// the peak is at the end of forward. With it each block keeps only its output, and one block's saved
-// activations exist at a time, while the head's do not (forward) or no longer do (backward).
-int64_t gpt2_activation_bytes(const Gpt2Config& c, int64_t B, int64_t T, bool recompute) {
-  const int64_t bt = B * T, btc = bt * c.channels;
-  const int64_t saved = 15 * btc + 4 * bt + B * c.num_heads * T;
-  const int64_t head = btc + 2 * bt + 2 * bt * c.padded_vocab_size;
-  const int64_t outputs = (c.num_layers + 1) * btc;
-  const int64_t floats = recompute ? outputs + std::max(head, saved) : outputs + c.num_layers * saved + head;
-  return 4 * floats;
-}
-
 // One stage's figures.
 struct StagePlan {
   int stage = 0;
@@ -233,7 +220,7 @@ struct StagePlan {
 
 std::vector<StagePlan> plan_stages(const Request& r) {
   const int64_t activations =
-      r.batch.has_value() ? gpt2_activation_bytes(*r.gpt2, *r.batch, *r.seq, r.recompute) : 0;
+      r.batch.has_value() ? gpt2_peak_activation_bytes(*r.gpt2, *r.batch, *r.seq, r.recompute) : 0;
   std::vector<StagePlan> plans;
   for (int stage : r.stages) {
     PlanInput input = r.plan;

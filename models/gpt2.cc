@@ -1,5 +1,6 @@
 #include "models/gpt2.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -260,6 +261,16 @@ class Gpt2Head final : public Unit {
   Tensor lnf_, mean_, rstd_;  // (B, T, C), (B, T), (B, T)
   Tensor logits_, dlogits_;   // (B, T, Vp)
 };
+
+int64_t gpt2_peak_activation_bytes(const Gpt2Config& config, int64_t B, int64_t T, bool recompute) {
+  const int64_t bt = B * T, btc = bt * config.channels, layers = config.num_layers;
+  const int64_t block_saved = 15 * btc + 4 * bt + B * config.num_heads * T;
+  const int64_t head = btc + 2 * bt + 2 * bt * config.padded_vocab_size;
+  const int64_t outputs = (layers + 1) * btc;  // the embedding's and every block's
+  const int64_t floats =
+      recompute ? outputs + std::max(block_saved, head) : outputs + layers * block_saved + head;
+  return 4 * floats;
+}
 
 absl::StatusOr<std::unique_ptr<Gpt2>> Gpt2::create(const Gpt2Config& config) {
   ZERO_RETURN_IF_ERROR(config.validate());

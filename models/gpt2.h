@@ -37,6 +37,11 @@ class Gpt2Embedding;
 class Gpt2Block;
 class Gpt2Head;
 
+// The peak kActivations bytes of one forward+backward over (B, T), from the table above: every block
+// saving (the peak at the end of forward), or every block recomputing (the outputs, plus one block's
+// saved tensors or the head's, whichever is larger). Exact when B·T and B·NH·T are multiples of 16.
+int64_t gpt2_peak_activation_bytes(const Gpt2Config& config, int64_t B, int64_t T, bool recompute);
+
 class Gpt2 final : public Model {
  public:
   // Fails if config.validate() does.

@@ -12,6 +12,7 @@
 
 #include "models/gpt2_weights.h"
 #include "runtime/safetensors.h"
+#include "tests/models/compare.h"
 #include "tests/models/gpt2_fixture.h"
 #include "tests/models/model_runner.h"
 
@@ -19,6 +20,8 @@ namespace zero {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::floats_of;
+using testing::max_relative_error;
 using testing::ModelRunner;
 using testing::RunResult;
 
@@ -43,18 +46,6 @@ Loaded load_model() {
       });
   EXPECT_TRUE(s.ok()) << s;
   return l;
-}
-
-// max |a - b| / max |b| over a tensor. Per element relative error is meaningless where a value is a
-// cancellation near zero; fp32 rounding in a sum is proportional to the magnitudes summed, which the
-// tensor's largest element stands for.
-double max_relative_error(const float* a, const float* b, int64_t n) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
 }
 
 // The fixture is float64 math on fp32 parameters rounded once; zero runs in fp32. A sum of n fp32 terms
@@ -82,7 +73,7 @@ TEST(Gpt2, LossAndLogitsMatchPyTorch) {
     const float* begin = r->logits.data() + row * c.padded_vocab_size;
     real.insert(real.end(), begin, begin + c.vocab_size);
   }
-  EXPECT_LT(max_relative_error(real.data(), want.data_as<float>(), want.numel()), kTolerance);
+  EXPECT_LT(max_relative_error(real, floats_of(want)), kTolerance);
 }
 
 TEST(Gpt2, EveryGradientMatchesPyTorch) {
@@ -98,7 +89,7 @@ TEST(Gpt2, EveryGradientMatchesPyTorch) {
     const Tensor got = l.runner->grad(unit, param);
     std::vector<float> want(got.numel());
     ASSERT_TRUE(grads->fill(unit, param, Tensor(want.data(), DType::kF32, got.shape())).ok());
-    EXPECT_LT(max_relative_error(got.data_as<float>(), want.data(), got.numel()), kTolerance) << unit << " " << param;
+    EXPECT_LT(max_relative_error(floats_of(got), want), kTolerance) << unit << " " << param;
     ++checked;
   });
   EXPECT_EQ(checked, 2 + 2 * 12 + 2) << "wte, wpe; 12 per block; ln_f";
@@ -121,7 +112,7 @@ TEST(Gpt2, GradientsAddAcrossCalls) {
   std::vector<float> doubled = once.runner->all_grads();
   for (float& g : doubled) g *= 2;
   const std::vector<float> got = twice.runner->all_grads();
-  EXPECT_LT(max_relative_error(got.data(), doubled.data(), static_cast<int64_t>(got.size())), kTolerance);
+  EXPECT_LT(max_relative_error(got, doubled), kTolerance);
 }
 
 TEST(Gpt2, RecomputeGivesBitIdenticalGradients) {
@@ -153,18 +144,6 @@ TEST(Gpt2, LossScaleMultipliesEveryGradientExactly) {
   EXPECT_EQ(scaled.runner->all_grads(), want);
 }
 
-// The peak kActivations gpt2.h documents, in bytes, for blocks that all save or all recompute.
-int64_t documented_peak_activation_bytes(const Gpt2Config& c, int64_t B, int64_t T, bool recompute) {
-  const int64_t BT = B * T, BTC = BT * c.channels, L = c.num_layers;
-  const int64_t block_saved = 15 * BTC + 4 * BT + B * c.num_heads * T;
-  const int64_t head = BTC + 2 * BT + 2 * BT * c.padded_vocab_size;
-  const int64_t outputs = (L + 1) * BTC;  // the embedding's and every block's
-  // Saving: everything is alive at the end of forward. Recomputing: one block's saved tensors at a
-  // time, while it runs forward or starts backward, or else the head's.
-  const int64_t floats = recompute ? outputs + std::max(block_saved, head) : outputs + L * block_saved + head;
-  return 4 * floats;
-}
-
 // A batch of B random-looking rows of T tokens, targets the next token.
 struct TokenBatch {
   std::vector<int32_t> tokens, targets;
@@ -191,7 +170,7 @@ TEST(Gpt2, PeakActivationBytesMatchTheDocumentedFormula) {
       Allocator alloc;
       ASSERT_TRUE(runner.forward_backward(alloc, data.batch).ok());
       const MemoryStats m = alloc.stats();
-      EXPECT_EQ(m.peak_of(MemoryCategory::kActivations), documented_peak_activation_bytes(c, B, T, recompute))
+      EXPECT_EQ(m.peak_of(MemoryCategory::kActivations), gpt2_peak_activation_bytes(c, B, T, recompute))
           << "B=" << B << " T=" << T << " recompute=" << recompute;
       EXPECT_EQ(m.current_of(MemoryCategory::kActivations), 0) << "backward frees what forward saved";
       EXPECT_EQ(m.current_of(MemoryCategory::kWorkspace), 0) << "the last input gradient is freed too";

@@ -20,12 +20,14 @@
 #include "runtime/dtype.h"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
+#include "tests/models/compare.h"
 #include "tests/models/gpt2_fixture.h"
 #include "tests/models/model_runner.h"
 
 namespace zero {
 namespace {
 
+using testing::max_relative_error;
 using testing::ModelRunner;
 using testing::RunResult;
 
@@ -54,17 +56,6 @@ std::vector<float> values(const Tensor& t) {
 std::vector<uint16_t> half_bits(const Tensor& t) {
   const uint16_t* p = static_cast<const uint16_t*>(t.data());
   return std::vector<uint16_t>(p, p + t.numel());
-}
-
-// max |a - b| / max |b|, as gpt2_test.cc and mlp_test.cc measure: rounding errors scale with a tensor's
-// magnitudes, which its largest element stands for; per element a cancellation near zero would blow up.
-double max_relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
 }
 
 // Every gradient, rounded in place to `t`: what a half engine's gradient storage does to the fp32

@@ -11,12 +11,15 @@
 
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
+#include "tests/models/compare.h"
 #include "tests/models/model_runner.h"
 
 namespace zero {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::floats_of;
+using testing::max_relative_error;
 using testing::ModelRunner;
 using testing::RunResult;
 
@@ -45,17 +48,6 @@ Loaded load() {
   return l;
 }
 
-// max |a - b| / max |b|: fp32 rounding in a sum scales with the magnitudes summed, which the tensor's
-// largest element stands for; per element, a cancellation near zero would make any relative error huge.
-double max_relative_error(const Tensor& a, const Tensor& b) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a.data_as<float>()[i]) - b.data_as<float>()[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b.data_as<float>()[i])));
-  }
-  return diff / scale;
-}
-
 // The fixture is float64 math on fp32 parameters; zero's fp32 sums have at most 32 terms, each off by
 // ~sqrt(32)·2^-24 ~ 3e-7 of the magnitudes summed, in about ten chained steps: ~1e-6 of a tensor's
 // scale (the largest seen is 2.3e-7). 1e-5 still catches any wrong term, which is an O(1) error.
@@ -70,13 +62,13 @@ TEST(Mlp, LossLogitsAndEveryGradientMatchPyTorch) {
   EXPECT_NEAR(r->loss, want_loss, kTolerance * want_loss);
   EXPECT_EQ(r->predictions, 8);
   ASSERT_EQ(r->logits_shape, Shape({8, 10}));
-  EXPECT_LT(max_relative_error(Tensor(r->logits.data(), DType::kF32, {8, 10}), *l.file.get("logits")), kTolerance);
+  EXPECT_LT(max_relative_error(r->logits, floats_of(*l.file.get("logits"))), kTolerance);
   int checked = 0;
   l.runner->for_each_param([&](const std::string& unit, const std::string& param) {
     const Tensor got = l.runner->grad(unit, param);
     absl::StatusOr<Tensor> want = l.file.get(absl::StrCat("grad.", unit, ".", param), DType::kF32, got.shape());
     ASSERT_TRUE(want.ok()) << want.status();
-    EXPECT_LT(max_relative_error(got, *want), kTolerance) << unit << "." << param;
+    EXPECT_LT(max_relative_error(floats_of(got), floats_of(*want)), kTolerance) << unit << "." << param;
     ++checked;
   });
   EXPECT_EQ(checked, 6);
