@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,6 +80,18 @@ class Engine {
   absl::Status load_params(
       const std::function<absl::Status(absl::string_view unit, absl::string_view param, Tensor dst)>& fill);
 
+  // Checkpoints (shard/checkpoint.cc). save_checkpoint writes directory `dir`: one safetensors file per
+  // rank with the fp32 parameters (master weights) and optimizer state of the range the rank updates,
+  // keyed by model parameter, plus the step count, the loss scaler and the caller's `extra` strings.
+  // It is written as `dir`.partial and renamed once every rank has written, so a failure on any rank
+  // fails every rank and leaves an earlier checkpoint at `dir` as it was. load_checkpoint reads one
+  // saved under any world size, stage, wrap policy or precision, for the same model and optimizer
+  // state, checks it covers every element this rank needs before changing anything, and returns the
+  // `extra` strings. With the same N, stage and precision, training on is bitwise identical to never
+  // stopping. Both are collectives, called between steps.
+  absl::Status save_checkpoint(const std::string& dir, const std::map<std::string, std::string>& extra = {});
+  absl::StatusOr<std::map<std::string, std::string>> load_checkpoint(const std::string& dir);
+
   const ZeroConfig& config() const { return config_; }
   int64_t steps_taken() const { return step_count_; }
   // Ψ: parameters of the model, and the same padded to multiples of N per unit.
@@ -124,6 +137,13 @@ class Engine {
   // The flat range [begin, begin + count) of a unit this rank updates: stage 0 all of it, else its slice.
   std::pair<int64_t, int64_t> own_range(const UnitState& u) const;
   absl::Status assign_params(UnitState& u, const float* values, int64_t first);
+  // Checkpoints: this rank's file of `world_size`; what a checkpoint holds for one unit; and putting
+  // it in place (the parameters are allgathered where the stage keeps them whole).
+  struct UnitCheckpoint;
+  absl::Status write_checkpoint_file(const std::string& path, const std::map<std::string, std::string>& extra);
+  absl::StatusOr<std::map<std::string, std::string>> read_checkpoint(const std::string& dir,
+                                                                     std::vector<UnitCheckpoint>& units);
+  absl::Status install_checkpoint(std::vector<UnitCheckpoint>& units);
   Tensor full_params(int u) const;
   ParamViews param_views(int u) const;
   // Whether this micro-batch's gradients are reduced (always, but the last one only under no_sync).

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -193,6 +194,21 @@ absl::Status Communicator::check_same_collective(const Collective& c, absl::Time
   std::vector<CollectiveFingerprint> all(world_size_);
   ZERO_RETURN_IF_ERROR(backend_->exchange_fingerprints(CollectiveFingerprint::of(c), all, deadline));
   return check_fingerprints_agree(all);
+}
+
+absl::Status agree_across_ranks(Communicator& comm, const absl::Status& mine, absl::string_view task) {
+  const int n = comm.world_size();
+  int32_t failed = mine.ok() ? 0 : 1;
+  std::vector<int32_t> all(n);
+  ZERO_RETURN_IF_ERROR(comm.allgather(Tensor(&failed, DType::kI32, {1}), Tensor(all.data(), DType::kI32, {n})).wait());
+  if (!mine.ok()) return mine;
+  std::vector<int> failed_ranks;
+  for (int r = 0; r < n; ++r) {
+    if (all[r] != 0) failed_ranks.push_back(r);
+  }
+  if (failed_ranks.empty()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(task, " failed on rank(s) ", absl::StrJoin(failed_ranks, ", "),
+                                         "; their errors say why"));
 }
 
 }  // namespace zero

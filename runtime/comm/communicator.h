@@ -95,4 +95,9 @@ class Communicator {
   CpuStream stream_;  // last: destroyed (drained) first
 };
 
+// Every rank passes how its part of a joint task (`task`, e.g. "writing checkpoint ckpt/step-100") went;
+// every rank gets OK only when all parts did. A failed rank gets its own error back, the others one
+// naming the failed ranks, so no rank goes on alone. A collective: every rank must call it.
+absl::Status agree_across_ranks(Communicator& comm, const absl::Status& mine, absl::string_view task);
+
 }  // namespace zero

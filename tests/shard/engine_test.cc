@@ -18,6 +18,7 @@ using testing::ToyConfig;
 using testing::ToyModel;
 
 using testing::TrainRun;
+using testing::bitwise_equal;
 using testing::sgd_factory;
 using testing::train_local;
 
@@ -43,10 +44,6 @@ Outcome train(const TrainRun& run) {
     out.volume.push_back(r.last_step);
   }
   return out;
-}
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 class StagesAgree : public ::testing::TestWithParam<std::tuple<int, int, DType>> {};

@@ -1,5 +1,6 @@
 #include "tests/shard/toy_training.h"
 
+#include <cstring>
 #include <mutex>
 
 #include "runtime/comm/local.h"
@@ -22,7 +23,8 @@ absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, run.optimizer, run.zero));
   const int micro = run.zero.accumulation_steps;
   const int64_t rows = kGlobalBatch / (comm.world_size() * micro);
-  for (int step = 0; step < run.steps; ++step) {
+  if (!run.load_checkpoint.empty()) ZERO_RETURN_IF_ERROR(engine->load_checkpoint(run.load_checkpoint).status());
+  for (int step = run.first_step; step < run.first_step + run.steps; ++step) {
     std::vector<ToyData> data;
     for (int m = 0; m < micro; ++m) {
       const int64_t begin = step * kGlobalBatch + (m * comm.world_size() + comm.rank()) * rows;
@@ -35,6 +37,7 @@ absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
     result.steps.push_back(step_result);
   }
   result.last_step = engine->comm_volume();  // before the visit's own gathers
+  if (!run.save_checkpoint.empty()) ZERO_RETURN_IF_ERROR(engine->save_checkpoint(run.save_checkpoint));
   ZERO_RETURN_IF_ERROR(engine->visit_full_params([&](absl::string_view, absl::string_view, const Tensor& t) {
     for (int64_t i = 0; i < t.numel(); ++i) result.params.push_back(load_as_float(t.data(), t.dtype(), i));
     return absl::OkStatus();
@@ -54,6 +57,10 @@ LocalOutcome train_local(const TrainRun& run) {
   });
   out.status = root_cause(statuses);
   return out;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace zero::testing

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,9 @@ struct TrainRun {
   float lr = 0.05f;
   OptimizerFactory optimizer = adamw_factory();
   std::optional<int64_t> budget;
+  int first_step = 0;           // steps read the global data of steps first_step, first_step + 1, ...
+  std::string load_checkpoint;  // loaded before the first step; "" = none
+  std::string save_checkpoint;  // saved after the last step; "" = none
 };
 
 // What one rank saw.
@@ -47,5 +51,8 @@ struct LocalOutcome {
   absl::Status status;
 };
 LocalOutcome train_local(const TrainRun& run);
+
+// Same length and the same bits.
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b);
 
 }  // namespace zero::testing

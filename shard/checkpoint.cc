@@ -1,0 +1,392 @@
+// Engine checkpoints: each rank saves the fp32 parameters and optimizer state it updates; any layout loads them.
+#include "shard/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <span>
+#include <system_error>
+#include <type_traits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "kernels/kernels.h"
+#include "runtime/safetensors.h"
+#include "runtime/status.h"
+#include "shard/engine.h"
+
+namespace zero {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kFormat[] = "zero-checkpoint-1";
+constexpr char kParamPiece[] = "param";  // the fp32 parameter value; other pieces are optimizer state
+
+std::string piece_name(absl::string_view unit, absl::string_view param, absl::string_view what, int64_t first) {
+  return absl::StrCat(unit, "/", param, "/", what, "@", first);
+}
+
+// The metadata key of a parameter's shape: every file lists the shapes of the whole model.
+std::string shape_key(absl::string_view unit, absl::string_view param) {
+  return absl::StrCat("zero.shape:", unit, "/", param);
+}
+
+struct PieceName {
+  std::string param;  // "<unit>/<param>"
+  std::string what;
+  int64_t first = 0;  // the piece's first element within the parameter
+};
+
+std::optional<PieceName> parse_piece_name(absl::string_view name) {
+  const size_t at = name.rfind('@');
+  const size_t slash = name.rfind('/', at);
+  int64_t first = 0;
+  if (at == absl::string_view::npos || slash == absl::string_view::npos ||
+      !absl::SimpleAtoi(name.substr(at + 1), &first) || first < 0) {
+    return std::nullopt;
+  }
+  return PieceName{.param = std::string(name.substr(0, slash)),
+                   .what = std::string(name.substr(slash + 1, at - slash - 1)),
+                   .first = first};
+}
+
+// "ckpt/step-1/" and "ckpt/step-1" are the same directory.
+fs::path directory_path(const std::string& dir) {
+  fs::path path(dir);
+  return path.has_filename() ? path : path.parent_path();
+}
+
+absl::Status filesystem_error(absl::string_view what, const fs::path& path, const std::error_code& ec) {
+  return absl::Status(absl::ErrnoToStatusCode(ec.value()), absl::StrCat(what, " ", path.string(), ": ", ec.message()));
+}
+
+absl::Status make_empty_directory(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // what an interrupted save left
+  if (ec) return filesystem_error("cannot remove", dir, ec);
+  if (fs::create_directories(dir, ec); ec) return filesystem_error("cannot create", dir, ec);
+  return absl::OkStatus();
+}
+
+// Moves `from` to `to`; an existing `to` is set aside first and removed only after the move.
+absl::Status replace_directory(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  const fs::path old = to.string() + ".old";
+  fs::remove_all(old, ec);
+  if (fs::exists(to)) {
+    if (fs::rename(to, old, ec); ec) return filesystem_error("cannot move aside", to, ec);
+  }
+  if (fs::rename(from, to, ec); ec) return filesystem_error("cannot rename", from, ec);
+  fs::remove_all(old, ec);
+  return absl::OkStatus();
+}
+
+// The world size the checkpoint in `dir` was saved with, once every rank's file is there.
+absl::StatusOr<int> saved_world_size(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    const bool unfinished = fs::exists(dir.string() + ".partial", ec);
+    return absl::NotFoundError(absl::StrCat("checkpoint ", dir.string(), ": no such directory",
+                                            unfinished ? " (only the .partial of a save that did not finish)" : ""));
+  }
+  int world_size = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    int rank = 0, n = 0;
+    if (std::sscanf(entry.path().filename().c_str(), "rank-%d-of-%d.safetensors", &rank, &n) == 2) {
+      world_size = std::max(world_size, n);
+    }
+  }
+  if (ec) return filesystem_error("cannot list", dir, ec);
+  if (world_size == 0) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", dir.string(), ": no rank-*-of-*.safetensors files in it"));
+  }
+  for (int r = 0; r < world_size; ++r) {
+    const fs::path file = dir / checkpoint_file_name(r, world_size);
+    if (!fs::exists(file, ec)) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", dir.string(), ": ", file.filename().string(),
+                                              " is missing; it was saved by ", world_size, " ranks and needs all their files"));
+    }
+  }
+  return world_size;
+}
+
+template <typename T>
+absl::StatusOr<T> metadata_number(const std::map<std::string, std::string>& metadata, const std::string& key,
+                                  absl::string_view file) {
+  const auto it = metadata.find(key);
+  T value{};
+  bool parsed = it != metadata.end();
+  if constexpr (std::is_floating_point_v<T>) {
+    parsed = parsed && absl::SimpleAtod(it->second, &value);
+  } else {
+    parsed = parsed && absl::SimpleAtoi(it->second, &value);
+  }
+  if (!parsed) return absl::DataLossError(absl::StrCat(file, ": metadata ", key, " is missing or not a number"));
+  return value;
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(int rank, int world_size) {
+  return absl::StrFormat("rank-%05d-of-%05d.safetensors", rank, world_size);
+}
+
+absl::Status write_latest_checkpoint_tag(const std::string& root, const std::string& tag) {
+  const fs::path latest = directory_path(root) / "latest";
+  const fs::path temporary = latest.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << tag << "\n";
+    if (!out.flush()) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary.string()));
+  }
+  std::error_code ec;
+  if (fs::rename(temporary, latest, ec); ec) return filesystem_error("cannot rename", temporary, ec);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> latest_checkpoint(const std::string& root) {
+  const fs::path latest = directory_path(root) / "latest";
+  std::ifstream in(latest);
+  std::string tag;
+  if (!(in >> tag)) {
+    return absl::NotFoundError(absl::StrCat(latest.string(), " does not exist or is empty: no checkpoint was saved in ",
+                                            root, " yet"));
+  }
+  return (directory_path(root) / tag).string();
+}
+
+// One unit's flat range [begin, begin + count) that this rank updates, as read from a checkpoint.
+struct Engine::UnitCheckpoint {
+  int64_t begin = 0;
+  int64_t count = 0;
+  Buffer values;                          // fp32 (count): the parameters
+  std::vector<std::string> state_names;   // the optimizer's, in its order
+  std::vector<Buffer> state;              // fp32 (count) per name
+  std::vector<int64_t> covered;           // elements read, per (param, piece): param * (1 + names) + piece
+
+  float* piece_data(int piece) const {
+    return static_cast<float*>(piece == 0 ? values.data() : state[piece - 1].data());
+  }
+};
+
+absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std::string, std::string>& extra) {
+  if (micro_batches_done_ != 0) {
+    return absl::FailedPreconditionError("save_checkpoint between forward_backward and step; save after step()");
+  }
+  for (const auto& [key, value] : extra) {
+    if (absl::StartsWith(key, "zero.")) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata key '", key, "': zero.* keys are the engine's"));
+    }
+  }
+  const fs::path target = directory_path(dir);
+  const fs::path partial = target.string() + ".partial";
+  const bool lead = comm_.rank() == 0;
+  const std::string task = absl::StrCat("saving checkpoint ", target.string());
+  ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, lead ? make_empty_directory(partial) : absl::OkStatus(), task));
+  const fs::path file = partial / checkpoint_file_name(comm_.rank(), comm_.world_size());
+  absl::Status saved = agree_across_ranks(comm_, write_checkpoint_file(file.string(), extra), task);
+  if (saved.ok()) saved = agree_across_ranks(comm_, lead ? replace_directory(partial, target) : absl::OkStatus(), task);
+  if (!saved.ok() && lead) {
+    std::error_code ignored;
+    fs::remove_all(partial, ignored);
+  }
+  return saved;
+}
+
+absl::Status Engine::write_checkpoint_file(const std::string& path, const std::map<std::string, std::string>& extra) {
+  std::vector<std::pair<std::string, Tensor>> pieces;
+  const bool holds_pieces = config_.stage > 0 || comm_.rank() == 0;  // stage 0 ranks hold the same values
+  for (const UnitState& u : holds_pieces ? std::span<const UnitState>(units_) : std::span<const UnitState>()) {
+    const auto [begin, count] = own_range(u);
+    const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
+    const Tensor values = dtype_ != DType::kF32 ? u.master.tensor(DType::kF32, {count})
+                          : u.sharded           ? held
+                                                : held.slice(begin, begin + count);
+    const std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
+    for (const FlatParam& p : u.layout.params) {
+      const int64_t first = std::max(p.offset, begin);
+      const int64_t last = std::min(p.offset + p.numel, begin + count);
+      if (first >= last) continue;
+      const auto [unit, param] = model_param_name(u.name, p.name);
+      pieces.emplace_back(piece_name(unit, param, kParamPiece, first - p.offset), values.slice(first - begin, last - begin));
+      for (const auto& [what, t] : state) {
+        pieces.emplace_back(piece_name(unit, param, what, first - p.offset), t.slice(first - begin, last - begin));
+      }
+    }
+  }
+  std::map<std::string, std::string> metadata = extra;
+  for (const UnitState& u : units_) {
+    for (size_t p = 0; p < u.layout.params.size(); ++p) {
+      const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
+      metadata[shape_key(unit, param)] = shape_string(u.layout.shapes[p]);
+    }
+  }
+  metadata["zero.format"] = kFormat;
+  metadata["zero.world_size"] = absl::StrCat(comm_.world_size());
+  metadata["zero.rank"] = absl::StrCat(comm_.rank());
+  metadata["zero.stage"] = absl::StrCat(config_.stage);
+  metadata["zero.precision"] = std::string(dtype_name(dtype_));
+  metadata["zero.optimizer"] = units_.empty() ? "" : std::string(units_[0].optimizer->name());
+  metadata["zero.steps"] = absl::StrCat(step_count_);
+  metadata["zero.loss_scale"] = absl::StrFormat("%.17g", loss_scale_);
+  metadata["zero.good_steps"] = absl::StrCat(good_steps_);
+  metadata["zero.hysteresis_left"] = absl::StrCat(hysteresis_left_);
+  return write_safetensors(path, pieces, metadata);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const std::string& dir) {
+  if (micro_batches_done_ != 0) {
+    return absl::FailedPreconditionError("load_checkpoint between forward_backward and step; load before or after a step");
+  }
+  // Read and check everything first: nothing of the engine changes unless every rank read all it needs.
+  std::vector<UnitCheckpoint> units;
+  absl::StatusOr<std::map<std::string, std::string>> metadata = read_checkpoint(dir, units);
+  ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, metadata.status(), absl::StrCat("loading checkpoint ", dir)));
+  ZERO_RETURN_IF_ERROR(install_checkpoint(units));
+  ZERO_ASSIGN_OR_RETURN(step_count_, metadata_number<int64_t>(*metadata, "zero.steps", dir));
+  if (dtype_ == DType::kF16 && (*metadata)["zero.precision"] == dtype_name(DType::kF16)) {
+    ZERO_ASSIGN_OR_RETURN(loss_scale_, metadata_number<double>(*metadata, "zero.loss_scale", dir));
+    ZERO_ASSIGN_OR_RETURN(good_steps_, metadata_number<int>(*metadata, "zero.good_steps", dir));
+    ZERO_ASSIGN_OR_RETURN(hysteresis_left_, metadata_number<int>(*metadata, "zero.hysteresis_left", dir));
+  }
+  std::map<std::string, std::string> extra;
+  for (const auto& [key, value] : *metadata) {
+    if (!absl::StartsWith(key, "zero.")) extra[key] = value;
+  }
+  return extra;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Engine::read_checkpoint(const std::string& dir,
+                                                                           std::vector<UnitCheckpoint>& units) {
+  const fs::path root = directory_path(dir);
+  ZERO_ASSIGN_OR_RETURN(const int saved_ranks, saved_world_size(root));
+  // Where each model parameter is: its flat unit and index there.
+  absl::flat_hash_map<std::string, std::pair<int, int>> where;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const UnitState& u = units_[i];
+    UnitCheckpoint& c = units.emplace_back();
+    std::tie(c.begin, c.count) = own_range(u);
+    for (const auto& [name, t] : u.optimizer->state()) c.state_names.push_back(name);
+    ZERO_ASSIGN_OR_RETURN(c.values, allocator_.allocate(c.count * 4, MemoryCategory::kWorkspace));
+    for (size_t k = 0; k < c.state_names.size(); ++k) {
+      ZERO_ASSIGN_OR_RETURN(c.state.emplace_back(), allocator_.allocate(c.count * 4, MemoryCategory::kWorkspace));
+    }
+    for (int piece = 0; piece <= static_cast<int>(c.state.size()); ++piece) std::memset(c.piece_data(piece), 0, c.count * 4);
+    c.covered.assign(u.layout.params.size() * (1 + c.state_names.size()), 0);
+    for (size_t p = 0; p < u.layout.params.size(); ++p) {
+      const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
+      where[absl::StrCat(unit, "/", param)] = {static_cast<int>(i), static_cast<int>(p)};
+    }
+  }
+  std::map<std::string, std::string> metadata;
+  const auto check_same_model = [&](const std::string& path) -> absl::Status {
+    int64_t saved_params = 0;
+    for (const auto& [key, value] : metadata) saved_params += absl::StartsWith(key, "zero.shape:") ? 1 : 0;
+    for (const UnitState& u : units_) {
+      for (size_t p = 0; p < u.layout.params.size(); ++p) {
+        const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
+        const auto saved = metadata.find(shape_key(unit, param));
+        const std::string shape = shape_string(u.layout.shapes[p]);
+        if (saved == metadata.end() || saved->second != shape) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": parameter ", unit, ".", param, " is ", shape, " in this model but ",
+              saved == metadata.end() ? "absent" : saved->second, " in the checkpoint; was it saved from another model?"));
+        }
+      }
+    }
+    if (saved_params == static_cast<int64_t>(where.size())) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the checkpoint has ", saved_params,
+                                                   " parameters, this model ", where.size(),
+                                                   "; was it saved from another model?"));
+  };
+  for (int r = 0; r < saved_ranks; ++r) {
+    const std::string path = (root / checkpoint_file_name(r, saved_ranks)).string();
+    ZERO_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::read(path));
+    if (r == 0) {
+      metadata = file.metadata();
+      if (metadata["zero.format"] != kFormat) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": not a zero checkpoint (zero.format is '",
+                                                       metadata["zero.format"], "', expected ", kFormat, ")"));
+      }
+      ZERO_RETURN_IF_ERROR(check_same_model(path));
+    } else if (file.metadata().count("zero.steps") == 0 || file.metadata().at("zero.steps") != metadata["zero.steps"]) {
+      return absl::DataLossError(absl::StrCat(path, ": saved at another step than ", checkpoint_file_name(0, saved_ranks),
+                                              "; the directory mixes two checkpoints"));
+    }
+    for (const SafetensorsEntry& entry : file.entries()) {
+      const std::optional<PieceName> piece = parse_piece_name(entry.name);
+      if (!piece) return absl::DataLossError(absl::StrCat(path, ": tensor '", entry.name, "' is not a checkpoint piece"));
+      const auto found = where.find(piece->param);
+      if (found == where.end()) {
+        return absl::DataLossError(absl::StrCat(path, ": piece '", entry.name, "' is of no parameter its metadata lists"));
+      }
+      const auto [i, p] = found->second;
+      UnitCheckpoint& c = units[i];
+      const auto name = std::find(c.state_names.begin(), c.state_names.end(), piece->what);
+      if (piece->what != kParamPiece && name == c.state_names.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, " holds optimizer state '", piece->what, "', which ", units_[i].optimizer->name(),
+            " does not keep; it was saved with ", metadata["zero.optimizer"], ": load it with that optimizer"));
+      }
+      const int what = piece->what == kParamPiece ? 0 : static_cast<int>(name - c.state_names.begin()) + 1;
+      const FlatParam& fp = units_[i].layout.params[p];
+      ZERO_ASSIGN_OR_RETURN(const Tensor values, file.get(entry.name));
+      if (values.dtype() != DType::kF32 || values.dim() != 1 || piece->first + values.numel() > fp.numel) {
+        return absl::DataLossError(absl::StrCat(path, ": piece '", entry.name, "' is ", values.to_string(),
+                                                ", which does not fit in the ", fp.numel, " elements of ", piece->param));
+      }
+      // The overlap of the piece and this rank's range, both in flat elements of the unit.
+      const int64_t first = std::max(fp.offset + piece->first, c.begin);
+      const int64_t last = std::min(fp.offset + piece->first + values.numel(), c.begin + c.count);
+      if (first >= last) continue;
+      std::memcpy(c.piece_data(what) + (first - c.begin), values.data_as<float>() + (first - fp.offset - piece->first),
+                  (last - first) * 4);
+      c.covered[p * (1 + c.state_names.size()) + what] += last - first;
+    }
+  }
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const UnitCheckpoint& c = units[i];
+    for (size_t p = 0; p < units_[i].layout.params.size(); ++p) {
+      const FlatParam& fp = units_[i].layout.params[p];
+      const int64_t needed = std::max<int64_t>(0, std::min(fp.offset + fp.numel, c.begin + c.count) - std::max(fp.offset, c.begin));
+      for (size_t what = 0; what <= c.state_names.size(); ++what) {
+        const int64_t got = c.covered[p * (1 + c.state_names.size()) + what];
+        if (got == needed) continue;
+        const auto [unit, param] = model_param_name(units_[i].name, fp.name);
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint ", root.string(), " holds ", got, " of the ", needed, " elements of ", unit, ".", param, " ",
+            what == 0 ? "values" : c.state_names[what - 1], " that rank ", comm_.rank(), " needs (saved with ",
+            metadata["zero.optimizer"], " by ", saved_ranks, " ranks); load it with the optimizer it was saved with"));
+      }
+    }
+  }
+  return metadata;
+}
+
+absl::Status Engine::install_checkpoint(std::vector<UnitCheckpoint>& units) {
+  for (size_t i = 0; i < units_.size(); ++i) {
+    UnitState& u = units_[i];
+    const UnitCheckpoint& c = units[i];
+    const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
+    const Tensor own = u.sharded ? held : held.slice(c.begin, c.begin + c.count);
+    ZERO_RETURN_IF_ERROR(kernels::cast(own, c.values.tensor(DType::kF32, {c.count})));
+    if (u.master.data() != nullptr) std::memcpy(u.master.data(), c.values.data(), c.count * 4);
+    const std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
+    for (size_t k = 0; k < state.size(); ++k) std::memcpy(state[k].second.data(), c.state[k].data(), c.count * 4);
+    // Stages 1-3 updated only this rank's slice of a unit kept whole; the others' slices come from them.
+    if (config_.stage > 0 && !u.sharded) ZERO_RETURN_IF_ERROR(comm_.allgather(own, held).wait());
+  }
+  recorded_order_.clear();  // prefetch records the order again
+  return absl::OkStatus();
+}
+
+}  // namespace zero
