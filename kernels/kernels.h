@@ -1,4 +1,4 @@
-// The math models run in forward and backward: GEMM, GELU, LayerNorm, residual, embedding, cross-entropy, attention, casts, norms.
+// The math models run in forward and backward: GEMM, GELU, LayerNorm, residual, embedding, cross-entropy, attention, casts, norms; the engine's buffer arithmetic.
 #pragma once
 
 // Conventions, as llm.c:
@@ -134,5 +134,20 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
 // sum x^2 over an fp32 buffer (any shape), accumulated in fp64 in fixed 4096-element blocks (8 interleaved partial
 // sums each) whose results are added in order: the same bits under any thread count.
 absl::StatusOr<double> squared_norm(const Tensor& x);
+
+// ---- Flat buffer arithmetic (the engine's gradients) ------------------------------------------------
+
+// Each takes contiguous fp32, bf16 or fp16 tensors of any shape, computes in fp32 and rounds once to the
+// tensor's dtype (nearest even), exactly as runtime/dtype.h's load_as_float / store_from_float per element.
+// A copy between equal dtypes is cast().
+
+// dst += src; dst and src the same dtype and numel (shapes may differ).
+absl::Status add_into(const Tensor& dst, const Tensor& src);
+// x /= divisor (a division, not a multiplication by 1 / divisor, which rounds differently).
+absl::Status divide_by(const Tensor& x, float divisor);
+// x *= factor.
+absl::Status multiply_by(const Tensor& x, float factor);
+// Every byte of x set to 0; x contiguous, any dtype.
+absl::Status fill_zero(const Tensor& x);
 
 }  // namespace zero::kernels

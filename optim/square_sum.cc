@@ -2,8 +2,15 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "kernels/dtype_dispatch.h"
+#include "kernels/parallel.h"
 #include "runtime/status.h"
+#if ZERO_HAS_CUDA
+#include "optim/cuda/optim_kernels.h"
+#endif
 
 namespace zero {
 
@@ -68,6 +75,33 @@ double SquareSum::value() const {
   double acc = 0.0;
   for (int k = kLimbs - 1; k >= 0; --k) acc += std::ldexp(static_cast<double>(limbs_[k]), 32 * k + kBitZeroExponent);
   return acc;
+}
+
+absl::StatusOr<SquareSum> exact_square_sum(const Tensor& x, float divisor) {
+  if (!is_floating(x.dtype()) || !x.is_contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exact_square_sum: x must be a contiguous fp32, bf16 or fp16 tensor, got ", x.to_string()));
+  }
+  if (x.device().is_cuda()) {
+#if ZERO_HAS_CUDA
+    return optim::exact_square_sum_cuda(x.device().index, x.data(), x.dtype(), x.numel(), divisor);
+#else
+    return absl::FailedPreconditionError(absl::StrCat("exact_square_sum: x is on ", x.device().to_string(),
+                                                      " but zero was built without CUDA (ZERO_WITH_CUDA=OFF)"));
+#endif
+  }
+  constexpr int64_t kChunk = SquareBins::kMaxBinnedValues;
+  std::vector<SquareSum> chunks(static_cast<size_t>(kernels::detail::ceil_div(x.numel(), kChunk)));
+  kernels::visit_floating(x.dtype(), [&](auto t) {
+    kernels::detail::for_blocks(x.numel(), kChunk, [&](int64_t begin, int64_t end) {
+      SquareBins bins;
+      for (int64_t i = begin; i < end; ++i) bins.add(load_as_float(x.data(), decltype(t)::value, i) / divisor);
+      chunks[begin / kChunk].add(bins);
+    });
+  });
+  SquareSum sum;
+  for (const SquareSum& chunk : chunks) sum.merge(chunk);
+  return sum;
 }
 
 }  // namespace zero

@@ -13,7 +13,9 @@
 #include <array>
 #include <cstdint>
 
+#include "absl/status/statusor.h"
 #include "optim/element_math.h"
+#include "runtime/tensor.h"
 
 namespace zero {
 
@@ -74,5 +76,11 @@ class SquareSum {
   uint64_t nan_ = 0;
   uint64_t inf_ = 0;
 };
+
+// The exact sum of squares of x[i] / divisor (divided in fp32, as SquareBins::add(load_as_float(x, i) / divisor))
+// over a contiguous fp32, bf16 or fp16 tensor of any shape. CPU tensors are binned here in chunks of
+// kMaxBinnedValues over the OpenMP threads; CUDA tensors on their device (optim/cuda/), waiting for the
+// result. Every split gives the same integers.
+absl::StatusOr<SquareSum> exact_square_sum(const Tensor& x, float divisor);
 
 }  // namespace zero

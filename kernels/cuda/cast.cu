@@ -1,6 +1,4 @@
 // Dtype casts on CUDA with the CPU's exact bits (nearest-even and stochastic), the squared norm via Thrust, device-to-host copies.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <thrust/execution_policy.h>
 #include <thrust/functional.h>
 #include <thrust/system_error.h>
@@ -8,30 +6,11 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/half.cuh"
 #include "optim/element_math.h"  // the stochastic rounding the CPU cast and the optimizers' half copy use
 
 namespace zero::kernels::cuda {
 namespace {
-
-// Nearest-even as runtime/dtype.h's float_to_bf16 / float_to_fp16: the hardware conversion rounds the
-// same way but canonicalises NaN, so NaNs take the CPU's path (bf16: payload kept, quiet bit set; fp16:
-// sign kept, canonical quiet NaN).
-__device__ uint16_t to_bf16(float v) {
-  return isnan(v) ? static_cast<uint16_t>((__float_as_uint(v) >> 16) | 0x40u) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-__device__ uint16_t to_fp16(float v) {
-  const uint16_t sign = static_cast<uint16_t>((__float_as_uint(v) >> 16) & 0x8000u);
-  return isnan(v) ? static_cast<uint16_t>(sign | 0x7e00u) : __half_as_ushort(__float2half_rn(v));
-}
-
-// Exact widening as runtime/dtype.h: fp16 NaNs keep sign and payload (the hardware canonicalises them).
-__device__ float from_bf16(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
-__device__ float from_fp16(uint16_t h) {
-  if ((h & 0x7fffu) > 0x7c00u) {
-    return __uint_as_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
-  }
-  return __half2float(__ushort_as_half(h));
-}
 
 struct Stochastic {
   bool enabled;

@@ -1,4 +1,4 @@
-// Shared by the kernel .cu files: launch geometry, warp reductions, deterministic column sums, the current device.
+// Shared by the kernel .cu files: launch geometry, the elementwise launch, warp reductions, deterministic column sums, the current device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +25,16 @@ inline absl::Status launched(const char* what) { return cuda_status(cudaGetLastE
 
 #define ZERO_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
+
+// Makes `device` current, launches kernel(args..., n) over n elements on the default stream, restores the device.
+template <typename... Args>
+absl::Status launch_elementwise(int device, const char* name, void (*kernel)(Args...), int64_t n, auto... args) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  if (n == 0) return absl::OkStatus();
+  kernel<<<blocks_for(n), kThreads>>>(args..., n);
+  return launched(name);
+}
 
 template <typename T>
 __device__ __forceinline__ T warp_sum(T x) {

@@ -72,6 +72,13 @@ absl::Status cast(int device, void* out, DType to, const void* inp, DType from, 
                   const StochasticRounding* stochastic);
 absl::StatusOr<double> squared_norm(int device, const float* x, int64_t n);
 
+// dst += src, x /= divisor, x *= factor over n elements of a floating dtype, in fp32 and rounded once to it;
+// fill_zero clears nbytes.
+absl::Status add_into(int device, void* dst, const void* src, DType dtype, int64_t n);
+absl::Status divide_by(int device, void* x, DType dtype, int64_t n, float divisor);
+absl::Status multiply_by(int device, void* x, DType dtype, int64_t n, float factor);
+absl::Status fill_zero(int device, void* x, int64_t nbytes);
+
 // Copies n bytes from the device to the host, waiting for earlier work on the default stream.
 absl::Status copy_to_host(int device, void* host, const void* src, int64_t nbytes);
 

@@ -33,16 +33,6 @@ __global__ void residual_backward_kernel(float* dinp, const float* dout, int64_t
   ZERO_GRID_STRIDE(i, n) dinp[i] += dout[i];
 }
 
-// Makes `device` current, launches `kernel` over n elements, restores the device.
-template <typename... Args>
-absl::Status launch_elementwise(int device, const char* name, void (*kernel)(Args...), int64_t n, auto... args) {
-  CudaDeviceGuard guard;
-  ZERO_RETURN_IF_ERROR(guard.set(device));
-  if (n == 0) return absl::OkStatus();
-  kernel<<<blocks_for(n), kThreads>>>(args..., n);
-  return launched(name);
-}
-
 }  // namespace
 
 absl::Status gelu_forward(int device, float* out, const float* inp, int64_t n) {

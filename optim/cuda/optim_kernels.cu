@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/half.cuh"
+#include "kernels/dtype_dispatch.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/status.h"
 
@@ -17,6 +19,7 @@ constexpr int kMaxGroups = 8;
 constexpr int kThreads = 256;
 
 constexpr int kSumTiles = 16;    // blocks per chunk in the square-sum pass: 16 * 256 threads, 16 elements each
+constexpr int64_t kSquareChunksPerLaunch = 512;  // exact_square_sum: 512 chunks' bins (1 MiB) per round trip
 
 // A parameter's part of the shard [begin, end) (shard-local), its group, and a per-parameter scale
 // (LAMB/LARS: the step scaled by the trust ratio; the float fits the struct's padding).
@@ -136,6 +139,24 @@ __global__ void lars_sums_kernel(Table<LarsCoeffs> t, unsigned long long* bins, 
   bin_squares(t, bins, first_chunk, [&](int64_t i, const LarsCoeffs&) { return make_float2(p[i], g[i]); });
 }
 
+// Block b bins the squares of x[i] / divisor over chunk first_chunk + b (kMaxBinnedValues elements, so each
+// slot fits uint64 as in the CPU's SquareBins) into bins[b][slot]. Integer atomics: the same bins on every run.
+template <DType T>
+__global__ void square_bins_kernel(const void* x, float divisor, int64_t n, int64_t first_chunk, unsigned long long* bins) {
+  __shared__ unsigned long long local[kSquareSlots];
+  for (int j = threadIdx.x; j < kSquareSlots; j += blockDim.x) local[j] = 0;
+  __syncthreads();
+  const int64_t begin = (first_chunk + blockIdx.x) * SquareBins::kMaxBinnedValues;
+  const int64_t end = n - begin < SquareBins::kMaxBinnedValues ? n : begin + SquareBins::kMaxBinnedValues;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    uint64_t amount;
+    const int slot = square_slot(kernels::cuda::load_float<T>(x, i) / divisor, amount);
+    atomicAdd(&local[slot], static_cast<unsigned long long>(amount));
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < kSquareSlots; j += blockDim.x) bins[blockIdx.x * kSquareSlots + j] = local[j];
+}
+
 __global__ void lars_apply_kernel(Table<LarsCoeffs> t, float* p, const float* g, float* v, HalfOut h) {
   for_each_element(t, p, h, [&](int64_t i, const LarsCoeffs& c, float scaled_lr) {
     return lars_element(p[i], g[i], v[i], c.momentum, scaled_lr, c.weight_decay);
@@ -186,6 +207,15 @@ absl::Status for_each_table(const std::vector<Segment>& segments, const std::vec
   return absl::OkStatus();
 }
 
+// kSquareSlots device counters of at most kMaxBinnedValues values as the CPU's SquareBins.
+SquareBins bins_of(const uint64_t* slots) {
+  SquareBins b;
+  std::copy_n(slots, 256, b.bins.begin());
+  b.nan = static_cast<uint32_t>(slots[kNanSlot]);
+  b.inf = static_cast<uint32_t>(slots[kInfSlot]);
+  return b;
+}
+
 // Zeroes the bins, runs `launch(table, grid, first_chunk)` per table of chunks, and returns the bins as
 // SquareSums exactly as the CPU's SquareSum::add(SquareBins) builds them.
 template <typename Coeffs, typename Launch>
@@ -203,14 +233,7 @@ absl::StatusOr<ChunkSums> chunk_sums(const ShardLayout& layout, const std::vecto
   ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), bins, host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
   ChunkSums sums(chunks);
   for (size_t k = 0; k < chunks; ++k) {
-    for (int q = 0; q < 2; ++q) {
-      const uint64_t* slots = &host[(2 * k + q) * kSquareSlots];
-      SquareBins b;
-      std::copy_n(slots, 256, b.bins.begin());
-      b.nan = static_cast<uint32_t>(slots[kNanSlot]);  // counts of at most kMaxChunkElements values
-      b.inf = static_cast<uint32_t>(slots[kInfSlot]);
-      sums[k][q].add(b);
-    }
+    for (int q = 0; q < 2; ++q) sums[k][q].add(bins_of(&host[(2 * k + q) * kSquareSlots]));
   }
   return sums;
 }
@@ -277,6 +300,36 @@ absl::Status lars_apply_cuda(const ShardLayout& layout, const std::vector<LarsCo
                         [&](const Table<LarsCoeffs>& t, int blocks, int64_t) {
                           lars_apply_kernel<<<blocks, kThreads>>>(t, s.params, s.grads, momentum_buffer, h);
                         });
+}
+
+absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, const void* x, DType dtype, int64_t n, float divisor) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  SquareSum sum;
+  const int64_t chunks = (n + SquareBins::kMaxBinnedValues - 1) / SquareBins::kMaxBinnedValues;
+  if (chunks == 0) return sum;
+  const int64_t per_launch = std::min(chunks, kSquareChunksPerLaunch);
+  std::vector<uint64_t> host(static_cast<size_t>(per_launch * kSquareSlots));
+  unsigned long long* bins = nullptr;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&bins, host.size() * sizeof(uint64_t), 0));
+  // Bins chunks [first, first + count) on the device and adds them to `sum`.
+  const auto add_chunks = [&](int64_t first, int64_t count) -> absl::Status {
+    kernels::visit_floating(dtype, [&](auto t) {
+      square_bins_kernel<decltype(t)::value><<<static_cast<unsigned>(count), kThreads>>>(x, divisor, n, first, bins);
+    });
+    ZERO_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    ZERO_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(host.data(), bins, count * kSquareSlots * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    for (int64_t k = 0; k < count; ++k) sum.add(bins_of(&host[k * kSquareSlots]));
+    return absl::OkStatus();
+  };
+  absl::Status s;
+  for (int64_t first = 0; first < chunks && s.ok(); first += per_launch) {
+    s.Update(add_chunks(first, std::min(per_launch, chunks - first)));
+  }
+  s.Update(cuda_status(cudaFreeAsync(bins, 0), "cudaFreeAsync(square bins)"));  // freed on every path
+  if (!s.ok()) return s;
+  return sum;
 }
 
 }  // namespace zero::optim

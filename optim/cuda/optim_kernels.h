@@ -44,4 +44,8 @@ absl::StatusOr<ChunkSums> lars_sums_cuda(const ShardLayout& layout, const std::v
 absl::Status lars_apply_cuda(const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, float* momentum_buffer);
 
+// exact_square_sum (square_sum.h) of n elements of a floating dtype at x on `device`: one block bins each
+// kMaxBinnedValues chunk, the bins come back and are summed as the CPU sums its chunks. Waits for the result.
+absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, const void* x, DType dtype, int64_t n, float divisor);
+
 }  // namespace zero::optim

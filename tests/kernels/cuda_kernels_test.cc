@@ -359,6 +359,35 @@ TEST_F(CudaKernels, CastsEqualCpuBitwise) {
   }
 }
 
+// The engine's buffer arithmetic on the device gives the CPU's bytes in every floating dtype, specials included.
+TEST_F(CudaKernels, BufferMathEqualsCpuBitwise) {
+  const std::vector<float> a = cast_inputs();
+  const int64_t n = static_cast<int64_t>(a.size());
+  const std::vector<float> b = random_floats(n, 26, -70000.0f, 70000.0f);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const int64_t nbytes = n * static_cast<int64_t>(dtype_size(t));
+    std::vector<uint8_t> x(nbytes), y(nbytes);
+    for (int64_t i = 0; i < n; ++i) {
+      store_from_float(x.data(), t, i, a[i]);
+      store_from_float(y.data(), t, i, b[i]);
+    }
+    const Tensor cpu_x(x.data(), t, {n}), cpu_y(y.data(), t, {n});
+    const Tensor gpu_x(upload(x, {nbytes}).data(), t, {n}, Device::cuda(0));
+    const Tensor gpu_y(upload(y, {nbytes}).data(), t, {n}, Device::cuda(0));
+    const auto expect_same = [&](const char* after) {
+      EXPECT_EQ(download<uint8_t>(Tensor(gpu_x.data(), DType::kU8, {nbytes}, Device::cuda(0))), x) << t << " " << after;
+    };
+    ASSERT_TRUE(add_into(cpu_x, cpu_y).ok() && add_into(gpu_x, gpu_y).ok());
+    expect_same("add_into");
+    ASSERT_TRUE(divide_by(cpu_x, 3.0f).ok() && divide_by(gpu_x, 3.0f).ok());
+    expect_same("divide_by");
+    ASSERT_TRUE(multiply_by(cpu_x, 0.37f).ok() && multiply_by(gpu_x, 0.37f).ok());
+    expect_same("multiply_by");
+    ASSERT_TRUE(fill_zero(cpu_x).ok() && fill_zero(gpu_x).ok());
+    expect_same("fill_zero");
+  }
+}
+
 TEST_F(CudaKernels, SquaredNormMatchesCpu) {
   std::vector<float> x = random_floats(100003, 25);
   const int64_t n = static_cast<int64_t>(x.size());

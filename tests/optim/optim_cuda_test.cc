@@ -3,12 +3,14 @@
 
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "optim/optimizers.h"
+#include "optim/square_sum.h"
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
 
@@ -95,6 +97,35 @@ TEST_P(CudaMatchesCpu, Bitwise) {
   const Trajectory gpu = run(GetParam().make, Device::cuda(0));
   EXPECT_EQ(std::memcmp(cpu.params.data(), gpu.params.data(), cpu.params.size() * 4), 0);
   EXPECT_EQ(std::memcmp(cpu.half.data(), gpu.half.data(), cpu.half.size() * 2), 0);
+}
+
+// The engine's gradient norm on the device: the same exact integers as the CPU's chunked bins, in every dtype.
+TEST(ExactSquareSumCuda, EqualsCpuBitwise) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  // Over 512 chunks, so the device bins take more than one round trip; specials at the end.
+  std::vector<float> values = normal_vector(513 * SquareBins::kMaxBinnedValues + 77, 9, 1e3f);
+  values.back() = std::numeric_limits<float>::denorm_min();
+  const int64_t n = static_cast<int64_t>(values.size());
+  Allocator allocator;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<uint8_t> bytes(n * dtype_size(t));
+    for (int64_t i = 0; i < n; ++i) store_from_float(bytes.data(), t, i, values[i]);
+    absl::StatusOr<Buffer> device = allocator.allocate(static_cast<int64_t>(bytes.size()), MemoryCategory::kWorkspace,
+                                                       Device::cuda(0));
+    ASSERT_TRUE(device.ok()) << device.status();
+    ASSERT_EQ(cudaMemcpy(device->data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    for (float divisor : {1.0f, 3.0f}) {
+      absl::StatusOr<SquareSum> cpu = exact_square_sum(Tensor(bytes.data(), t, {n}), divisor);
+      absl::StatusOr<SquareSum> gpu = exact_square_sum(device->tensor(t, {n}), divisor);
+      ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
+      std::vector<int32_t> cpu_wire(SquareSum::kWireInts), gpu_wire(SquareSum::kWireInts);
+      cpu->to_wire(cpu_wire.data());
+      gpu->to_wire(gpu_wire.data());
+      EXPECT_EQ(gpu_wire, cpu_wire) << t << " / " << divisor;
+    }
+    values[n / 2] = std::numeric_limits<float>::infinity();  // the next dtype also checks the flags
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,5 +1,6 @@
 #include "optim/square_sum.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -69,6 +70,73 @@ TEST(SquareSum, SplitAcrossThreeRanksEqualsUnshardedBitwise) {
     for (size_t i = cuts[r]; i < cuts[r + 1]; ++i) parts[r] += v[i] * v[i];
   }
   EXPECT_NE(parts[0] + parts[1] + parts[2], whole) << "the data should make naive partial sums split-dependent";
+}
+
+// The engine's former loop: chunks of kMaxBinnedValues, each element widened to fp32 and divided.
+SquareSum engine_loop_sum(const std::vector<unsigned char>& bytes, DType t, float divisor) {
+  const int64_t n = static_cast<int64_t>(bytes.size() / dtype_size(t));
+  SquareSum sum;
+  for (int64_t c = 0; c < n; c += SquareBins::kMaxBinnedValues) {
+    SquareBins bins;
+    for (int64_t k = c; k < std::min(n, c + SquareBins::kMaxBinnedValues); ++k) {
+      bins.add(load_as_float(bytes.data(), t, k) / divisor);
+    }
+    sum.add(bins);
+  }
+  return sum;
+}
+
+std::vector<int32_t> wire_of(const SquareSum& s) {
+  std::vector<int32_t> wire(SquareSum::kWireInts);
+  s.to_wire(wire.data());
+  return wire;
+}
+
+// Lognormal magnitudes over ~2^±30 with random signs, in `t`, over three and a bit chunks.
+std::vector<unsigned char> gradient_bytes(DType t, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::lognormal_distribution<float> dist(0.0f, 8.0f);
+  const int64_t n = 3 * SquareBins::kMaxBinnedValues + 123;
+  std::vector<unsigned char> bytes(n * dtype_size(t));
+  for (int64_t i = 0; i < n; ++i) store_from_float(bytes.data(), t, i, (gen() & 1 ? 1.0f : -1.0f) * dist(gen));
+  return bytes;
+}
+
+TEST(ExactSquareSum, EqualsTheChunkedSquareBinsOfEveryDtype) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<unsigned char> bytes = gradient_bytes(t, 11);
+    const int64_t n = static_cast<int64_t>(bytes.size() / dtype_size(t));
+    for (float divisor : {1.0f, 3.0f, 65536.0f}) {
+      absl::StatusOr<SquareSum> got = exact_square_sum(Tensor(bytes.data(), t, {n}), divisor);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const SquareSum want = engine_loop_sum(bytes, t, divisor);
+      EXPECT_EQ(wire_of(*got), wire_of(want)) << t << " / " << divisor;
+      EXPECT_EQ(got->value(), want.value()) << t << " / " << divisor;
+    }
+  }
+}
+
+TEST(ExactSquareSum, NanAndInfinityPropagate) {
+  std::vector<float> x(3 * SquareBins::kMaxBinnedValues, 1.0f);
+  const Tensor t(x.data(), DType::kF32, {static_cast<int64_t>(x.size())});
+  x[2 * SquareBins::kMaxBinnedValues + 5] = INFINITY;
+  EXPECT_EQ(exact_square_sum(t, 2.0f)->value(), INFINITY);
+  x[7] = NAN;
+  EXPECT_TRUE(std::isnan(exact_square_sum(t, 2.0f)->value()));
+  EXPECT_EQ(exact_square_sum(Tensor(x.data(), DType::kF32, {4}), 0.0f)->value(), INFINITY) << "1 / 0";
+}
+
+TEST(ExactSquareSum, EmptyTensorSumsToZero) {
+  EXPECT_EQ(exact_square_sum(Tensor(nullptr, DType::kBF16, {0}), 1.0f)->value(), 0.0);
+}
+
+TEST(ExactSquareSum, NonFloatingOrStridedTensorsAreRefused) {
+  std::vector<int32_t> ints(4);
+  EXPECT_EQ(exact_square_sum(Tensor(ints.data(), DType::kI32, {4}), 1.0f).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<float> x(8);
+  EXPECT_EQ(exact_square_sum(Tensor(x.data(), DType::kF32, {4}, {2}, Device::cpu()), 1.0f).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

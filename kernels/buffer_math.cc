@@ -1,0 +1,85 @@
+// The engine's flat buffer arithmetic (+=, /, *, zero fill) on fp32/bf16/fp16, in fp32 with one rounding per element.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/dtype_dispatch.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel.h"
+#include "runtime/status.h"
+
+namespace zero::kernels {
+namespace {
+
+constexpr int64_t kBlock = 1 << 14;
+
+// `t` is contiguous, of a floating dtype, on a device this build can run.
+absl::Status check_floating(absl::string_view op, absl::string_view name, const Tensor& t) {
+  if (!is_floating(t.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be fp32, bf16 or fp16, got ", t.to_string()));
+  }
+  ZERO_RETURN_IF_ERROR(detail::check_numel(op, name, t, t.dtype(), t.device(), t.numel()));
+  return detail::check_backend(op, t.device());
+}
+
+// x[i] = rounded(fn(x[i] as fp32, i)) for every element of x's dtype T, in fixed blocks over the threads.
+template <DType T, typename Fn>
+void update_elements(const Tensor& x, Fn fn) {
+  void* p = x.data();
+  detail::for_blocks(x.numel(), kBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) store_from_float(p, T, i, fn(load_as_float(p, T, i), i));
+  });
+}
+
+}  // namespace
+
+absl::Status add_into(const Tensor& dst, const Tensor& src) {
+  constexpr absl::string_view op = "add_into";
+  ZERO_RETURN_IF_ERROR(check_floating(op, "dst", dst));
+  ZERO_RETURN_IF_ERROR(detail::check_numel(op, "src", src, dst.dtype(), dst.device(), dst.numel()));
+#if ZERO_HAS_CUDA
+  if (dst.device().is_cuda()) return cuda::add_into(dst.device().index, dst.data(), src.data(), dst.dtype(), dst.numel());
+#endif
+  const void* s = src.data();
+  visit_floating(dst.dtype(), [&](auto t) {
+    constexpr DType T = decltype(t)::value;
+    update_elements<T>(dst, [s](float x, int64_t i) { return x + load_as_float(s, T, i); });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status divide_by(const Tensor& x, float divisor) {
+  ZERO_RETURN_IF_ERROR(check_floating("divide_by", "x", x));
+#if ZERO_HAS_CUDA
+  if (x.device().is_cuda()) return cuda::divide_by(x.device().index, x.data(), x.dtype(), x.numel(), divisor);
+#endif
+  visit_floating(x.dtype(), [&](auto t) {
+    update_elements<decltype(t)::value>(x, [divisor](float v, int64_t) { return v / divisor; });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status multiply_by(const Tensor& x, float factor) {
+  ZERO_RETURN_IF_ERROR(check_floating("multiply_by", "x", x));
+#if ZERO_HAS_CUDA
+  if (x.device().is_cuda()) return cuda::multiply_by(x.device().index, x.data(), x.dtype(), x.numel(), factor);
+#endif
+  visit_floating(x.dtype(), [&](auto t) {
+    update_elements<decltype(t)::value>(x, [factor](float v, int64_t) { return v * factor; });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status fill_zero(const Tensor& x) {
+  constexpr absl::string_view op = "fill_zero";
+  ZERO_RETURN_IF_ERROR(detail::check_numel(op, "x", x, x.dtype(), x.device(), x.numel()));
+  ZERO_RETURN_IF_ERROR(detail::check_backend(op, x.device()));
+#if ZERO_HAS_CUDA
+  if (x.device().is_cuda()) return cuda::fill_zero(x.device().index, x.data(), static_cast<int64_t>(x.nbytes()));
+#endif
+  std::memset(x.data(), 0, x.nbytes());
+  return absl::OkStatus();
+}
+
+}  // namespace zero::kernels

@@ -1,0 +1,53 @@
+// The engine's flat buffer arithmetic on CUDA, bit for bit the CPU's: +=, / and * in fp32, rounded once; zero fill.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/half.cuh"
+#include "kernels/dtype_dispatch.h"
+
+namespace zero::kernels::cuda {
+namespace {
+
+template <DType T>
+__global__ void add_into_kernel(void* dst, const void* src, int64_t n) {
+  ZERO_GRID_STRIDE(i, n) store_float<T>(dst, i, load_float<T>(dst, i) + load_float<T>(src, i));
+}
+
+// IEEE division (nvcc's default -prec-div=true), as the CPU's.
+template <DType T>
+__global__ void divide_by_kernel(void* x, float divisor, int64_t n) {
+  ZERO_GRID_STRIDE(i, n) store_float<T>(x, i, load_float<T>(x, i) / divisor);
+}
+
+template <DType T>
+__global__ void multiply_by_kernel(void* x, float factor, int64_t n) {
+  ZERO_GRID_STRIDE(i, n) store_float<T>(x, i, load_float<T>(x, i) * factor);
+}
+
+}  // namespace
+
+absl::Status add_into(int device, void* dst, const void* src, DType dtype, int64_t n) {
+  return visit_floating(dtype, [&](auto t) {
+    return launch_elementwise(device, "add_into_kernel", add_into_kernel<decltype(t)::value>, n, dst, src);
+  });
+}
+
+absl::Status divide_by(int device, void* x, DType dtype, int64_t n, float divisor) {
+  return visit_floating(dtype, [&](auto t) {
+    return launch_elementwise(device, "divide_by_kernel", divide_by_kernel<decltype(t)::value>, n, x, divisor);
+  });
+}
+
+absl::Status multiply_by(int device, void* x, DType dtype, int64_t n, float factor) {
+  return visit_floating(dtype, [&](auto t) {
+    return launch_elementwise(device, "multiply_by_kernel", multiply_by_kernel<decltype(t)::value>, n, x, factor);
+  });
+}
+
+absl::Status fill_zero(int device, void* x, int64_t nbytes) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x, 0, static_cast<size_t>(nbytes), 0));
+  return absl::OkStatus();
+}
+
+}  // namespace zero::kernels::cuda
