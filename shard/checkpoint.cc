@@ -258,6 +258,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
     ZERO_ASSIGN_OR_RETURN(good_steps_, metadata_number<int>(*metadata, "zero.good_steps", dir));
     ZERO_ASSIGN_OR_RETURN(hysteresis_left_, metadata_number<int>(*metadata, "zero.hysteresis_left", dir));
   }
+  allocator_.reset_peaks();  // what reading needed is not part of any step's peak
   std::map<std::string, std::string> extra;
   for (const auto& [key, value] : *metadata) {
     if (!absl::StartsWith(key, "zero.")) extra[key] = value;

@@ -35,18 +35,18 @@ std::string ratio(int64_t measured, int64_t theory) {
 
 }  // namespace
 
-void Progress::step(int64_t step, const StepResult& r, float lr, double tokens_per_s, double elapsed_s) {
-  const double eta = elapsed_s / step * (steps_ - step);
-  const std::string text = absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  %.0f tok/s  elapsed %s  eta %s%s",
+void Progress::step(int64_t step, const StepResult& r, float lr, double rate, double elapsed_s) {
+  const double eta = elapsed_s / (step - first_step_) * (steps_ - step);
+  const std::string text = absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  %.0f %s  elapsed %s  eta %s%s",
                                            static_cast<int>(absl::StrCat(steps_).size()), step, steps_, r.loss, lr,
-                                           tokens_per_s, duration(elapsed_s), duration(eta),
+                                           rate, rate_unit_, duration(elapsed_s), duration(eta),
                                            r.skipped ? "  (fp16 overflow: step skipped)" : "");
   if (tty_) {
     const int width = 30;
     const int filled = static_cast<int>(width * step / steps_);
     std::printf("\r[%s%s] %s", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), text.c_str());
     open_line_ = true;
-  } else if (step == 1 || step == steps_ || step % log_interval_ == 0) {
+  } else if (step == first_step_ + 1 || step == steps_ || step % log_interval_ == 0) {
     std::printf("%s\n", text.c_str());
   }
   std::fflush(stdout);
@@ -59,9 +59,9 @@ void Progress::line(const std::string& text) {
   std::fflush(stdout);
 }
 
-absl::StatusOr<MetricsFile> MetricsFile::open(const std::string& path) {
+absl::StatusOr<MetricsFile> MetricsFile::open(const std::string& path, bool append) {
   if (path.empty()) return MetricsFile();
-  std::FILE* file = std::fopen(path.c_str(), "w");
+  std::FILE* file = std::fopen(path.c_str(), append ? "a" : "w");
   if (file == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("metrics_path = ", path, ": cannot open it for writing: ",
                                                    std::strerror(errno)));
@@ -119,8 +119,8 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
       f.stage == 3 ? "  (stage 3 gathers a tied owner again for each unit that reads it: GPT-2's head re-gathers the "
                      "embedding for wte, in forward and in backward)\n"
                    : "",
-      absl::StrFormat("\nstep time %.1f ms (mean of %d steps), %.0f tokens/s\n", 1e3 * f.train_seconds / f.steps,
-                      f.steps, f.tokens_per_s));
+      absl::StrFormat("\nstep time %.1f ms (mean of %d steps), %.0f %s/s\n", 1e3 * f.train_seconds / f.steps,
+                      f.steps, f.predictions_per_s, f.predictions));
 }
 
 nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& peaks) {
@@ -146,7 +146,7 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
             {"small", f.traffic.small / f.steps}}},
           {"theory_bytes_per_step", {{"param_gather", theory.param_gather}, {"grad_reduce", theory.grad_reduce}}},
           {"step_ms", 1e3 * f.train_seconds / f.steps},
-          {"tokens_per_s", f.tokens_per_s}};
+          {f.predictions + "_per_s", f.predictions_per_s}};
 }
 
 }  // namespace zero::train

@@ -19,16 +19,21 @@ namespace zero::train {
 // log_interval steps (and the first and last).
 class Progress {
  public:
-  Progress(int64_t steps, int64_t log_interval, bool tty) : steps_(steps), log_interval_(log_interval), tty_(tty) {}
-  // `tokens_per_s` over the steps so far; ETA from the mean step time so far.
-  void step(int64_t step, const StepResult& result, float lr, double tokens_per_s, double elapsed_s);
+  // A run of `steps` steps that starts after step `first_step` (0, or where a checkpoint stopped); the
+  // rate is predictions per second, shown as `rate_unit` ("tok/s" for GPT-2, "samples/s" for the MLP).
+  Progress(int64_t first_step, int64_t steps, int64_t log_interval, bool tty, std::string rate_unit)
+      : first_step_(first_step), steps_(steps), log_interval_(log_interval), tty_(tty), rate_unit_(std::move(rate_unit)) {}
+  // `rate` and `elapsed_s` over the steps this process ran; ETA from their mean step time.
+  void step(int64_t step, const StepResult& result, float lr, double rate, double elapsed_s);
   // A line of its own (an evaluation, the summary), after the in-place line if there is one.
   void line(const std::string& text);
 
  private:
+  int64_t first_step_;
   int64_t steps_;
   int64_t log_interval_;
   bool tty_;
+  std::string rate_unit_;
   bool open_line_ = false;
 };
 
@@ -36,7 +41,8 @@ class Progress {
 class MetricsFile {
  public:
   MetricsFile() = default;  // writes nothing
-  static absl::StatusOr<MetricsFile> open(const std::string& path);
+  // Appends to what is there when `append` (a resumed run), else starts the file afresh.
+  static absl::StatusOr<MetricsFile> open(const std::string& path, bool append);
   void write(const nlohmann::json& record);
 
  private:
@@ -55,10 +61,11 @@ struct RunFacts {
   int optimizer_state_floats = 2;
   int64_t params = 0;          // Ψ
   int64_t padded_params = 0;   // Ψ as the engine lays it out: each unit padded to a multiple of N
-  int64_t steps = 0;
-  CommVolume traffic;          // rank 0's bytes sent over all training steps
-  double train_seconds = 0;    // all steps
-  double tokens_per_s = 0;
+  int64_t steps = 0;           // this process ran (after a resume, the steps since)
+  CommVolume traffic;          // rank 0's bytes sent over those steps
+  double train_seconds = 0;    // those steps
+  double predictions_per_s = 0;
+  std::string predictions = "tokens";  // what a prediction is: tokens (GPT-2) or samples (the MLP)
 };
 
 // The tables: peak memory per category per rank beside the ZeRO formula, bytes sent per step beside

@@ -252,7 +252,11 @@ absl::Status read_zero_train_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("seed", c.seed));
   ZERO_RETURN_IF_ERROR(r.read("metrics_path", c.metrics_path));
   ZERO_RETURN_IF_ERROR(r.read("init_from", c.init_from));
-  return r.read("export_path", c.export_path);
+  ZERO_RETURN_IF_ERROR(r.read("export_path", c.export_path));
+  ZERO_RETURN_IF_ERROR(r.read("checkpoint.dir", c.checkpoint.dir));
+  ZERO_RETURN_IF_ERROR(r.read("checkpoint.interval", c.checkpoint.interval));
+  ZERO_RETURN_IF_ERROR(r.read("checkpoint.keep_last", c.checkpoint.keep_last));
+  return r.read("checkpoint.resume", c.checkpoint.resume);
 }
 
 // "key = value: rule" when cond fails.
@@ -391,6 +395,11 @@ absl::Status validate_run(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(c.eval_interval >= 0, "eval_interval", c.eval_interval, "must be >= 0 (0 = at the end only)"));
   ZERO_RETURN_IF_ERROR(require(c.eval_batches >= 1, "eval_batches", c.eval_batches, "must be at least 1"));
   ZERO_RETURN_IF_ERROR(require(c.log_interval >= 1, "log_interval", c.log_interval, "must be at least 1"));
+  const CheckpointConfig& k = c.checkpoint;
+  ZERO_RETURN_IF_ERROR(require(k.interval >= 0, "checkpoint.interval", k.interval, "must be >= 0 (0 = at the end only)"));
+  ZERO_RETURN_IF_ERROR(require(k.keep_last >= 0, "checkpoint.keep_last", k.keep_last, "must be >= 0 (0 = keep all)"));
+  ZERO_RETURN_IF_ERROR(require(!k.dir.empty() || !one_of(k.resume, {"latest", "auto"}), "checkpoint.resume", k.resume,
+                               "resuming from the latest checkpoint needs checkpoint.dir"));
   const bool gpt2_weights = c.init_from.empty() && c.export_path.empty();
   return require(gpt2_weights || c.model.type == "gpt2", "init_from/export_path", c.model.type,
                  "safetensors import and export are for gpt2 models");

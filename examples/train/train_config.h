@@ -95,6 +95,15 @@ struct DataConfig {                     // "data"
   BlobsKeys blobs;
 };
 
+struct CheckpointConfig {              // "checkpoint": zero's own (see shard/checkpoint.h)
+  std::string dir;                      // checkpoints go to <dir>/step-NNNNNNNN and <dir>/latest; "" = none
+  int64_t interval = 0;                 // steps between saves; 0 = only at the end of the run
+  int64_t keep_last = 2;                // how many of the newest step-* to keep; 0 = all
+  // "" starts fresh; "latest" resumes from <dir>/latest (an error if there is none); "auto" resumes from
+  // it when there is one (for jobs that restart themselves); anything else is a checkpoint directory.
+  std::string resume;
+};
+
 struct TrainConfig {
   // The batch rule's three keys; unset ones are derived by resolve_batch.
   std::optional<int64_t> train_batch_size;
@@ -120,6 +129,7 @@ struct TrainConfig {
   std::string metrics_path = "zero-train-metrics.jsonl";  // JSON lines; "" = none
   std::string init_from;                // Hugging Face GPT-2 safetensors to start from; "" = random init
   std::string export_path;              // where to save the trained GPT-2 as safetensors; "" = not saved
+  CheckpointConfig checkpoint;
 };
 
 // The batch as DeepSpeed settles it: train_batch_size = micro_batch * accumulation_steps * world_size.

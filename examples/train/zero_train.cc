@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "examples/train/checkpoints.h"
 #include "examples/train/deepspeed_optim.h"
 #include "examples/train/evaluate.h"
 #include "examples/train/report.h"
@@ -177,18 +178,21 @@ class RankRun {
                                     ? std::optional<int64_t>(plan.config.memory_budget_mib << 20)
                                     : std::nullopt),
         schedule_(plan.config.scheduler, plan.config.optimizer.lr, plan.config.steps),
-        progress_(plan.config.steps, plan.config.log_interval, isatty(fileno(stdout)) == 1),
         lead_(comm.rank() == 0) {}
 
   absl::Status run() {
     ZERO_RETURN_IF_ERROR(setup());
-    for (int64_t step = 1; step <= plan_.config.steps; ++step) {
+    const int64_t steps = plan_.config.steps;
+    for (int64_t step = first_step_ + 1; step <= steps; ++step) {
       ZERO_RETURN_IF_ERROR(train_step(step));
       const bool eval_due = plan_.config.eval_interval > 0 && step % plan_.config.eval_interval == 0;
-      if (eval_due || step == plan_.config.steps) ZERO_RETURN_IF_ERROR(evaluate(step));
+      if (eval_due || step == steps) ZERO_RETURN_IF_ERROR(evaluate(step));
+      if (checkpoint_due(plan_.config.checkpoint, step, steps)) {
+        ZERO_RETURN_IF_ERROR(save_run(plan_.config.checkpoint, *engine_, comm_, *loader_, step));
+      }
     }
     ZERO_RETURN_IF_ERROR(export_weights(plan_, *engine_, comm_.rank()));
-    return summarize();
+    return first_step_ < steps ? summarize() : absl::OkStatus();
   }
 
  private:
@@ -202,11 +206,21 @@ class RankRun {
         data::DataLoader::create(plan_.train, plan_.batch.micro_batch, sampler, allocator_);
     if (!loader.ok()) return absl::InvalidArgumentError(absl::StrCat("the training data: ", loader.status().message()));
     loader_ = std::make_unique<data::DataLoader>(std::move(*loader));
+    ZERO_ASSIGN_OR_RETURN(first_step_, resume_run(plan_.config.checkpoint, *engine_, comm_, *loader_));
     ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> replica, create_model(plan_));
     ZERO_ASSIGN_OR_RETURN(evaluator_, Evaluator::create(std::move(replica), plan_.val, plan_.task,
                                                         plan_.batch.micro_batch, comm_));
-    ZERO_ASSIGN_OR_RETURN(metrics_, MetricsFile::open(lead_ ? plan_.config.metrics_path : ""));
-    if (lead_) progress_.line(describe(plan_, comm_.world_size()));
+    ZERO_ASSIGN_OR_RETURN(metrics_, MetricsFile::open(lead_ ? plan_.config.metrics_path : "", first_step_ > 0));
+    const bool mlp = plan_.config.model.type == "mlp";
+    progress_ = Progress(first_step_, plan_.config.steps, plan_.config.log_interval, isatty(fileno(stdout)) == 1,
+                         mlp ? "samples/s" : "tok/s");
+    if (!lead_) return absl::OkStatus();
+    progress_.line(describe(plan_, comm_.world_size()));
+    if (first_step_ > 0) {
+      progress_.line(absl::StrFormat("resumed after step %d from a checkpoint (checkpoint.resume = %s)%s", first_step_,
+                                     plan_.config.checkpoint.resume,
+                                     first_step_ >= plan_.config.steps ? "; nothing is left to train" : ""));
+    }
     return absl::OkStatus();
   }
 
@@ -222,11 +236,11 @@ class RankRun {
     traffic_.grad_reduce += v.grad_reduce;
     traffic_.small += v.small;
     if (!lead_) return absl::OkStatus();
-    const double tokens_per_s = static_cast<double>(step * tokens_per_step()) / train_seconds_;
-    progress_.step(step, result, lr, tokens_per_s, train_seconds_);
+    const double rate = static_cast<double>((step - first_step_) * predictions_per_step()) / train_seconds_;
+    progress_.step(step, result, lr, rate, train_seconds_);
     metrics_.write({{"event", "train"}, {"step", step}, {"loss", result.loss}, {"lr", lr},
                     {"accuracy", result.predictions > 0 ? static_cast<double>(result.correct) / result.predictions : 0.0},
-                    {"grad_norm", result.grad_norm}, {"skipped", result.skipped}, {"tokens_per_s", tokens_per_s},
+                    {"grad_norm", result.grad_norm}, {"skipped", result.skipped}, {prediction_name() + "_per_s", rate},
                     {"elapsed_s", train_seconds_}});
     return absl::OkStatus();
   }
@@ -254,6 +268,7 @@ class RankRun {
   absl::Status summarize() {
     ZERO_ASSIGN_OR_RETURN(std::vector<MemoryStats> peaks, gather_peaks(comm_, allocator_));
     if (!lead_) return absl::OkStatus();
+    const int64_t steps_run = plan_.config.steps - first_step_;
     const RunFacts facts{.stage = plan_.zero.stage,
                          .world_size = comm_.world_size(),
                          .accumulation_steps = plan_.zero.accumulation_steps,
@@ -261,25 +276,27 @@ class RankRun {
                          .optimizer_state_floats = optimizer_state_floats(plan_.config.optimizer),
                          .params = engine_->num_params(),
                          .padded_params = engine_->num_padded_params(),
-                         .steps = plan_.config.steps,
+                         .steps = steps_run,
                          .traffic = traffic_,
                          .train_seconds = train_seconds_,
-                         .tokens_per_s = static_cast<double>(plan_.config.steps * tokens_per_step()) / train_seconds_};
+                         .predictions_per_s = static_cast<double>(steps_run * predictions_per_step()) / train_seconds_,
+                         .predictions = prediction_name()};
     progress_.line(summary_tables(facts, peaks));
     metrics_.write(summary_json(facts, peaks));
     return absl::OkStatus();
   }
 
-  // Predictions per step: tokens for GPT-2 (T per sequence), points for the MLP (one label each).
-  int64_t tokens_per_step() const {
+  // Predictions per step: tokens for GPT-2 (T per sequence), samples for the MLP (one label each).
+  int64_t predictions_per_step() const {
     return plan_.batch.train_batch_size * shape_numel(plan_.train->layout().target_shape);
   }
+  std::string prediction_name() const { return plan_.config.model.type == "mlp" ? "samples" : "tokens"; }
 
   Communicator& comm_;
   const Plan& plan_;
   Allocator allocator_;
   LrSchedule schedule_;
-  Progress progress_;
+  Progress progress_{0, 0, 1, false, ""};  // set up once the first step is known
   const bool lead_;  // rank 0 prints and writes
   std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
@@ -287,6 +304,7 @@ class RankRun {
   std::unique_ptr<Evaluator> evaluator_;
   MetricsFile metrics_;
   CommVolume traffic_;
+  int64_t first_step_ = 0;  // steps done before this process started (from a checkpoint)
   double train_seconds_ = 0;
 };
 

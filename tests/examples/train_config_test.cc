@@ -154,7 +154,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"backend=gloo", {"backend = gloo"}},
         BadConfig{"ranks=0", {"ranks = 0"}},
         BadConfig{"steps=0", {"steps = 0"}},
-        BadConfig{"memory_budget_mib=-5", {"memory_budget_mib = -5"}}));
+        BadConfig{"memory_budget_mib=-5", {"memory_budget_mib = -5"}},
+        BadConfig{"checkpoint.interval=-1", {"checkpoint.interval = -1"}},
+        BadConfig{"checkpoint.keep_last=-2", {"checkpoint.keep_last = -2"}},
+        BadConfig{"checkpoint.resume=latest", {"checkpoint.resume = latest", "needs checkpoint.dir"}},
+        BadConfig{"checkpoint.every=5", {"unknown key 'checkpoint.every'", "did you mean"}}));
 
 TEST(TrainConfigTest, MlpReadsWidthsAndBlobsKeys) {
   const TrainConfig c = parse_ok(kMinimal, {"model.type=mlp", "model.widths=[8, 32, 3]", "data.source=blobs",

@@ -104,7 +104,8 @@ TEST_F(ZeroTrainTest, MlpOnBlobsAtStage2LearnsAboveChance) {
       path));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, AllOf(HasSubstr("MLP widths [16, 32, 4]"), HasSubstr("ZeRO stage 2"),
-                                HasSubstr("eval step 20: val loss"), HasSubstr("class accuracy")));
+                                HasSubstr("eval step 20: val loss"), HasSubstr("class accuracy"),
+                                HasSubstr("samples/s")));
 
   const std::vector<json> records = metrics_lines(path);
   const std::vector<json> train = events(records, "train");
@@ -114,6 +115,47 @@ TEST_F(ZeroTrainTest, MlpOnBlobsAtStage2LearnsAboveChance) {
   ASSERT_EQ(eval.size(), 2u);  // steps 10 and 20
   EXPECT_GT(eval.back()["val_accuracy"].get<double>(), 0.5);  // chance is 1 in 4
   std::filesystem::remove(path);
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "zero_train_test_resume";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string ckpt = (dir / "ckpt").string();
+  const auto run = [&](const std::string& name, const std::string& more) {
+    return run_zero_train(absl::StrCat(tiny_run_args((dir / (name + ".jsonl")).string()), " --export_path=",
+                                       (dir / (name + ".safetensors")).string(), " ", more));
+  };
+  const RunResult straight = run("straight", "");
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const RunResult saving = run("saving", absl::StrCat("--checkpoint.dir=", ckpt, " --checkpoint.interval=4"));
+  ASSERT_EQ(saving.exit_code, 0) << saving.output;
+  // Saved at steps 4, 8 and 12; keep_last 2 removed step 4, and latest names step 12.
+  EXPECT_FALSE(std::filesystem::exists(ckpt + "/step-00000004"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step-00000008"));
+  EXPECT_EQ(file_bytes(ckpt + "/latest"), "step-00000012\n");
+
+  const RunResult resumed = run("resumed", absl::StrCat("--checkpoint.resume=", ckpt, "/step-00000008"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("resumed after step 8"));
+  const std::vector<json> train = events(metrics_lines((dir / "resumed.jsonl").string()), "train");
+  ASSERT_EQ(train.size(), 4u);
+  EXPECT_EQ(train.front()["step"], 9);
+  const std::string exported = file_bytes((dir / "straight.safetensors").string());
+  ASSERT_FALSE(exported.empty());
+  EXPECT_TRUE(file_bytes((dir / "saving.safetensors").string()) == exported) << "saving changed the training";
+  EXPECT_TRUE(file_bytes((dir / "resumed.safetensors").string()) == exported) << "the resumed run diverged";
+
+  const RunResult other_model = run("other", absl::StrCat("--model.channels=64 --checkpoint.resume=", ckpt,
+                                                          "/step-00000008"));
+  EXPECT_NE(other_model.exit_code, 0);
+  EXPECT_THAT(other_model.output, HasSubstr("was it saved from another model?"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ZeroTrainTest, UnknownKeyExitsNonZeroNamingIt) {
