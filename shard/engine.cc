@@ -16,27 +16,6 @@ namespace {
 
 float* floats(const Buffer& b) { return static_cast<float*>(b.data()); }
 
-// dst[i] += src[i] in fp32, rounded once to the dtype; the fp32 case is the plain add.
-void add_into(void* dst, const void* src, int64_t n, DType dtype) {
-  if (dtype == DType::kF32) {
-    float* d = static_cast<float*>(dst);
-    const float* s = static_cast<const float*>(src);
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) store_from_float(dst, dtype, i, load_as_float(dst, dtype, i) + load_as_float(src, dtype, i));
-}
-
-// x[i] /= divisor in fp32, rounded once to the dtype.
-void divide(void* x, int64_t n, DType dtype, float divisor) {
-  if (dtype == DType::kF32) {
-    float* f = static_cast<float*>(x);
-    for (int64_t i = 0; i < n; ++i) f[i] /= divisor;
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) store_from_float(x, dtype, i, load_as_float(x, dtype, i) / divisor);
-}
-
 }  // namespace
 
 absl::Status ZeroConfig::validate() const {
@@ -123,7 +102,7 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
     ZERO_ASSIGN_OR_RETURN(u.params, allocator_.allocate(held * bytes, MemoryCategory::kParams));
     const int64_t grads = config_.stage >= 2 ? u.layout.shard_numel : u.layout.padded_numel;
     ZERO_ASSIGN_OR_RETURN(u.grads, allocator_.allocate(grads * bytes, MemoryCategory::kGrads));
-    std::memset(u.grads.data(), 0, grads * bytes);
+    ZERO_RETURN_IF_ERROR(kernels::fill_zero(u.grads.tensor(dtype_, {grads})));
     if (dtype_ != DType::kF32) {
       ZERO_ASSIGN_OR_RETURN(u.master, allocator_.allocate(own_range(u).second * 4, MemoryCategory::kMasterWeights));
     }
@@ -180,7 +159,8 @@ absl::Status Engine::assign_params(UnitState& u, const float* values, int64_t fi
   ZERO_RETURN_IF_ERROR(kernels::cast(u.params.tensor(dtype_, {held_numel}), source));
   if (u.master.data() != nullptr) {
     const auto [begin, count] = own_range(u);
-    std::memcpy(u.master.data(), values + (begin - first), count * 4);
+    const Tensor own_values(const_cast<float*>(values) + (begin - first), DType::kF32, {count});
+    ZERO_RETURN_IF_ERROR(kernels::cast(u.master.tensor(DType::kF32, {count}), own_values));
   }
   return absl::OkStatus();
 }
@@ -282,15 +262,16 @@ absl::StatusOr<Tensor> Engine::staging_of(int i) {
   if (b.staging.data() == nullptr && b.numel > 0) {
     const int64_t bytes = b.numel * static_cast<int64_t>(dtype_size(dtype_));
     ZERO_ASSIGN_OR_RETURN(b.staging, allocator_.allocate(bytes, MemoryCategory::kCommBuffers));
-    std::memset(b.staging.data(), 0, bytes);
+    const Tensor staging = b.staging.tensor(dtype_, {b.numel});
+    ZERO_RETURN_IF_ERROR(kernels::fill_zero(staging));
     // no_sync: the micro-batches so far accumulated in the local gradients; they join the reduction.
     if (config_.no_sync) {
       for (int k : b.units) {
         UnitState& unit = units_[k];
-        const int64_t unit_bytes = unit.layout.padded_numel * static_cast<int64_t>(dtype_size(dtype_));
-        std::memcpy(static_cast<char*>(b.staging.data()) + unit.bucket_offset * dtype_size(dtype_),
-                    unit.grads.data(), unit_bytes);
-        std::memset(unit.grads.data(), 0, unit_bytes);
+        const Tensor grads = unit.grads.tensor(dtype_, {unit.layout.padded_numel});
+        ZERO_RETURN_IF_ERROR(
+            kernels::cast(staging.slice(unit.bucket_offset, unit.bucket_offset + unit.layout.padded_numel), grads));
+        ZERO_RETURN_IF_ERROR(kernels::fill_zero(grads));
       }
     }
   }
@@ -419,8 +400,8 @@ absl::Status Engine::grads_ready(int i) {
 absl::Status Engine::launch_reduction(Bucket& b) {
   if (b.numel == 0) return absl::OkStatus();
   const int n = comm_.world_size();
-  divide(b.staging.data(), b.numel, dtype_, static_cast<float>(n * config_.accumulation_steps));
   const Tensor all = b.staging.tensor(dtype_, {b.numel});
+  ZERO_RETURN_IF_ERROR(kernels::divide_by(all, static_cast<float>(n * config_.accumulation_steps)));
   if (config_.stage == 0) {
     b.reduction = counted(&CommVolume::grad_reduce, [&] { return comm_.allreduce(all, ReduceOp::kSum); });
     return absl::OkStatus();
@@ -448,9 +429,9 @@ absl::Status Engine::finish_reduction(Bucket& b) {
     const int64_t s = u.layout.shard_numel;
     const Tensor grads = u.grads.tensor(dtype_, {config_.stage >= 2 ? s : u.layout.padded_numel});
     switch (config_.stage) {
-      case 0: add_into(grads.data(), reduced.data(), u.layout.padded_numel, dtype_); break;
-      case 1: add_into(grads.slice(begin, begin + s).data(), reduced.slice(begin, begin + s).data(), s, dtype_); break;
-      default: add_into(grads.data(), reduced.slice(begin, begin + s).data(), s, dtype_); break;
+      case 0: ZERO_RETURN_IF_ERROR(kernels::add_into(grads, reduced)); break;
+      case 1: ZERO_RETURN_IF_ERROR(kernels::add_into(grads.slice(begin, begin + s), reduced.slice(begin, begin + s))); break;
+      default: ZERO_RETURN_IF_ERROR(kernels::add_into(grads, reduced.slice(begin, begin + s))); break;
     }
   }
   b.staging.reset();
@@ -505,13 +486,8 @@ absl::StatusOr<double> Engine::global_grad_norm() {
   const float unscale = static_cast<float>(loss_scale_);
   SquareSum sum;
   for (const UnitState& u : units_) {
-    const Tensor g = grad_slice(u);
-    for (int64_t c = 0; c < g.numel(); c += SquareBins::kMaxBinnedValues) {
-      SquareBins bins;
-      const int64_t end = std::min(g.numel(), c + SquareBins::kMaxBinnedValues);
-      for (int64_t k = c; k < end; ++k) bins.add(load_as_float(g.data(), dtype_, k) / unscale);
-      sum.add(bins);
-    }
+    ZERO_ASSIGN_OR_RETURN(const SquareSum unit_sum, exact_square_sum(grad_slice(u), unscale));
+    sum.merge(unit_sum);
   }
   std::vector<int32_t> wire(SquareSum::kWireInts);
   sum.to_wire(wire.data());
@@ -537,13 +513,8 @@ absl::Status Engine::update(float lr, double clip_coefficient) {
       grads32 = grads32_buffer.tensor(DType::kF32, {count});
       ZERO_RETURN_IF_ERROR(kernels::cast(grads32, grads));
     }
-    float* g = grads32.data_as<float>();
-    if (unscale != 1.0f) {
-      for (int64_t k = 0; k < count; ++k) g[k] /= unscale;
-    }
-    if (clip < 1.0f) {
-      for (int64_t k = 0; k < count; ++k) g[k] *= clip;
-    }
+    if (unscale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::divide_by(grads32, unscale));
+    if (clip < 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(grads32, clip));
     const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
     const Tensor own_params = u.sharded ? held : held.slice(begin, begin + count);
     Communicator* comm = config_.stage == 0 ? nullptr : &comm_;
@@ -602,7 +573,7 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
     ++step_count_;
     ZERO_RETURN_IF_ERROR(update(lr, clip_coefficient));
   }
-  for (UnitState& u : units_) std::memset(u.grads.data(), 0, u.grads.nbytes());
+  for (UnitState& u : units_) ZERO_RETURN_IF_ERROR(kernels::fill_zero(u.grads.tensor(DType::kU8, {u.grads.nbytes()})));
   float metrics[3] = {static_cast<float>(loss_sum_), static_cast<float>(correct_), static_cast<float>(predictions_)};
   ZERO_RETURN_IF_ERROR(
       counted(&CommVolume::small, [&] { return comm_.allreduce(Tensor(metrics, DType::kF32, {3}), ReduceOp::kSum); })
