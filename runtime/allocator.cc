@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "runtime/device_memory.h"
+#include "runtime/file_memory.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -66,13 +67,19 @@ void Buffer::reset() {
 Allocator::Allocator(int rank, std::optional<int64_t> budget_bytes) : rank_(rank), budget_(budget_bytes) {}
 
 Allocator::~Allocator() {
-  ZERO_CHECK(stats_.current_total == 0, "rank ", rank_, " allocator destroyed while ",
+  ZERO_CHECK(stats_.current_total == 0 && file_buffers_.empty(), "rank ", rank_, " allocator destroyed while ",
              format_bytes(stats_.current_total), " are still held: ", held_description_locked());
 }
 
 absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory category, Device device) {
   if (nbytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation of ", nbytes, " bytes"));
   const int c = static_cast<int>(category);
+  std::string file_dir;
+  {
+    std::lock_guard lock(mu_);
+    if (device.is_cpu()) file_dir = file_dirs_[c];
+  }
+  if (!file_dir.empty() && nbytes > 0) return allocate_in_file(nbytes, category, file_dir);
   {
     std::lock_guard lock(mu_);
     if (budget_ && stats_.current_total + nbytes > *budget_) {
@@ -99,11 +106,57 @@ absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory catego
   return buffer;
 }
 
-void Allocator::release(Buffer& buffer) {
-  if (buffer.data_ != nullptr) device_free(buffer.device_, buffer.data_);
+absl::StatusOr<Buffer> Allocator::allocate_in_file(int64_t nbytes, MemoryCategory category, const std::string& dir) {
+  ZERO_ASSIGN_OR_RETURN(const FileMemory memory, file_alloc(dir, static_cast<size_t>(nbytes)));
   std::lock_guard lock(mu_);
-  stats_.current[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
-  stats_.current_total -= buffer.nbytes_;
+  stats_.in_files[static_cast<int>(category)] += nbytes;
+  file_buffers_[memory.data] = {memory.fd, nbytes};
+  Buffer buffer;
+  buffer.owner_ = this;
+  buffer.data_ = memory.data;
+  buffer.nbytes_ = nbytes;
+  buffer.category_ = category;
+  return buffer;
+}
+
+void Allocator::release(Buffer& buffer) {
+  std::optional<FileMemory> file;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = file_buffers_.find(buffer.data_);
+    if (it != file_buffers_.end()) {
+      file = FileMemory{.data = buffer.data_, .fd = it->second.first};
+      file_buffers_.erase(it);
+      stats_.in_files[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
+    } else {
+      stats_.current[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
+      stats_.current_total -= buffer.nbytes_;
+    }
+  }
+  if (file) {
+    file_free(*file, static_cast<size_t>(buffer.nbytes_));
+  } else if (buffer.data_ != nullptr) {
+    device_free(buffer.device_, buffer.data_);
+  }
+}
+
+absl::Status Allocator::place_in_files(MemoryCategory category, const std::string& dir) {
+  ZERO_RETURN_IF_ERROR(check_file_dir(dir));
+  std::lock_guard lock(mu_);
+  file_dirs_[static_cast<int>(category)] = dir;
+  return absl::OkStatus();
+}
+
+absl::Status Allocator::page_out(const void* buffer_data) {
+  std::pair<int, int64_t> file;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = file_buffers_.find(buffer_data);
+    if (it == file_buffers_.end()) return absl::OkStatus();
+    file = it->second;
+  }
+  return file_page_out(FileMemory{.data = const_cast<void*>(buffer_data), .fd = file.first},
+                       static_cast<size_t>(file.second));
 }
 
 std::optional<int64_t> Allocator::budget() const {
@@ -148,6 +201,11 @@ std::string Allocator::summary() const {
   }
   absl::StrAppendFormat(&out, "%-16s %14s %14s\n", "total", format_bytes(stats_.current_total),
                         format_bytes(stats_.peak_total));
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    if (stats_.in_files[c] == 0) continue;
+    absl::StrAppendFormat(&out, "%-16s %14s in files (%s)\n", category_name(static_cast<MemoryCategory>(c)),
+                          format_bytes(stats_.in_files[c]), file_dirs_[c]);
+  }
   return out;
 }
 

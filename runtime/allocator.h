@@ -6,6 +6,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -35,9 +37,12 @@ struct MemoryStats {
   std::array<int64_t, kNumMemoryCategories> peak{};
   int64_t current_total = 0;
   int64_t peak_total = 0;
+  // Bytes held in files (see Allocator::place_in_files): outside the totals above and the budget.
+  std::array<int64_t, kNumMemoryCategories> in_files{};
 
   int64_t current_of(MemoryCategory c) const { return current[static_cast<int>(c)]; }
   int64_t peak_of(MemoryCategory c) const { return peak[static_cast<int>(c)]; }
+  int64_t in_files_of(MemoryCategory c) const { return in_files[static_cast<int>(c)]; }
 };
 
 class Allocator;
@@ -83,6 +88,15 @@ class Allocator {
   // Fails with ResourceExhausted (see is_out_of_memory) when the budget would be exceeded.
   absl::StatusOr<Buffer> allocate(int64_t nbytes, MemoryCategory category, Device device = Device::cpu());
 
+  // From now on, host allocations of `category` are memory mapped from files in `dir` (an NVMe drive:
+  // ZeRO-Infinity's offload). They are counted in MemoryStats::in_files, not against the budget, and
+  // page_out drops them from RAM until they are next touched. Fails, naming `dir`, if no file can be
+  // created there.
+  absl::Status place_in_files(MemoryCategory category, const std::string& dir);
+  // Writes the pages of the file-backed buffer whose data() is `buffer_data` back and drops them from
+  // RAM; nothing for other buffers.
+  absl::Status page_out(const void* buffer_data);
+
   int rank() const { return rank_; }
   std::optional<int64_t> budget() const;
   void set_budget(std::optional<int64_t> budget_bytes);
@@ -94,6 +108,7 @@ class Allocator {
 
  private:
   friend class Buffer;
+  absl::StatusOr<Buffer> allocate_in_file(int64_t nbytes, MemoryCategory category, const std::string& dir);
   void release(Buffer& buffer);
   std::string held_description_locked() const;
 
@@ -101,6 +116,8 @@ class Allocator {
   mutable std::mutex mu_;
   std::optional<int64_t> budget_;
   MemoryStats stats_;
+  std::array<std::string, kNumMemoryCategories> file_dirs_;  // "" = RAM
+  absl::flat_hash_map<const void*, std::pair<int, int64_t>> file_buffers_;  // data -> (open file, bytes)
 };
 
 // True for the status Allocator::allocate returns when a budget is exceeded.

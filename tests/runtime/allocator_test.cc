@@ -1,11 +1,15 @@
 #include "runtime/allocator.h"
 
 #include <cstdint>
+#include <filesystem>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
 
 namespace zero {
 namespace {
@@ -137,6 +141,47 @@ TEST(Allocator, CudaMemoryWithoutCudaIsAClearError) {
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("built without CUDA"));
   EXPECT_EQ(alloc.stats().current_total, 0);
 #endif
+}
+
+// A fresh directory for one test's offload files.
+std::string offload_dir(absl::string_view name) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / absl::StrCat("allocator_test_", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+TEST(AllocatorFiles, CategoryPlacedInFilesKeepsItsValuesAcrossPageOutAndCountsOutsideTheBudget) {
+  const std::string dir = offload_dir("values");
+  Allocator alloc(0, 64 << 10);
+  ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, dir).ok());
+  constexpr int64_t kFloats = 1 << 16;  // 256 KiB: four times the budget
+  Buffer state = std::move(alloc.allocate(kFloats * 4, MemoryCategory::kOptimizerState)).value();
+  Buffer params = std::move(alloc.allocate(1024, MemoryCategory::kParams)).value();
+  float* x = static_cast<float*>(state.data());
+  for (int64_t i = 0; i < kFloats; ++i) EXPECT_EQ(x[i], 0.0f) << "file memory starts zeroed";
+  for (int64_t i = 0; i < kFloats; ++i) x[i] = static_cast<float>(i) * 0.5f;
+  ASSERT_TRUE(alloc.page_out(state.data()).ok());
+  ASSERT_TRUE(alloc.page_out(params.data()).ok()) << "a RAM buffer has nothing to page out";
+  for (int64_t i = 0; i < kFloats; ++i) ASSERT_EQ(x[i], static_cast<float>(i) * 0.5f) << i;
+
+  const MemoryStats stats = alloc.stats();
+  EXPECT_EQ(stats.in_files_of(MemoryCategory::kOptimizerState), kFloats * 4);
+  EXPECT_EQ(stats.current_of(MemoryCategory::kOptimizerState), 0);
+  EXPECT_EQ(stats.current_total, 1024);
+  EXPECT_THAT(alloc.summary(), HasSubstr("in files"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the files are unlinked as soon as they are made";
+  state.reset();
+  EXPECT_EQ(alloc.stats().in_files_of(MemoryCategory::kOptimizerState), 0);
+}
+
+TEST(AllocatorFiles, DirectoryThatCannotHoldFilesIsRefusedNamingIt) {
+  Allocator alloc;
+  const absl::Status status = alloc.place_in_files(MemoryCategory::kOptimizerState, "/nonexistent/nvme");
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()), HasSubstr("/nonexistent/nvme"));
+  Buffer b = std::move(alloc.allocate(64, MemoryCategory::kOptimizerState)).value();
+  EXPECT_EQ(alloc.stats().current_of(MemoryCategory::kOptimizerState), 64) << "placement unchanged";
 }
 
 TEST(FormatBytes, BinaryUnits) {

@@ -1,0 +1,69 @@
+// File-backed host memory: mkstemp + unlink + mmap(MAP_SHARED); msync, MADV_DONTNEED and FADV_DONTNEED page it out.
+#include "runtime/file_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace zero {
+
+namespace {
+
+absl::Status errno_error(absl::string_view what, const std::string& where) {
+  return absl::Status(absl::ErrnoToStatusCode(errno), absl::StrCat(what, " ", where, ": ", std::strerror(errno)));
+}
+
+// A new, already unlinked file in `dir`, open for reading and writing.
+absl::StatusOr<int> open_anonymous_file(const std::string& dir) {
+  std::string path = absl::StrCat(dir, "/zero-offload-XXXXXX");
+  const int fd = mkstemp(path.data());
+  if (fd < 0) return errno_error("cannot create a file in", dir);
+  unlink(path.c_str());
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<FileMemory> file_alloc(const std::string& dir, size_t nbytes) {
+  absl::StatusOr<int> fd = open_anonymous_file(dir);
+  if (!fd.ok()) return fd.status();
+  if (ftruncate(*fd, static_cast<off_t>(nbytes)) != 0) {
+    const absl::Status status = errno_error(absl::StrCat("cannot grow to ", nbytes, " bytes a file in"), dir);
+    close(*fd);
+    return status;
+  }
+  void* data = mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+  if (data == MAP_FAILED) {
+    const absl::Status status = errno_error(absl::StrCat("cannot map ", nbytes, " bytes of a file in"), dir);
+    close(*fd);
+    return status;
+  }
+  return FileMemory{.data = data, .fd = *fd};
+}
+
+void file_free(const FileMemory& memory, size_t nbytes) {
+  munmap(memory.data, nbytes);
+  close(memory.fd);
+}
+
+absl::Status file_page_out(const FileMemory& memory, size_t nbytes) {
+  if (msync(memory.data, nbytes, MS_SYNC) != 0) return errno_error("cannot write back", "offloaded memory");
+  if (madvise(memory.data, nbytes, MADV_DONTNEED) != 0) return errno_error("cannot drop", "offloaded memory");
+  // The pages are clean now; drop them from the page cache too, so RAM holds none of them.
+  posix_fadvise(memory.fd, 0, static_cast<off_t>(nbytes), POSIX_FADV_DONTNEED);
+  return absl::OkStatus();
+}
+
+absl::Status check_file_dir(const std::string& dir) {
+  absl::StatusOr<int> fd = open_anonymous_file(dir);
+  if (!fd.ok()) return fd.status();
+  close(*fd);
+  return absl::OkStatus();
+}
+
+}  // namespace zero
