@@ -139,6 +139,7 @@ absl::StatusOr<double> squared_norm(const Tensor& x);
 
 // Each takes contiguous fp32, bf16 or fp16 tensors of any shape, computes in fp32 and rounds once to the
 // tensor's dtype (nearest even), exactly as runtime/dtype.h's load_as_float / store_from_float per element.
+// CUDA gives the CPU's bits except in NaN payloads (arithmetic there returns the device's canonical NaN).
 // A copy between equal dtypes is cast().
 
 // dst += src; dst and src the same dtype and numel (shapes may differ).
