@@ -56,6 +56,11 @@ struct ZeroConfig {
   std::vector<std::string> no_decay_patterns = {"*bias", "*ln_*", "*norm*"};
   uint64_t seed = 1234;         // parameter initialization
 
+  // "" keeps the optimizer state and fp32 master weights in RAM. A directory (on an NVMe drive) holds
+  // them in files instead, as ZeRO-Infinity's offload_optimizer: each unit's are paged in for its update
+  // and written back and dropped from RAM after it (Allocator::place_in_files), bit-identical results.
+  std::string offload_optimizer_path;
+
   // InvalidArgument naming the key when a value is out of range.
   absl::Status validate() const;
 };

@@ -96,6 +96,7 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
       units_[i].needs.push_back(static_cast<int>(owner - units_.begin()));
     }
   }
+  ZERO_RETURN_IF_ERROR(place_optimizer_in_files());
   const int64_t bytes = static_cast<int64_t>(dtype_size(dtype_));
   for (UnitState& u : units_) {
     const int64_t held = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
@@ -117,6 +118,18 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   ZERO_RETURN_IF_ERROR(initialize_params());
   plan_buckets();
   return reserve_transient();
+}
+
+absl::Status Engine::place_optimizer_in_files() {
+  if (config_.offload_optimizer_path.empty()) return absl::OkStatus();
+  for (MemoryCategory category : {MemoryCategory::kOptimizerState, MemoryCategory::kMasterWeights}) {
+    const absl::Status placed = allocator_.place_in_files(category, config_.offload_optimizer_path);
+    if (!placed.ok()) {
+      return absl::Status(placed.code(), absl::StrCat("offloading the optimizer to ", config_.offload_optimizer_path,
+                                                      ": ", placed.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Engine::check_same_model_on_every_rank() {
@@ -524,6 +537,9 @@ absl::Status Engine::update(float lr, double clip_coefficient) {
       ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {count}), grads32, step_count_, lr, comm,
                                              HalfCopy{.out = own_params}));
     }
+    // Offloaded (place_optimizer_in_files): back to the files, so RAM holds one unit's state at a time.
+    ZERO_RETURN_IF_ERROR(allocator_.page_out(u.master.data()));
+    for (const auto& [name, state] : u.optimizer->state()) ZERO_RETURN_IF_ERROR(allocator_.page_out(state.data()));
     if (config_.stage > 0 && !u.sharded) {
       ZERO_RETURN_IF_ERROR(
           counted(&CommVolume::param_gather, [&] { return comm_.allgather(own_params, held); }).wait());

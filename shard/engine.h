@@ -130,6 +130,8 @@ class Engine {
   absl::Status build(OptimizerFactory make_optimizer);
   // InvalidArgument naming the ranks whose units (names, parameters, sizes) differ from rank 0's.
   absl::Status check_same_model_on_every_rank();
+  // ZeroConfig::offload_optimizer_path: the optimizer state and master weights go to files there.
+  absl::Status place_optimizer_in_files();
   absl::Status initialize_params();
   void plan_buckets();
   absl::Status reserve_transient();

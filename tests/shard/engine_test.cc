@@ -255,6 +255,51 @@ TEST(EngineAccounting, ModelThatDoesNotFitAtStage0TrainsAtStage3) {
   EXPECT_LE(sharded.memory[0].peak_total, *run.budget);
 }
 
+TEST(EngineAccounting, OffloadedOptimizerTrainsBitIdenticallyWithItsStateInFiles) {
+  const std::string dir = ::testing::TempDir();
+  for (int stage : {0, 1, 3}) {
+    TrainRun run{.world_size = 3};
+    run.zero.stage = stage;
+    run.zero.precision = DType::kBF16;
+    run.zero.persistence_threshold = 0;
+    const testing::LocalOutcome in_ram = train_local(run);
+    run.zero.offload_optimizer_path = dir;
+    const testing::LocalOutcome offloaded = train_local(run);
+    ASSERT_TRUE(in_ram.status.ok() && offloaded.status.ok()) << offloaded.status;
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_TRUE(bitwise_equal(offloaded.ranks[r].params, in_ram.ranks[r].params)) << "stage " << stage;
+      for (MemoryCategory c : {MemoryCategory::kOptimizerState, MemoryCategory::kMasterWeights}) {
+        const int64_t held = in_ram.ranks[r].held_at_end.current_of(c);
+        EXPECT_GT(held, 0);
+        EXPECT_EQ(offloaded.ranks[r].held_at_end.in_files_of(c), held) << category_name(c) << ", stage " << stage;
+        EXPECT_EQ(offloaded.ranks[r].memory.peak_of(c), 0) << category_name(c) << " never in RAM, stage " << stage;
+      }
+    }
+  }
+}
+
+TEST(EngineAccounting, OffloadingTheOptimizerFitsABudgetThatRamAloneDoesNot) {
+  const ToyConfig big{.features = 31, .hidden = 301, .hidden_layers = 10};
+  TrainRun run{.model = big, .world_size = 2, .steps = 1};
+  run.zero.stage = 3;
+  run.zero.persistence_threshold = 0;
+  run.zero.offload_optimizer_path = ::testing::TempDir();
+  const Outcome offloaded = train(run);
+  ASSERT_TRUE(offloaded.status.ok()) << offloaded.status;
+  run.budget = offloaded.memory[0].peak_total;
+  EXPECT_TRUE(train(run).status.ok());
+  run.zero.offload_optimizer_path = "";
+  EXPECT_TRUE(is_out_of_memory(train(run).status)) << "AdamW's 8 bytes per parameter need room in RAM";
+}
+
+TEST(EngineConfig, OffloadPathThatCannotHoldFilesIsRefusedNamingIt) {
+  TrainRun run{.world_size = 2};
+  run.zero.offload_optimizer_path = "/nonexistent/nvme";
+  const Outcome out = train(run);
+  EXPECT_FALSE(out.status.ok());
+  EXPECT_THAT(std::string(out.status.message()), HasSubstr("offloading the optimizer to /nonexistent/nvme"));
+}
+
 TEST(EngineConfig, DifferentModelsOnDifferentRanksAreRefusedAtCreate) {
   // Rank 1 builds hidden layers of another width: every later collective would be mis-sized.
   const std::vector<absl::Status> statuses = run_local_ranks(3, [](Communicator& comm) -> absl::Status {

@@ -43,6 +43,7 @@ absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
     return absl::OkStatus();
   }));
   result.padded_params = engine->num_padded_params();
+  result.held_at_end = alloc.stats();
   engine.reset();
   result.memory = alloc.stats();
   return result;

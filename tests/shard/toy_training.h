@@ -38,6 +38,7 @@ struct RankResult {
   std::vector<float> params;      // every parameter (as fp32), flat, in unit and declaration order
   std::vector<StepResult> steps;  // per step
   MemoryStats memory;         // after the steps
+  MemoryStats held_at_end;    // before the engine is destroyed (what it holds, in RAM and in files)
   CommVolume last_step;       // bytes sent in the last step
   int64_t padded_params = 0;
 };
