@@ -1,8 +1,8 @@
 // zero-plan: per-rank memory by category, bytes sent per step, and the largest model that fits, for ZeRO stages 0-3.
 //
 // Model states and communication come from shard/plan.h (DESIGN.md's formulas, which plan_test holds the
-// engine's measurements to); GPT-2 activations from the model's own shapes (models/gpt2.h). No offload:
-// the engine has none yet, so neither does the plan.
+// engine's measurements to); GPT-2 activations from the model's own shapes (models/gpt2.h). With
+// --offload_optimizer=nvme the master weights and optimizer state leave RAM for files, as in the engine.
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -34,6 +34,8 @@ ABSL_FLAG(std::optional<int>, gpus_per_node, std::nullopt, "ranks per node");
 ABSL_FLAG(std::string, stage, "all", "ZeRO stage 0, 1, 2, 3, or all (side by side)");
 ABSL_FLAG(std::string, precision, "fp32", "parameters and gradients: fp32, or bf16/fp16 with fp32 master weights");
 ABSL_FLAG(std::string, optimizer, "adamw", "adamw (8 bytes of state per parameter), sgd (0) or sgd_momentum (4)");
+ABSL_FLAG(std::string, offload_optimizer, "none",
+          "none, or nvme: master weights and optimizer state in files (ZeRO-Infinity), not in RAM");
 ABSL_FLAG(int, gradient_accumulation_steps, 1, "micro-batches per optimizer step (each one is reduced)");
 ABSL_FLAG(std::optional<int>, batch, std::nullopt, "GPT-2 micro-batch per rank B, for activations (with --seq)");
 ABSL_FLAG(std::optional<int>, seq, std::nullopt, "GPT-2 sequence length T, for activations (with --batch)");
@@ -159,6 +161,11 @@ absl::Status resolve_training(Request& r) {
   else if (r.optimizer == "sgd") r.plan.optimizer_state_bytes = 0;
   else if (r.optimizer == "sgd_momentum") r.plan.optimizer_state_bytes = 4;
   else return flag_error("optimizer", absl::StrCat("'", r.optimizer, "' is not adamw, sgd or sgd_momentum"));
+  const std::string offload = absl::GetFlag(FLAGS_offload_optimizer);
+  if (offload != "none" && offload != "nvme") {
+    return flag_error("offload_optimizer", absl::StrCat("'", offload, "' is not none or nvme"));
+  }
+  r.plan.offload_optimizer = offload == "nvme";
   r.plan.accumulation_steps = absl::GetFlag(FLAGS_gradient_accumulation_steps);
   if (r.plan.accumulation_steps < 1) {
     return flag_error("gradient_accumulation_steps", absl::StrCat(r.plan.accumulation_steps, " is not >= 1"));
@@ -250,7 +257,7 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
     nlohmann::json stage = {
         {"stage", p.stage},
         {"bytes", {{"params", m.params}, {"grads", m.grads}, {"master_weights", m.master_weights},
-                   {"optimizer_state", m.optimizer_state}, {"model_states", m.total()},
+                   {"optimizer_state", m.optimizer_state}, {"in_files", m.in_files}, {"model_states", m.total()},
                    {"activations", p.activations}, {"total", p.total()}}},
         {"comm_bytes_per_step",
          {{"param_gather", p.sent.param_gather}, {"grad_reduce", p.sent.grad_reduce}, {"total", p.sent.total()}}}};
@@ -326,6 +333,9 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
       bytes("  master weights", [](const StagePlan& p) { return p.model_states.master_weights; }),
       bytes("  optimizer state", [](const StagePlan& p) { return p.model_states.optimizer_state; }),
       bytes("  model states", [](const StagePlan& p) { return p.model_states.total(); })};
+  if (r.plan.offload_optimizer) {
+    rows.push_back(bytes("  in files (NVMe)", [](const StagePlan& p) { return p.model_states.in_files; }));
+  }
   if (r.batch.has_value()) {
     rows.push_back(bytes(absl::StrCat("  activations B=", *r.batch, " T=", *r.seq, r.recompute ? " recompute" : ""),
                          [](const StagePlan& p) { return p.activations; }));

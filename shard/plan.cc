@@ -48,10 +48,15 @@ ModelStateBytes model_state_bytes(const PlanInput& input) {
   const int64_t full = input.padded();
   const int64_t shard = full / input.world_size;
   const int64_t updated = input.stage == 0 ? input.params : shard;
-  return {.params = p * (input.stage == 3 ? shard : full),
-          .grads = p * (input.stage >= 2 ? shard : full),
-          .master_weights = master_bytes(input.precision) * updated,
-          .optimizer_state = input.optimizer_state_bytes * updated};
+  ModelStateBytes bytes{.params = p * (input.stage == 3 ? shard : full),
+                        .grads = p * (input.stage >= 2 ? shard : full),
+                        .master_weights = master_bytes(input.precision) * updated,
+                        .optimizer_state = input.optimizer_state_bytes * updated};
+  if (input.offload_optimizer) {
+    bytes.in_files = bytes.master_weights + bytes.optimizer_state;
+    bytes.master_weights = bytes.optimizer_state = 0;
+  }
+  return bytes;
 }
 
 CommBytes comm_bytes_per_step(const PlanInput& input) {

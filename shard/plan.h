@@ -20,6 +20,7 @@
 //   stage 3    grads: A reduce-scatters; params: 2A allgathers        3A·pS(N-1)
 // (DESIGN's 2Ψ(N-1)/N and 3Ψ(N-1)/N elements at A = 1). Stage 3 assumes every unit is gathered when used:
 // units kept gathered (ZeroConfig::persistence_threshold) and tied parameters change the gathers.
+// Offloading the optimizer (ZeroConfig::offload_optimizer_path) moves the (m+k) column into files.
 
 #include <cstdint>
 
@@ -36,6 +37,7 @@ struct PlanInput {
   DType precision = DType::kF32;   // of parameters and gradients: fp32, bf16 or fp16
   int optimizer_state_bytes = 8;   // k, per parameter
   int accumulation_steps = 1;      // A, micro-batches per optimizer step
+  bool offload_optimizer = false;  // master weights and optimizer state in files on NVMe, not in RAM
 
   // InvalidArgument naming the field and the accepted values when one is out of range.
   absl::Status validate() const;
@@ -43,12 +45,13 @@ struct PlanInput {
   int64_t padded() const;
 };
 
-// Model-state bytes one rank holds, by the allocator's categories.
+// Model-state bytes one rank holds in RAM, by the allocator's categories, and what offload puts in files.
 struct ModelStateBytes {
   int64_t params = 0;
   int64_t grads = 0;
   int64_t master_weights = 0;
   int64_t optimizer_state = 0;
+  int64_t in_files = 0;  // offload_optimizer: the master weights and optimizer state, out of RAM
   int64_t total() const { return params + grads + master_weights + optimizer_state; }
 };
 

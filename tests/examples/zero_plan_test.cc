@@ -114,11 +114,21 @@ TEST(ZeroPlan, NodesTimesGpusIsTheSameAsRanks) {
   EXPECT_EQ(run_json("--model d24 --ranks 16")["stages"], run_json("--model d24 --nodes 4 --gpus_per_node 4")["stages"]);
 }
 
+TEST(ZeroPlan, OffloadMovesMasterWeightsAndOptimizerStateIntoFiles) {
+  const nlohmann::json plan = run_json(absl::StrCat(kPaperExample, " --stage 2 --offload_optimizer nvme"));
+  const nlohmann::json& bytes = plan["stages"][0]["bytes"];
+  EXPECT_EQ(bytes["master_weights"], 0);
+  EXPECT_EQ(bytes["optimizer_state"], 0);
+  EXPECT_EQ(bytes["in_files"], 468'750'000 + 937'500'000);  // (4 + 8)Ψ/64
+  EXPECT_EQ(bytes["total"], 15'000'000'000 + 234'375'000);  // 2Ψ + 2Ψ/64 left in RAM
+}
+
 TEST(ZeroPlan, BadFlagsExitNonZeroNamingTheFlag) {
   const std::pair<std::string, std::string> cases[] = {
       {"--params 1e9 --ranks 8 --stage 5", "--stage: '5' is not 0, 1, 2, 3 or all"},
       {"--params 1e9 --ranks 8 --precision fp8", "--precision: 'fp8'"},
       {"--params 1e9 --ranks 8 --optimizer lion", "--optimizer: 'lion'"},
+      {"--params 1e9 --ranks 8 --offload_optimizer cpu", "--offload_optimizer: 'cpu' is not none or nvme"},
       {"--params 1e9 --ranks 8 --memory 80XB", "--memory: unknown unit 'XB'"},
       {"--params 1e9 --ranks 8 --units furlongs", "--units: unknown unit 'furlongs'"},
       {"--params 1e9 --ranks 0", "--ranks: 0 is not a count >= 1"},

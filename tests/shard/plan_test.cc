@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 #include "runtime/status.h"
 #include "tests/shard/toy_training.h"
 
@@ -132,8 +134,9 @@ struct Measured {
 };
 
 Measured train_toy(const testing::ToyConfig& model, int stage, DType precision, OptimizerFactory optimizer,
-                   int accumulation) {
+                   int accumulation, bool offload_optimizer = false) {
   testing::TrainRun run{.model = model, .world_size = 4, .steps = 2, .optimizer = std::move(optimizer)};
+  run.zero.offload_optimizer_path = offload_optimizer ? ::testing::TempDir() : "";
   run.zero.stage = stage;
   run.zero.precision = precision;
   run.zero.accumulation_steps = accumulation;
@@ -154,23 +157,30 @@ class PlanMatchesEngine : public ::testing::TestWithParam<std::tuple<DType, bool
   DType precision() const { return std::get<0>(GetParam()); }
   bool adamw() const { return std::get<1>(GetParam()); }
   OptimizerFactory optimizer() const { return adamw() ? testing::adamw_factory() : testing::sgd_factory(); }
-  PlanInput plan(const Measured& m, int stage, int accumulation) const {
+  PlanInput plan(const Measured& m, int stage, int accumulation, bool offload_optimizer = false) const {
     return {.params = m.params, .padded_params = m.rank0.padded_params, .world_size = 4, .stage = stage,
-            .precision = precision(), .optimizer_state_bytes = adamw() ? 8 : 0, .accumulation_steps = accumulation};
+            .precision = precision(), .optimizer_state_bytes = adamw() ? 8 : 0, .accumulation_steps = accumulation,
+            .offload_optimizer = offload_optimizer};
   }
 };
 
 TEST_P(PlanMatchesEngine, PeakModelStateBytesPerCategory) {
   const testing::ToyConfig model{.features = 31, .hidden = 97, .hidden_layers = 3};  // units not multiples of 4
-  for (int stage = 0; stage <= 3; ++stage) {
-    const Measured m = train_toy(model, stage, precision(), optimizer(), 1);
-    ASSERT_GT(m.rank0.padded_params, m.params) << "the model should need padding";
-    const ModelStateBytes want = model_state_bytes(plan(m, stage, 1));
-    const MemoryStats& got = m.rank0.memory;
-    EXPECT_EQ(got.peak_of(MemoryCategory::kParams), want.params) << "stage " << stage;
-    EXPECT_EQ(got.peak_of(MemoryCategory::kGrads), want.grads) << "stage " << stage;
-    EXPECT_EQ(got.peak_of(MemoryCategory::kMasterWeights), want.master_weights) << "stage " << stage;
-    EXPECT_EQ(got.peak_of(MemoryCategory::kOptimizerState), want.optimizer_state) << "stage " << stage;
+  for (bool offload : {false, true}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      const Measured m = train_toy(model, stage, precision(), optimizer(), 1, offload);
+      ASSERT_GT(m.rank0.padded_params, m.params) << "the model should need padding";
+      const ModelStateBytes want = model_state_bytes(plan(m, stage, 1, offload));
+      const MemoryStats& got = m.rank0.memory;
+      const std::string where = absl::StrCat("stage ", stage, offload ? ", offloaded" : "");
+      EXPECT_EQ(got.peak_of(MemoryCategory::kParams), want.params) << where;
+      EXPECT_EQ(got.peak_of(MemoryCategory::kGrads), want.grads) << where;
+      EXPECT_EQ(got.peak_of(MemoryCategory::kMasterWeights), want.master_weights) << where;
+      EXPECT_EQ(got.peak_of(MemoryCategory::kOptimizerState), want.optimizer_state) << where;
+      const MemoryStats& held = m.rank0.held_at_end;
+      EXPECT_EQ(held.in_files_of(MemoryCategory::kMasterWeights) + held.in_files_of(MemoryCategory::kOptimizerState),
+                want.in_files) << where;
+    }
   }
 }
 
