@@ -1,10 +1,13 @@
+// GPT-2's units on the module contract (see gpt2.h): embedding, transformer blocks and the tied head, on ctx.device.
 #include "models/gpt2.h"
 
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/check.h"
 #include "kernels/kernels.h"
 #include "runtime/status.h"
 
@@ -16,8 +19,11 @@ std::vector<ParamSpec> unit_specs(const Gpt2Config& config, size_t index) {
   return std::move(gpt2_unit_params(config)[index].params);
 }
 
-// tokens: int32 (B, T), T <= maxT, every token in [0, V) (wte's padding rows V..Vp-1 are no tokens).
-absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens) {
+// tokens: int32 (B, T) on `device`, T <= maxT, every token in [0, V) (wte's padding rows V..Vp-1 are no
+// tokens). On a CUDA device the tokens are copied to the host to be read, which waits for the device's queued
+// work (the embedding kernels copy them back too: they index rows on the host).
+absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens, Device device) {
+  ZERO_RETURN_IF_ERROR(check_on_device(tokens, device, "GPT-2's tokens (ctx.batch.inputs)"));
   if (tokens.dtype() != DType::kI32 || tokens.dim() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("GPT-2 takes int32 tokens of shape (B, T); got ", tokens.to_string()));
@@ -28,7 +34,8 @@ absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens) {
                                                    "; cut the batch to at most ", config.max_seq_len,
                                                    " tokens per row or raise max_seq_len"));
   }
-  const int32_t* token = tokens.data_as<int32_t>();
+  std::vector<int32_t> host_copy;
+  ZERO_ASSIGN_OR_RETURN(const int32_t* token, kernels::detail::int32_on_host(tokens, host_copy));
   for (int64_t i = 0; i < tokens.numel(); ++i) {
     if (token[i] < 0 || token[i] >= config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("GPT-2 token ", token[i], " at (", i / tokens.size(1), ", ",
@@ -52,9 +59,9 @@ class Gpt2Embedding final : public Unit {
 
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor&) override {
     const Tensor& tokens = ctx.batch.inputs;
-    ZERO_RETURN_IF_ERROR(check_tokens(config_, tokens));
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, params, names_));
-    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
+    ZERO_RETURN_IF_ERROR(check_tokens(config_, tokens, ctx.device));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
+    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
                                                    {{&out_, {tokens.size(0), tokens.size(1), config_.channels}}}));
     ZERO_RETURN_IF_ERROR(
         kernels::embedding_forward(out_, tokens, p.views().at("wte.weight"), p.views().at("wpe.weight")));
@@ -63,7 +70,7 @@ class Gpt2Embedding final : public Unit {
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews&, const ParamViews& grads,
                                   const Tensor& dy) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, grads, names_));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, ctx.device, grads, names_));
     ZERO_RETURN_IF_ERROR(
         kernels::embedding_backward(g.views().at("wte.weight"), g.views().at("wpe.weight"), dy, ctx.batch.inputs));
     ZERO_RETURN_IF_ERROR(g.round_back());
@@ -96,11 +103,11 @@ class Gpt2Block final : public Unit {
   void set_recompute(bool recompute) { recompute_ = recompute; }
 
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, params, names_));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
     const ParamViews& p = p32.views();
     x_ = x;
-    ZERO_ASSIGN_OR_RETURN(out_buffer_,
-                          allocate_tensors(ctx.allocator, MemoryCategory::kActivations, {{&out_, x.shape()}}));
+    ZERO_ASSIGN_OR_RETURN(out_buffer_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
+                                                        {{&out_, x.shape()}}));
     ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
     // y (B, T, C) = x2 + fc_gelu · mlp.c_proj^T + b
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(out_, a_.fc_gelu, p.at("mlp.c_proj.weight"), p.at("mlp.c_proj.bias")));
@@ -111,8 +118,8 @@ class Gpt2Block final : public Unit {
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
                                   const Tensor& dy) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, params, names_));
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views g32, Fp32Views::widen(ctx.allocator, grads, names_));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views g32, Fp32Views::widen(ctx.allocator, ctx.device, grads, names_));
     const ParamViews& p = p32.views();
     const ParamViews& g = g32.views();
     if (recompute_) ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
@@ -121,7 +128,7 @@ class Gpt2Block final : public Unit {
     // Scratch, each buffer reused once its gradient is consumed: d4c holds d(fc) then d(qkv) (3C of its
     // 4C), dc holds d(ln_2 out), d(attention out), d(ln_1 out) in turn; dx2 = d(x2).
     Tensor d4c, dc, dx2;
-    ZERO_ASSIGN_OR_RETURN(Buffer scratch, allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace,
+    ZERO_ASSIGN_OR_RETURN(Buffer scratch, allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, ctx.device,
                                                            {{&d4c, wide}, {&dc, shape}, {&dx2, shape}}));
     const Tensor dqkv = d4c.view(0, {shape[0], shape[1], 3 * config_.channels});
     // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
@@ -139,7 +146,7 @@ class Gpt2Block final : public Unit {
     ZERO_RETURN_IF_ERROR(kernels::attention_backward(dqkv, dc, a_.qkv, a_.atty, a_.lse, config_.num_heads));
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dc, g.at("attn.c_attn.weight"), g.at("attn.c_attn.bias"), dqkv,
                                                   a_.ln1, p.at("attn.c_attn.weight")));
-    ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, shape));
+    ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, shape));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_1.weight"), g.at("ln_1.bias"), dc, x_,
                                                      p.at("ln_1.weight"), a_.ln1_mean, a_.ln1_rstd));
     ZERO_RETURN_IF_ERROR(kernels::residual_backward(dx, dx2));
@@ -164,7 +171,7 @@ class Gpt2Block final : public Unit {
   // Allocates and computes everything up to the MLP's hidden activation, from x_.
   absl::Status compute_activations(UnitContext& ctx, const ParamViews& p) {
     const int64_t B = x_.size(0), T = x_.size(1), C = config_.channels;
-    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
+    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
                                                    {{&a_.ln1, {B, T, C}},
                                                     {&a_.ln1_mean, {B, T}},
                                                     {&a_.ln1_rstd, {B, T}},
@@ -218,11 +225,11 @@ class Gpt2Head final : public Unit {
   }
 
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, params, names_));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
     const ParamViews& p = p32.views();
     x_ = x;
     const int64_t B = x.size(0), T = x.size(1), C = config_.channels, Vp = config_.padded_vocab_size;
-    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
+    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
                                                    {{&lnf_, {B, T, C}}, {&mean_, {B, T}}, {&rstd_, {B, T}},
                                                     {&logits_, {B, T, Vp}}, {&dlogits_, {B, T, Vp}}}));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_forward(lnf_, mean_, rstd_, x, p.at("ln_f.weight"), p.at("ln_f.bias")));
@@ -233,16 +240,16 @@ class Gpt2Head final : public Unit {
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
                                   const Tensor&) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, params, names_));
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views g32, Fp32Views::widen(ctx.allocator, grads, names_));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views g32, Fp32Views::widen(ctx.allocator, ctx.device, grads, names_));
     const ParamViews& p = p32.views();
     const ParamViews& g = g32.views();
     Tensor dlnf;
-    ZERO_ASSIGN_OR_RETURN(Buffer scratch,
-                          allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, {{&dlnf, x_.shape()}}));
+    ZERO_ASSIGN_OR_RETURN(Buffer scratch, allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, ctx.device,
+                                                           {{&dlnf, x_.shape()}}));
     ZERO_RETURN_IF_ERROR(
         kernels::matmul_backward(dlnf, g.at("wte.weight"), Tensor(), dlogits_, lnf_, p.at("wte.weight")));
-    ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, x_.shape()));
+    ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape()));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_f.weight"), g.at("ln_f.bias"), dlnf, x_,
                                                      p.at("ln_f.weight"), mean_, rstd_));
     ZERO_RETURN_IF_ERROR(g32.round_back());

@@ -1,3 +1,4 @@
+// The MLP's layers on the module contract (see mlp.h), on ctx.device.
 #include "models/mlp.h"
 
 #include <cmath>
@@ -26,15 +27,16 @@ class MlpLayer final : public Unit {
   }
 
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, params, kNames));
     x_ = first_ ? ctx.batch.inputs : x;
+    if (first_) ZERO_RETURN_IF_ERROR(check_on_device(x_, ctx.device, "the MLP's inputs (ctx.batch.inputs)"));
     if (x_.dtype() != DType::kF32 || x_.dim() != 2 || x_.size(1) != in_) {
       return absl::InvalidArgumentError(absl::StrCat("MLP layer ", name_, " takes fp32 (B, ", in_, ") inputs; got ",
                                                      x_.to_string()));
     }
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, ctx.device, params, kNames));
     const int64_t B = x_.size(0);
     // Hidden layers keep pre (GELU's input) and act (the output); the last keeps logits and dlogits.
-    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations,
+    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
                                                    {{&pre_, {B, out_}}, {&act_, {B, out_}}}));
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(pre_, x_, p.views().at("weight"), p.views().at("bias")));
     if (!last_) {
@@ -47,14 +49,14 @@ class MlpLayer final : public Unit {
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
                                   const Tensor& dy) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, params, kNames));
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, grads, kNames));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, ctx.device, params, kNames));
+    ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, ctx.device, grads, kNames));
     // d(pre): the loss's gradient for the last layer; else GELU's backward, written over act_, which
     // the next layer's backward (already run) was the last to read.
     if (!last_) ZERO_RETURN_IF_ERROR(kernels::gelu_backward(act_, pre_, dy));
     Tensor dx;  // Tensor(): the first layer has no input gradient to compute
     if (!first_) {
-      ZERO_ASSIGN_OR_RETURN(dx, relay_.allocate_dx(ctx.allocator, x_.shape()));
+      ZERO_ASSIGN_OR_RETURN(dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape()));
     }
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dx, g.views().at("weight"), g.views().at("bias"), act_, x_,
                                                   p.views().at("weight")));

@@ -1,7 +1,8 @@
 // A multi-layer perceptron on the module contract: linear layers with GELU between them and a cross-entropy head.
 #pragma once
 
-// widths {D, H1, ..., K}: inputs fp32 (B, D), targets int32 class labels (B) in [0, K).
+// widths {D, H1, ..., K}: inputs fp32 (B, D), targets int32 class labels (B) in [0, K), both on ctx.device, where
+// every activation and scratch buffer is allocated too.
 //   fc0: (B, D) -> (B, H1), GELU;  fc1: (B, H1) -> (B, H2), GELU;  ...;  fc{n-1}: -> logits (B, K), loss
 // One unit per layer, named "fc{i}", with parameters "weight" (out, in) as nn.Linear, N(0, 1/in), and
 // "bias" (out), zeros. The last unit's forward computes the mean cross-entropy, the loss's gradient

@@ -1,7 +1,9 @@
+// What model units share (see unit_common.h): activation carving, fp32 views, the gradient relay, the loss.
 #include "models/unit_common.h"
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
 #include "runtime/status.h"
 
@@ -14,12 +16,12 @@ int64_t aligned(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAli
 
 }  // namespace
 
-absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category,
+absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category, Device device,
                                         std::span<const TensorSlot> slots) {
   int64_t floats = 0;
   for (const TensorSlot& slot : slots) floats += aligned(shape_numel(slot.shape));
-  ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator.allocate(floats * 4, category));
-  Tensor all = buffer.tensor(DType::kF32, {floats});
+  ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator.allocate(floats * 4, category, device));
+  Tensor all = buffer.tensor(DType::kF32, {floats});  // Buffer::tensor gives it the buffer's device
   int64_t offset = 0;
   for (const TensorSlot& slot : slots) {
     *slot.tensor = all.view(offset, slot.shape);
@@ -28,13 +30,21 @@ absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory cat
   return buffer;
 }
 
-absl::StatusOr<Fp32Views> Fp32Views::widen(Allocator& allocator, const ParamViews& views,
+absl::Status check_on_device(const Tensor& tensor, Device device, absl::string_view what) {
+  if (tensor.device() == device) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " is on ", tensor.device().to_string(), " but the unit runs on ",
+                                                 device.to_string(), " (UnitContext::device); put it on ",
+                                                 device.to_string()));
+}
+
+absl::StatusOr<Fp32Views> Fp32Views::widen(Allocator& allocator, Device device, const ParamViews& views,
                                            const std::vector<std::string>& names) {
   Fp32Views out;
   std::vector<Tensor> copies(names.size());
   std::vector<TensorSlot> slots;
   for (size_t i = 0; i < names.size(); ++i) {
     const Tensor& view = views.at(names[i]);
+    ZERO_RETURN_IF_ERROR(check_on_device(view, device, absl::StrCat("the view '", names[i], "'")));
     if (view.dtype() == DType::kF32) {
       out.fp32_.set(names[i], view);
     } else {
@@ -42,7 +52,7 @@ absl::StatusOr<Fp32Views> Fp32Views::widen(Allocator& allocator, const ParamView
     }
   }
   if (slots.empty()) return out;
-  ZERO_ASSIGN_OR_RETURN(out.buffer_, allocate_tensors(allocator, MemoryCategory::kWorkspace, slots));
+  ZERO_ASSIGN_OR_RETURN(out.buffer_, allocate_tensors(allocator, MemoryCategory::kWorkspace, device, slots));
   for (size_t i = 0; i < names.size(); ++i) {
     if (copies[i].data() == nullptr) continue;  // passed through as fp32
     ZERO_RETURN_IF_ERROR(kernels::cast(copies[i], views.at(names[i])));
@@ -64,9 +74,9 @@ std::vector<std::string> view_names(const std::vector<ParamSpec>& specs, const s
   return names;
 }
 
-absl::StatusOr<Tensor> GradRelay::allocate_dx(Allocator& allocator, const Shape& shape) {
+absl::StatusOr<Tensor> GradRelay::allocate_dx(Allocator& allocator, Device device, const Shape& shape) {
   Tensor dx;
-  ZERO_ASSIGN_OR_RETURN(dx_, allocate_tensors(allocator, MemoryCategory::kWorkspace, {{&dx, shape}}));
+  ZERO_ASSIGN_OR_RETURN(dx_, allocate_tensors(allocator, MemoryCategory::kWorkspace, device, {{&dx, shape}}));
   return dx;
 }
 
@@ -75,12 +85,12 @@ void GradRelay::hand_off() {
 }
 
 absl::Status classifier_loss(UnitContext& ctx, const Tensor& dlogits, const Tensor& logits, int64_t classes) {
-  ZERO_ASSIGN_OR_RETURN(kernels::CrossEntropyResult ce,
+  ZERO_RETURN_IF_ERROR(check_on_device(ctx.batch.targets, ctx.device, "the targets (ctx.batch.targets)"));
+  // The result is on the host: on CUDA the kernel copies its per-row sums back, waiting for the device.
+  ZERO_ASSIGN_OR_RETURN(const kernels::CrossEntropyResult ce,
                         kernels::crossentropy_forward_backward(dlogits, logits, ctx.batch.targets, classes));
-  if (ctx.loss_scale != 1.0f) {
-    float* d = dlogits.data_as<float>();
-    for (int64_t i = 0; i < dlogits.numel(); ++i) d[i] *= ctx.loss_scale;
-  }
+  // One fp32 multiply per element, as a host loop would do: the same bits.
+  if (ctx.loss_scale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(dlogits, ctx.loss_scale));
   ctx.loss = ce.loss;
   ctx.correct = ce.correct;
   ctx.predictions = ce.counted;

@@ -1,6 +1,11 @@
 // What model units share: accounted activation carving, fp32 views of half parameters, the input-gradient relay, the loss.
 #pragma once
 
+// Everything here runs on the device a unit is told to (UnitContext::device): buffers are allocated there and
+// every read or write of tensor memory goes through the device-dispatching kernels (kernels/kernels.h), so
+// the same code serves CPU and CUDA tensors. The only host values are the loss and the accuracy counts,
+// which the cross-entropy kernel returns by value (copied back from the device, waiting for it).
+
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -8,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "runtime/allocator.h"
 #include "runtime/tensor.h"
 #include "shard/module.h"
@@ -19,23 +25,28 @@ struct TensorSlot {
   Shape shape;
 };
 
-// One allocation of `category` holding every slot's tensor, each 64-byte aligned. The views are valid
-// while the returned Buffer lives.
-absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category,
+// One allocation of `category` on `device` holding every slot's tensor, each 64-byte aligned and on
+// `device`. The views are valid while the returned Buffer lives.
+absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category, Device device,
                                         std::span<const TensorSlot> slots);
-inline absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category,
+inline absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category, Device device,
                                                std::initializer_list<TensorSlot> slots) {
-  return allocate_tensors(allocator, category, std::span<const TensorSlot>(slots.begin(), slots.size()));
+  return allocate_tensors(allocator, category, device, std::span<const TensorSlot>(slots.begin(), slots.size()));
 }
+
+// InvalidArgument unless `tensor` lives on `device`, the device the unit runs on; `what` names the tensor in
+// the message (e.g. "GPT-2's tokens (ctx.batch.inputs)").
+absl::Status check_on_device(const Tensor& tensor, Device device, absl::string_view what);
 
 // fp32 views of a unit's parameters or gradients in whatever precision the engine holds them (module.h:
 // a unit computes in fp32 and rounds once). fp32 views pass through, costing nothing; bf16/fp16 ones are
-// widened (exactly) into one kWorkspace allocation. For gradients, backward adds into the fp32 copies and
-// round_back() stores the sums into the engine's views, rounding each element once to nearest even.
+// widened (exactly, by kernels::cast) into one kWorkspace allocation on the unit's device. For gradients,
+// backward adds into the fp32 copies and round_back() stores the sums into the engine's views (kernels::cast
+// again), rounding each element once to nearest even.
 class Fp32Views {
  public:
-  // `names`: every view the unit reads, its own parameters and tied ones.
-  static absl::StatusOr<Fp32Views> widen(Allocator& allocator, const ParamViews& views,
+  // `names`: every view the unit reads, its own parameters and tied ones; each must be on `device`.
+  static absl::StatusOr<Fp32Views> widen(Allocator& allocator, Device device, const ParamViews& views,
                                          const std::vector<std::string>& names);
   const ParamViews& views() const { return fp32_; }
   absl::Status round_back() const;
@@ -52,10 +63,10 @@ std::vector<std::string> view_names(const std::vector<ParamSpec>& specs, const s
 // Owns d(loss)/d(x) as units' backwards return it, shared by the units of one model. A unit's backward
 // allocates its dx here (the dy it was handed, the next unit's dx, stays alive), and calls hand_off()
 // when done, which frees that dy: at most two such buffers live at a time, none after the first unit's
-// backward. Buffers are kWorkspace.
+// backward. Buffers are kWorkspace, on the device the units run on.
 class GradRelay {
  public:
-  absl::StatusOr<Tensor> allocate_dx(Allocator& allocator, const Shape& shape);
+  absl::StatusOr<Tensor> allocate_dx(Allocator& allocator, Device device, const Shape& shape);
   void hand_off();
 
  private:
@@ -64,8 +75,9 @@ class GradRelay {
 };
 
 // A classifier head's loss: fused softmax cross-entropy over the first `classes` columns of logits (N, Cp)
-// against ctx.batch.targets (N) (kIgnoreIndex rows skipped), dlogits (N, Cp) = d(loss)/d(logits) times
-// ctx.loss_scale, and ctx.loss, ctx.correct, ctx.predictions set.
+// against ctx.batch.targets (N) int32 on ctx.device (kIgnoreIndex rows skipped), dlogits (N, Cp) =
+// d(loss)/d(logits) times ctx.loss_scale, and ctx.loss, ctx.correct, ctx.predictions set: host values, which
+// on a CUDA device means waiting for the logits (the kernel copies its per-row sums back).
 absl::Status classifier_loss(UnitContext& ctx, const Tensor& dlogits, const Tensor& logits, int64_t classes);
 
 }  // namespace zero

@@ -218,6 +218,20 @@ TEST(Gpt2, NonTokenInputsAreAnError) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("GPT-2 takes int32 tokens of shape (B, T)"));
 }
 
+TEST(Gpt2, TokensOnAnotherDeviceThanTheUnitsAreAnError) {
+  std::unique_ptr<Gpt2> model = *Gpt2::create(tiny());
+  ModelRunner runner(*model);  // runs on the CPU
+  std::vector<int32_t> tokens(8, 1), targets(8, 1);
+  // Host memory labelled cuda:0: refused before anything reads it.
+  const Batch batch{.inputs = Tensor(tokens.data(), DType::kI32, {2, 4}, Device::cuda(0)),
+                    .targets = Tensor(targets.data(), DType::kI32, {2, 4})};
+  Allocator alloc;
+  const absl::Status s = runner.forward_backward(alloc, batch).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("GPT-2's tokens (ctx.batch.inputs) is on cuda:0 but the unit runs on cpu"));
+}
+
 TEST(Gpt2, TargetOutsideTheVocabularyIsAnError) {
   Allocator alloc;  // outlives the model: a failed forward leaves earlier units' activations held
   std::unique_ptr<Gpt2> model = *Gpt2::create(tiny());

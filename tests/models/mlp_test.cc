@@ -130,6 +130,20 @@ TEST(Mlp, LabelOutsideTheClassesIsAnError) {
               HasSubstr("target 10 at 5 outside [0, 10)"));
 }
 
+TEST(Mlp, BatchOnAnotherDeviceThanTheUnitsIsAnError) {
+  Allocator alloc;  // outlives the model: a failed forward leaves earlier layers' activations held
+  Loaded l = load();  // runs on the CPU
+  // Host memory labelled cuda:0: refused before anything reads it.
+  const Tensor inputs_on_gpu(l.batch.inputs.data(), DType::kF32, l.batch.inputs.shape(), Device::cuda(0));
+  const Tensor targets_on_gpu(l.batch.targets.data(), DType::kI32, l.batch.targets.shape(), Device::cuda(0));
+  absl::Status s = l.runner->forward_backward(alloc, {.inputs = inputs_on_gpu, .targets = l.batch.targets}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the MLP's inputs (ctx.batch.inputs) is on cuda:0"));
+  s = l.runner->forward_backward(alloc, {.inputs = l.batch.inputs, .targets = targets_on_gpu}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the targets (ctx.batch.targets) is on cuda:0"));
+}
+
 TEST(Mlp, BadWidthsAreRefused) {
   EXPECT_THAT(std::string(Mlp::create({16}).status().message()), HasSubstr("at least two widths"));
   EXPECT_THAT(std::string(Mlp::create({16, 0, 10}).status().message()), HasSubstr("MLP width 1 is 0"));

@@ -1,4 +1,5 @@
-// Fp32Views: fp32 views pass through without a copy; bf16/fp16 ones widen exactly and round back once.
+// Fp32Views: fp32 views pass through without a copy; bf16/fp16 ones widen exactly and round back once; views
+// must be on the unit's device.
 #include "models/unit_common.h"
 
 #include <cstdint>
@@ -14,9 +15,21 @@ TEST(Fp32Views, Fp32ViewsPassThroughWithoutACopy) {
   ParamViews views;
   views.set("w", Tensor(w.data(), DType::kF32, {2}));
   Allocator alloc;
-  absl::StatusOr<Fp32Views> fp32 = Fp32Views::widen(alloc, views, {"w"});
+  absl::StatusOr<Fp32Views> fp32 = Fp32Views::widen(alloc, Device::cpu(), views, {"w"});
   ASSERT_TRUE(fp32.ok()) << fp32.status();
   EXPECT_EQ(fp32->views().at("w").data(), w.data());
+  EXPECT_EQ(alloc.stats().peak_total, 0);
+}
+
+TEST(Fp32Views, ViewOnAnotherDeviceThanTheUnitIsAnError) {
+  std::vector<uint16_t> w(2);
+  ParamViews views;
+  views.set("w", Tensor(w.data(), DType::kBF16, {2}, Device::cuda(0)));  // never read: refused first
+  Allocator alloc;
+  absl::StatusOr<Fp32Views> fp32 = Fp32Views::widen(alloc, Device::cpu(), views, {"w"});
+  EXPECT_EQ(fp32.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(fp32.status().message().find("the view 'w' is on cuda:0 but the unit runs on cpu"), absl::string_view::npos)
+      << fp32.status();
   EXPECT_EQ(alloc.stats().peak_total, 0);
 }
 
@@ -32,7 +45,7 @@ TEST(Fp32Views, HalfViewsWidenExactlyAndRoundBackOnce) {
     ParamViews views;
     views.set("g", Tensor(grads.data(), half, {2}));
     Allocator alloc;
-    absl::StatusOr<Fp32Views> fp32 = Fp32Views::widen(alloc, views, {"g"});
+    absl::StatusOr<Fp32Views> fp32 = Fp32Views::widen(alloc, Device::cpu(), views, {"g"});
     ASSERT_TRUE(fp32.ok()) << fp32.status();
     const Tensor g = fp32->views().at("g");
     ASSERT_EQ(g.dtype(), DType::kF32);
