@@ -1,14 +1,92 @@
+// ModelRunner: one rank's stage-0 forward and backward over host-held parameters, on the CPU or a CUDA device.
 #include "tests/models/model_runner.h"
 
 #include <cstring>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "models/unit_common.h"
 #include "runtime/dtype.h"
 #include "runtime/status.h"
 #include "shard/init.h"
+#if ZERO_HAS_CUDA
+#include "runtime/cuda/cuda_check.h"
+#endif
 
 namespace zero::testing {
+namespace {
 
-ModelRunner::ModelRunner(Model& model, DType dtype) : dtype_(dtype) {
+// Copies nbytes between host and CUDA memory, either way, after the work queued on the device.
+absl::Status copy_bytes(void* dst, const void* src, size_t nbytes) {
+#if ZERO_HAS_CUDA
+  return cuda_status(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), "ModelRunner's cudaMemcpy");
+#else
+  return absl::FailedPreconditionError("a ModelRunner on a CUDA device needs a build with CUDA");
+#endif
+}
+
+// The elements of an fp32 tensor, copied to the host.
+absl::StatusOr<std::vector<float>> host_floats(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  if (t.device().is_cpu()) {
+    std::memcpy(out.data(), t.data(), t.nbytes());
+  } else {
+    ZERO_RETURN_IF_ERROR(copy_bytes(out.data(), t.data(), t.nbytes()));
+  }
+  return out;
+}
+
+// Copies of host tensors on a device, each made once however often it is asked for (a tied view shares its
+// owner's copy); they live as long as the mirror.
+class DeviceMirror {
+ public:
+  DeviceMirror(Allocator& allocator, Device device) : allocator_(allocator), device_(device) {}
+
+  // The copy of `host` (Tensor() for Tensor()), in a new `category` buffer the first time.
+  absl::StatusOr<Tensor> copy_of(const Tensor& host, MemoryCategory category) {
+    if (host.data() == nullptr) return host;
+    if (auto it = copies_.find(host.data()); it != copies_.end()) return it->second.device;
+    ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator_.allocate(static_cast<int64_t>(host.nbytes()), category, device_));
+    const Tensor copy = buffer.tensor(host.dtype(), host.shape());
+    ZERO_RETURN_IF_ERROR(copy_bytes(copy.data(), host.data(), host.nbytes()));
+    buffers_.push_back(std::move(buffer));
+    copies_.emplace(host.data(), Copy{host, copy, category});
+    return copy;
+  }
+
+  // The copies of `names` from `host`, under the same names.
+  absl::StatusOr<ParamViews> copy_views(const ParamViews& host, const std::vector<std::string>& names,
+                                        MemoryCategory category) {
+    ParamViews out;
+    for (const std::string& name : names) {
+      ZERO_ASSIGN_OR_RETURN(Tensor copy, copy_of(host.at(name), category));
+      out.set(name, copy);
+    }
+    return out;
+  }
+
+  // Every copy of `category` written back over the host tensor it was made from.
+  absl::Status copy_back(MemoryCategory category) const {
+    for (const auto& [data, c] : copies_) {
+      if (c.category == category) ZERO_RETURN_IF_ERROR(copy_bytes(c.host.data(), c.device.data(), c.host.nbytes()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Copy {
+    Tensor host, device;
+    MemoryCategory category;
+  };
+  Allocator& allocator_;
+  const Device device_;
+  std::vector<Buffer> buffers_;
+  absl::flat_hash_map<const void*, Copy> copies_;  // by the host tensor's data
+};
+
+}  // namespace
+
+ModelRunner::ModelRunner(Model& model, DType dtype, Device device) : dtype_(dtype), device_(device) {
   ZERO_CHECK(is_floating(dtype), "ModelRunner holds fp32, bf16 or fp16, not ", dtype_name(dtype));
   const bool half = dtype != DType::kF32;
   for (Unit* unit : model.units()) {
@@ -64,18 +142,47 @@ absl::Status ModelRunner::load(const ParamFill& fill) {
 }
 
 absl::StatusOr<RunResult> ModelRunner::forward_backward(Allocator& allocator, const Batch& batch, float loss_scale) {
-  UnitContext ctx{.allocator = allocator, .batch = batch, .loss_scale = loss_scale};
+  if (device_.is_cuda()) return run_on_device(allocator, batch, loss_scale);
+  Views views;
+  for (const UnitStorage& u : units_) {
+    views.params.push_back(u.param_views);
+    views.grads.push_back(u.grad_views);
+  }
+  return run_units(allocator, batch, loss_scale, views);
+}
+
+absl::StatusOr<RunResult> ModelRunner::run_on_device(Allocator& allocator, const Batch& batch, float loss_scale) {
+  DeviceMirror mirror(allocator, device_);
+  Views views;
+  for (const UnitStorage& u : units_) {
+    const std::vector<std::string> names = view_names(u.specs, u.unit->tied_params());
+    ZERO_ASSIGN_OR_RETURN(ParamViews params, mirror.copy_views(u.param_views, names, MemoryCategory::kParams));
+    ZERO_ASSIGN_OR_RETURN(ParamViews grads, mirror.copy_views(u.grad_views, names, MemoryCategory::kGrads));
+    views.params.push_back(std::move(params));
+    views.grads.push_back(std::move(grads));
+  }
+  Batch on_device;
+  ZERO_ASSIGN_OR_RETURN(on_device.inputs, mirror.copy_of(batch.inputs, MemoryCategory::kWorkspace));
+  ZERO_ASSIGN_OR_RETURN(on_device.targets, mirror.copy_of(batch.targets, MemoryCategory::kWorkspace));
+  ZERO_ASSIGN_OR_RETURN(RunResult result, run_units(allocator, on_device, loss_scale, views));
+  ZERO_RETURN_IF_ERROR(mirror.copy_back(MemoryCategory::kGrads));
+  return result;
+}
+
+absl::StatusOr<RunResult> ModelRunner::run_units(Allocator& allocator, const Batch& batch, float loss_scale,
+                                                 const Views& views) {
+  UnitContext ctx{.allocator = allocator, .batch = batch, .device = device_, .loss_scale = loss_scale};
   RunResult result;
   Tensor x;
-  for (UnitStorage& u : units_) {
-    ZERO_ASSIGN_OR_RETURN(x, u.unit->forward(ctx, u.param_views, x));
+  for (size_t i = 0; i < units_.size(); ++i) {
+    ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, views.params[i], x));
   }
-  result.logits.assign(x.data_as<float>(), x.data_as<float>() + x.numel());
+  ZERO_ASSIGN_OR_RETURN(result.logits, host_floats(x));
   result.logits_shape = x.shape();
   Tensor dy;
-  for (auto u = units_.rbegin(); u != units_.rend(); ++u) {
-    ZERO_ASSIGN_OR_RETURN(dy, u->unit->backward(ctx, u->param_views, u->grad_views, dy));
-    if (after_backward_) after_backward_(u->name);
+  for (size_t i = units_.size(); i-- > 0;) {
+    ZERO_ASSIGN_OR_RETURN(dy, units_[i].unit->backward(ctx, views.params[i], views.grads[i], dy));
+    if (after_backward_) after_backward_(units_[i].name);
   }
   result.loss = ctx.loss;
   result.correct = ctx.correct;
