@@ -26,7 +26,19 @@ std::string duration(double seconds) {
 PlanInput plan_of(const RunFacts& f) {
   return {.params = f.params, .padded_params = f.padded_params, .world_size = f.world_size, .stage = f.stage,
           .precision = f.precision, .optimizer_state_bytes = 4 * f.optimizer_state_floats,
-          .accumulation_steps = f.accumulation_steps};
+          .accumulation_steps = f.accumulation_steps, .offload_optimizer = f.offload_optimizer};
+}
+
+// The master weights and optimizer state a rank holds in files (offload_optimizer).
+int64_t optimizer_in_files(const MemoryStats& s) {
+  return s.in_files_of(MemoryCategory::kMasterWeights) + s.in_files_of(MemoryCategory::kOptimizerState);
+}
+
+// Rank 0's master weights and optimizer state held in files, beside the formula's.
+std::string offload_line(const ModelStateBytes& formula, const std::vector<MemoryStats>& peaks) {
+  return absl::StrCat("  offloaded to NVMe files: master weights and optimizer state ",
+                      format_bytes(optimizer_in_files(peaks[0])),
+                      " on rank 0 (formula ", format_bytes(formula.in_files), "), paged in one unit at a time\n");
 }
 
 std::string ratio(int64_t measured, int64_t theory) {
@@ -115,6 +127,7 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
   return absl::StrCat(
       "\npeak memory per rank (allocator) vs the ZeRO formula for stage ", f.stage, ", N = ", f.world_size, ", ",
       dtype_name(f.precision), ", Ψ = ", f.padded_params, " (padded per unit):\n", memory.to_text(),
+      f.offload_optimizer ? offload_line(formula, peaks) : "",
       "\nbytes sent by rank 0 per step vs theory (ring collectives: (N-1)/N of each buffer):\n", traffic.to_text(),
       f.stage == 3 ? "  (stage 3 gathers a tied owner again for each unit that reads it: GPT-2's head re-gathers the "
                      "embedding for wte, in forward and in backward)\n"
@@ -129,6 +142,7 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
     nlohmann::json rank;
     for (MemoryCategory c : kCategories) rank[std::string(category_name(c))] = s.peak_of(c);
     rank["total"] = s.peak_total;
+    rank["in_files"] = optimizer_in_files(s);
     ranks.push_back(rank);
   }
   const ModelStateBytes formula = model_state_bytes(plan_of(f));
@@ -139,7 +153,8 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
            {{"params", formula.params},
             {"grads", formula.grads},
             {"optimizer_state", formula.optimizer_state},
-            {"master_weights", formula.master_weights}}},
+            {"master_weights", formula.master_weights},
+            {"in_files", formula.in_files}}},
           {"sent_bytes_per_step",
            {{"param_gather", f.traffic.param_gather / f.steps},
             {"grad_reduce", f.traffic.grad_reduce / f.steps},

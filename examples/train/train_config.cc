@@ -190,6 +190,10 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(
       r.read("zero_optimization.stage3_param_persistence_threshold", z.stage3_param_persistence_threshold));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.overlap_comm", z.overlap_comm));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.device", z.offload_optimizer.device));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.nvme_path", z.offload_optimizer.nvme_path));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_param.device", z.offload_param.device));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_param.nvme_path", z.offload_param.nvme_path));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.no_sync", z.no_sync));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.wrap_min_params", z.wrap_min_params));
   ZERO_RETURN_IF_ERROR(r.read("bf16.enabled", c.bf16));
@@ -270,6 +274,20 @@ bool one_of(const std::string& value, std::initializer_list<absl::string_view> a
   return std::find(allowed.begin(), allowed.end(), value) != allowed.end();
 }
 
+absl::Status validate_offload(const ZeroOptimization& z) {
+  const Offload& o = z.offload_optimizer;
+  ZERO_RETURN_IF_ERROR(require(o.device != "cpu", "zero_optimization.offload_optimizer.device", o.device,
+                               "the engine already keeps the optimizer in host memory (it has no GPU buffers yet); "
+                               "use nvme with nvme_path to take it out of RAM, or none"));
+  ZERO_RETURN_IF_ERROR(require(one_of(o.device, {"none", "nvme"}), "zero_optimization.offload_optimizer.device",
+                               o.device, "use none or nvme"));
+  ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || !o.nvme_path.empty(),
+                               "zero_optimization.offload_optimizer.nvme_path", "\"\"",
+                               "name a directory on the drive to hold the optimizer's files"));
+  return require(z.offload_param.device == "none", "zero_optimization.offload_param.device", z.offload_param.device,
+                 "parameters are not offloaded (stage 3 shards them across ranks instead); use none");
+}
+
 absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   for (const auto& [key, value] : {std::pair{"train_batch_size", c.train_batch_size},
                                    {"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu},
@@ -290,6 +308,7 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(z.stage3_param_persistence_threshold >= 0,
                                "zero_optimization.stage3_param_persistence_threshold",
                                z.stage3_param_persistence_threshold, "must be >= 0 elements"));
+  ZERO_RETURN_IF_ERROR(validate_offload(z));
   if (c.bf16 && c.fp16.enabled) {
     return absl::InvalidArgumentError("bf16.enabled and fp16.enabled are both true; enable at most one");
   }
@@ -511,6 +530,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   config.gradient_clipping = c.gradient_clipping;
   config.weight_decay = static_cast<float>(c.optimizer.weight_decay);
   config.seed = c.seed;
+  if (z.offload_optimizer.device == "nvme") config.offload_optimizer_path = z.offload_optimizer.nvme_path;
   ZERO_RETURN_IF_ERROR(config.validate());
   if (c.memory_budget_mib == 0) return config;
 
@@ -518,7 +538,8 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   for (const UnitSize& u : units) num_params += u.numel;
   const ModelStateBytes states =
       model_state_bytes({.params = num_params, .world_size = world_size, .stage = z.stage,
-                         .precision = config.precision, .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer)});
+                         .precision = config.precision, .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
+                         .offload_optimizer = !config.offload_optimizer_path.empty()});
   const auto gathered = std::max_element(units.begin(), units.end(),
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
   const int64_t gathered_bytes = z.stage == 3 ? gathered->numel * element_bytes : 0;

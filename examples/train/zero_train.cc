@@ -274,6 +274,7 @@ class RankRun {
                          .accumulation_steps = plan_.zero.accumulation_steps,
                          .precision = plan_.zero.precision,
                          .optimizer_state_floats = optimizer_state_floats(plan_.config.optimizer),
+                         .offload_optimizer = !plan_.zero.offload_optimizer_path.empty(),
                          .params = engine_->num_params(),
                          .padded_params = engine_->num_padded_params(),
                          .steps = steps_run,

@@ -156,6 +156,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"steps=0", {"steps = 0"}},
         BadConfig{"memory_budget_mib=-5", {"memory_budget_mib = -5"}},
         BadConfig{"checkpoint.interval=-1", {"checkpoint.interval = -1"}},
+        BadConfig{"zero_optimization.offload_optimizer.device=cpu",
+                  {"zero_optimization.offload_optimizer.device = cpu", "already keeps the optimizer in host memory"}},
+        BadConfig{"zero_optimization.offload_optimizer.device=disk", {"offload_optimizer.device = disk", "none or nvme"}},
+        BadConfig{"zero_optimization.offload_optimizer.device=nvme", {"offload_optimizer.nvme_path", "name a directory"}},
+        BadConfig{"zero_optimization.offload_param.device=nvme", {"offload_param.device = nvme", "use none"}},
         BadConfig{"checkpoint.keep_last=-2", {"checkpoint.keep_last = -2"}},
         BadConfig{"checkpoint.resume=latest", {"checkpoint.resume = latest", "needs checkpoint.dir"}},
         BadConfig{"checkpoint.every=5", {"unknown key 'checkpoint.every'", "did you mean"}}));
@@ -262,6 +267,13 @@ ZeroConfig engine_config_ok(const std::vector<std::string>& overrides) {
   const absl::StatusOr<ZeroConfig> z = engine_config(parse_ok(kMinimal, overrides), kOneStep, 4, kUnits);
   EXPECT_TRUE(z.ok()) << z.status();
   return z.ok() ? *z : ZeroConfig{};
+}
+
+TEST(EngineConfigTest, NvmeOffloadOfTheOptimizerReachesTheEngine) {
+  EXPECT_EQ(engine_config_ok({}).offload_optimizer_path, "");
+  const ZeroConfig z = engine_config_ok({"zero_optimization.offload_optimizer.device=nvme",
+                                         "zero_optimization.offload_optimizer.nvme_path=/local_nvme"});
+  EXPECT_EQ(z.offload_optimizer_path, "/local_nvme");
 }
 
 TEST(EngineConfigTest, NoSyncAndWrapReachTheEngineAndNoSyncIsRefusedAtStage2) {
