@@ -104,11 +104,11 @@ void AdditionDataset::read(int64_t i, std::span<int32_t> inputs, std::span<int32
 
 AdditionScore AdditionDataset::score(const Tensor& logits, const Tensor& targets) const {
   ZERO_CHECK(logits.dtype() == DType::kF32 && logits.dim() == 3 && logits.size(1) == seq_len() &&
-                 logits.size(2) >= kAdditionVocabSize && logits.is_contiguous(),
-             "logits must be contiguous fp32 (B, T = ", seq_len(), ", V >= 13), got ", logits.to_string());
+                 logits.size(2) >= kAdditionVocabSize && logits.is_contiguous() && logits.device().is_cpu(),
+             "logits must be contiguous fp32 (B, T = ", seq_len(), ", V >= 13) on the host, got ", logits.to_string());
   ZERO_CHECK(targets.dtype() == DType::kI32 && targets.dim() == 2 && targets.size(0) == logits.size(0) &&
-                 targets.size(1) == seq_len() && targets.is_contiguous(),
-             "targets must be contiguous int32 (B, T) matching the logits, got ", targets.to_string());
+                 targets.size(1) == seq_len() && targets.is_contiguous() && targets.device().is_cpu(),
+             "targets must be contiguous int32 (B, T) on the host matching the logits, got ", targets.to_string());
   const int64_t vocab = logits.size(2);
   const int64_t examples = logits.size(0) * config_.examples_per_row;
   const int64_t first_counted = 2 * config_.digits + 1;

@@ -23,7 +23,9 @@ namespace zero::data {
 // int32 tokens and targets (B, T) from a SequenceDataset, fp32 features (B, D) and int32 labels (B) from
 // a FeatureDataset. The buffers are allocated once from the rank's allocator in the kActivations
 // category: they are the model's input and must live through backward (the embedding's backward reads
-// the tokens, the first linear layer's the features), like the activations saved for it.
+// the tokens, the first linear layer's the features), like the activations saved for it. They are host
+// memory, which the datasets write; units running on a CUDA device need the batch there (module.h's
+// UnitContext::device), so the caller copies it over.
 class DataLoader {
  public:
   // Fails when the sampler options are invalid, B < 1, or a rank would not get one full micro-batch.
