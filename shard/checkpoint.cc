@@ -383,6 +383,7 @@ absl::Status Engine::install_checkpoint(std::vector<UnitCheckpoint>& units) {
     if (u.master.data() != nullptr) std::memcpy(u.master.data(), c.values.data(), c.count * 4);
     const std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
     for (size_t k = 0; k < state.size(); ++k) std::memcpy(state[k].second.data(), c.state[k].data(), c.count * 4);
+    ZERO_RETURN_IF_ERROR(page_out_optimizer(u));
     // Stages 1-3 updated only this rank's slice of a unit kept whole; the others' slices come from them.
     if (config_.stage > 0 && !u.sharded) ZERO_RETURN_IF_ERROR(comm_.allgather(own, held).wait());
   }

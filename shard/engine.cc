@@ -114,6 +114,7 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
                               ? ShardLayout::for_rank(std::move(params), std::move(groups), u.layout.numel, 0, 1)
                               : ShardLayout::for_rank(std::move(params), std::move(groups), u.layout.numel, rank, n));
     ZERO_ASSIGN_OR_RETURN(u.optimizer, make_optimizer(std::move(layout), allocator_));
+    ZERO_RETURN_IF_ERROR(page_out_optimizer(u));
   }
   ZERO_RETURN_IF_ERROR(initialize_params());
   plan_buckets();
@@ -175,6 +176,12 @@ absl::Status Engine::assign_params(UnitState& u, const float* values, int64_t fi
     const Tensor own_values(const_cast<float*>(values) + (begin - first), DType::kF32, {count});
     ZERO_RETURN_IF_ERROR(kernels::cast(u.master.tensor(DType::kF32, {count}), own_values));
   }
+  return page_out_optimizer(u);
+}
+
+absl::Status Engine::page_out_optimizer(const UnitState& u) {
+  ZERO_RETURN_IF_ERROR(allocator_.page_out(u.master.data()));
+  for (const auto& [name, state] : u.optimizer->state()) ZERO_RETURN_IF_ERROR(allocator_.page_out(state.data()));
   return absl::OkStatus();
 }
 
@@ -537,9 +544,7 @@ absl::Status Engine::update(float lr, double clip_coefficient) {
       ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {count}), grads32, step_count_, lr, comm,
                                              HalfCopy{.out = own_params}));
     }
-    // Offloaded (place_optimizer_in_files): back to the files, so RAM holds one unit's state at a time.
-    ZERO_RETURN_IF_ERROR(allocator_.page_out(u.master.data()));
-    for (const auto& [name, state] : u.optimizer->state()) ZERO_RETURN_IF_ERROR(allocator_.page_out(state.data()));
+    ZERO_RETURN_IF_ERROR(page_out_optimizer(u));
     if (config_.stage > 0 && !u.sharded) {
       ZERO_RETURN_IF_ERROR(
           counted(&CommVolume::param_gather, [&] { return comm_.allgather(own_params, held); }).wait());

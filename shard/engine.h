@@ -130,8 +130,11 @@ class Engine {
   absl::Status build(OptimizerFactory make_optimizer);
   // InvalidArgument naming the ranks whose units (names, parameters, sizes) differ from rank 0's.
   absl::Status check_same_model_on_every_rank();
-  // ZeroConfig::offload_optimizer_path: the optimizer state and master weights go to files there.
+  // ZeroConfig::offload_optimizer_path: the optimizer state and master weights go to files there, and
+  // page_out_optimizer sends a unit's back to them (nothing when they are in RAM) once it is written, so
+  // RAM holds one unit's at a time.
   absl::Status place_optimizer_in_files();
+  absl::Status page_out_optimizer(const UnitState& u);
   absl::Status initialize_params();
   void plan_buckets();
   absl::Status reserve_transient();

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "examples/bench/comm_bench.h"
 #include "examples/bench/kernels_bench.h"
+#include "examples/bench/offload_bench.h"
 #include "examples/bench/optim_bench.h"
 #include "examples/bench/stages_bench.h"
 
@@ -29,6 +30,8 @@ constexpr Subcommand kSubcommands[] = {
      zero::comm_command},
     {"kernels", "CPU kernels' GFLOP/s (matmul, attention) beside raw cblas_sgemm and GB/s (elementwise, norms, "
                 "cross-entropy) beside a parallel memcpy", zero::kernels_command},
+    {"offload", "one GPT-2 per stage with AdamW's state in RAM and in NVMe files: step time beside the RAM run's, "
+                "bytes in RAM and in files beside the formulas, the process's peak resident memory", zero::offload_command},
     {"optim", "AdamW parameters/s on one CPU shard beside the memory-bandwidth bound and torch.optim.AdamW",
      zero::optim_command},
     {"stages", "one GPT-2 under ZeRO stages 0-3: peak memory per category and bytes sent beside the formulas, "

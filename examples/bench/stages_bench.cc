@@ -31,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-absl::StatusOr<Gpt2Config> model_flag() {
+absl::StatusOr<Gpt2Config> gpt2_model_flag() {
   const std::string name = absl::GetFlag(FLAGS_model);
   if (name == "small") return Gpt2Config::make(256, 8192, 4, 4, 256);
   absl::StatusOr<Gpt2Config> preset = Gpt2Config::preset(name);
@@ -69,12 +69,15 @@ TokenBatch random_tokens(const StagesBenchOptions& o, int rank, int step) {
 
 absl::Status barrier(Communicator& comm) { return comm.barrier().wait(); }
 
+}  // namespace
+
 absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions& o, int stage) {
   Allocator allocator(comm.rank());
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(o.model));
   ZeroConfig config;
   config.stage = stage;
   config.precision = o.precision;
+  config.offload_optimizer_path = o.offload_optimizer_path;
   const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc) {
     return make_adam(AdamOptions{}, std::move(layout), alloc);
   };
@@ -93,16 +96,23 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / o.reps.iters;
 
   const PlanInput plan{.params = engine->num_params(), .padded_params = engine->num_padded_params(),
-                       .world_size = comm.world_size(), .stage = stage, .precision = o.precision};
+                       .world_size = comm.world_size(), .stage = stage, .precision = o.precision,
+                       .offload_optimizer = !o.offload_optimizer_path.empty()};
+  const MemoryStats held = allocator.stats();
   StageRow row{.stage = stage, .world_size = comm.world_size(), .step_ms = 1e3 * seconds,
                .tokens_per_s = static_cast<double>(comm.world_size() * o.batch * o.seq_len) / seconds,
-               .formula_model_state = model_state_bytes(plan).total(), .sent = engine->comm_volume(),
+               .formula_model_state = model_state_bytes(plan).total(),
+               .in_files = held.in_files_of(MemoryCategory::kMasterWeights) +
+                           held.in_files_of(MemoryCategory::kOptimizerState),
+               .formula_in_files = model_state_bytes(plan).in_files, .sent = engine->comm_volume(),
                .formula_sent = comm_bytes_per_step(plan).total()};
   engine.reset();
   model.reset();
   row.memory = allocator.stats();
   return row;
 }
+
+namespace {
 
 int64_t model_state_peak(const MemoryStats& m) {
   return m.peak_of(MemoryCategory::kParams) + m.peak_of(MemoryCategory::kGrads) +
@@ -148,9 +158,6 @@ absl::Status plot_png(const ResultTable& table, const std::string& png) {
 }  // namespace
 
 absl::StatusOr<std::vector<StageRow>> run_stages_bench(Communicator& comm, const StagesBenchOptions& options) {
-  if (options.seq_len > options.model.max_seq_len) {
-    return flag_error("seq", absl::StrCat(options.seq_len, " exceeds the model's maxT ", options.model.max_seq_len));
-  }
   std::vector<StageRow> rows;
   for (int stage : options.stages) {
     ZERO_ASSIGN_OR_RETURN(StageRow row, run_stage(comm, options, stage));
@@ -176,30 +183,40 @@ ResultTable stages_bench_table(const std::vector<StageRow>& rows) {
   return table;
 }
 
-absl::Status stages_command() {
+absl::StatusOr<StagesBenchOptions> stages_options_from_flags() {
   StagesBenchOptions options;
-  ZERO_ASSIGN_OR_RETURN(options.model, model_flag());
+  ZERO_ASSIGN_OR_RETURN(options.model, gpt2_model_flag());
   ZERO_ASSIGN_OR_RETURN(options.stages, stages_flag());
   options.batch = absl::GetFlag(FLAGS_batch);
   options.seq_len = absl::GetFlag(FLAGS_seq);
   if (options.batch < 1) return flag_error("batch", "must be >= 1");
   if (options.seq_len < 1) return flag_error("seq", "must be >= 1");
+  if (options.seq_len > options.model.max_seq_len) {
+    return flag_error("seq", absl::StrCat(options.seq_len, " exceeds the model's maxT ", options.model.max_seq_len));
+  }
   ZERO_ASSIGN_OR_RETURN(options.precision, dtype_flag());
   ZERO_ASSIGN_OR_RETURN(options.reps, repetitions_flags());
+  return options;
+}
+
+std::string describe_model(const StagesBenchOptions& o) {
+  const Gpt2Config& g = o.model;
+  return absl::StrFormat("GPT-2 L%d C%d NH%d Vp%d (%d parameters), B %d, T %d, %s, AdamW", g.num_layers, g.channels,
+                         g.num_heads, g.padded_vocab_size, g.num_parameters(), o.batch, o.seq_len,
+                         dtype_name(o.precision));
+}
+
+absl::Status stages_command() {
+  ZERO_ASSIGN_OR_RETURN(const StagesBenchOptions options, stages_options_from_flags());
   return run_on_ranks([&](Communicator& comm) -> absl::Status {
     ZERO_ASSIGN_OR_RETURN(std::vector<StageRow> rows, run_stages_bench(comm, options));
     if (comm.rank() != 0) return absl::OkStatus();
     const ResultTable table = stages_bench_table(rows);
-    const Gpt2Config& g = options.model;
-    std::printf("# zero-bench stages: GPT-2 L%lld C%lld NH%lld Vp%lld (%lld parameters), B %lld, T %lld, %s, AdamW, "
-                "backend %s, %d ranks, warmup %d, iters %d\n"
+    std::printf("# zero-bench stages: %s, backend %s, %d ranks, warmup %d, iters %d\n"
                 "# memory: rank 0's peak per category; state = params+grads+master+optim against shard/plan.h; "
                 "sent: rank 0's gathers + reductions in the last step against theory (tied wte adds gathers)\n",
-                static_cast<long long>(g.num_layers), static_cast<long long>(g.channels),
-                static_cast<long long>(g.num_heads), static_cast<long long>(g.padded_vocab_size),
-                static_cast<long long>(g.num_parameters()), static_cast<long long>(options.batch),
-                static_cast<long long>(options.seq_len), std::string(dtype_name(options.precision)).c_str(),
-                std::string(comm.backend_name()).c_str(), comm.world_size(), options.reps.warmup, options.reps.iters);
+                describe_model(options).c_str(), std::string(comm.backend_name()).c_str(), comm.world_size(),
+                options.reps.warmup, options.reps.iters);
     std::fputs(table.to_text().c_str(), stdout);
     std::fflush(stdout);
     ZERO_RETURN_IF_ERROR(write_csv_flag(table));

@@ -22,6 +22,7 @@ struct StagesBenchOptions {
   int64_t seq_len = 64; // T
   DType precision = DType::kF32;
   Repetitions reps;
+  std::string offload_optimizer_path;  // "" = optimizer state in RAM (ZeroConfig::offload_optimizer_path)
 };
 
 // One stage as rank 0 saw it; times are the slowest rank's.
@@ -31,13 +32,21 @@ struct StageRow {
   double step_ms = 0;         // timed steps / iters
   double tokens_per_s = 0;    // N·B·T per step / step time
   MemoryStats memory;         // rank 0's peaks over the run
-  int64_t formula_model_state = 0;  // shard/plan.h's params + grads + master + optimizer for this model
+  int64_t formula_model_state = 0;  // shard/plan.h's params + grads + master + optimizer in RAM for this model
+  int64_t in_files = 0;             // rank 0's master weights and optimizer state in offload files
+  int64_t formula_in_files = 0;     // shard/plan.h's
   CommVolume sent;                  // rank 0's bytes in the last step
   int64_t formula_sent = 0;         // shard/plan.h's gathers + reductions per step
 };
 
 // Runs on every rank of `comm`: the model under each stage in turn, fresh engine per stage, same data.
 absl::StatusOr<std::vector<StageRow>> run_stages_bench(Communicator& comm, const StagesBenchOptions& options);
+// One stage of it.
+absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions& options, int stage);
+// The flags stages and offload share: --model ("small" or a GPT-2 preset), --stages, --batch, --seq,
+// --dtype, --warmup and --iters; and a line describing the model and batch they give.
+absl::StatusOr<StagesBenchOptions> stages_options_from_flags();
+std::string describe_model(const StagesBenchOptions& options);
 
 // stage, step_ms, tokens/s, vs_stage0, per-category peaks (MiB), model state vs formula, sent vs formula.
 ResultTable stages_bench_table(const std::vector<StageRow>& rows);
