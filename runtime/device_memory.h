@@ -1,4 +1,4 @@
-// Raw allocation on a device; the Allocator is the only caller and does the accounting.
+// Raw memory on a device: allocation (the Allocator is the only caller and does the accounting) and copies between devices.
 #pragma once
 
 #include <cstddef>
@@ -11,5 +11,9 @@ namespace zero {
 // CPU: 64-byte aligned host memory. CUDA: cudaMalloc.
 absl::StatusOr<void*> device_alloc(Device device, size_t nbytes);
 void device_free(Device device, void* ptr);
+
+// Copies `nbytes` between any two devices (memcpy, or a synchronous cudaMemcpy), so the caller may use
+// or free either side as soon as it returns.
+absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
 }  // namespace zero

@@ -1,5 +1,6 @@
-// Host allocation, and the CUDA entry points' answer in a build without CUDA.
+// Host allocation and copies, and the CUDA entry points' answer in a build without CUDA.
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/device_memory.h"
@@ -18,14 +19,19 @@ absl::StatusOr<void*> cpu_alloc(size_t nbytes) {
 }  // namespace
 
 #ifndef ZERO_HAS_CUDA
-absl::StatusOr<void*> cuda_alloc(Device device, size_t) {
+absl::Status no_cuda(absl::string_view what, Device device) {
   return absl::FailedPreconditionError(
-      absl::StrCat("cannot allocate on ", device.to_string(), ": zero was built without CUDA (-DZERO_WITH_CUDA=ON)"));
+      absl::StrCat("cannot ", what, " ", device.to_string(), ": zero was built without CUDA (-DZERO_WITH_CUDA=ON)"));
 }
+absl::StatusOr<void*> cuda_alloc(Device device, size_t) { return no_cuda("allocate on", device); }
 void cuda_free(Device, void*) {}
+absl::Status cuda_copy(void*, Device dst_device, const void*, Device src_device, size_t) {
+  return no_cuda("copy to or from", dst_device.is_cuda() ? dst_device : src_device);
+}
 #else
 absl::StatusOr<void*> cuda_alloc(Device device, size_t nbytes);  // runtime/cuda/cuda_memory.cu
 void cuda_free(Device device, void* ptr);
+absl::Status cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 #endif
 
 absl::StatusOr<void*> device_alloc(Device device, size_t nbytes) {
@@ -38,6 +44,15 @@ void device_free(Device device, void* ptr) {
   } else {
     cuda_free(device, ptr);
   }
+}
+
+absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (nbytes == 0) return absl::OkStatus();
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, nbytes);
+    return absl::OkStatus();
+  }
+  return cuda_copy(dst, dst_device, src, src_device, nbytes);
 }
 
 }  // namespace zero

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/device_memory.h"
 
 namespace zero {
 namespace {
@@ -182,6 +183,17 @@ TEST(AllocatorFiles, DirectoryThatCannotHoldFilesIsRefusedNamingIt) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("/nonexistent/nvme"));
   Buffer b = std::move(alloc.allocate(64, MemoryCategory::kOptimizerState)).value();
   EXPECT_EQ(alloc.stats().current_of(MemoryCategory::kOptimizerState), 64) << "placement unchanged";
+}
+
+TEST(CopyBytes, HostToHostCopiesAndCudaWithoutCudaIsAClearError) {
+  const std::vector<float> src = {1.5f, -2.0f, 3.25f};
+  std::vector<float> dst(3);
+  ASSERT_TRUE(copy_bytes(dst.data(), Device::cpu(), src.data(), Device::cpu(), 12).ok());
+  EXPECT_EQ(dst, src);
+#ifndef ZERO_HAS_CUDA
+  const absl::Status status = copy_bytes(dst.data(), Device::cuda(0), src.data(), Device::cpu(), 12);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("cuda:0: zero was built without CUDA"));
+#endif
 }
 
 TEST(FormatBytes, BinaryUnits) {

@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/allocator.h"
+#include "runtime/device_memory.h"
 #include "runtime/cuda/stream.h"
 
 namespace zero {
@@ -61,6 +62,18 @@ TEST(CudaRuntimeTest, AllocatesOnCuda0AndAccountsEveryByte) {
   params->reset();
   EXPECT_EQ(allocator.stats().current_total, 0);
   EXPECT_EQ(allocator.stats().peak_total, 1 << 20);
+}
+
+TEST(CudaRuntimeTest, CopyBytesRoundTripsThroughTheDevice) {
+  SKIP_WITHOUT_GPU();
+  Allocator allocator;
+  auto on_device = allocator.allocate(16, MemoryCategory::kWorkspace, Device::cuda(0));
+  ASSERT_TRUE(on_device.ok()) << on_device.status();
+  const std::vector<float> host = {1.0f, -2.5f, 3.0f, 1e-30f};
+  std::vector<float> back(4);
+  ASSERT_TRUE(copy_bytes(on_device->data(), Device::cuda(0), host.data(), Device::cpu(), 16).ok());
+  ASSERT_TRUE(copy_bytes(back.data(), Device::cpu(), on_device->data(), Device::cuda(0), 16).ok());
+  EXPECT_EQ(back, host);
 }
 
 TEST(CudaRuntimeTest, EventCompletesAfterTheWorkRecordedBeforeIt) {
