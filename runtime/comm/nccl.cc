@@ -73,15 +73,15 @@ class NcclBackend final : public Backend {
     ZERO_ASSIGN_OR_RETURN(CudaEvent done, CudaEvent::create(device));
     auto backend = std::unique_ptr<NcclBackend>(
         new NcclBackend(rank, world_size, device, std::move(stream), std::move(done)));
-    Allocator* allocator = options.allocator;
-    if (allocator == nullptr) {
+    backend->allocator_ = options.allocator;
+    if (backend->allocator_ == nullptr) {
       backend->own_allocator_ = std::make_unique<Allocator>(rank);
-      allocator = backend->own_allocator_.get();
+      backend->allocator_ = backend->own_allocator_.get();
     }
     // Room for one fingerprint and everyone's, for the debug check; the barrier reuses it.
     ZERO_ASSIGN_OR_RETURN(backend->scratch_,
-                          allocator->allocate((world_size + 1) * sizeof(CollectiveFingerprint),
-                                              MemoryCategory::kCommBuffers, Device::cuda(device)));
+                          backend->allocator_->allocate((world_size + 1) * sizeof(CollectiveFingerprint),
+                                                        MemoryCategory::kCommBuffers, Device::cuda(device)));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t issued = ncclCommInitRankConfig(&backend->comm_, world_size, id, rank, &config);
@@ -111,11 +111,14 @@ class NcclBackend final : public Backend {
   absl::string_view name() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
-  bool supports(Device device) const override { return device.is_cuda() && device.index == device_; }
+  // NCCL moves device memory; host buffers (the engine's loss, metrics and gradient-norm allreduces,
+  // a few bytes each) are staged through device memory by run().
+  bool supports(Device device) const override { return device.is_cpu() || (device.is_cuda() && device.index == device_); }
 
   absl::Status run(const Collective& c, absl::Time deadline) override {
     CudaDeviceGuard guard;
     ZERO_RETURN_IF_ERROR(guard.set(device_));
+    if (c.device.is_cpu()) return explain(run_staged(c, deadline), c.describe());
     absl::Status status = enqueue(c, deadline);
     if (status.ok()) status = finish(deadline);
     return explain(status, c.describe());
@@ -202,6 +205,41 @@ class NcclBackend final : public Backend {
     return absl::InternalError("unknown collective");
   }
 
+  // Bytes of `c`'s send and recv buffers on this rank (see Collective); in-place ops share one.
+  std::pair<int64_t, int64_t> buffer_bytes(const Collective& c) const {
+    const int64_t chunk = c.chunk_bytes(), all = chunk * world_size_;
+    switch (c.op) {
+      case CollectiveOp::kReduceScatter:
+      case CollectiveOp::kScatter: return {all, chunk};
+      case CollectiveOp::kAllgather:
+      case CollectiveOp::kGather: return {chunk, all};
+      case CollectiveOp::kBarrier: return {0, 0};
+      default: return {0, chunk};  // allreduce, broadcast, reduce: in place
+    }
+  }
+
+  // A collective on host buffers: copied to device memory, run there, and the result copied back.
+  absl::Status run_staged(const Collective& c, absl::Time deadline) {
+    const auto [send_bytes, recv_bytes] = buffer_bytes(c);
+    ZERO_ASSIGN_OR_RETURN(Buffer staging, allocator_->allocate(send_bytes + recv_bytes, MemoryCategory::kCommBuffers,
+                                                               Device::cuda(device_)));
+    Collective on_device = c;
+    on_device.device = Device::cuda(device_);
+    on_device.recv = at_bytes(staging.data(), send_bytes);
+    on_device.send = send_bytes == 0 ? on_device.recv : staging.data();
+    const cudaStream_t s = stream_.get();
+    const void* source = send_bytes == 0 ? c.recv : c.send;
+    if (source != nullptr) {
+      ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(const_cast<void*>(on_device.send), source,
+                                                send_bytes == 0 ? recv_bytes : send_bytes, cudaMemcpyHostToDevice, s));
+    }
+    ZERO_RETURN_IF_ERROR(enqueue(on_device, deadline));
+    if (c.recv != nullptr) {
+      ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.recv, on_device.recv, recv_bytes, cudaMemcpyDeviceToHost, s));
+    }
+    return finish(deadline);
+  }
+
   // Waits for the stream, watching for asynchronous NCCL errors (a peer failed, the network broke).
   absl::Status finish(absl::Time deadline) {
     ZERO_RETURN_IF_ERROR(done_.record(stream_));
@@ -228,6 +266,7 @@ class NcclBackend final : public Backend {
   const int device_;
   CudaStream stream_;
   CudaEvent done_;
+  Allocator* allocator_ = nullptr;            // CommOptions::allocator, or own_allocator_
   std::unique_ptr<Allocator> own_allocator_;  // when CommOptions names none
   Buffer scratch_;                            // device memory, (world_size + 1) fingerprints
   ncclComm_t comm_ = nullptr;
