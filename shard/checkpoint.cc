@@ -17,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "kernels/kernels.h"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
@@ -204,14 +203,19 @@ absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std:
 
 absl::Status Engine::write_checkpoint_file(const std::string& path, const std::map<std::string, std::string>& extra) {
   std::vector<std::pair<std::string, Tensor>> pieces;
+  std::vector<Buffer> host_copies;  // what the pieces view, for an engine on a GPU
+  const auto host_view = [&](const Tensor& t) -> absl::StatusOr<Tensor> { return on_host(t, host_copies.emplace_back()); };
   const bool holds_pieces = config_.stage > 0 || comm_.rank() == 0;  // stage 0 ranks hold the same values
   for (const UnitState& u : holds_pieces ? std::span<const UnitState>(units_) : std::span<const UnitState>()) {
     const auto [begin, count] = own_range(u);
     const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
-    const Tensor values = dtype_ != DType::kF32 ? u.master.tensor(DType::kF32, {count})
-                          : u.sharded           ? held
-                                                : held.slice(begin, begin + count);
-    const std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
+    ZERO_ASSIGN_OR_RETURN(const Tensor values, host_view(dtype_ != DType::kF32 ? u.master.tensor(DType::kF32, {count})
+                                                         : u.sharded           ? held
+                                                                               : held.slice(begin, begin + count)));
+    std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
+    for (auto& [name, t] : state) {
+      ZERO_ASSIGN_OR_RETURN(t, host_view(t));
+    }
     for (const FlatParam& p : u.layout.params) {
       const int64_t first = std::max(p.offset, begin);
       const int64_t last = std::min(p.offset + p.numel, begin + count);
@@ -379,10 +383,13 @@ absl::Status Engine::install_checkpoint(std::vector<UnitCheckpoint>& units) {
     const UnitCheckpoint& c = units[i];
     const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
     const Tensor own = u.sharded ? held : held.slice(c.begin, c.begin + c.count);
-    ZERO_RETURN_IF_ERROR(kernels::cast(own, c.values.tensor(DType::kF32, {c.count})));
-    if (u.master.data() != nullptr) std::memcpy(u.master.data(), c.values.data(), c.count * 4);
+    const Tensor values = c.values.tensor(DType::kF32, {c.count});
+    ZERO_RETURN_IF_ERROR(upload(own, values));
+    if (u.master.data() != nullptr) ZERO_RETURN_IF_ERROR(upload(u.master.tensor(DType::kF32, {c.count}), values));
     const std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
-    for (size_t k = 0; k < state.size(); ++k) std::memcpy(state[k].second.data(), c.state[k].data(), c.count * 4);
+    for (size_t k = 0; k < state.size(); ++k) {
+      ZERO_RETURN_IF_ERROR(upload(state[k].second, c.state[k].tensor(DType::kF32, {c.count})));
+    }
     ZERO_RETURN_IF_ERROR(page_out_optimizer(u));
     // Stages 1-3 updated only this rank's slice of a unit kept whole; the others' slices come from them.
     if (config_.stage > 0 && !u.sharded) ZERO_RETURN_IF_ERROR(comm_.allgather(own, held).wait());

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/device.h"
 #include "runtime/dtype.h"
 
 namespace zero {
@@ -55,6 +56,13 @@ struct ZeroConfig {
   float weight_decay = 0.0f;    // for parameters not matching no_decay_patterns
   std::vector<std::string> no_decay_patterns = {"*bias", "*ln_*", "*norm*"};
   uint64_t seed = 1234;         // parameter initialization
+
+  // Where parameters, gradients, buckets, gathered units, master weights and optimizer state live: the
+  // CPU, or cuda:k (a CUDA build; the communicator must reach that device's memory: nccl, or local for
+  // several ranks on one GPU). The models run there too (UnitContext::device), so the caller puts each
+  // batch there; values given to and taken from the engine (load_params, visit_full_params,
+  // checkpoints) stay on the host, and the engine copies them.
+  Device device = Device::cpu();
 
   // "" keeps the optimizer state and fp32 master weights in RAM. A directory (on an NVMe drive) holds
   // them in files instead, as ZeRO-Infinity's offload_optimizer: each unit's are paged in for its update

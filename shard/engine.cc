@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "optim/square_sum.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "kernels/kernels.h"
 #include "shard/init.h"
@@ -34,6 +35,11 @@ absl::Status ZeroConfig::validate() const {
                                   "use stage 0 or 1, or turn no_sync off");
   }
   if (gradient_clipping < 0) return bad("gradient_clipping", gradient_clipping, "must be >= 0 (0 = off)");
+  if (!offload_optimizer_path.empty() && !device.is_cpu()) {
+    return bad("offload_optimizer_path", offload_optimizer_path,
+               absl::StrCat("offloading from ", device.to_string(), " is not built (the update would need a CPU "
+                            "optimizer); train on the CPU or keep the optimizer on the device"));
+  }
   if (!is_floating(precision)) return bad("precision", dtype_name(precision), "use fp32, bf16 or fp16");
   if (loss_scaling.initial_scale <= 0 || loss_scaling.min_scale <= 0 || loss_scaling.static_scale < 0 ||
       loss_scaling.window < 1 || loss_scaling.hysteresis < 1) {
@@ -45,7 +51,8 @@ absl::Status ZeroConfig::validate() const {
 }
 
 Engine::Engine(Model& model, Communicator& comm, Allocator& allocator, ZeroConfig config)
-    : model_(model), comm_(comm), allocator_(allocator), config_(std::move(config)), dtype_(config_.precision) {
+    : model_(model), comm_(comm), allocator_(allocator), config_(std::move(config)), dtype_(config_.precision),
+      device_(config_.device) {
   if (dtype_ == DType::kF16) {
     const LossScaling& ls = config_.loss_scaling;
     loss_scale_ = ls.static_scale > 0 ? ls.static_scale : ls.initial_scale;
@@ -100,12 +107,13 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   const int64_t bytes = static_cast<int64_t>(dtype_size(dtype_));
   for (UnitState& u : units_) {
     const int64_t held = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
-    ZERO_ASSIGN_OR_RETURN(u.params, allocator_.allocate(held * bytes, MemoryCategory::kParams));
+    ZERO_ASSIGN_OR_RETURN(u.params, allocator_.allocate(held * bytes, MemoryCategory::kParams, device_));
     const int64_t grads = config_.stage >= 2 ? u.layout.shard_numel : u.layout.padded_numel;
-    ZERO_ASSIGN_OR_RETURN(u.grads, allocator_.allocate(grads * bytes, MemoryCategory::kGrads));
+    ZERO_ASSIGN_OR_RETURN(u.grads, allocator_.allocate(grads * bytes, MemoryCategory::kGrads, device_));
     ZERO_RETURN_IF_ERROR(kernels::fill_zero(u.grads.tensor(dtype_, {grads})));
     if (dtype_ != DType::kF32) {
-      ZERO_ASSIGN_OR_RETURN(u.master, allocator_.allocate(own_range(u).second * 4, MemoryCategory::kMasterWeights));
+      ZERO_ASSIGN_OR_RETURN(u.master,
+                            allocator_.allocate(own_range(u).second * 4, MemoryCategory::kMasterWeights, device_));
     }
     std::vector<FlatParam> params = u.layout.params;
     std::vector<ParamGroup> groups = assign_decay_groups(params, config_.weight_decay, config_.no_decay_patterns);
@@ -113,7 +121,12 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
                           config_.stage == 0
                               ? ShardLayout::for_rank(std::move(params), std::move(groups), u.layout.numel, 0, 1)
                               : ShardLayout::for_rank(std::move(params), std::move(groups), u.layout.numel, rank, n));
-    ZERO_ASSIGN_OR_RETURN(u.optimizer, make_optimizer(std::move(layout), allocator_));
+    ZERO_ASSIGN_OR_RETURN(u.optimizer, make_optimizer(std::move(layout), allocator_, device_));
+    if (u.optimizer->device() != device_) {
+      return absl::InvalidArgumentError(absl::StrCat("the optimizer factory built ", u.optimizer->name(), " on ",
+                                                     u.optimizer->device().to_string(), " for an engine on ",
+                                                     device_.to_string(), "; build it on the device it is given"));
+    }
     ZERO_RETURN_IF_ERROR(page_out_optimizer(u));
   }
   ZERO_RETURN_IF_ERROR(initialize_params());
@@ -166,17 +179,32 @@ std::pair<int64_t, int64_t> Engine::own_range(const UnitState& u) const {
 }
 
 absl::Status Engine::assign_params(UnitState& u, const float* values, int64_t first) {
-  // values[k] is flat element first + k, covering at least what this rank holds.
+  // values[k] is flat element first + k (on the host), covering at least what this rank holds.
   const int64_t held_begin = u.sharded ? u.layout.shard_begin(comm_.rank()) : 0;
   const int64_t held_numel = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
   const Tensor source(const_cast<float*>(values) + (held_begin - first), DType::kF32, {held_numel});
-  ZERO_RETURN_IF_ERROR(kernels::cast(u.params.tensor(dtype_, {held_numel}), source));
+  ZERO_RETURN_IF_ERROR(upload(u.params.tensor(dtype_, {held_numel}), source));
   if (u.master.data() != nullptr) {
     const auto [begin, count] = own_range(u);
     const Tensor own_values(const_cast<float*>(values) + (begin - first), DType::kF32, {count});
-    ZERO_RETURN_IF_ERROR(kernels::cast(u.master.tensor(DType::kF32, {count}), own_values));
+    ZERO_RETURN_IF_ERROR(upload(u.master.tensor(DType::kF32, {count}), own_values));
   }
   return page_out_optimizer(u);
+}
+
+absl::Status Engine::upload(const Tensor& dst, const Tensor& host) {
+  if (dst.device().is_cpu()) return kernels::cast(dst, host);
+  ZERO_ASSIGN_OR_RETURN(Buffer staged, allocator_.allocate(static_cast<int64_t>(host.nbytes()),
+                                                           MemoryCategory::kWorkspace, dst.device()));
+  ZERO_RETURN_IF_ERROR(copy_bytes(staged.data(), dst.device(), host.data(), Device::cpu(), host.nbytes()));
+  return kernels::cast(dst, staged.tensor(host.dtype(), host.shape()));
+}
+
+absl::StatusOr<Tensor> Engine::on_host(const Tensor& src, Buffer& holder) {
+  if (src.device().is_cpu()) return src;
+  ZERO_ASSIGN_OR_RETURN(holder, allocator_.allocate(static_cast<int64_t>(src.nbytes()), MemoryCategory::kWorkspace));
+  ZERO_RETURN_IF_ERROR(copy_bytes(holder.data(), Device::cpu(), src.data(), src.device(), src.nbytes()));
+  return holder.tensor(src.dtype(), src.shape());
 }
 
 absl::Status Engine::page_out_optimizer(const UnitState& u) {
@@ -247,7 +275,7 @@ absl::Status Engine::reserve_transient() {
   int64_t live = 0;
   for (size_t i = 0; i < gathered.size() && static_cast<int>(i) < config_.max_live_units; ++i) live += gathered[i];
   absl::StatusOr<Buffer> probe = allocator_.allocate((largest_bucket + live) * static_cast<int64_t>(dtype_size(dtype_)),
-                                                     MemoryCategory::kCommBuffers);
+                                                     MemoryCategory::kCommBuffers, device_);
   if (!probe.ok()) {
     return absl::Status(probe.status().code(),
                         absl::StrCat(probe.status().message(), " (reserving the engine's largest gradient bucket and ",
@@ -281,7 +309,7 @@ absl::StatusOr<Tensor> Engine::staging_of(int i) {
   Bucket& b = buckets_[u.bucket];
   if (b.staging.data() == nullptr && b.numel > 0) {
     const int64_t bytes = b.numel * static_cast<int64_t>(dtype_size(dtype_));
-    ZERO_ASSIGN_OR_RETURN(b.staging, allocator_.allocate(bytes, MemoryCategory::kCommBuffers));
+    ZERO_ASSIGN_OR_RETURN(b.staging, allocator_.allocate(bytes, MemoryCategory::kCommBuffers, device_));
     const Tensor staging = b.staging.tensor(dtype_, {b.numel});
     ZERO_RETURN_IF_ERROR(kernels::fill_zero(staging));
     // no_sync: the micro-batches so far accumulated in the local gradients; they join the reduction.
@@ -341,7 +369,7 @@ int Engine::live_gathers() const {
 absl::Status Engine::start_gather(int i) {
   UnitState& u = units_[i];
   ZERO_ASSIGN_OR_RETURN(u.gathered, allocator_.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(dtype_)),
-                                                        MemoryCategory::kCommBuffers));
+                                                        MemoryCategory::kCommBuffers, device_));
   const Tensor shard = u.params.tensor(dtype_, {u.layout.shard_numel});
   const Tensor full = u.gathered.tensor(dtype_, {u.layout.padded_numel});
   u.gather = counted(&CommVolume::param_gather, [&] { return comm_.allgather(shard, full); });
@@ -465,7 +493,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
     this_step_order_.clear();
     order_matches_ = !recorded_order_.empty();
   }
-  UnitContext ctx{.allocator = allocator_, .batch = batch, .loss_scale = static_cast<float>(loss_scale_)};
+  UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_, .loss_scale = static_cast<float>(loss_scale_)};
   Tensor x;
   for (size_t i = 0; i < units_.size(); ++i) {
     ZERO_RETURN_IF_ERROR(acquire(static_cast<int>(i)));
@@ -529,7 +557,7 @@ absl::Status Engine::update(float lr, double clip_coefficient) {
     Buffer grads32_buffer;
     Tensor grads32 = grads;
     if (dtype_ != DType::kF32) {
-      ZERO_ASSIGN_OR_RETURN(grads32_buffer, allocator_.allocate(count * 4, MemoryCategory::kWorkspace));
+      ZERO_ASSIGN_OR_RETURN(grads32_buffer, allocator_.allocate(count * 4, MemoryCategory::kWorkspace, device_));
       grads32 = grads32_buffer.tensor(DType::kF32, {count});
       ZERO_RETURN_IF_ERROR(kernels::cast(grads32, grads));
     }
@@ -627,7 +655,8 @@ absl::Status Engine::visit_full_params(
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
     if (u.sharded) ZERO_RETURN_IF_ERROR(gather_now(static_cast<int>(i)));
-    const Tensor full = full_params(static_cast<int>(i));
+    Buffer host_copy;
+    ZERO_ASSIGN_OR_RETURN(const Tensor full, on_host(full_params(static_cast<int>(i)), host_copy));
     for (size_t p = 0; p < u.layout.params.size(); ++p) {
       const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
       ZERO_RETURN_IF_ERROR(visit(unit, param, full.view(u.layout.params[p].offset, u.layout.shapes[p])));

@@ -35,9 +35,10 @@
 
 namespace zero {
 
-// Builds the optimizer for one unit's shard (the engine decides the layout).
-using OptimizerFactory =
-    std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(ShardLayout layout, Allocator& allocator)>;
+// Builds the optimizer for one unit's shard on `device` (the engine decides the layout and the device:
+// ZeroConfig::device).
+using OptimizerFactory = std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(ShardLayout layout,
+                                                                                   Allocator& allocator, Device device)>;
 
 struct StepResult {
   float loss = 0;           // mean over micro-batches and ranks
@@ -142,6 +143,10 @@ class Engine {
   // The flat range [begin, begin + count) of a unit this rank updates: stage 0 all of it, else its slice.
   std::pair<int64_t, int64_t> own_range(const UnitState& u) const;
   absl::Status assign_params(UnitState& u, const float* values, int64_t first);
+  // Host values into the engine's buffers and back: `host` (CPU) converted into `dst` wherever it lives;
+  // `src` itself when it is on the CPU, else a copy in `holder` (kWorkspace).
+  absl::Status upload(const Tensor& dst, const Tensor& host);
+  absl::StatusOr<Tensor> on_host(const Tensor& src, Buffer& holder);
   // Checkpoints: this rank's file of `world_size`; what a checkpoint holds for one unit; and putting
   // it in place (the parameters are allgathered where the stage keeps them whole).
   struct UnitCheckpoint;
@@ -194,6 +199,7 @@ class Engine {
   bool order_matches_ = false;
 
   const DType dtype_;
+  const Device device_;  // config_.device
   double loss_scale_ = 1;
   int good_steps_ = 0;
   int hysteresis_left_ = 0;

@@ -78,8 +78,8 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   config.stage = stage;
   config.precision = o.precision;
   config.offload_optimizer_path = o.offload_optimizer_path;
-  const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc) {
-    return make_adam(AdamOptions{}, std::move(layout), alloc);
+  const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc, Device device) {
+    return make_adam(AdamOptions{}, std::move(layout), alloc, device);
   };
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, allocator, adamw, config));
   const auto step = [&](int k) -> absl::Status {

@@ -139,7 +139,9 @@ absl::Status train(Communicator& comm) {
   config.persistence_threshold = 0;
   Allocator allocator(comm.rank());
   Regressor model;
-  OptimizerFactory adam = [](ShardLayout layout, Allocator& a) { return make_adam({}, std::move(layout), a); };
+  OptimizerFactory adam = [](ShardLayout layout, Allocator& a, Device d) {
+    return make_adam({}, std::move(layout), a, d);
+  };
   ZERO_ASSIGN_OR_RETURN(auto engine, Engine::create(model, comm, allocator, adam, config));
   std::vector<float> x(kRowsPerRank * kIn), y(kRowsPerRank);
   float first = 0, last = 0;

@@ -11,17 +11,17 @@ namespace zero::train {
 OptimizerFactory optimizer_factory(const OptimizerConfig& o) {
   if (o.type == "SGD") {
     const SgdOptions options{.momentum = o.momentum};
-    return [options](ShardLayout layout, Allocator& a) { return make_sgd(options, std::move(layout), a); };
+    return [options](ShardLayout layout, Allocator& a, Device d) { return make_sgd(options, std::move(layout), a, d); };
   }
   if (o.type == "Lamb") {
     const LambOptions options{.beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps};
-    return [options](ShardLayout layout, Allocator& a) { return make_lamb(options, std::move(layout), a); };
+    return [options](ShardLayout layout, Allocator& a, Device d) { return make_lamb(options, std::move(layout), a, d); };
   }
   const AdamOptions options{.beta1 = o.betas[0],
                             .beta2 = o.betas[1],
                             .eps = o.eps,
                             .decoupled_weight_decay = o.type == "AdamW" || o.adam_w_mode};
-  return [options](ShardLayout layout, Allocator& a) { return make_adam(options, std::move(layout), a); };
+  return [options](ShardLayout layout, Allocator& a, Device d) { return make_adam(options, std::move(layout), a, d); };
 }
 
 LrSchedule::LrSchedule(const SchedulerConfig& scheduler, double optimizer_lr, int64_t steps)

@@ -300,6 +300,12 @@ TEST(EngineConfig, OffloadPathThatCannotHoldFilesIsRefusedNamingIt) {
   EXPECT_THAT(std::string(out.status.message()), HasSubstr("offloading the optimizer to /nonexistent/nvme"));
 }
 
+TEST(EngineConfig, OffloadFromAGpuIsRefusedSayingItIsNotBuilt) {
+  const absl::Status status = ZeroConfig{.device = Device::cuda(0), .offload_optimizer_path = "/nvme"}.validate();
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("offloading from cuda:0 is not built"));
+}
+
 TEST(EngineConfig, DifferentModelsOnDifferentRanksAreRefusedAtCreate) {
   // Rank 1 builds hidden layers of another width: every later collective would be mis-sized.
   const std::vector<absl::Status> statuses = run_local_ranks(3, [](Communicator& comm) -> absl::Status {

@@ -9,11 +9,15 @@
 namespace zero::testing {
 
 OptimizerFactory adamw_factory() {
-  return [](ShardLayout layout, Allocator& alloc) { return make_adam(AdamOptions{}, std::move(layout), alloc); };
+  return [](ShardLayout layout, Allocator& alloc, Device device) {
+    return make_adam(AdamOptions{}, std::move(layout), alloc, device);
+  };
 }
 
 OptimizerFactory sgd_factory() {
-  return [](ShardLayout layout, Allocator& alloc) { return make_sgd(SgdOptions{}, std::move(layout), alloc); };
+  return [](ShardLayout layout, Allocator& alloc, Device device) {
+    return make_sgd(SgdOptions{}, std::move(layout), alloc, device);
+  };
 }
 
 absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
