@@ -247,6 +247,7 @@ absl::Status read_zero_train_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("data.blobs.val_rows", d.blobs.val_rows));
   ZERO_RETURN_IF_ERROR(r.read("data.blobs.seed", d.blobs.seed));
   ZERO_RETURN_IF_ERROR(r.read("backend", c.backend));
+  ZERO_RETURN_IF_ERROR(r.read("device", c.device));
   ZERO_RETURN_IF_ERROR(r.read("ranks", c.ranks));
   ZERO_RETURN_IF_ERROR(r.read("memory_budget_mib", c.memory_budget_mib));
   ZERO_RETURN_IF_ERROR(r.read("steps", c.steps));
@@ -402,12 +403,17 @@ absl::Status validate_model_and_data(const TrainConfig& c) {
 }
 
 absl::Status validate_run(const TrainConfig& c) {
-  if (c.backend == "nccl") {
-    return absl::InvalidArgumentError(
-        "backend = nccl: the engine and the models keep every buffer in host memory, and nccl moves GPU buffers "
-        "only; use local or mpi");
-  }
-  ZERO_RETURN_IF_ERROR(require(one_of(c.backend, {"local", "mpi"}), "backend", c.backend, "use local or mpi"));
+  ZERO_RETURN_IF_ERROR(require(one_of(c.backend, {"local", "mpi", "nccl"}), "backend", c.backend,
+                               "use local, mpi or nccl"));
+  ZERO_RETURN_IF_ERROR(require(one_of(c.device, {"cpu", "cuda"}), "device", c.device, "use cpu or cuda"));
+  ZERO_RETURN_IF_ERROR(require(c.backend != "nccl" || c.device == "cuda", "backend", c.backend,
+                               "nccl moves GPU memory: set device = cuda (one process per GPU, under mpirun)"));
+  ZERO_RETURN_IF_ERROR(require(c.backend != "mpi" || c.device == "cpu", "device", c.device,
+                               "with mpi the ranks train on the CPU; use backend = nccl for one process per GPU"));
+#ifndef ZERO_HAS_CUDA
+  ZERO_RETURN_IF_ERROR(require(c.device == "cpu", "device", c.device,
+                               "this zero-train was built without CUDA (configure with -DZERO_WITH_CUDA=ON)"));
+#endif
   ZERO_RETURN_IF_ERROR(require(c.ranks >= 1, "ranks", c.ranks, "must be at least 1"));
   ZERO_RETURN_IF_ERROR(require(c.memory_budget_mib >= 0, "memory_budget_mib", c.memory_budget_mib, "must be >= 0 (0 = none)"));
   ZERO_RETURN_IF_ERROR(require(c.steps >= 1, "steps", c.steps, "must be at least 1"));
@@ -497,9 +503,10 @@ int optimizer_state_floats(const OptimizerConfig& optimizer) {
 }
 
 absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& batch, int world_size,
-                                         const std::vector<UnitSize>& units) {
+                                         const std::vector<UnitSize>& units, Device device) {
   const ZeroOptimization& z = c.zero_optimization;
   ZeroConfig config;
+  config.device = device;
   config.stage = z.stage;
   config.no_sync = z.no_sync;
   config.wrap_min_params = z.wrap_min_params;

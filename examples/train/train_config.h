@@ -125,7 +125,8 @@ struct TrainConfig {
 
   ModelConfig model;
   DataConfig data;
-  std::string backend = "local";        // local (threads), mpi (mpirun -np N); nccl is refused: see parse
+  std::string backend = "local";        // local (threads), mpi (mpirun -np N), nccl (mpirun -np N, one GPU each)
+  std::string device = "cpu";           // cpu, or cuda: local ranks share cuda:0, nccl ranks use their node's GPUs
   int ranks = 4;                        // local backend only; under mpi the world size is mpirun's -np
   int64_t memory_budget_mib = 0;        // per rank, over all categories; 0 = none
   int64_t steps = 300;
@@ -165,9 +166,9 @@ struct UnitSize {
   int64_t numel = 0;
 };
 
-// The engine's knobs for a model of these units, after checking that the memory budget holds the model
-// states (shard/plan.h) and, at stage 3, the largest unit gathered.
+// The engine's knobs for a model of these units on `device`, after checking that the memory budget holds
+// the model states (shard/plan.h) and, at stage 3, the largest unit gathered.
 absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& config, const BatchPlan& batch, int world_size,
-                                         const std::vector<UnitSize>& units);
+                                         const std::vector<UnitSize>& units, Device device = Device::cpu());
 
 }  // namespace zero::train

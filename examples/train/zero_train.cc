@@ -4,6 +4,8 @@
 //   zero-train --config my.json --zero_optimization.stage=2 --ranks 2
 //   zero-train --model.type=mlp --data.source=blobs --model.widths=[16,64,64,4]
 //   mpirun -np 4 zero-train --backend=mpi
+//   mpirun -np 8 zero-train --backend=nccl --device=cuda     one process per GPU
+//   zero-train --device=cuda --ranks 2                        two ranks sharing cuda:0
 //
 // Every key of the config (train_config.h) can be overridden as --key.path=value or --key.path value.
 #include <unistd.h>
@@ -35,8 +37,12 @@
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
+#include "runtime/device_memory.h"
 #ifdef ZERO_HAS_MPI
 #include "runtime/comm/mpi.h"
+#endif
+#ifdef ZERO_HAS_NCCL
+#include "runtime/comm/nccl.h"
 #endif
 
 namespace zero::train {
@@ -45,6 +51,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: zero-train [--config FILE.json] [--key.path=value | --key.path value ...]\n"
     "       mpirun -np N zero-train --backend=mpi [...]\n"
+    "       mpirun -np N zero-train --backend=nccl --device=cuda [...]   (one process per GPU)\n"
     "Trains GPT-2 (or an MLP: --model.type=mlp --data.source=blobs) under ZeRO stage 0-3. Without --config it runs the embedded default (a small GPT-2 learning\n"
     "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same.\n";
 
@@ -112,7 +119,7 @@ absl::StatusOr<std::unique_ptr<Model>> create_model(const Plan& plan) {
   return Gpt2::create(plan.gpt2);
 }
 
-absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size) {
+absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device device) {
   Plan plan{.config = config};
   ZERO_ASSIGN_OR_RETURN(plan.batch, resolve_batch(config, world_size));
   ZERO_RETURN_IF_ERROR(load_data(config.data, plan));
@@ -127,7 +134,7 @@ absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size) {
     units.push_back(size);
     plan.num_params += size.numel;
   }
-  ZERO_ASSIGN_OR_RETURN(plan.zero, engine_config(config, plan.batch, world_size, units));
+  ZERO_ASSIGN_OR_RETURN(plan.zero, engine_config(config, plan.batch, world_size, units, device));
   return plan;
 }
 
@@ -140,9 +147,10 @@ std::string describe_model(const Plan& p) {
 
 std::string describe(const Plan& p, int world_size) {
   return absl::StrFormat(
-      "zero-train: %s (%d params) on %s, %d %s ranks, ZeRO stage %d, %s\n"
+      "zero-train: %s (%d params) on %s, %d %s ranks%s, ZeRO stage %d, %s\n"
       "  batch %d = micro %d x accumulation %d x ranks %d %s, %s %s, %d steps",
-      describe_model(p), p.num_params, p.config.data.source, world_size, p.config.backend, p.zero.stage,
+      describe_model(p), p.num_params, p.config.data.source, world_size, p.config.backend,
+      p.zero.device.is_cpu() ? "" : absl::StrCat(" on ", p.zero.device.to_string()), p.zero.stage,
       dtype_name(p.zero.precision), p.batch.train_batch_size, p.batch.micro_batch, p.batch.accumulation_steps,
       world_size, p.config.model.type == "mlp" ? "points" : "sequences", p.config.optimizer.type,
       p.config.scheduler.type.empty() ? "constant lr" : p.config.scheduler.type, p.config.steps);
@@ -228,7 +236,10 @@ class RankRun {
     const float lr = schedule_.lr(step);
     const auto start = std::chrono::steady_clock::now();
     engine_->reset_comm_volume();
-    for (int64_t m = 0; m < plan_.batch.accumulation_steps; ++m) ZERO_RETURN_IF_ERROR(engine_->forward_backward(loader_->next()));
+    for (int64_t m = 0; m < plan_.batch.accumulation_steps; ++m) {
+      ZERO_ASSIGN_OR_RETURN(const Batch batch, on_engine_device(loader_->next()));
+      ZERO_RETURN_IF_ERROR(engine_->forward_backward(batch));
+    }
     ZERO_ASSIGN_OR_RETURN(StepResult result, engine_->step(lr));
     train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const CommVolume v = engine_->comm_volume();
@@ -287,6 +298,26 @@ class RankRun {
     return absl::OkStatus();
   }
 
+  // The loader's micro-batch where the engine trains: itself on the CPU, else copied into buffers on the
+  // engine's device (kActivations, allocated once), as the models read their batch on their device.
+  absl::StatusOr<Batch> on_engine_device(const Batch& host) {
+    const Device device = plan_.zero.device;
+    if (device.is_cpu()) return host;
+    if (device_batch_.data() == nullptr) {
+      ZERO_ASSIGN_OR_RETURN(device_batch_, allocator_.allocate(static_cast<int64_t>(host.inputs.nbytes() +
+                                                                                    host.targets.nbytes()),
+                                                               MemoryCategory::kActivations, device));
+    }
+    char* base = static_cast<char*>(device_batch_.data());
+    const Batch batch{.inputs = Tensor(base, host.inputs.dtype(), host.inputs.shape(), host.inputs.strides(), device),
+                      .targets = Tensor(base + host.inputs.nbytes(), host.targets.dtype(), host.targets.shape(),
+                                        host.targets.strides(), device)};
+    ZERO_RETURN_IF_ERROR(copy_bytes(batch.inputs.data(), device, host.inputs.data(), Device::cpu(), host.inputs.nbytes()));
+    ZERO_RETURN_IF_ERROR(
+        copy_bytes(batch.targets.data(), device, host.targets.data(), Device::cpu(), host.targets.nbytes()));
+    return batch;
+  }
+
   // Predictions per step: tokens for GPT-2 (T per sequence), samples for the MLP (one label each).
   int64_t predictions_per_step() const {
     return plan_.batch.train_batch_size * shape_numel(plan_.train->layout().target_shape);
@@ -304,6 +335,7 @@ class RankRun {
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<Evaluator> evaluator_;
   MetricsFile metrics_;
+  Buffer device_batch_;  // inputs then targets, on the engine's device (none on the CPU)
   CommVolume traffic_;
   int64_t first_step_ = 0;  // steps done before this process started (from a checkpoint)
   double train_seconds_ = 0;
@@ -356,20 +388,35 @@ absl::StatusOr<TrainConfig> load_config(const Command& command) {
   return config;
 }
 
+// One rank of an mpirun-launched job: its plan needs the world size, and under nccl its GPU.
+absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm) {
+  ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, comm.world_size(), comm.home_device()));
+  return RankRun(comm, plan).run();
+}
+
 absl::Status run_ranks(const TrainConfig& config) {
+  // Under mpirun a failing rank prints its error and aborts the whole job inside run_mpi_launched.
   if (config.backend == "mpi") {
 #ifdef ZERO_HAS_MPI
-    // A failing rank prints its error and aborts the whole job inside run_mpi_rank.
-    const int exit_code = run_mpi_rank([&](Communicator& comm) -> absl::Status {
-      ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, comm.world_size()));
-      return RankRun(comm, plan).run();
-    });
+    const int exit_code = run_mpi_rank([&](Communicator& comm) { return run_launched_rank(config, comm); });
     return exit_code == 0 ? absl::OkStatus() : absl::InternalError("an mpi rank failed");
 #else
     return absl::InvalidArgumentError("backend = mpi: this zero-train was built without MPI; use local");
 #endif
   }
-  ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, config.ranks));  // refuse bad configs before the ranks start
+  if (config.backend == "nccl") {
+#if defined(ZERO_HAS_NCCL) && defined(ZERO_HAS_MPI)
+    const int exit_code = run_mpi_launched([] { return make_nccl_communicator_from_mpi(); },
+                                           [&](Communicator& comm) { return run_launched_rank(config, comm); });
+    return exit_code == 0 ? absl::OkStatus() : absl::InternalError("an nccl rank failed");
+#else
+    return absl::InvalidArgumentError(
+        "backend = nccl: this zero-train was built without NCCL and MPI (mpirun starts the ranks); use local");
+#endif
+  }
+  // Local ranks share one device; the plan is made before they start, so a bad config is refused first.
+  const Device device = config.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, config.ranks, device));
   return root_cause(run_local_ranks(config.ranks, [&](Communicator& comm) { return RankRun(comm, plan).run(); }));
 }
 

@@ -18,6 +18,8 @@ class Backend {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual bool supports(Device device) const { return device.is_cpu(); }
+  // Where this rank's training buffers belong: the CPU, or the backend's own GPU (nccl).
+  virtual Device home_device() const { return Device::cpu(); }
 
   // Runs `c` to completion. Arguments are already validated. Must give up with DeadlineExceeded (naming
   // the ranks it waited for, where it can tell) at `deadline`, and fail promptly once a peer failed.

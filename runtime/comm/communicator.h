@@ -61,6 +61,7 @@ class Communicator {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   absl::string_view backend_name() const { return backend_->name(); }
+  Device home_device() const { return backend_->home_device(); }  // see Backend::home_device
   const CommOptions& options() const { return options_; }
 
   Work allreduce(Tensor buffer, ReduceOp op);                       // buffer (n), in place

@@ -336,7 +336,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(CommOptions 
 }
 
 int run_mpi_rank(const std::function<absl::Status(Communicator&)>& fn, CommOptions options) {
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = make_mpi_communicator(options);
+  return run_mpi_launched([&] { return make_mpi_communicator(options); }, fn);
+}
+
+int run_mpi_launched(const std::function<absl::StatusOr<std::unique_ptr<Communicator>>()>& make,
+                     const std::function<absl::Status(Communicator&)>& fn) {
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = make();
   if (!comm.ok()) end_every_rank(comm.status());
   absl::Status status;
   try {

@@ -31,9 +31,13 @@ namespace zero {
 // expect a timeout at best.
 absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(CommOptions options = CommOptions::from_env());
 
-// Runs fn with this process's communicator; on error (or an exception) prints "zero: rank R: <status>" to
-// stderr and MPI_Aborts so every rank ends; returns the process exit code (0 on success, after the
-// communicator drained and MPI_Finalize).
+// Runs fn with the communicator `make` builds for this mpirun-launched process (MPI itself, or NCCL
+// bootstrapped through MPI); on error (or an exception) prints "zero: rank R: <status>" to stderr and
+// MPI_Aborts so every rank ends; returns the process exit code (0 on success, after the communicator
+// drained and MPI_Finalize).
+int run_mpi_launched(const std::function<absl::StatusOr<std::unique_ptr<Communicator>>()>& make,
+                     const std::function<absl::Status(Communicator&)>& fn);
+// run_mpi_launched with make_mpi_communicator.
 int run_mpi_rank(const std::function<absl::Status(Communicator&)>& fn, CommOptions options = CommOptions::from_env());
 
 }  // namespace zero

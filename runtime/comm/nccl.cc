@@ -111,6 +111,7 @@ class NcclBackend final : public Backend {
   absl::string_view name() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
+  Device home_device() const override { return Device::cuda(device_); }
   // NCCL moves device memory; host buffers (the engine's loss, metrics and gradient-norm allreduces,
   // a few bytes each) are staged through device memory by run().
   bool supports(Device device) const override { return device.is_cpu() || (device.is_cuda() && device.index == device_); }

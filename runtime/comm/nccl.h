@@ -11,7 +11,8 @@
 
 namespace zero {
 
-// Buffers must be on this rank's GPU (supports() is true for that device only). The backend's stream is
+// Buffers are on this rank's GPU (home_device()), or on the host, staged through device memory (meant
+// for a few bytes: losses, metrics, norms). The backend's stream is
 // a blocking stream, so work the caller put on the legacy default stream is ordered before the
 // collective; work on any other stream must be finished (or the caller must wait on it) before the call.
 // When a Work handle's wait() returns OK the result is complete on the device.

@@ -12,6 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tests/examples/run_program.h"
+#ifdef ZERO_HAS_CUDA
+#include "runtime/cuda/stream.h"  // cuda_device_count
+#endif
 
 namespace zero::train {
 namespace {
@@ -156,6 +159,26 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
   EXPECT_NE(other_model.exit_code, 0);
   EXPECT_THAT(other_model.output, HasSubstr("was it saved from another model?"));
   std::filesystem::remove_all(dir);
+}
+
+bool has_gpu() {
+#ifdef ZERO_HAS_CUDA
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+TEST_F(ZeroTrainTest, TwoRanksShareOneGpuAndTheLossFalls) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  const std::string path = metrics_path();
+  const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --device=cuda"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("2 local ranks on cuda:0"));
+  const std::vector<json> train = events(metrics_lines(path), "train");
+  ASSERT_EQ(train.size(), 12u);
+  EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
+  std::filesystem::remove(path);
 }
 
 TEST_F(ZeroTrainTest, UnknownKeyExitsNonZeroNamingIt) {
