@@ -21,4 +21,7 @@ struct Device {
   std::string to_string() const { return is_cpu() ? "cpu" : absl::StrCat("cuda:", index); }
 };
 
+// Visible CUDA devices; 0 when there is no driver or no device, or zero was built without CUDA (never an error).
+int cuda_device_count();
+
 }  // namespace zero

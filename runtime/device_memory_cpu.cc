@@ -19,6 +19,7 @@ absl::StatusOr<void*> cpu_alloc(size_t nbytes) {
 }  // namespace
 
 #ifndef ZERO_HAS_CUDA
+int cuda_device_count() { return 0; }
 absl::Status no_cuda(absl::string_view what, Device device) {
   return absl::FailedPreconditionError(
       absl::StrCat("cannot ", what, " ", device.to_string(), ": zero was built without CUDA (-DZERO_WITH_CUDA=ON)"));

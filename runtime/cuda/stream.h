@@ -1,6 +1,8 @@
 // RAII CUDA streams and events with Status errors and deadline-bounded waits; the GPU side of overlap.
 #pragma once
 
+#include "runtime/device.h"  // cuda_device_count
+
 #include <cuda_runtime_api.h>
 
 #include <functional>
@@ -10,9 +12,6 @@
 #include "absl/time/time.h"
 
 namespace zero {
-
-// Visible CUDA devices; 0 when there is no driver or no device (never an error).
-int cuda_device_count();
 
 class CudaStream;
 

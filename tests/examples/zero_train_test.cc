@@ -12,9 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tests/examples/run_program.h"
-#ifdef ZERO_HAS_CUDA
-#include "runtime/cuda/stream.h"  // cuda_device_count
-#endif
+#include "tests/skip_without_gpu.h"
 
 namespace zero::train {
 namespace {
@@ -161,16 +159,8 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
   std::filesystem::remove_all(dir);
 }
 
-bool has_gpu() {
-#ifdef ZERO_HAS_CUDA
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
-}
-
 TEST_F(ZeroTrainTest, TwoRanksShareOneGpuAndTheLossFalls) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  ZERO_SKIP_WITHOUT_GPU();
   const std::string path = metrics_path();
   const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --device=cuda"));
   ASSERT_EQ(run.exit_code, 0) << run.output;

@@ -10,10 +10,9 @@
 #include "kernels/kernels.h"
 #include "runtime/allocator.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/skip_without_gpu.h"
 #if ZERO_HAS_CUDA
 #include <cuda_runtime.h>
-
-#include "runtime/cuda/stream.h"
 #endif
 
 namespace zero::kernels {
@@ -23,14 +22,6 @@ using testing::expect_near_all;
 using testing::kU32;
 using testing::random_floats;
 using testing::view;
-
-bool cuda_present() {
-#if ZERO_HAS_CUDA
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
-}
 
 void copy_bytes(void* dst, const void* src, size_t nbytes) {
 #if ZERO_HAS_CUDA
@@ -43,9 +34,7 @@ void copy_bytes(void* dst, const void* src, size_t nbytes) {
 // Runs on cuda:0 with copies of host vectors; keeps the device buffers alive for the test.
 class CudaKernels : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (!cuda_present()) GTEST_SKIP() << "no CUDA device, or built without CUDA";
-  }
+  void SetUp() override { ZERO_SKIP_WITHOUT_GPU(); }
 
   template <typename T>
   Tensor upload(const std::vector<T>& host, Shape shape) {

@@ -17,9 +17,7 @@
 #include "tests/models/compare.h"
 #include "tests/models/gpt2_fixture.h"
 #include "tests/models/model_runner.h"
-#if ZERO_HAS_CUDA
-#include "runtime/cuda/stream.h"
-#endif
+#include "tests/skip_without_gpu.h"
 
 namespace zero {
 namespace {
@@ -29,13 +27,6 @@ using testing::ModelRunner;
 using testing::ParamFill;
 using testing::RunResult;
 
-bool cuda_present() {
-#if ZERO_HAS_CUDA
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
-}
 
 // The CPU and CUDA kernels sum in different orders (tests/kernels/cuda_kernels_test.cc bounds each kernel
 // alone), so the runs agree only to fp32 rounding. The PyTorch comparisons (gpt2_test.cc, mlp_test.cc) put
@@ -97,9 +88,7 @@ void expect_cuda_matches_cpu(CpuAndCuda& r, const Batch& batch, float loss_scale
 
 class CudaModels : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (!cuda_present()) GTEST_SKIP() << "no CUDA device, or built without CUDA";
-  }
+  void SetUp() override { ZERO_SKIP_WITHOUT_GPU(); }
 };
 
 // ---- GPT-2 ----

@@ -13,6 +13,7 @@
 #include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
+#include "tests/skip_without_gpu.h"
 
 namespace zero {
 namespace {
@@ -118,18 +119,13 @@ INSTANTIATE_TEST_SUITE_P(WorldSizesAndPrecisions, Gpt2Stages,
 
 // --- On a GPU: two local ranks share cuda:0, their collectives on device memory through the local backend.
 
-bool has_gpu() {
-  Allocator probe;
-  return probe.allocate(4, MemoryCategory::kWorkspace, Device::cuda(0)).ok();
-}
-
 TEST(Gpt2OnCuda, AllStagesGiveBitIdenticalParametersAndTheLossFalls) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  ZERO_SKIP_WITHOUT_GPU();
   for (DType precision : {DType::kF32, DType::kBF16}) expect_stages_agree(2, precision, Device::cuda(0));
 }
 
 TEST(Gpt2OnCuda, FollowsTheCpuRun) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  ZERO_SKIP_WITHOUT_GPU();
   const absl::StatusOr<RankRun> cpu = train(2, 3, DType::kF32);
   const absl::StatusOr<RankRun> gpu = train(2, 3, DType::kF32, Device::cuda(0));
   ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status();
@@ -142,7 +138,7 @@ TEST(Gpt2OnCuda, FollowsTheCpuRun) {
 }
 
 TEST(Gpt2OnCuda, ABatchLeftOnTheHostIsRefusedNamingTheDevice) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  ZERO_SKIP_WITHOUT_GPU();
   const std::vector<absl::Status> statuses = run_local_ranks(1, [](Communicator& comm) -> absl::Status {
     Allocator alloc(comm.rank());
     ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(*Gpt2Config::preset("tiny")));

@@ -13,6 +13,7 @@
 #include "optim/square_sum.h"
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
+#include "tests/skip_without_gpu.h"
 
 namespace zero {
 namespace {
@@ -91,8 +92,7 @@ class CudaMatchesCpu : public ::testing::TestWithParam<OptimizerCase> {};
 // contraction (-ffp-contract=off, --fmad=false) with IEEE division and sqrt, and the LAMB/LARS norms come from
 // the same exact integer square sums (square_sum.h) whatever the order of the device's atomics.
 TEST_P(CudaMatchesCpu, Bitwise) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  ZERO_SKIP_WITHOUT_GPU();
   const Trajectory cpu = run(GetParam().make, Device::cpu());
   const Trajectory gpu = run(GetParam().make, Device::cuda(0));
   EXPECT_EQ(std::memcmp(cpu.params.data(), gpu.params.data(), cpu.params.size() * 4), 0);
@@ -101,8 +101,7 @@ TEST_P(CudaMatchesCpu, Bitwise) {
 
 // The engine's gradient norm on the device: the same exact integers as the CPU's chunked bins, in every dtype.
 TEST(ExactSquareSumCuda, EqualsCpuBitwise) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  ZERO_SKIP_WITHOUT_GPU();
   // Over 512 chunks, so the device bins take more than one round trip; specials at the end.
   std::vector<float> values = normal_vector(513 * SquareBins::kMaxBinnedValues + 77, 9, 1e3f);
   values.back() = std::numeric_limits<float>::denorm_min();

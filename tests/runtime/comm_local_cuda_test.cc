@@ -10,6 +10,7 @@
 #include "runtime/cuda/stream.h"
 #include "runtime/status.h"
 #include "tests/runtime/comm_test_util.h"
+#include "tests/skip_without_gpu.h"
 
 namespace zero {
 namespace {
@@ -87,7 +88,7 @@ std::vector<ReduceOp> reductions_for(DType dtype) {
 }
 
 TEST(CommLocalCudaTest, ReductionsOnOneGpuEqualTheCpuBitForBit) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  ZERO_SKIP_WITHOUT_GPU();
   for (CollectiveOp op : {CollectiveOp::kAllreduce, CollectiveOp::kReduceScatter, CollectiveOp::kReduce}) {
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {
       for (ReduceOp reduce_op : reductions_for(dtype)) {
@@ -100,7 +101,7 @@ TEST(CommLocalCudaTest, ReductionsOnOneGpuEqualTheCpuBitForBit) {
 }
 
 TEST(CommLocalCudaTest, AllreduceOnOneGpuEqualsTheReference) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  ZERO_SKIP_WITHOUT_GPU();
   std::vector<std::vector<uint8_t>> inputs;
   for (int r = 0; r < kWorld; ++r) inputs.push_back(rank_data(DType::kBF16, kCount, r));
   const std::vector<uint8_t> expected = reference_reduce(inputs, DType::kBF16, kCount, ReduceOp::kAvg);
@@ -110,7 +111,7 @@ TEST(CommLocalCudaTest, AllreduceOnOneGpuEqualsTheReference) {
 }
 
 TEST(CommLocalCudaTest, DataMovementOnOneGpuEqualsTheCpuBitForBit) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  ZERO_SKIP_WITHOUT_GPU();
   for (CollectiveOp op : {CollectiveOp::kAllgather, CollectiveOp::kBroadcast, CollectiveOp::kGather,
                           CollectiveOp::kScatter}) {
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kU8}) {

@@ -16,6 +16,7 @@
 #include "runtime/cuda/stream.h"
 #include "runtime/status.h"
 #include "tests/runtime/comm_test_util.h"
+#include "tests/skip_without_gpu.h"
 
 namespace zero {
 namespace {
@@ -156,7 +157,7 @@ TEST(CommNcclTest, WithoutAGpuSetupFailsNamingTheDevice) {
 }
 
 TEST(CommNcclTest, WorldOfOneMatchesTheReferenceExactly) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  ZERO_SKIP_WITHOUT_GPU();
   for (const absl::Status& s : run_nccl_ranks(1, check_every_collective)) EXPECT_TRUE(s.ok()) << s;
 }
 
@@ -167,7 +168,7 @@ TEST(CommNcclTest, OneRankPerVisibleGpuMatchesTheReferenceUpToReductionOrder) {
 }
 
 TEST(CommNcclTest, DebugCheckStagesFingerprintsThroughTheGpu) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  ZERO_SKIP_WITHOUT_GPU();
   const auto statuses = run_nccl_ranks(
       1,
       [](Communicator& comm) -> absl::Status {
@@ -179,7 +180,7 @@ TEST(CommNcclTest, DebugCheckStagesFingerprintsThroughTheGpu) {
 }
 
 TEST(CommNcclTest, HostBuffersAreStagedThroughTheGpu) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  ZERO_SKIP_WITHOUT_GPU();
   for (const absl::Status& s : run_nccl_ranks(1, [](Communicator& comm) -> absl::Status {
          float sums[4] = {1.5f, -2.0f, 3.0f, 4.25f};
          ZERO_RETURN_IF_ERROR(comm.allreduce(Tensor(sums, DType::kF32, {4}), ReduceOp::kSum).wait());

@@ -9,14 +9,13 @@
 #include "runtime/allocator.h"
 #include "runtime/device_memory.h"
 #include "runtime/cuda/stream.h"
+#include "tests/skip_without_gpu.h"
 
 namespace zero {
 namespace {
 
 using ::testing::HasSubstr;
 
-#define SKIP_WITHOUT_GPU() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible"
 
 // Host callback that keeps a stream busy for `ms` milliseconds.
 void CUDART_CB sleep_ms(void* ms) { absl::SleepFor(absl::Milliseconds(*static_cast<int*>(ms))); }
@@ -46,7 +45,7 @@ TEST(CudaRuntimeTest, BudgetBreachOnCudaIsTheSameOutOfMemoryAsOnCpu) {
 }
 
 TEST(CudaRuntimeTest, AllocatesOnCuda0AndAccountsEveryByte) {
-  SKIP_WITHOUT_GPU();
+  ZERO_SKIP_WITHOUT_GPU();
   Allocator allocator(/*rank=*/0, /*budget_bytes=*/3 << 20);
   auto params = allocator.allocate(1 << 20, MemoryCategory::kParams, Device::cuda(0));
   ASSERT_TRUE(params.ok()) << params.status();
@@ -65,7 +64,7 @@ TEST(CudaRuntimeTest, AllocatesOnCuda0AndAccountsEveryByte) {
 }
 
 TEST(CudaRuntimeTest, CopyBytesRoundTripsThroughTheDevice) {
-  SKIP_WITHOUT_GPU();
+  ZERO_SKIP_WITHOUT_GPU();
   Allocator allocator;
   auto on_device = allocator.allocate(16, MemoryCategory::kWorkspace, Device::cuda(0));
   ASSERT_TRUE(on_device.ok()) << on_device.status();
@@ -77,7 +76,7 @@ TEST(CudaRuntimeTest, CopyBytesRoundTripsThroughTheDevice) {
 }
 
 TEST(CudaRuntimeTest, EventCompletesAfterTheWorkRecordedBeforeIt) {
-  SKIP_WITHOUT_GPU();
+  ZERO_SKIP_WITHOUT_GPU();
   auto stream = CudaStream::create(0);
   auto event = CudaEvent::create(0);
   ASSERT_TRUE(stream.ok() && event.ok());
@@ -94,7 +93,7 @@ TEST(CudaRuntimeTest, EventCompletesAfterTheWorkRecordedBeforeIt) {
 }
 
 TEST(CudaRuntimeTest, StreamWaitingOnAnEventRunsAfterTheOtherStreamsWork) {
-  SKIP_WITHOUT_GPU();
+  ZERO_SKIP_WITHOUT_GPU();
   auto producer = CudaStream::create(0);
   auto consumer = CudaStream::create(0);
   auto ready = CudaEvent::create(0);
@@ -117,7 +116,7 @@ TEST(CudaRuntimeTest, StreamWaitingOnAnEventRunsAfterTheOtherStreamsWork) {
 }
 
 TEST(CudaRuntimeTest, SynchronizeGivesUpAtTheDeadline) {
-  SKIP_WITHOUT_GPU();
+  ZERO_SKIP_WITHOUT_GPU();
   auto stream = CudaStream::create(0);
   ASSERT_TRUE(stream.ok());
   static int delay_ms = 2000;
@@ -128,7 +127,7 @@ TEST(CudaRuntimeTest, SynchronizeGivesUpAtTheDeadline) {
 }
 
 TEST(CudaRuntimeTest, SynchronizeReturnsTheErrorItsCheckReports) {
-  SKIP_WITHOUT_GPU();
+  ZERO_SKIP_WITHOUT_GPU();
   auto stream = CudaStream::create(0);
   auto event = CudaEvent::create(0);
   ASSERT_TRUE(stream.ok() && event.ok());
