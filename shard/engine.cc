@@ -547,38 +547,50 @@ absl::StatusOr<double> Engine::global_grad_norm() {
 }
 
 absl::Status Engine::update(float lr, double clip_coefficient) {
-  // fp32 gradients for the optimizer: in place for fp32, else one unit at a time in workspace,
-  // unscaled and clipped in the same order of operations on every stage.
+  // A unit kept whole at stages 1-3 allgathers the slice this rank updated. The allgather runs on the
+  // communication thread while the next unit updates; all are waited for at the end (also after an error,
+  // so no collective is left writing into the parameters).
+  std::vector<Work> gathers;
+  absl::Status status;
+  for (UnitState& u : units_) {
+    status = update_unit(u, lr, clip_coefficient);
+    if (!status.ok()) break;
+    if (config_.stage == 0 || u.sharded) continue;
+    const auto [begin, count] = own_range(u);
+    const Tensor held = u.params.tensor(dtype_, {u.layout.padded_numel});
+    gathers.push_back(
+        counted(&CommVolume::param_gather, [&] { return comm_.allgather(held.slice(begin, begin + count), held); }));
+  }
+  for (Work& gather : gathers) status.Update(gather.wait());
+  return status;
+}
+
+absl::Status Engine::update_unit(UnitState& u, float lr, double clip_coefficient) {
+  // fp32 gradients for the optimizer: in place for fp32, else in workspace, unscaled and clipped in the
+  // same order of operations on every stage.
   const float unscale = static_cast<float>(loss_scale_);
   const float clip = static_cast<float>(clip_coefficient);
-  for (UnitState& u : units_) {
-    const auto [begin, count] = own_range(u);
-    const Tensor grads = own_grads(u);
-    Buffer grads32_buffer;
-    Tensor grads32 = grads;
-    if (dtype_ != DType::kF32) {
-      ZERO_ASSIGN_OR_RETURN(grads32_buffer, allocator_.allocate(count * 4, MemoryCategory::kWorkspace, device_));
-      grads32 = grads32_buffer.tensor(DType::kF32, {count});
-      ZERO_RETURN_IF_ERROR(kernels::cast(grads32, grads));
-    }
-    if (unscale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::divide_by(grads32, unscale));
-    if (clip < 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(grads32, clip));
-    const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
-    const Tensor own_params = u.sharded ? held : held.slice(begin, begin + count);
-    Communicator* comm = config_.stage == 0 ? nullptr : &comm_;
-    if (dtype_ == DType::kF32) {
-      ZERO_RETURN_IF_ERROR(u.optimizer->step(own_params, grads32, step_count_, lr, comm));
-    } else {
-      ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {count}), grads32, step_count_, lr, comm,
-                                             HalfCopy{.out = own_params}));
-    }
-    ZERO_RETURN_IF_ERROR(page_out_optimizer(u));
-    if (config_.stage > 0 && !u.sharded) {
-      ZERO_RETURN_IF_ERROR(
-          counted(&CommVolume::param_gather, [&] { return comm_.allgather(own_params, held); }).wait());
-    }
+  const auto [begin, count] = own_range(u);
+  const Tensor grads = own_grads(u);
+  Buffer grads32_buffer;
+  Tensor grads32 = grads;
+  if (dtype_ != DType::kF32) {
+    ZERO_ASSIGN_OR_RETURN(grads32_buffer, allocator_.allocate(count * 4, MemoryCategory::kWorkspace, device_));
+    grads32 = grads32_buffer.tensor(DType::kF32, {count});
+    ZERO_RETURN_IF_ERROR(kernels::cast(grads32, grads));
   }
-  return absl::OkStatus();
+  if (unscale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::divide_by(grads32, unscale));
+  if (clip < 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(grads32, clip));
+  const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
+  const Tensor own_params = u.sharded ? held : held.slice(begin, begin + count);
+  Communicator* comm = config_.stage == 0 ? nullptr : &comm_;
+  if (dtype_ == DType::kF32) {
+    ZERO_RETURN_IF_ERROR(u.optimizer->step(own_params, grads32, step_count_, lr, comm));
+  } else {
+    ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {count}), grads32, step_count_, lr, comm,
+                                           HalfCopy{.out = own_params}));
+  }
+  return page_out_optimizer(u);
 }
 
 void Engine::adjust_loss_scale(bool overflow) {

@@ -179,6 +179,7 @@ class Engine {
   Tensor own_grads(const UnitState& u) const;
   absl::StatusOr<double> global_grad_norm();
   absl::Status update(float lr, double clip_coefficient);
+  absl::Status update_unit(UnitState& u, float lr, double clip_coefficient);
   void adjust_loss_scale(bool overflow);
 
   template <typename F>
