@@ -516,6 +516,24 @@ absl::Status Engine::forward_backward(const Batch& batch) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
+                                            const std::function<absl::Status(const Tensor&)>& on_output) {
+  if (micro_batches_done_ != 0) {
+    return absl::FailedPreconditionError("evaluate between forward_backward and step; evaluate after step()");
+  }
+  UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_};
+  Tensor x;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    for (int owner : units_[i].needs) {
+      if (units_[owner].sharded) ZERO_RETURN_IF_ERROR(gather_now(owner));  // not recorded: no prefetch order
+    }
+    ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, param_views(static_cast<int>(i)), x));
+    release(static_cast<int>(i));
+  }
+  if (on_output) ZERO_RETURN_IF_ERROR(on_output(x));
+  return Evaluation{.loss = ctx.loss, .correct = ctx.correct, .predictions = ctx.predictions};
+}
+
 Tensor Engine::grad_slice(const UnitState& u) const {
   if (config_.stage >= 2) return u.grads.tensor(dtype_, {u.layout.shard_numel});
   const int64_t begin = u.layout.shard_begin(comm_.rank());

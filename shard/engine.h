@@ -49,6 +49,13 @@ struct StepResult {
   double loss_scale = 1;    // the scale this step's gradients carried
 };
 
+// One forward-only pass over this rank's micro-batch (Engine::evaluate), nothing reduced across ranks.
+struct Evaluation {
+  float loss = 0;
+  int64_t correct = 0;
+  int64_t predictions = 0;
+};
+
 // Bytes this rank sent, by purpose.
 struct CommVolume {
   int64_t param_gather = 0;  // stage 3 gathers, stage 1-3 parameter allgathers after the update
@@ -72,6 +79,13 @@ class Engine {
   // The same in pieces, for custom loops: forward+backward once per micro-batch, then step.
   absl::Status forward_backward(const Batch& batch);
   absl::StatusOr<StepResult> step(float lr);
+
+  // Forward only, for evaluation, between steps: stage 3 gathers each unit just for its forward (a
+  // collective: every rank calls it), and no gradient is touched. `on_output`, when given, sees the last
+  // unit's output (the logits, on ZeroConfig::device) while it is valid. What the units saved for a
+  // backward stays allocated until their next forward replaces it, as after a training forward.
+  absl::StatusOr<Evaluation> evaluate(const Batch& batch,
+                                      const std::function<absl::Status(const Tensor& output)>& on_output = nullptr);
 
   // Calls visit(unit, param, value) for every parameter with its full value (a collective at stage 3:
   // every rank must call it). For evaluation and export.

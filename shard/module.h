@@ -92,7 +92,8 @@ class Unit {
 
   // x: the previous unit's output (undefined for the first unit, which reads ctx.batch). Returns this
   // unit's output, which stays valid until this unit's backward; the last unit returns its logits
-  // and sets ctx.loss. Saves what backward needs (or recomputes it there).
+  // and sets ctx.loss. Saves what backward needs (or recomputes it there). Evaluation calls forward
+  // without a backward (Engine::evaluate): the next forward must replace what this one saved.
   virtual absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) = 0;
 
   // dy: d(loss)/d(output) (undefined for the last unit, which starts from its own loss: the mean over

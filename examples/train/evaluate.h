@@ -1,13 +1,5 @@
-// Forward-only evaluation: the engine's full parameters streamed unit by unit into a second copy of the model's units.
+// Forward-only evaluation through the engine: validation loss and the task's accuracy, summed over ranks.
 #pragma once
-
-// The engine has no forward-only pass, and a training forward would leave gradients behind. So each
-// evaluation micro-batch runs Engine::visit_full_params (a collective: stage 3 gathers one unit at a
-// time, as its forward does) and feeds each unit's parameters, as soon as all of them have been
-// visited, to that unit of a replica model: a second instance of the trained model (GPT-2 or the MLP)
-// whose units hold no parameters of their own.
-// Its activations come from the evaluator's own allocator, so evaluation neither counts towards nor
-// disturbs the training peaks; parameters a later unit ties to (GPT-2's wte) are copied there too.
 
 #include <cstdint>
 #include <memory>
@@ -15,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "models/data/addition.h"
 #include "models/data/data_loader.h"
+#include "models/data/device_batch.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
 #include "shard/engine.h"
@@ -31,27 +24,28 @@ struct EvalResult {
 
 class Evaluator {
  public:
-  // `replica`: a fresh model of the trained one's shape. `task` scores whole answers when the data is the
-  // addition task (else null). Each rank reads its DistributedSampler share of `val`, unshuffled, from
-  // the start at every evaluation.
-  static absl::StatusOr<std::unique_ptr<Evaluator>> create(std::unique_ptr<Model> replica,
-                                                           std::shared_ptr<const data::Dataset> val,
+  // Each rank reads its DistributedSampler share of `val`, unshuffled, from the start at every evaluation,
+  // into host buffers from `allocator` placed on `device` (the engine's). `task` scores whole answers when
+  // the data is the addition task (else null).
+  static absl::StatusOr<std::unique_ptr<Evaluator>> create(std::shared_ptr<const data::Dataset> val,
                                                            std::shared_ptr<const data::AdditionDataset> task,
-                                                           int64_t micro_batch, const Communicator& comm);
+                                                           int64_t micro_batch, const Communicator& comm,
+                                                           Allocator& allocator, Device device);
 
-  // `batches` micro-batches per rank; every rank must call it (stage 3 gathers, the totals are summed).
+  // `batches` micro-batches per rank through Engine::evaluate; every rank must call it (stage 3 gathers,
+  // the totals are summed).
   absl::StatusOr<EvalResult> evaluate(Engine& engine, Communicator& comm, int64_t batches);
 
  private:
-  Evaluator(std::unique_ptr<Model> replica, std::shared_ptr<const data::AdditionDataset> task, int rank);
-  // The replica's forward over ctx.batch; returns its logits ((B, T, Vp) or (B, K)) and sets ctx's loss and counts.
-  absl::StatusOr<Tensor> forward(Engine& engine, UnitContext& ctx);
-  void score(const Tensor& logits, const Batch& batch, EvalResult& sums);
+  Evaluator(std::shared_ptr<const data::AdditionDataset> task, data::DataLoader loader, Allocator& allocator,
+            Device device);
+  // Whole answers of the addition task right in `logits` (on any device) against the host batch's targets.
+  absl::Status score(const Tensor& logits, const Batch& host, EvalResult& sums);
 
-  Allocator allocator_;  // replica activations, tied copies, the val loader's tokens
-  std::unique_ptr<Model> replica_;
   std::shared_ptr<const data::AdditionDataset> task_;
-  std::unique_ptr<data::DataLoader> loader_;
+  data::DataLoader loader_;
+  data::DeviceBatch device_batch_;
+  Allocator& allocator_;
 };
 
 }  // namespace zero::train

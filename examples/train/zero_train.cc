@@ -30,6 +30,7 @@
 #include "models/data/addition.h"
 #include "models/data/blobs.h"
 #include "models/data/data_loader.h"
+#include "models/data/device_batch.h"
 #include "models/data/token_shard.h"
 #include "models/gpt2.h"
 #include "models/gpt2_weights.h"
@@ -37,7 +38,6 @@
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
-#include "runtime/device_memory.h"
 #ifdef ZERO_HAS_MPI
 #include "runtime/comm/mpi.h"
 #endif
@@ -215,9 +215,8 @@ class RankRun {
     if (!loader.ok()) return absl::InvalidArgumentError(absl::StrCat("the training data: ", loader.status().message()));
     loader_ = std::make_unique<data::DataLoader>(std::move(*loader));
     ZERO_ASSIGN_OR_RETURN(first_step_, resume_run(plan_.config.checkpoint, *engine_, comm_, *loader_));
-    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> replica, create_model(plan_));
-    ZERO_ASSIGN_OR_RETURN(evaluator_, Evaluator::create(std::move(replica), plan_.val, plan_.task,
-                                                        plan_.batch.micro_batch, comm_));
+    ZERO_ASSIGN_OR_RETURN(evaluator_, Evaluator::create(plan_.val, plan_.task, plan_.batch.micro_batch, comm_,
+                                                        allocator_, plan_.zero.device));
     ZERO_ASSIGN_OR_RETURN(metrics_, MetricsFile::open(lead_ ? plan_.config.metrics_path : "", first_step_ > 0));
     const bool mlp = plan_.config.model.type == "mlp";
     progress_ = Progress(first_step_, plan_.config.steps, plan_.config.log_interval, isatty(fileno(stdout)) == 1,
@@ -237,7 +236,7 @@ class RankRun {
     const auto start = std::chrono::steady_clock::now();
     engine_->reset_comm_volume();
     for (int64_t m = 0; m < plan_.batch.accumulation_steps; ++m) {
-      ZERO_ASSIGN_OR_RETURN(const Batch batch, on_engine_device(loader_->next()));
+      ZERO_ASSIGN_OR_RETURN(const Batch batch, device_batch_.place(loader_->next()));
       ZERO_RETURN_IF_ERROR(engine_->forward_backward(batch));
     }
     ZERO_ASSIGN_OR_RETURN(StepResult result, engine_->step(lr));
@@ -298,26 +297,6 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  // The loader's micro-batch where the engine trains: itself on the CPU, else copied into buffers on the
-  // engine's device (kActivations, allocated once), as the models read their batch on their device.
-  absl::StatusOr<Batch> on_engine_device(const Batch& host) {
-    const Device device = plan_.zero.device;
-    if (device.is_cpu()) return host;
-    if (device_batch_.data() == nullptr) {
-      ZERO_ASSIGN_OR_RETURN(device_batch_, allocator_.allocate(static_cast<int64_t>(host.inputs.nbytes() +
-                                                                                    host.targets.nbytes()),
-                                                               MemoryCategory::kActivations, device));
-    }
-    char* base = static_cast<char*>(device_batch_.data());
-    const Batch batch{.inputs = Tensor(base, host.inputs.dtype(), host.inputs.shape(), host.inputs.strides(), device),
-                      .targets = Tensor(base + host.inputs.nbytes(), host.targets.dtype(), host.targets.shape(),
-                                        host.targets.strides(), device)};
-    ZERO_RETURN_IF_ERROR(copy_bytes(batch.inputs.data(), device, host.inputs.data(), Device::cpu(), host.inputs.nbytes()));
-    ZERO_RETURN_IF_ERROR(
-        copy_bytes(batch.targets.data(), device, host.targets.data(), Device::cpu(), host.targets.nbytes()));
-    return batch;
-  }
-
   // Predictions per step: tokens for GPT-2 (T per sequence), samples for the MLP (one label each).
   int64_t predictions_per_step() const {
     return plan_.batch.train_batch_size * shape_numel(plan_.train->layout().target_shape);
@@ -335,7 +314,7 @@ class RankRun {
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<Evaluator> evaluator_;
   MetricsFile metrics_;
-  Buffer device_batch_;  // inputs then targets, on the engine's device (none on the CPU)
+  data::DeviceBatch device_batch_{allocator_, plan_.zero.device};  // the loader's batches on the engine's device
   CommVolume traffic_;
   int64_t first_step_ = 0;  // steps done before this process started (from a checkpoint)
   double train_seconds_ = 0;

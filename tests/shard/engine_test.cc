@@ -93,6 +93,28 @@ TEST(Engine, PersistentSmallUnitsGiveTheSameParameters) {
   EXPECT_TRUE(bitwise_equal(zero3.params, ddp.params));
 }
 
+TEST(Engine, EvaluateIsTrainingsForwardAndLeavesTrainingUnchanged) {
+  for (int stage : {0, 1, 3}) {
+    TrainRun run{.world_size = 2, .steps = 3};
+    run.zero.stage = stage;
+    run.zero.persistence_threshold = 0;
+    const testing::LocalOutcome plain = train_local(run);
+    run.evaluate_first = true;
+    const testing::LocalOutcome evaluated = train_local(run);
+    ASSERT_TRUE(plain.status.ok() && evaluated.status.ok()) << evaluated.status;
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(bitwise_equal(evaluated.ranks[r].params, plain.ranks[r].params)) << "stage " << stage;
+    }
+    // The step's loss is the ranks' forward losses summed in rank order and averaged, as here.
+    for (int k = 0; k < run.steps; ++k) {
+      const float mean = (evaluated.ranks[0].evaluations[k].loss + evaluated.ranks[1].evaluations[k].loss) / 2.0f;
+      EXPECT_EQ(mean, plain.ranks[0].steps[k].loss) << "stage " << stage << ", step " << k;
+      EXPECT_EQ(evaluated.ranks[0].evaluations[k].predictions + evaluated.ranks[1].evaluations[k].predictions,
+                plain.ranks[0].steps[k].predictions);
+    }
+  }
+}
+
 TEST(Engine, AnyWorldSizeMatchesSingleRankTraining) {
   // The global batch is the same; only how its mean is summed differs (per rank, then across ranks).
   // Each gradient element sums at most 48 products, so its relative rounding error is below

@@ -36,6 +36,9 @@ absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
     }
     std::vector<Batch> batches;
     for (ToyData& d : data) batches.push_back(d.batch(run.model.features));
+    for (const Batch& batch : run.evaluate_first ? batches : std::vector<Batch>{}) {
+      ZERO_ASSIGN_OR_RETURN(result.evaluations.emplace_back(), engine->evaluate(batch));
+    }
     engine->reset_comm_volume();
     ZERO_ASSIGN_OR_RETURN(StepResult step_result, engine->train_step(batches, run.lr));
     result.steps.push_back(step_result);

@@ -31,12 +31,14 @@ struct TrainRun {
   int first_step = 0;           // steps read the global data of steps first_step, first_step + 1, ...
   std::string load_checkpoint;  // loaded before the first step; "" = none
   std::string save_checkpoint;  // saved after the last step; "" = none
+  bool evaluate_first = false;  // each micro-batch goes through Engine::evaluate before its step
 };
 
 // What one rank saw.
 struct RankResult {
   std::vector<float> params;      // every parameter (as fp32), flat, in unit and declaration order
   std::vector<StepResult> steps;  // per step
+  std::vector<Evaluation> evaluations;  // per micro-batch, with evaluate_first
   MemoryStats memory;         // after the steps
   MemoryStats held_at_end;    // before the engine is destroyed (what it holds, in RAM and in files)
   CommVolume last_step;       // bytes sent in the last step

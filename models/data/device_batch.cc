@@ -1,0 +1,32 @@
+// DeviceBatch: one buffer on the device, refilled from each host batch with two copies.
+#include "models/data/device_batch.h"
+
+#include "runtime/device_memory.h"
+#include "runtime/status.h"
+
+namespace zero::data {
+namespace {
+
+// `host`'s layout over `data` on `device`, and its bytes copied there.
+absl::StatusOr<Tensor> copy_to(void* data, Device device, const Tensor& host) {
+  ZERO_RETURN_IF_ERROR(copy_bytes(data, device, host.data(), Device::cpu(), host.nbytes()));
+  return Tensor(data, host.dtype(), host.shape(), host.strides(), device);
+}
+
+}  // namespace
+
+absl::StatusOr<Batch> DeviceBatch::place(const Batch& host) {
+  if (device_.is_cpu()) return host;
+  const int64_t bytes = static_cast<int64_t>(host.inputs.nbytes() + host.targets.nbytes());
+  if (buffer_.data() == nullptr) {
+    ZERO_ASSIGN_OR_RETURN(buffer_, allocator_.allocate(bytes, MemoryCategory::kActivations, device_));
+  }
+  ZERO_CHECK(buffer_.nbytes() == bytes, "every batch of a loader has one shape");
+  char* base = static_cast<char*>(buffer_.data());
+  Batch batch;
+  ZERO_ASSIGN_OR_RETURN(batch.inputs, copy_to(base, device_, host.inputs));
+  ZERO_ASSIGN_OR_RETURN(batch.targets, copy_to(base + host.inputs.nbytes(), device_, host.targets));
+  return batch;
+}
+
+}  // namespace zero::data
