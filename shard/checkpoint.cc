@@ -244,7 +244,9 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::m
   metadata["zero.loss_scale"] = absl::StrFormat("%.17g", loss_scale_);
   metadata["zero.good_steps"] = absl::StrCat(good_steps_);
   metadata["zero.hysteresis_left"] = absl::StrCat(hysteresis_left_);
-  return write_safetensors(path, pieces, metadata);
+  ZERO_RETURN_IF_ERROR(write_safetensors(path, pieces, metadata));
+  for (const UnitState& u : units_) ZERO_RETURN_IF_ERROR(page_out_optimizer(u));  // reading paged them in
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const std::string& dir) {
