@@ -115,6 +115,21 @@ TEST(Checkpoint, LoadsUnderAnotherWorldSizeStageAndWrapPolicyWithoutChangingABit
   EXPECT_TRUE(bitwise_equal(from_ddp.ranks[0].params, from_original.ranks[0].params));
 }
 
+TEST(Checkpoint, AnOptimizerOffloadedToFilesSavesAndLoadsAsOneInRam) {
+  const std::string dir = scratch_dir("offload");
+  const TrainRun in_ram = small_run(2, 3, DType::kBF16);
+  TrainRun offloaded = in_ram;
+  offloaded.zero.offload_optimizer_path = dir;
+  const LocalOutcome straight = train_span(in_ram, 0, 4);
+  ASSERT_TRUE(train_span(offloaded, 0, 2, "", dir + "/from-files").status.ok());
+  const LocalOutcome into_ram = train_span(in_ram, 2, 2, dir + "/from-files");
+  ASSERT_TRUE(train_span(in_ram, 0, 2, "", dir + "/from-ram").status.ok());
+  const LocalOutcome into_files = train_span(offloaded, 2, 2, dir + "/from-ram");
+  ASSERT_TRUE(straight.status.ok() && into_ram.status.ok() && into_files.status.ok()) << into_files.status;
+  EXPECT_TRUE(bitwise_equal(into_ram.ranks[0].params, straight.ranks[0].params));
+  EXPECT_TRUE(bitwise_equal(into_files.ranks[0].params, straight.ranks[0].params));
+}
+
 TEST(Checkpoint, MissingOrIncompleteCheckpointsAreRefusedNamingWhatIsMissing) {
   const std::string dir = scratch_dir("missing");
   const TrainRun run = small_run(3, 2, DType::kF32);
