@@ -34,10 +34,9 @@ std::string piece_name(absl::string_view unit, absl::string_view param, absl::st
   return absl::StrCat(unit, "/", param, "/", what, "@", first);
 }
 
-// The metadata key of a parameter's shape: every file lists the shapes of the whole model.
-std::string shape_key(absl::string_view unit, absl::string_view param) {
-  return absl::StrCat("zero.shape:", unit, "/", param);
-}
+// The metadata key of a parameter's shape is this prefix and its model name: every file lists the shapes
+// of the whole model.
+constexpr char kShapeKey[] = "zero.shape:";
 
 struct PieceName {
   std::string param;  // "<unit>/<param>"
@@ -163,19 +162,146 @@ absl::StatusOr<std::string> latest_checkpoint(const std::string& root) {
   return (directory_path(root) / tag).string();
 }
 
-// One unit's flat range [begin, begin + count) that this rank updates, as read from a checkpoint.
-struct Engine::UnitCheckpoint {
-  int64_t begin = 0;
+// What this rank needs of one flat unit from a checkpoint, and what it has read of it.
+struct UnitCheckpoint {
+  struct Param {
+    std::string name;   // the model's "<unit>/<param>"
+    int64_t offset = 0;  // in the flat unit
+    int64_t numel = 0;
+    std::string shape;
+  };
+  int64_t begin = 0;                      // the flat range [begin, begin + count) this rank updates
   int64_t count = 0;
+  std::vector<Param> params;
+  std::string optimizer;                  // its name, and the state it keeps in its order
+  std::vector<std::string> state_names;
   Buffer values;                          // fp32 (count): the parameters
-  std::vector<std::string> state_names;   // the optimizer's, in its order
-  std::vector<Buffer> state;              // fp32 (count) per name
-  std::vector<int64_t> covered;           // elements read, per (param, piece): param * (1 + names) + piece
+  std::vector<Buffer> state;              // fp32 (count) per state name
+  std::vector<int64_t> covered;           // elements read, per (param, piece): param * pieces() + piece
 
+  int pieces() const { return 1 + static_cast<int>(state_names.size()); }  // the values, then each state
+  std::string piece_name(int piece) const { return piece == 0 ? "values" : state_names[piece - 1]; }
   float* piece_data(int piece) const {
     return static_cast<float*>(piece == 0 ? values.data() : state[piece - 1].data());
   }
+  // Elements of param p inside this rank's range.
+  int64_t needed(int p) const {
+    return std::max<int64_t>(0, std::min(params[p].offset + params[p].numel, begin + count) -
+                                    std::max(params[p].offset, begin));
+  }
 };
+
+namespace {
+
+using Metadata = std::map<std::string, std::string>;
+using ParamIndex = absl::flat_hash_map<std::string, std::pair<int, int>>;  // model name -> (unit, param)
+
+// InvalidArgument unless the saved shapes are the model's, parameter for parameter.
+absl::Status check_same_model(const Metadata& metadata, const std::vector<UnitCheckpoint>& units, size_t params,
+                              const std::string& path) {
+  for (const UnitCheckpoint& u : units) {
+    for (const UnitCheckpoint::Param& p : u.params) {
+      const auto saved = metadata.find(absl::StrCat(kShapeKey, p.name));
+      if (saved != metadata.end() && saved->second == p.shape) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": parameter ", p.name, " is ", p.shape, " in this model but ",
+          saved == metadata.end() ? "absent" : saved->second, " in the checkpoint; was it saved from another model?"));
+    }
+  }
+  const size_t saved = std::count_if(metadata.begin(), metadata.end(),
+                                     [](const auto& kv) { return absl::StartsWith(kv.first, kShapeKey); });
+  if (saved == params) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path, ": the checkpoint has ", saved, " parameters, this model ",
+                                                 params, "; was it saved from another model?"));
+}
+
+// Copies the part of one saved piece that falls in this rank's range.
+absl::Status read_piece(const SafetensorsFile& file, const SafetensorsEntry& entry, const ParamIndex& where,
+                        const std::string& saved_optimizer, std::vector<UnitCheckpoint>& units,
+                        const std::string& path) {
+  const std::optional<PieceName> piece = parse_piece_name(entry.name);
+  if (!piece) return absl::DataLossError(absl::StrCat(path, ": tensor '", entry.name, "' is not a checkpoint piece"));
+  const auto found = where.find(piece->param);
+  if (found == where.end()) {
+    return absl::DataLossError(absl::StrCat(path, ": piece '", entry.name, "' is of no parameter its metadata lists"));
+  }
+  const auto [i, p] = found->second;
+  UnitCheckpoint& u = units[i];
+  const auto name = std::find(u.state_names.begin(), u.state_names.end(), piece->what);
+  if (piece->what != kParamPiece && name == u.state_names.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " holds optimizer state '", piece->what, "', which ",
+                                                   u.optimizer, " does not keep; it was saved with ", saved_optimizer,
+                                                   ": load it with that optimizer"));
+  }
+  const int what = piece->what == kParamPiece ? 0 : static_cast<int>(name - u.state_names.begin()) + 1;
+  const UnitCheckpoint::Param& param = u.params[p];
+  ZERO_ASSIGN_OR_RETURN(const Tensor values, file.get(entry.name));
+  if (values.dtype() != DType::kF32 || values.dim() != 1 || piece->first + values.numel() > param.numel) {
+    return absl::DataLossError(absl::StrCat(path, ": piece '", entry.name, "' is ", values.to_string(),
+                                            ", which does not fit in the ", param.numel, " elements of ", param.name));
+  }
+  // The overlap of the piece and this rank's range, both in flat elements of the unit.
+  const int64_t piece_begin = param.offset + piece->first;
+  const int64_t first = std::max(piece_begin, u.begin);
+  const int64_t last = std::min(piece_begin + values.numel(), u.begin + u.count);
+  if (first >= last) return absl::OkStatus();
+  std::memcpy(u.piece_data(what) + (first - u.begin), values.data_as<float>() + (first - piece_begin),
+              (last - first) * 4);
+  u.covered[p * u.pieces() + what] += last - first;
+  return absl::OkStatus();
+}
+
+// DataLoss naming the first parameter and piece of which this rank did not read every element it needs.
+absl::Status check_coverage(const std::vector<UnitCheckpoint>& units, const Metadata& metadata, int saved_ranks,
+                            int rank, const std::string& dir) {
+  for (const UnitCheckpoint& u : units) {
+    for (int p = 0; p < static_cast<int>(u.params.size()); ++p) {
+      for (int what = 0; what < u.pieces(); ++what) {
+        const int64_t got = u.covered[p * u.pieces() + what];
+        if (got == u.needed(p)) continue;
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint ", dir, " holds ", got, " of the ", u.needed(p), " elements of ", u.params[p].name, " ",
+            u.piece_name(what), " that rank ", rank, " needs (saved with ", metadata.at("zero.optimizer"), " by ",
+            saved_ranks, " ranks); load it with the optimizer it was saved with"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads into `units` every saved piece that overlaps what they need; returns rank 0's metadata.
+absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<UnitCheckpoint>& units, int rank) {
+  const fs::path root = directory_path(dir);
+  ZERO_ASSIGN_OR_RETURN(const int saved_ranks, saved_world_size(root));
+  ParamIndex where;
+  for (size_t i = 0; i < units.size(); ++i) {
+    for (size_t p = 0; p < units[i].params.size(); ++p) where[units[i].params[p].name] = {i, p};
+  }
+  Metadata metadata;
+  for (int r = 0; r < saved_ranks; ++r) {
+    const std::string path = (root / checkpoint_file_name(r, saved_ranks)).string();
+    ZERO_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::read(path));
+    if (r == 0) {
+      metadata = file.metadata();
+      if (metadata["zero.format"] != kFormat) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": not a zero checkpoint (zero.format is '",
+                                                       metadata["zero.format"], "', expected ", kFormat, ")"));
+      }
+      ZERO_RETURN_IF_ERROR(check_same_model(metadata, units, where.size(), path));
+    } else if (const auto steps = file.metadata().find("zero.steps");
+               steps == file.metadata().end() || steps->second != metadata["zero.steps"]) {
+      return absl::DataLossError(absl::StrCat(path, ": saved at another step than ", checkpoint_file_name(0, saved_ranks),
+                                              "; the directory mixes two checkpoints"));
+    }
+    for (const SafetensorsEntry& entry : file.entries()) {
+      ZERO_RETURN_IF_ERROR(read_piece(file, entry, where, metadata["zero.optimizer"], units, path));
+    }
+  }
+  ZERO_RETURN_IF_ERROR(check_coverage(units, metadata, saved_ranks, rank, root.string()));
+  return metadata;
+}
+
+}  // namespace
 
 absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std::string, std::string>& extra) {
   if (micro_batches_done_ != 0) {
@@ -231,7 +357,7 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::m
   for (const UnitState& u : units_) {
     for (size_t p = 0; p < u.layout.params.size(); ++p) {
       const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
-      metadata[shape_key(unit, param)] = shape_string(u.layout.shapes[p]);
+      metadata[absl::StrCat(kShapeKey, unit, "/", param)] = shape_string(u.layout.shapes[p]);
     }
   }
   metadata["zero.format"] = kFormat;
@@ -254,10 +380,10 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
     return absl::FailedPreconditionError("load_checkpoint between forward_backward and step; load before or after a step");
   }
   // Read and check everything first: nothing of the engine changes unless every rank read all it needs.
-  std::vector<UnitCheckpoint> units;
-  absl::StatusOr<std::map<std::string, std::string>> metadata = read_checkpoint(dir, units);
+  absl::StatusOr<std::vector<UnitCheckpoint>> units = checkpoint_targets();
+  absl::StatusOr<Metadata> metadata = units.ok() ? read_checkpoint(dir, *units, comm_.rank()) : units.status();
   ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, metadata.status(), absl::StrCat("loading checkpoint ", dir)));
-  ZERO_RETURN_IF_ERROR(install_checkpoint(units));
+  ZERO_RETURN_IF_ERROR(install_checkpoint(*units));
   ZERO_ASSIGN_OR_RETURN(step_count_, metadata_number<int64_t>(*metadata, "zero.steps", dir));
   if (dtype_ == DType::kF16 && (*metadata)["zero.precision"] == dtype_name(DType::kF16)) {
     ZERO_ASSIGN_OR_RETURN(loss_scale_, metadata_number<double>(*metadata, "zero.loss_scale", dir));
@@ -272,114 +398,29 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
   return extra;
 }
 
-absl::StatusOr<std::map<std::string, std::string>> Engine::read_checkpoint(const std::string& dir,
-                                                                           std::vector<UnitCheckpoint>& units) {
-  const fs::path root = directory_path(dir);
-  ZERO_ASSIGN_OR_RETURN(const int saved_ranks, saved_world_size(root));
-  // Where each model parameter is: its flat unit and index there.
-  absl::flat_hash_map<std::string, std::pair<int, int>> where;
-  for (size_t i = 0; i < units_.size(); ++i) {
-    const UnitState& u = units_[i];
+absl::StatusOr<std::vector<UnitCheckpoint>> Engine::checkpoint_targets() {
+  std::vector<UnitCheckpoint> units;
+  for (const UnitState& u : units_) {
     UnitCheckpoint& c = units.emplace_back();
     std::tie(c.begin, c.count) = own_range(u);
+    for (size_t p = 0; p < u.layout.params.size(); ++p) {
+      const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
+      c.params.push_back({.name = absl::StrCat(unit, "/", param), .offset = u.layout.params[p].offset,
+                          .numel = u.layout.params[p].numel, .shape = shape_string(u.layout.shapes[p])});
+    }
+    c.optimizer = std::string(u.optimizer->name());
     for (const auto& [name, t] : u.optimizer->state()) c.state_names.push_back(name);
     ZERO_ASSIGN_OR_RETURN(c.values, allocator_.allocate(c.count * 4, MemoryCategory::kWorkspace));
     for (size_t k = 0; k < c.state_names.size(); ++k) {
       ZERO_ASSIGN_OR_RETURN(c.state.emplace_back(), allocator_.allocate(c.count * 4, MemoryCategory::kWorkspace));
     }
-    for (int piece = 0; piece <= static_cast<int>(c.state.size()); ++piece) std::memset(c.piece_data(piece), 0, c.count * 4);
-    c.covered.assign(u.layout.params.size() * (1 + c.state_names.size()), 0);
-    for (size_t p = 0; p < u.layout.params.size(); ++p) {
-      const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
-      where[absl::StrCat(unit, "/", param)] = {static_cast<int>(i), static_cast<int>(p)};
-    }
+    for (int piece = 0; piece < c.pieces(); ++piece) std::memset(c.piece_data(piece), 0, c.count * 4);
+    c.covered.assign(c.params.size() * c.pieces(), 0);
   }
-  std::map<std::string, std::string> metadata;
-  const auto check_same_model = [&](const std::string& path) -> absl::Status {
-    int64_t saved_params = 0;
-    for (const auto& [key, value] : metadata) saved_params += absl::StartsWith(key, "zero.shape:") ? 1 : 0;
-    for (const UnitState& u : units_) {
-      for (size_t p = 0; p < u.layout.params.size(); ++p) {
-        const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
-        const auto saved = metadata.find(shape_key(unit, param));
-        const std::string shape = shape_string(u.layout.shapes[p]);
-        if (saved == metadata.end() || saved->second != shape) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              path, ": parameter ", unit, ".", param, " is ", shape, " in this model but ",
-              saved == metadata.end() ? "absent" : saved->second, " in the checkpoint; was it saved from another model?"));
-        }
-      }
-    }
-    if (saved_params == static_cast<int64_t>(where.size())) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(path, ": the checkpoint has ", saved_params,
-                                                   " parameters, this model ", where.size(),
-                                                   "; was it saved from another model?"));
-  };
-  for (int r = 0; r < saved_ranks; ++r) {
-    const std::string path = (root / checkpoint_file_name(r, saved_ranks)).string();
-    ZERO_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::read(path));
-    if (r == 0) {
-      metadata = file.metadata();
-      if (metadata["zero.format"] != kFormat) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": not a zero checkpoint (zero.format is '",
-                                                       metadata["zero.format"], "', expected ", kFormat, ")"));
-      }
-      ZERO_RETURN_IF_ERROR(check_same_model(path));
-    } else if (file.metadata().count("zero.steps") == 0 || file.metadata().at("zero.steps") != metadata["zero.steps"]) {
-      return absl::DataLossError(absl::StrCat(path, ": saved at another step than ", checkpoint_file_name(0, saved_ranks),
-                                              "; the directory mixes two checkpoints"));
-    }
-    for (const SafetensorsEntry& entry : file.entries()) {
-      const std::optional<PieceName> piece = parse_piece_name(entry.name);
-      if (!piece) return absl::DataLossError(absl::StrCat(path, ": tensor '", entry.name, "' is not a checkpoint piece"));
-      const auto found = where.find(piece->param);
-      if (found == where.end()) {
-        return absl::DataLossError(absl::StrCat(path, ": piece '", entry.name, "' is of no parameter its metadata lists"));
-      }
-      const auto [i, p] = found->second;
-      UnitCheckpoint& c = units[i];
-      const auto name = std::find(c.state_names.begin(), c.state_names.end(), piece->what);
-      if (piece->what != kParamPiece && name == c.state_names.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, " holds optimizer state '", piece->what, "', which ", units_[i].optimizer->name(),
-            " does not keep; it was saved with ", metadata["zero.optimizer"], ": load it with that optimizer"));
-      }
-      const int what = piece->what == kParamPiece ? 0 : static_cast<int>(name - c.state_names.begin()) + 1;
-      const FlatParam& fp = units_[i].layout.params[p];
-      ZERO_ASSIGN_OR_RETURN(const Tensor values, file.get(entry.name));
-      if (values.dtype() != DType::kF32 || values.dim() != 1 || piece->first + values.numel() > fp.numel) {
-        return absl::DataLossError(absl::StrCat(path, ": piece '", entry.name, "' is ", values.to_string(),
-                                                ", which does not fit in the ", fp.numel, " elements of ", piece->param));
-      }
-      // The overlap of the piece and this rank's range, both in flat elements of the unit.
-      const int64_t first = std::max(fp.offset + piece->first, c.begin);
-      const int64_t last = std::min(fp.offset + piece->first + values.numel(), c.begin + c.count);
-      if (first >= last) continue;
-      std::memcpy(c.piece_data(what) + (first - c.begin), values.data_as<float>() + (first - fp.offset - piece->first),
-                  (last - first) * 4);
-      c.covered[p * (1 + c.state_names.size()) + what] += last - first;
-    }
-  }
-  for (size_t i = 0; i < units_.size(); ++i) {
-    const UnitCheckpoint& c = units[i];
-    for (size_t p = 0; p < units_[i].layout.params.size(); ++p) {
-      const FlatParam& fp = units_[i].layout.params[p];
-      const int64_t needed = std::max<int64_t>(0, std::min(fp.offset + fp.numel, c.begin + c.count) - std::max(fp.offset, c.begin));
-      for (size_t what = 0; what <= c.state_names.size(); ++what) {
-        const int64_t got = c.covered[p * (1 + c.state_names.size()) + what];
-        if (got == needed) continue;
-        const auto [unit, param] = model_param_name(units_[i].name, fp.name);
-        return absl::DataLossError(absl::StrCat(
-            "checkpoint ", root.string(), " holds ", got, " of the ", needed, " elements of ", unit, ".", param, " ",
-            what == 0 ? "values" : c.state_names[what - 1], " that rank ", comm_.rank(), " needs (saved with ",
-            metadata["zero.optimizer"], " by ", saved_ranks, " ranks); load it with the optimizer it was saved with"));
-      }
-    }
-  }
-  return metadata;
+  return units;
 }
 
-absl::Status Engine::install_checkpoint(std::vector<UnitCheckpoint>& units) {
+absl::Status Engine::install_checkpoint(const std::vector<UnitCheckpoint>& units) {
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
     const UnitCheckpoint& c = units[i];

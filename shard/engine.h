@@ -63,6 +63,8 @@ struct CommVolume {
   int64_t small = 0;         // loss, metrics and gradient-norm allreduces
 };
 
+struct UnitCheckpoint;  // what a rank reads of one flat unit from a checkpoint (shard/checkpoint.cc)
+
 class Engine {
  public:
   // Allocates parameters, gradients and optimizer state for this rank and initializes parameters from
@@ -161,13 +163,11 @@ class Engine {
   // `src` itself when it is on the CPU, else a copy in `holder` (kWorkspace).
   absl::Status upload(const Tensor& dst, const Tensor& host);
   absl::StatusOr<Tensor> on_host(const Tensor& src, Buffer& holder);
-  // Checkpoints: this rank's file of `world_size`; what a checkpoint holds for one unit; and putting
-  // it in place (the parameters are allgathered where the stage keeps them whole).
-  struct UnitCheckpoint;
+  // Checkpoints: writing this rank's file; what this rank needs of each unit (zeroed host buffers); and
+  // putting what was read in place (the parameters are allgathered where the stage keeps them whole).
   absl::Status write_checkpoint_file(const std::string& path, const std::map<std::string, std::string>& extra);
-  absl::StatusOr<std::map<std::string, std::string>> read_checkpoint(const std::string& dir,
-                                                                     std::vector<UnitCheckpoint>& units);
-  absl::Status install_checkpoint(std::vector<UnitCheckpoint>& units);
+  absl::StatusOr<std::vector<UnitCheckpoint>> checkpoint_targets();
+  absl::Status install_checkpoint(const std::vector<UnitCheckpoint>& units);
   Tensor full_params(int u) const;
   ParamViews param_views(int u) const;
   // Whether this micro-batch's gradients are reduced (always, but the last one only under no_sync).

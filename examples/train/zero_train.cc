@@ -367,11 +367,13 @@ absl::StatusOr<TrainConfig> load_config(const Command& command) {
   return config;
 }
 
+#ifdef ZERO_HAS_MPI
 // One rank of an mpirun-launched job: its plan needs the world size, and under nccl its GPU.
 absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm) {
   ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, comm.world_size(), comm.home_device()));
   return RankRun(comm, plan).run();
 }
+#endif
 
 absl::Status run_ranks(const TrainConfig& config) {
   // Under mpirun a failing rank prints its error and aborts the whole job inside run_mpi_launched.
