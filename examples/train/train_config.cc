@@ -275,11 +275,15 @@ bool one_of(const std::string& value, std::initializer_list<absl::string_view> a
   return std::find(allowed.begin(), allowed.end(), value) != allowed.end();
 }
 
-absl::Status validate_offload(const ZeroOptimization& z) {
+absl::Status validate_offload(const TrainConfig& c) {
+  const ZeroOptimization& z = c.zero_optimization;
   const Offload& o = z.offload_optimizer;
   ZERO_RETURN_IF_ERROR(require(o.device != "cpu", "zero_optimization.offload_optimizer.device", o.device,
-                               "the engine already keeps the optimizer in host memory (it has no GPU buffers yet); "
-                               "use nvme with nvme_path to take it out of RAM, or none"));
+                               "ZeRO-Offload (the optimizer on the host for an engine on a GPU) is not built; on the "
+                               "CPU the optimizer is in host memory already: use nvme with nvme_path to take it out of "
+                               "RAM, or none"));
+  ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || c.device == "cpu", "zero_optimization.offload_optimizer.device",
+                               o.device, "offloading from a GPU is not built; use device = cpu, or none"));
   ZERO_RETURN_IF_ERROR(require(one_of(o.device, {"none", "nvme"}), "zero_optimization.offload_optimizer.device",
                                o.device, "use none or nvme"));
   ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || !o.nvme_path.empty(),
@@ -309,7 +313,7 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(z.stage3_param_persistence_threshold >= 0,
                                "zero_optimization.stage3_param_persistence_threshold",
                                z.stage3_param_persistence_threshold, "must be >= 0 elements"));
-  ZERO_RETURN_IF_ERROR(validate_offload(z));
+  ZERO_RETURN_IF_ERROR(validate_offload(c));
   if (c.bf16 && c.fp16.enabled) {
     return absl::InvalidArgumentError("bf16.enabled and fp16.enabled are both true; enable at most one");
   }
