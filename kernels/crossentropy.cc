@@ -26,15 +26,45 @@ struct RowSums {
   }
 };
 
+// The left fold of std::max over x[0, n) (a NaN after x[0] is skipped; a NaN x[0] stays), in 8 lanes that vectorize:
+// the same value as the fold (max is exact), ±0 aside.
+ZERO_VECTOR_CLONES float max_of(const float* x, int64_t n) {
+  constexpr int kLanes = 8;
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, x[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    // std::max(lanes[k], x) written as a select, kept a loop: it if-converts into a vector max (std::max does not).
+#pragma omp simd
+    for (int k = 0; k < kLanes; ++k) lanes[k] = x[i + k] > lanes[k] ? x[i + k] : lanes[k];
+  }
+  for (; i < n; ++i) lanes[0] = std::max(lanes[0], x[i]);
+  for (int k = 1; k < kLanes; ++k) lanes[0] = std::max(lanes[0], lanes[k]);
+  return lanes[0];
+}
+
+// The first column in [0, n) holding `value`, or n if none: 64 columns at a time by a vectorized compare, then
+// a scan of the chunk that hit.
+ZERO_VECTOR_CLONES int64_t first_equal(const float* x, int64_t n, float value) {
+  constexpr int64_t kChunk = 64;
+  int64_t begin = 0;
+  for (; begin + kChunk <= n; begin += kChunk) {
+    int hits = 0;
+#pragma omp simd reduction(+ : hits)
+    for (int64_t v = begin; v < begin + kChunk; ++v) hits += x[v] == value ? 1 : 0;
+    if (hits > 0) break;
+  }
+  while (begin < n && !(x[begin] == value)) ++begin;
+  return begin;
+}
+
 // One row: writes dlogits = scale * (softmax - onehot(target)) over [0, vocab) and 0 over the padding;
 // returns the row's -log p(target) and whether the argmax is the target. x and d may alias.
-RowSums row_forward_backward(const float* x, float* d, int64_t vocab, int64_t padded, int32_t target, float scale) {
-  // The largest logit by a vectorized reduction, then the first column holding it (NaN logits: column 0).
-  float max = x[0];
-#pragma omp simd reduction(max : max)
-  for (int64_t v = 1; v < vocab; ++v) max = std::max(max, x[v]);
-  int64_t argmax = 0;
-  while (argmax < vocab && !(x[argmax] == max)) ++argmax;
+ZERO_VECTOR_CLONES RowSums row_forward_backward(const float* x, float* d, int64_t vocab, int64_t padded,
+                                                int32_t target, float scale) {
+  // The largest logit, then the first column holding it (a NaN x[0]: column 0).
+  const float max = max_of(x, vocab);
+  int64_t argmax = first_equal(x, vocab, max);
   if (argmax == vocab) argmax = 0;
   const float target_logit = x[target];
   // The exps and the sum vectorize.
@@ -44,7 +74,7 @@ RowSums row_forward_backward(const float* x, float* d, int64_t vocab, int64_t pa
   const float inv = static_cast<float>(scale / sum);
   for (int64_t v = 0; v < vocab; ++v) d[v] *= inv;
   d[target] -= scale;
-  for (int64_t v = vocab; v < padded; ++v) d[v] = 0.0f;
+  std::fill(d + vocab, d + padded, 0.0f);
   return {std::log(sum) - (static_cast<double>(target_logit) - max), argmax == target ? 1 : 0};
 }
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "kernel_test_util.h"
@@ -74,6 +75,36 @@ TEST(CrossEntropy, CountsArgmaxHitsOnCountedTargetsOnly) {
                                                               view(targets, {3}), kV);
   EXPECT_EQ(r.counted, 2);
   EXPECT_EQ(r.correct, 1);
+}
+
+// A row longer than the vectorized max (8 lanes) and argmax search (64 columns): ties go to the lowest column.
+TEST(CrossEntropy, ArgmaxIsTheFirstOfTiedMaximaInALongRow) {
+  constexpr int64_t kLongV = 300, kLongVp = 304;
+  std::vector<float> logits = random_floats(3 * kLongVp, 6), d(3 * kLongVp);
+  for (int64_t r = 0; r < 2; ++r) logits[r * kLongVp + 130] = logits[r * kLongVp + 250] = 4.0f;
+  std::fill(logits.begin() + 2 * kLongVp, logits.end(), 0.5f);  // row 2: every column ties
+  std::vector<int32_t> targets = {130, 250, 0};
+  const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {3, kLongVp}), view(logits, {3, kLongVp}),
+                                                              view(targets, {3}), kLongV);
+  EXPECT_EQ(r.correct, 2);  // rows 0 and 2
+}
+
+TEST(CrossEntropy, GivesTheSameBitsUnderAnyThreadCount) {
+  constexpr int64_t kRows = 40, kLongV = 300;
+  const std::vector<float> logits = random_floats(kRows * kLongV, 7, -3.0f, 3.0f);
+  std::vector<int32_t> targets(kRows);
+  for (int64_t r = 0; r < kRows; ++r) targets[r] = static_cast<int32_t>(r * 7 % kLongV);
+  auto run = [&](int threads) {
+    set_kernel_threads(threads);
+    std::vector<float> d(kRows * kLongV);
+    std::vector<float> x = logits;
+    const CrossEntropyResult r =
+        *crossentropy_forward_backward(view(d, {kRows, kLongV}), view(x, {kRows, kLongV}), view(targets, {kRows}), kLongV);
+    set_kernel_threads(1);
+    d.push_back(r.loss);
+    return d;
+  };
+  EXPECT_EQ(run(1), run(3));
 }
 
 TEST(CrossEntropy, AllIgnoredGivesZeroLossAndGradient) {
