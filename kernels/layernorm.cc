@@ -1,5 +1,6 @@
 // LayerNorm over the last dim, forward (saving mean and rstd) and backward.
 #include <cmath>
+#include <vector>
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -13,6 +14,8 @@ namespace {
 using detail::check_matrix;
 
 constexpr int64_t kRowBlock = 16;
+constexpr int64_t kParamRows = 64;   // backward: rows per block of dweight and dbias partial sums
+constexpr int64_t kParamCols = 256;  // backward: columns per thread block adding up those partial sums
 
 // inp (N, C) fixes N and C; weight (C); mean, rstd (N); every other (N, C) argument is checked here too.
 absl::Status check_layernorm(absl::string_view op, const Tensor& inp, const Tensor& weight, const Tensor& mean,
@@ -27,6 +30,42 @@ absl::Status check_layernorm(absl::string_view op, const Tensor& inp, const Tens
   for (const auto& [name, t] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, n, c));
   for (const auto& [name, t] : vectors_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, 1, c));
   return detail::check_backend(op, dev);
+}
+
+constexpr int kLanes = 8;
+
+// The lanes added pairwise: ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)).
+float pairwise_total(const float (&lanes)[kLanes]) {
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+// One row of backward (C columns; xhat = (inp - mean) * rstd): writes dinp and adds dout * xhat and dout to the
+// fp64 column sums acc_dweight and acc_dbias. The row's sums of dnorm = dout * weight and dnorm * xhat run in kLanes
+// interleaved fp32 partial sums (element i into lane i % kLanes) added pairwise: a fixed order that vectorizes.
+void row_backward(float* dx, double* acc_dweight, double* acc_dbias, const float* g, const float* x, const float* w,
+                  float mean, float rstd, int64_t c) {
+  float dnorm_lanes[kLanes] = {}, dnorm_xhat_lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= c; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float dnorm = g[i + k] * w[i + k];
+      dnorm_lanes[k] += dnorm;
+      dnorm_xhat_lanes[k] += dnorm * ((x[i + k] - mean) * rstd);
+    }
+  }
+  for (; i < c; ++i) {
+    const float dnorm = g[i] * w[i];
+    dnorm_lanes[i % kLanes] += dnorm;
+    dnorm_xhat_lanes[i % kLanes] += dnorm * ((x[i] - mean) * rstd);
+  }
+  const float dnorm_mean = pairwise_total(dnorm_lanes) / static_cast<float>(c);
+  const float dnorm_xhat_mean = pairwise_total(dnorm_xhat_lanes) / static_cast<float>(c);
+  for (i = 0; i < c; ++i) {
+    const float xhat = (x[i] - mean) * rstd;
+    dx[i] = (g[i] * w[i] - dnorm_mean - xhat * dnorm_xhat_mean) * rstd;
+    acc_dweight[i] += g[i] * xhat;
+    acc_dbias[i] += g[i];
+  }
 }
 
 }  // namespace
@@ -83,27 +122,28 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
   const float* w = weight.data_as<float>();
   const float* mu = mean.data_as<float>();
   const float* rs = rstd.data_as<float>();
-  auto xhat = [&](int64_t r, int64_t i) { return (x[r * c + i] - mu[r]) * rs[r]; };
-  // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row.
-  detail::for_blocks(n, kRowBlock, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
-#pragma omp simd reduction(+ : dnorm_sum, dnorm_xhat_sum)
-      for (int64_t i = 0; i < c; ++i) {
-        const float dnorm = g[r * c + i] * w[i];
-        dnorm_sum += dnorm;
-        dnorm_xhat_sum += dnorm * xhat(r, i);
+  float* dx = dinp.data_as<float>();
+  // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row; dweight and
+  // dbias from the same pass: fp64 column sums per block of kParamRows rows (in row order), then the blocks in order.
+  const int64_t blocks = detail::ceil_div(n, kParamRows);
+  std::vector<double> partial(static_cast<size_t>(blocks * 2 * c), 0.0);  // per block: dweight's c, then dbias's c
+  detail::for_blocks(n, kParamRows, [=, &partial](int64_t r0, int64_t r1) {
+    double* acc = partial.data() + r0 / kParamRows * 2 * c;
+    for (int64_t r = r0; r < r1; ++r) row_backward(dx + r * c, acc, acc + c, g + r * c, x + r * c, w, mu[r], rs[r], c);
+  });
+  float* dw = dweight.data_as<float>();
+  float* db = dbias.data_as<float>();
+  detail::for_blocks(c, kParamCols, [&](int64_t c0, int64_t c1) {
+    for (int64_t i = c0; i < c1; ++i) {
+      double sum_dweight = 0, sum_dbias = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        sum_dweight += partial[(b * 2) * c + i];
+        sum_dbias += partial[(b * 2 + 1) * c + i];
       }
-      const float dnorm_mean = dnorm_sum / static_cast<float>(c);
-      const float dnorm_xhat_mean = dnorm_xhat_sum / static_cast<float>(c);
-      float* dx = dinp.data_as<float>() + r * c;
-      for (int64_t i = 0; i < c; ++i) {
-        dx[i] = (g[r * c + i] * w[i] - dnorm_mean - xhat(r, i) * dnorm_xhat_mean) * rs[r];
-      }
+      dw[i] += static_cast<float>(sum_dweight);
+      db[i] += static_cast<float>(sum_dbias);
     }
   });
-  detail::add_column_sums(n, c, dweight.data_as<float>(), [&](int64_t r, int64_t i) { return g[r * c + i] * xhat(r, i); });
-  detail::add_column_sums(n, c, dbias.data_as<float>(), [&](int64_t r, int64_t i) { return g[r * c + i]; });
   return absl::OkStatus();
 }
 

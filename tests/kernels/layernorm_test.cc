@@ -54,8 +54,9 @@ TEST(LayerNorm, ForwardMatchesReference) {
   testing::expect_near_all(rstd, r.rstd, kTol, "rstd");
 }
 
-TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAddsParameterGradients) {
-  Problem p(5, 24, 2);
+// Runs forward then backward on p and checks dinp, dweight and dbias (added to prior values) against finite
+// differences of the fp64 reference.
+void expect_backward_matches_finite_differences(Problem p) {
   std::vector<float> out(p.n * p.c), mean(p.n), rstd(p.n), dx(p.n * p.c);
   std::vector<float> dw(p.c, 0.5f), db(p.c, -0.25f);  // prior gradients: backward adds to them
   ASSERT_TRUE(layernorm_forward(view(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), view(p.x, {p.n, p.c}),
@@ -73,6 +74,33 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAddsParameterGradients) {
   for (double& g : db_expected) g -= 0.25;
   testing::expect_near_all(dw, dw_expected, kTol, "dweight");
   testing::expect_near_all(db, db_expected, kTol, "dbias");
+}
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAddsParameterGradients) {
+  expect_backward_matches_finite_differences(Problem(5, 24, 2));
+}
+
+// More rows than one block of parameter-gradient partial sums (64), and C not a multiple of the 8 lanes.
+TEST(LayerNorm, BackwardMatchesFiniteDifferencesOverSeveralBlocksAndARaggedRow) {
+  expect_backward_matches_finite_differences(Problem(70, 27, 4));
+}
+
+TEST(LayerNorm, BackwardGivesTheSameBitsUnderAnyThreadCount) {
+  Problem p(200, 27, 5);
+  std::vector<float> out(p.n * p.c), mean(p.n), rstd(p.n);
+  ASSERT_TRUE(layernorm_forward(view(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), view(p.x, {p.n, p.c}),
+                                view(p.w, {p.c}), view(p.b, {p.c})).ok());
+  auto backward = [&](int threads) {
+    set_kernel_threads(threads);
+    std::vector<float> dx(p.n * p.c), dw(p.c), db(p.c);
+    EXPECT_TRUE(layernorm_backward(view(dx, {p.n, p.c}), view(dw, {p.c}), view(db, {p.c}), view(p.dout, {p.n, p.c}),
+                                   view(p.x, {p.n, p.c}), view(p.w, {p.c}), view(mean, {p.n}), view(rstd, {p.n})).ok());
+    set_kernel_threads(1);
+    dx.insert(dx.end(), dw.begin(), dw.end());
+    dx.insert(dx.end(), db.begin(), db.end());
+    return dx;
+  };
+  EXPECT_EQ(backward(1), backward(3));
 }
 
 TEST(LayerNorm, MeanShapeMismatchIsInvalidArgument) {
