@@ -68,6 +68,8 @@ class Gpt2Embedding final : public Unit {
     return out_;
   }
 
+  void release_saved() override { saved_.reset(); }
+
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews&, const ParamViews& grads,
                                   const Tensor& dy) override {
     ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, ctx.device, grads, names_));
@@ -114,6 +116,11 @@ class Gpt2Block final : public Unit {
     ZERO_RETURN_IF_ERROR(kernels::residual_forward(out_, a_.x2, out_));
     if (recompute_) saved_.reset();
     return out_;
+  }
+
+  void release_saved() override {
+    saved_.reset();
+    out_buffer_.reset();
   }
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
@@ -237,6 +244,8 @@ class Gpt2Head final : public Unit {
     ZERO_RETURN_IF_ERROR(classifier_loss(ctx, dlogits_, logits_, config_.vocab_size));
     return logits_;
   }
+
+  void release_saved() override { saved_.reset(); }
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
                                   const Tensor&) override {

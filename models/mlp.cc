@@ -47,6 +47,8 @@ class MlpLayer final : public Unit {
     return pre_;
   }
 
+  void release_saved() override { saved_.reset(); }
+
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
                                   const Tensor& dy) override {
     ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, ctx.device, params, kNames));

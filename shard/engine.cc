@@ -529,8 +529,10 @@ absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
     }
     ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, param_views(static_cast<int>(i)), x));
     release(static_cast<int>(i));
+    if (i > 0) units_[i - 1].unit->release_saved();  // unit i has read its output
   }
   if (on_output) ZERO_RETURN_IF_ERROR(on_output(x));
+  if (!units_.empty()) units_.back().unit->release_saved();
   return Evaluation{.loss = ctx.loss, .correct = ctx.correct, .predictions = ctx.predictions};
 }
 

@@ -84,8 +84,8 @@ class Engine {
 
   // Forward only, for evaluation, between steps: stage 3 gathers each unit just for its forward (a
   // collective: every rank calls it), and no gradient is touched. `on_output`, when given, sees the last
-  // unit's output (the logits, on ZeroConfig::device) while it is valid. What the units saved for a
-  // backward stays allocated until their next forward replaces it, as after a training forward.
+  // unit's output (the logits, on ZeroConfig::device) while it is valid. Each unit's Unit::release_saved
+  // frees what it saved once the next unit has read its output.
   absl::StatusOr<Evaluation> evaluate(const Batch& batch,
                                       const std::function<absl::Status(const Tensor& output)>& on_output = nullptr);
 

@@ -102,6 +102,11 @@ class Unit {
   // unit). Frees what forward saved.
   virtual absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
                                           const Tensor& dy) = 0;
+
+  // Frees what forward saved when no backward follows: Engine::evaluate calls it once the next unit has
+  // read this unit's output (after the last unit's output was seen). A unit that keeps the default holds
+  // an evaluation's activations until its next forward replaces them.
+  virtual void release_saved() {}
 };
 
 // A model is its units, in forward order.

@@ -47,6 +47,10 @@ class UnitGroup final : public Unit {
     return y;
   }
 
+  void release_saved() override {
+    for (const Member& m : members_) m.unit->release_saved();
+  }
+
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
                                   const Tensor& dy) override {
     Tensor dx = dy;

@@ -48,6 +48,7 @@ class Hidden final : public Unit {
     }
     return h_.tensor(DType::kF32, {rows_, kHidden});
   }
+  void release_saved() override { h_.reset(); }
   absl::StatusOr<Tensor> backward(UnitContext&, const ParamViews&, const ParamViews& g, const Tensor& dh) override {
     const float* h = static_cast<const float*>(h_.data());
     float* dw = g.at("weight").data_as<float>();
@@ -92,6 +93,7 @@ class Output final : public Unit {
     ctx.loss = static_cast<float>(loss / rows);
     return err_.tensor(DType::kF32, {rows});
   }
+  void release_saved() override { err_.reset(); }
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& p, const ParamViews& g, const Tensor&) override {
     const int64_t rows = h_.size(0);
     ZERO_ASSIGN_OR_RETURN(dh_, ctx.allocator.allocate(rows * kHidden * 4, MemoryCategory::kActivations));

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/comm/local.h"
+#include "runtime/status.h"
 #include "tests/shard/toy_training.h"
 
 namespace zero {
@@ -112,6 +113,31 @@ TEST(Engine, EvaluateIsTrainingsForwardAndLeavesTrainingUnchanged) {
       EXPECT_EQ(evaluated.ranks[0].evaluations[k].predictions + evaluated.ranks[1].evaluations[k].predictions,
                 plain.ranks[0].steps[k].predictions);
     }
+  }
+}
+
+TEST(Engine, EvaluateLeavesNoActivationsBehind) {
+  for (int64_t wrap : {0, 150}) {  // units on their own, and merged into groups
+    const std::vector<absl::Status> statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
+      Allocator allocator(comm.rank());
+      const ToyConfig config;
+      ToyModel model(config);
+      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                            Engine::create(model, comm, allocator, testing::adamw_factory(),
+                                           ZeroConfig{.stage = 3, .wrap_min_params = wrap, .persistence_threshold = 0}));
+      testing::ToyData data = testing::toy_rows(config, 8 * comm.rank(), 8 * comm.rank() + 8);
+      int64_t output_rows = 0;
+      ZERO_ASSIGN_OR_RETURN(const Evaluation e, engine->evaluate(data.batch(config.features), [&](const Tensor& out) {
+        output_rows = out.size(0);
+        return absl::OkStatus();
+      }));
+      EXPECT_EQ(e.predictions, 8);
+      EXPECT_EQ(output_rows, 8) << "on_output sees the last unit's output";
+      EXPECT_EQ(allocator.stats().current_of(MemoryCategory::kActivations), 0) << "wrap " << wrap;
+      EXPECT_EQ(allocator.stats().current_of(MemoryCategory::kCommBuffers), 0) << "no gathered unit left";
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(root_cause(statuses).ok()) << root_cause(statuses);
   }
 }
 

@@ -59,6 +59,8 @@ class Linear final : public Unit {
     return y_.tensor(DType::kF32, {rows, out_});
   }
 
+  void release_saved() override { y_.reset(); }
+
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& p, const ParamViews& g,
                                   const Tensor& dy_in) override {
     const int64_t rows = x_.numel() / in_;
@@ -137,6 +139,8 @@ class Head final : public Unit {
     ctx.predictions += rows;
     return probs_.tensor(DType::kF32, {rows, classes_});
   }
+
+  void release_saved() override { probs_.reset(); }
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& p, const ParamViews& g, const Tensor&) override {
     const int64_t rows = h_.numel() / hidden_;
