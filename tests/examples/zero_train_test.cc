@@ -197,6 +197,29 @@ TEST_F(ZeroTrainTest, MpiBackendUnderMpiexecTrains) {
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
   std::filesystem::remove(path);
 }
+
+TEST_F(ZeroTrainTest, MpiRanksResumeALocalCheckpointToTheSameBits) {
+  // Saved by 2 local ranks at step 8 of 12, finished by 2 MPI processes: the mpi backend reduces in the
+  // local backend's rank order, so the export equals the local run's that never stopped.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "zero_train_test_mpi_resume";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto args = [&](const std::string& name, const std::string& more) {
+    return absl::StrCat(tiny_run_args(""), " --export_path=", (dir / (name + ".safetensors")).string(), " ", more);
+  };
+  const RunResult local = run_zero_train(args("local", absl::StrCat("--checkpoint.dir=", (dir / "ckpt").string(),
+                                                                    " --checkpoint.interval=8")));
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  const RunResult mpi = run_zero_train(
+      args("mpi", absl::StrCat("--backend=mpi --checkpoint.resume=", (dir / "ckpt" / "step-00000008").string())),
+      absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ", ZERO_MPIEXEC, " -n 2 --oversubscribe"));
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+  EXPECT_THAT(mpi.output, HasSubstr("resumed after step 8"));
+  const std::string exported = file_bytes((dir / "local.safetensors").string());
+  ASSERT_FALSE(exported.empty());
+  EXPECT_TRUE(file_bytes((dir / "mpi.safetensors").string()) == exported);
+  std::filesystem::remove_all(dir);
+}
 #endif
 
 }  // namespace
