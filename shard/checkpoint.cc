@@ -269,19 +269,24 @@ absl::Status check_coverage(const std::vector<UnitCheckpoint>& units, const Meta
   return absl::OkStatus();
 }
 
-// Reads into `units` every saved piece that overlaps what they need; returns rank 0's metadata.
-absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<UnitCheckpoint>& units, int rank) {
+// Reads into `units` every saved piece that overlaps what they need, and returns the metadata. The rank's
+// own file comes first; when it was cut by the same `layout` (Engine::checkpoint_layout), it holds all
+// the rank needs and the others are not read. Coverage is checked either way.
+absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<UnitCheckpoint>& units, int rank,
+                                         const std::string& layout) {
   const fs::path root = directory_path(dir);
   ZERO_ASSIGN_OR_RETURN(const int saved_ranks, saved_world_size(root));
   ParamIndex where;
   for (size_t i = 0; i < units.size(); ++i) {
     for (size_t p = 0; p < units[i].params.size(); ++p) where[units[i].params[p].name] = {i, p};
   }
+  const int own = rank < saved_ranks ? rank : 0;
   Metadata metadata;
-  for (int r = 0; r < saved_ranks; ++r) {
+  for (int k = 0; k < saved_ranks; ++k) {
+    const int r = (own + k) % saved_ranks;
     const std::string path = (root / checkpoint_file_name(r, saved_ranks)).string();
     ZERO_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::read(path));
-    if (r == 0) {
+    if (k == 0) {
       metadata = file.metadata();
       if (metadata["zero.format"] != kFormat) {
         return absl::InvalidArgumentError(absl::StrCat(path, ": not a zero checkpoint (zero.format is '",
@@ -290,12 +295,14 @@ absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<Uni
       ZERO_RETURN_IF_ERROR(check_same_model(metadata, units, where.size(), path));
     } else if (const auto steps = file.metadata().find("zero.steps");
                steps == file.metadata().end() || steps->second != metadata["zero.steps"]) {
-      return absl::DataLossError(absl::StrCat(path, ": saved at another step than ", checkpoint_file_name(0, saved_ranks),
+      return absl::DataLossError(absl::StrCat(path, ": saved at another step than ",
+                                              checkpoint_file_name(own, saved_ranks),
                                               "; the directory mixes two checkpoints"));
     }
     for (const SafetensorsEntry& entry : file.entries()) {
       ZERO_RETURN_IF_ERROR(read_piece(file, entry, where, metadata["zero.optimizer"], units, path));
     }
+    if (!layout.empty() && metadata["zero.layout"] == layout) break;
   }
   ZERO_RETURN_IF_ERROR(check_coverage(units, metadata, saved_ranks, rank, root.string()));
   return metadata;
@@ -364,6 +371,7 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::m
   metadata["zero.world_size"] = absl::StrCat(comm_.world_size());
   metadata["zero.rank"] = absl::StrCat(comm_.rank());
   metadata["zero.stage"] = absl::StrCat(config_.stage);
+  metadata["zero.layout"] = checkpoint_layout();
   metadata["zero.precision"] = std::string(dtype_name(dtype_));
   metadata["zero.optimizer"] = units_.empty() ? "" : std::string(units_[0].optimizer->name());
   metadata["zero.steps"] = absl::StrCat(step_count_);
@@ -381,7 +389,8 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
   }
   // Read and check everything first: nothing of the engine changes unless every rank read all it needs.
   absl::StatusOr<std::vector<UnitCheckpoint>> units = checkpoint_targets();
-  absl::StatusOr<Metadata> metadata = units.ok() ? read_checkpoint(dir, *units, comm_.rank()) : units.status();
+  absl::StatusOr<Metadata> metadata =
+      units.ok() ? read_checkpoint(dir, *units, comm_.rank(), checkpoint_layout()) : units.status();
   ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, metadata.status(), absl::StrCat("loading checkpoint ", dir)));
   ZERO_RETURN_IF_ERROR(install_checkpoint(*units));
   ZERO_ASSIGN_OR_RETURN(step_count_, metadata_number<int64_t>(*metadata, "zero.steps", dir));
@@ -396,6 +405,13 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
     if (!absl::StartsWith(key, "zero.")) extra[key] = value;
   }
   return extra;
+}
+
+std::string Engine::checkpoint_layout() const {
+  if (config_.stage == 0) return "";  // every rank updates everything: pieces are in rank 0's file
+  std::string layout = absl::StrCat(comm_.world_size(), " ranks:");
+  for (const UnitState& u : units_) absl::StrAppend(&layout, " ", u.name, "/", u.layout.padded_numel);
+  return layout;
 }
 
 absl::StatusOr<std::vector<UnitCheckpoint>> Engine::checkpoint_targets() {

@@ -167,6 +167,10 @@ class Engine {
   // putting what was read in place (the parameters are allgathered where the stage keeps them whole).
   absl::Status write_checkpoint_file(const std::string& path, const std::map<std::string, std::string>& extra);
   absl::StatusOr<std::vector<UnitCheckpoint>> checkpoint_targets();
+  // How this rank's range of every unit is cut at stages 1-3 (world size, flat units and their padded
+  // sizes): a checkpoint saved with the same layout has all of rank r's range in rank r's file. "" at
+  // stage 0, where each rank updates everything.
+  std::string checkpoint_layout() const;
   absl::Status install_checkpoint(const std::vector<UnitCheckpoint>& units);
   Tensor full_params(int u) const;
   ParamViews param_views(int u) const;
