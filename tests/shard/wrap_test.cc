@@ -75,7 +75,8 @@ TEST(WrapPolicy, GroupParameterNamesMapBackToTheModels) {
 TEST(WrapPolicy, WrappedTrainingGivesBitIdenticalParametersAtEveryStage) {
   // Each element is reduced in the same rank order and updated by the same elementwise optimizer,
   // whichever flat unit holds it; the clipping norm is exact. Only padding and collective count change.
-  testing::TrainRun run{.world_size = 3};
+  testing::TrainRun run;
+  run.world_size = 3;
   run.zero.gradient_clipping = 1.0;
   run.zero.persistence_threshold = 0;
   for (int stage = 0; stage <= 3; ++stage) {
