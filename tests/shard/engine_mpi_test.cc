@@ -14,7 +14,8 @@ namespace zero::testing {
 namespace {
 
 absl::Status compare_stage(Communicator& comm, int stage) {
-  TrainRun run{.world_size = comm.world_size()};
+  TrainRun run;
+  run.world_size = comm.world_size();
   run.zero.stage = stage;
   run.zero.accumulation_steps = 2;
   run.zero.gradient_clipping = 1.0;
