@@ -209,6 +209,13 @@ std::string Allocator::summary() const {
   return out;
 }
 
+absl::StatusOr<Tensor> on_host(const Tensor& t, Allocator& allocator, Buffer& holder) {
+  if (t.device().is_cpu()) return t;
+  ZERO_ASSIGN_OR_RETURN(holder, allocator.allocate(static_cast<int64_t>(t.nbytes()), MemoryCategory::kWorkspace));
+  ZERO_RETURN_IF_ERROR(copy_bytes(holder.data(), Device::cpu(), t.data(), t.device(), t.nbytes()));
+  return holder.tensor(t.dtype(), t.shape());
+}
+
 bool is_out_of_memory(const absl::Status& status) {
   return absl::IsResourceExhausted(status) && absl::StartsWith(status.message(), kOutOfMemoryTag);
 }

@@ -123,4 +123,8 @@ class Allocator {
 // True for the status Allocator::allocate returns when a budget is exceeded.
 bool is_out_of_memory(const absl::Status& status);
 
+// `t` readable on the host: itself when it is on the CPU, else a copy in `holder` (kWorkspace of
+// `allocator`), valid while `holder` lives.
+absl::StatusOr<Tensor> on_host(const Tensor& t, Allocator& allocator, Buffer& holder);
+
 }  // namespace zero

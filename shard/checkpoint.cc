@@ -337,7 +337,9 @@ absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std:
 absl::Status Engine::write_checkpoint_file(const std::string& path, const std::map<std::string, std::string>& extra) {
   std::vector<std::pair<std::string, Tensor>> pieces;
   std::vector<Buffer> host_copies;  // what the pieces view, for an engine on a GPU
-  const auto host_view = [&](const Tensor& t) -> absl::StatusOr<Tensor> { return on_host(t, host_copies.emplace_back()); };
+  const auto host_view = [&](const Tensor& t) -> absl::StatusOr<Tensor> {
+    return on_host(t, allocator_, host_copies.emplace_back());
+  };
   const bool holds_pieces = config_.stage > 0 || comm_.rank() == 0;  // stage 0 ranks hold the same values
   for (const UnitState& u : holds_pieces ? std::span<const UnitState>(units_) : std::span<const UnitState>()) {
     const auto [begin, count] = own_range(u);

@@ -200,13 +200,6 @@ absl::Status Engine::upload(const Tensor& dst, const Tensor& host) {
   return kernels::cast(dst, staged.tensor(host.dtype(), host.shape()));
 }
 
-absl::StatusOr<Tensor> Engine::on_host(const Tensor& src, Buffer& holder) {
-  if (src.device().is_cpu()) return src;
-  ZERO_ASSIGN_OR_RETURN(holder, allocator_.allocate(static_cast<int64_t>(src.nbytes()), MemoryCategory::kWorkspace));
-  ZERO_RETURN_IF_ERROR(copy_bytes(holder.data(), Device::cpu(), src.data(), src.device(), src.nbytes()));
-  return holder.tensor(src.dtype(), src.shape());
-}
-
 absl::Status Engine::page_out_optimizer(const UnitState& u) {
   ZERO_RETURN_IF_ERROR(allocator_.page_out(u.master.data()));
   for (const auto& [name, state] : u.optimizer->state()) ZERO_RETURN_IF_ERROR(allocator_.page_out(state.data()));
@@ -688,7 +681,7 @@ absl::Status Engine::visit_full_params(
     UnitState& u = units_[i];
     if (u.sharded) ZERO_RETURN_IF_ERROR(gather_now(static_cast<int>(i)));
     Buffer host_copy;
-    ZERO_ASSIGN_OR_RETURN(const Tensor full, on_host(full_params(static_cast<int>(i)), host_copy));
+    ZERO_ASSIGN_OR_RETURN(const Tensor full, on_host(full_params(static_cast<int>(i)), allocator_, host_copy));
     for (size_t p = 0; p < u.layout.params.size(); ++p) {
       const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
       ZERO_RETURN_IF_ERROR(visit(unit, param, full.view(u.layout.params[p].offset, u.layout.shapes[p])));

@@ -159,10 +159,9 @@ class Engine {
   // The flat range [begin, begin + count) of a unit this rank updates: stage 0 all of it, else its slice.
   std::pair<int64_t, int64_t> own_range(const UnitState& u) const;
   absl::Status assign_params(UnitState& u, const float* values, int64_t first);
-  // Host values into the engine's buffers and back: `host` (CPU) converted into `dst` wherever it lives;
-  // `src` itself when it is on the CPU, else a copy in `holder` (kWorkspace).
+  // Host values into the engine's buffers (the way back is runtime/allocator.h's on_host): `host` (CPU)
+  // converted into `dst` wherever it lives.
   absl::Status upload(const Tensor& dst, const Tensor& host);
-  absl::StatusOr<Tensor> on_host(const Tensor& src, Buffer& holder);
   // Checkpoints: writing this rank's file; what this rank needs of each unit (zeroed host buffers); and
   // putting what was read in place (the parameters are allgathered where the stage keeps them whole).
   absl::Status write_checkpoint_file(const std::string& path, const std::map<std::string, std::string>& extra);

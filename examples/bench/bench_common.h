@@ -29,6 +29,9 @@ struct Repetitions {
   int iters = 1;
 };
 
+// Bytes in MiB, for the tables.
+inline double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
 // InvalidArgument "--<flag>: <message>".
 absl::Status flag_error(absl::string_view flag, absl::string_view message);
 

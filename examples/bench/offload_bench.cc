@@ -18,8 +18,6 @@ ABSL_FLAG(std::string, nvme_path, std::filesystem::temp_directory_path().string(
 namespace zero {
 namespace {
 
-double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
-
 // The process's peak resident memory (VmHWM) since the last reset, in bytes; -1 where /proc has none.
 // Every local rank is a thread of this process, so it covers them all.
 int64_t peak_resident_bytes() {
@@ -50,11 +48,6 @@ absl::StatusOr<OffloadRow> run_one(Communicator& comm, StagesBenchOptions option
   return OffloadRow{.run = row, .offloaded = offload, .peak_resident = peak_resident_bytes()};
 }
 
-int64_t model_states_in_ram(const MemoryStats& m) {
-  return m.peak_of(MemoryCategory::kParams) + m.peak_of(MemoryCategory::kGrads) +
-         m.peak_of(MemoryCategory::kMasterWeights) + m.peak_of(MemoryCategory::kOptimizerState);
-}
-
 ResultTable offload_table(const std::vector<OffloadRow>& rows) {
   ResultTable table({{"stage"}, {"optimizer"}, {"step_ms", 1}, {"vs_ram", 3}, {"states_ram_MiB", 2},
                      {"formula_MiB", 2}, {"in_files_MiB", 2}, {"formula_files_MiB", 2}, {"rank0_total_MiB", 2},
@@ -63,7 +56,7 @@ ResultTable offload_table(const std::vector<OffloadRow>& rows) {
   for (const OffloadRow& r : rows) {
     if (!r.offloaded) ram_ms = r.run.step_ms;
     table.add_row({int64_t{r.run.stage}, std::string(r.offloaded ? "nvme" : "ram"), r.run.step_ms,
-                   r.run.step_ms / ram_ms, mib(model_states_in_ram(r.run.memory)), mib(r.run.formula_model_state),
+                   r.run.step_ms / ram_ms, mib(r.run.model_state_peak()), mib(r.run.formula_model_state),
                    mib(r.run.in_files), mib(r.run.formula_in_files), mib(r.run.memory.peak_total),
                    r.peak_resident < 0 ? 0.0 : mib(r.peak_resident)});
   }

@@ -29,8 +29,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
-
 absl::StatusOr<Gpt2Config> gpt2_model_flag() {
   const std::string name = absl::GetFlag(FLAGS_model);
   if (name == "small") return Gpt2Config::make(256, 8192, 4, 4, 256);
@@ -112,12 +110,12 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   return row;
 }
 
-namespace {
-
-int64_t model_state_peak(const MemoryStats& m) {
-  return m.peak_of(MemoryCategory::kParams) + m.peak_of(MemoryCategory::kGrads) +
-         m.peak_of(MemoryCategory::kMasterWeights) + m.peak_of(MemoryCategory::kOptimizerState);
+int64_t StageRow::model_state_peak() const {
+  return memory.peak_of(MemoryCategory::kParams) + memory.peak_of(MemoryCategory::kGrads) +
+         memory.peak_of(MemoryCategory::kMasterWeights) + memory.peak_of(MemoryCategory::kOptimizerState);
 }
+
+namespace {
 
 // gnuplot reads the CSV's columns by number; see stages_bench_table for the order.
 constexpr absl::string_view kPlotScript = R"(set datafile separator ','
@@ -177,7 +175,7 @@ ResultTable stages_bench_table(const std::vector<StageRow>& rows) {
                    mib(m.peak_of(MemoryCategory::kParams)), mib(m.peak_of(MemoryCategory::kGrads)),
                    mib(m.peak_of(MemoryCategory::kMasterWeights)), mib(m.peak_of(MemoryCategory::kOptimizerState)),
                    mib(m.peak_of(MemoryCategory::kCommBuffers)), mib(m.peak_of(MemoryCategory::kActivations)),
-                   mib(m.peak_of(MemoryCategory::kWorkspace)), mib(model_state_peak(m)), mib(r.formula_model_state),
+                   mib(m.peak_of(MemoryCategory::kWorkspace)), mib(r.model_state_peak()), mib(r.formula_model_state),
                    mib(r.sent.param_gather + r.sent.grad_reduce), mib(r.formula_sent)});
   }
   return table;

@@ -37,6 +37,9 @@ struct StageRow {
   int64_t formula_in_files = 0;     // shard/plan.h's
   CommVolume sent;                  // rank 0's bytes in the last step
   int64_t formula_sent = 0;         // shard/plan.h's gathers + reductions per step
+
+  // Rank 0's peak params + grads + master weights + optimizer state in RAM, beside formula_model_state.
+  int64_t model_state_peak() const;
 };
 
 // Runs on every rank of `comm`: the model under each stage in turn, fresh engine per stage, same data.

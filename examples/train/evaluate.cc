@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/device_memory.h"
 #include "runtime/status.h"
 
 namespace zero::train {
@@ -26,13 +25,8 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::create(std::shared_ptr<con
 
 absl::Status Evaluator::score(const Tensor& logits, const Batch& host, EvalResult& sums) {
   Buffer copy;
-  Tensor on_host = logits;
-  if (!logits.device().is_cpu()) {
-    ZERO_ASSIGN_OR_RETURN(copy, allocator_.allocate(static_cast<int64_t>(logits.nbytes()), MemoryCategory::kWorkspace));
-    ZERO_RETURN_IF_ERROR(copy_bytes(copy.data(), Device::cpu(), logits.data(), logits.device(), logits.nbytes()));
-    on_host = copy.tensor(logits.dtype(), logits.shape());
-  }
-  const data::AdditionScore s = task_->score(on_host, host.targets);
+  ZERO_ASSIGN_OR_RETURN(const Tensor host_logits, on_host(logits, allocator_, copy));
+  const data::AdditionScore s = task_->score(host_logits, host.targets);
   sums.answers_correct += s.answers_correct;
   sums.answers += s.answers;
   return absl::OkStatus();

@@ -9,11 +9,9 @@
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
 #include "runtime/allocator.h"
+#include "runtime/device_memory.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/skip_without_gpu.h"
-#if ZERO_HAS_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace zero::kernels {
 namespace {
@@ -22,14 +20,6 @@ using testing::expect_near_all;
 using testing::kU32;
 using testing::random_floats;
 using testing::view;
-
-void copy_bytes(void* dst, const void* src, size_t nbytes) {
-#if ZERO_HAS_CUDA
-  ASSERT_EQ(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), cudaSuccess);
-#else
-  ADD_FAILURE() << "unreachable: every GPU test skips in a build without CUDA";
-#endif
-}
 
 // Runs on cuda:0 with copies of host vectors; keeps the device buffers alive for the test.
 class CudaKernels : public ::testing::Test {
@@ -42,7 +32,7 @@ class CudaKernels : public ::testing::Test {
                                       Device::cuda(0));
     EXPECT_TRUE(buffer.ok()) << buffer.status();
     Tensor t = buffer->tensor(DTypeOf<T>::value, std::move(shape));
-    copy_bytes(t.data(), host.data(), t.nbytes());
+    EXPECT_TRUE(copy_bytes(t.data(), t.device(), host.data(), Device::cpu(), t.nbytes()).ok());
     buffers_.push_back(*std::move(buffer));
     return t;
   }
@@ -50,7 +40,7 @@ class CudaKernels : public ::testing::Test {
   template <typename T>
   std::vector<T> download(const Tensor& t) {
     std::vector<T> host(static_cast<size_t>(t.numel()));
-    copy_bytes(host.data(), t.data(), t.nbytes());
+    EXPECT_TRUE(copy_bytes(host.data(), Device::cpu(), t.data(), t.device(), t.nbytes()).ok());
     return host;
   }
 
