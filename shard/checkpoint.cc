@@ -30,8 +30,9 @@ namespace {
 constexpr char kFormat[] = "zero-checkpoint-1";
 constexpr char kParamPiece[] = "param";  // the fp32 parameter value; other pieces are optimizer state
 
-std::string piece_name(absl::string_view unit, absl::string_view param, absl::string_view what, int64_t first) {
-  return absl::StrCat(unit, "/", param, "/", what, "@", first);
+// `param` is the model's "<unit>/<param>".
+std::string piece_name(absl::string_view param, absl::string_view what, int64_t first) {
+  return absl::StrCat(param, "/", what, "@", first);
 }
 
 // The metadata key of a parameter's shape is this prefix and its model name: every file lists the shapes
@@ -180,7 +181,7 @@ struct UnitCheckpoint {
   std::vector<int64_t> covered;           // elements read, per (param, piece): param * pieces() + piece
 
   int pieces() const { return 1 + static_cast<int>(state_names.size()); }  // the values, then each state
-  std::string piece_name(int piece) const { return piece == 0 ? "values" : state_names[piece - 1]; }
+  std::string piece_label(int piece) const { return piece == 0 ? "values" : state_names[piece - 1]; }
   float* piece_data(int piece) const {
     return static_cast<float*>(piece == 0 ? values.data() : state[piece - 1].data());
   }
@@ -195,6 +196,38 @@ namespace {
 
 using Metadata = std::map<std::string, std::string>;
 using ParamIndex = absl::flat_hash_map<std::string, std::pair<int, int>>;  // model name -> (unit, param)
+
+// A flat unit's parameters under the model's names, which pieces and shapes are keyed by.
+std::vector<UnitCheckpoint::Param> params_of(const std::string& unit, const FlatLayout& layout) {
+  std::vector<UnitCheckpoint::Param> params;
+  for (size_t p = 0; p < layout.params.size(); ++p) {
+    const auto [model_unit, param] = model_param_name(unit, layout.params[p].name);
+    params.push_back({.name = absl::StrCat(model_unit, "/", param), .offset = layout.params[p].offset,
+                      .numel = layout.params[p].numel, .shape = shape_string(layout.shapes[p])});
+  }
+  return params;
+}
+
+// The step count and fp16 loss scaler a checkpoint carries.
+struct EngineCounters {
+  int64_t steps = 0;
+  std::optional<double> loss_scale;  // when both the checkpoint and the engine train in fp16
+  int good_steps = 0;
+  int hysteresis_left = 0;
+};
+
+absl::StatusOr<EngineCounters> counters_from(const Metadata& metadata, DType precision, absl::string_view dir) {
+  EngineCounters c;
+  ZERO_ASSIGN_OR_RETURN(c.steps, metadata_number<int64_t>(metadata, "zero.steps", dir));
+  const auto saved_precision = metadata.find("zero.precision");
+  const bool fp16 = precision == DType::kF16 && saved_precision != metadata.end() &&
+                    saved_precision->second == dtype_name(DType::kF16);
+  if (!fp16) return c;
+  ZERO_ASSIGN_OR_RETURN(c.loss_scale, metadata_number<double>(metadata, "zero.loss_scale", dir));
+  ZERO_ASSIGN_OR_RETURN(c.good_steps, metadata_number<int>(metadata, "zero.good_steps", dir));
+  ZERO_ASSIGN_OR_RETURN(c.hysteresis_left, metadata_number<int>(metadata, "zero.hysteresis_left", dir));
+  return c;
+}
 
 // InvalidArgument unless the saved shapes are the model's, parameter for parameter.
 absl::Status check_same_model(const Metadata& metadata, const std::vector<UnitCheckpoint>& units, size_t params,
@@ -261,7 +294,7 @@ absl::Status check_coverage(const std::vector<UnitCheckpoint>& units, const Meta
         if (got == u.needed(p)) continue;
         return absl::DataLossError(absl::StrCat(
             "checkpoint ", dir, " holds ", got, " of the ", u.needed(p), " elements of ", u.params[p].name, " ",
-            u.piece_name(what), " that rank ", rank, " needs (saved with ", metadata.at("zero.optimizer"), " by ",
+            u.piece_label(what), " that rank ", rank, " needs (saved with ", metadata.at("zero.optimizer"), " by ",
             saved_ranks, " ranks); load it with the optimizer it was saved with"));
       }
     }
@@ -351,23 +384,19 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::m
     for (auto& [name, t] : state) {
       ZERO_ASSIGN_OR_RETURN(t, host_view(t));
     }
-    for (const FlatParam& p : u.layout.params) {
+    for (const UnitCheckpoint::Param& p : params_of(u.name, u.layout)) {
       const int64_t first = std::max(p.offset, begin);
       const int64_t last = std::min(p.offset + p.numel, begin + count);
       if (first >= last) continue;
-      const auto [unit, param] = model_param_name(u.name, p.name);
-      pieces.emplace_back(piece_name(unit, param, kParamPiece, first - p.offset), values.slice(first - begin, last - begin));
+      pieces.emplace_back(piece_name(p.name, kParamPiece, first - p.offset), values.slice(first - begin, last - begin));
       for (const auto& [what, t] : state) {
-        pieces.emplace_back(piece_name(unit, param, what, first - p.offset), t.slice(first - begin, last - begin));
+        pieces.emplace_back(piece_name(p.name, what, first - p.offset), t.slice(first - begin, last - begin));
       }
     }
   }
   std::map<std::string, std::string> metadata = extra;
   for (const UnitState& u : units_) {
-    for (size_t p = 0; p < u.layout.params.size(); ++p) {
-      const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
-      metadata[absl::StrCat(kShapeKey, unit, "/", param)] = shape_string(u.layout.shapes[p]);
-    }
+    for (const UnitCheckpoint::Param& p : params_of(u.name, u.layout)) metadata[kShapeKey + p.name] = p.shape;
   }
   metadata["zero.format"] = kFormat;
   metadata["zero.world_size"] = absl::StrCat(comm_.world_size());
@@ -393,13 +422,15 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
   absl::StatusOr<std::vector<UnitCheckpoint>> units = checkpoint_targets();
   absl::StatusOr<Metadata> metadata =
       units.ok() ? read_checkpoint(dir, *units, comm_.rank(), checkpoint_layout()) : units.status();
-  ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, metadata.status(), absl::StrCat("loading checkpoint ", dir)));
+  const absl::StatusOr<EngineCounters> counters =
+      metadata.ok() ? counters_from(*metadata, dtype_, dir) : absl::StatusOr<EngineCounters>(metadata.status());
+  ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, counters.status(), absl::StrCat("loading checkpoint ", dir)));
   ZERO_RETURN_IF_ERROR(install_checkpoint(*units));
-  ZERO_ASSIGN_OR_RETURN(step_count_, metadata_number<int64_t>(*metadata, "zero.steps", dir));
-  if (dtype_ == DType::kF16 && (*metadata)["zero.precision"] == dtype_name(DType::kF16)) {
-    ZERO_ASSIGN_OR_RETURN(loss_scale_, metadata_number<double>(*metadata, "zero.loss_scale", dir));
-    ZERO_ASSIGN_OR_RETURN(good_steps_, metadata_number<int>(*metadata, "zero.good_steps", dir));
-    ZERO_ASSIGN_OR_RETURN(hysteresis_left_, metadata_number<int>(*metadata, "zero.hysteresis_left", dir));
+  step_count_ = counters->steps;
+  if (counters->loss_scale) {  // an fp16 run from an fp16 checkpoint carries its scaler on
+    loss_scale_ = *counters->loss_scale;
+    good_steps_ = counters->good_steps;
+    hysteresis_left_ = counters->hysteresis_left;
   }
   allocator_.reset_peaks();  // what reading needed is not part of any step's peak
   std::map<std::string, std::string> extra;
@@ -421,11 +452,7 @@ absl::StatusOr<std::vector<UnitCheckpoint>> Engine::checkpoint_targets() {
   for (const UnitState& u : units_) {
     UnitCheckpoint& c = units.emplace_back();
     std::tie(c.begin, c.count) = own_range(u);
-    for (size_t p = 0; p < u.layout.params.size(); ++p) {
-      const auto [unit, param] = model_param_name(u.name, u.layout.params[p].name);
-      c.params.push_back({.name = absl::StrCat(unit, "/", param), .offset = u.layout.params[p].offset,
-                          .numel = u.layout.params[p].numel, .shape = shape_string(u.layout.shapes[p])});
-    }
+    c.params = params_of(u.name, u.layout);
     c.optimizer = std::string(u.optimizer->name());
     for (const auto& [name, t] : u.optimizer->state()) c.state_names.push_back(name);
     ZERO_ASSIGN_OR_RETURN(c.values, allocator_.allocate(c.count * 4, MemoryCategory::kWorkspace));
