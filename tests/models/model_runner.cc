@@ -1,38 +1,22 @@
 // ModelRunner: one rank's stage-0 forward and backward over host-held parameters, on the CPU or a CUDA device.
 #include "tests/models/model_runner.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "models/unit_common.h"
 #include "runtime/dtype.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "shard/init.h"
-#if ZERO_HAS_CUDA
-#include "runtime/cuda/cuda_check.h"
-#endif
 
 namespace zero::testing {
 namespace {
 
-// Copies nbytes between host and CUDA memory, either way, after the work queued on the device.
-absl::Status copy_bytes(void* dst, const void* src, size_t nbytes) {
-#if ZERO_HAS_CUDA
-  return cuda_status(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), "ModelRunner's cudaMemcpy");
-#else
-  return absl::FailedPreconditionError("a ModelRunner on a CUDA device needs a build with CUDA");
-#endif
-}
-
 // The elements of an fp32 tensor, copied to the host.
 absl::StatusOr<std::vector<float>> host_floats(const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  if (t.device().is_cpu()) {
-    std::memcpy(out.data(), t.data(), t.nbytes());
-  } else {
-    ZERO_RETURN_IF_ERROR(copy_bytes(out.data(), t.data(), t.nbytes()));
-  }
+  ZERO_RETURN_IF_ERROR(copy_bytes(out.data(), Device::cpu(), t.data(), t.device(), t.nbytes()));
   return out;
 }
 
@@ -48,7 +32,7 @@ class DeviceMirror {
     if (auto it = copies_.find(host.data()); it != copies_.end()) return it->second.device;
     ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator_.allocate(static_cast<int64_t>(host.nbytes()), category, device_));
     const Tensor copy = buffer.tensor(host.dtype(), host.shape());
-    ZERO_RETURN_IF_ERROR(copy_bytes(copy.data(), host.data(), host.nbytes()));
+    ZERO_RETURN_IF_ERROR(copy_bytes(copy.data(), device_, host.data(), Device::cpu(), host.nbytes()));
     buffers_.push_back(std::move(buffer));
     copies_.emplace(host.data(), Copy{host, copy, category});
     return copy;
@@ -68,7 +52,7 @@ class DeviceMirror {
   // Every copy of `category` written back over the host tensor it was made from.
   absl::Status copy_back(MemoryCategory category) const {
     for (const auto& [data, c] : copies_) {
-      if (c.category == category) ZERO_RETURN_IF_ERROR(copy_bytes(c.host.data(), c.device.data(), c.host.nbytes()));
+      if (c.category == category) ZERO_RETURN_IF_ERROR(copy_bytes(c.host.data(), Device::cpu(), c.device.data(), c.device.device(), c.host.nbytes()));
     }
     return absl::OkStatus();
   }
