@@ -159,6 +159,16 @@ absl::Status Allocator::page_out(const void* buffer_data) {
                        static_cast<size_t>(file.second));
 }
 
+int64_t Allocator::file_bytes_in_ram() const {
+  std::lock_guard lock(mu_);
+  int64_t in_ram = 0;
+  for (const auto& [data, file] : file_buffers_) {
+    in_ram += static_cast<int64_t>(file_resident_bytes(FileMemory{.data = const_cast<void*>(data), .fd = file.first},
+                                                       static_cast<size_t>(file.second)));
+  }
+  return in_ram;
+}
+
 std::optional<int64_t> Allocator::budget() const {
   std::lock_guard lock(mu_);
   return budget_;

@@ -96,6 +96,13 @@ class Allocator {
   // Writes the pages of the file-backed buffer whose data() is `buffer_data` back and drops them from
   // RAM; nothing for other buffers.
   absl::Status page_out(const void* buffer_data);
+  // One host allocation mapped from a new file in `dir`, counted as place_in_files counts a category's:
+  // for when only some of a category's buffers go to files (the sharded parameters of ZeRO-Infinity's
+  // offload_param, beside parameters kept whole in RAM).
+  absl::StatusOr<Buffer> allocate_in_file(int64_t nbytes, MemoryCategory category, const std::string& dir);
+  // Bytes of the file-backed buffers that are in RAM now (whole pages): what page_out has not dropped,
+  // or what was touched since.
+  int64_t file_bytes_in_ram() const;
 
   int rank() const { return rank_; }
   std::optional<int64_t> budget() const;
@@ -108,7 +115,6 @@ class Allocator {
 
  private:
   friend class Buffer;
-  absl::StatusOr<Buffer> allocate_in_file(int64_t nbytes, MemoryCategory category, const std::string& dir);
   void release(Buffer& buffer);
   std::string held_description_locked() const;
 

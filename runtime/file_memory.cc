@@ -2,11 +2,14 @@
 #include "runtime/file_memory.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -57,6 +60,21 @@ absl::Status file_page_out(const FileMemory& memory, size_t nbytes) {
   // The pages are clean now; drop them from the page cache too, so RAM holds none of them.
   posix_fadvise(memory.fd, 0, static_cast<off_t>(nbytes), POSIX_FADV_DONTNEED);
   return absl::OkStatus();
+}
+
+size_t file_resident_bytes(const FileMemory& memory, size_t nbytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_ram((nbytes + page - 1) / page);
+  if (mincore(memory.data, nbytes, in_ram.data()) != 0) return 0;  // only fails for memory not mapped
+  size_t resident = 0;
+  for (unsigned char bits : in_ram) resident += (bits & 1) ? page : 0;
+  return resident;
+}
+
+bool files_stay_in_ram(const std::string& dir) {
+  struct statfs fs {};
+  if (statfs(dir.c_str(), &fs) != 0) return false;
+  return fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC;
 }
 
 absl::Status check_file_dir(const std::string& dir) {

@@ -21,6 +21,13 @@ void file_free(const FileMemory& memory, size_t nbytes);
 // reads them back. What keeps an offloaded optimizer's resident memory to the unit being updated.
 absl::Status file_page_out(const FileMemory& memory, size_t nbytes);
 
+// How many of the memory's bytes are in RAM now (whole pages, by mincore): 0 right after file_page_out.
+size_t file_resident_bytes(const FileMemory& memory, size_t nbytes);
+
+// True when `dir` is on a file system that keeps files in RAM (tmpfs, ramfs): paging out there frees no
+// memory, so offloading to it saves none.
+bool files_stay_in_ram(const std::string& dir);
+
 // OK if files can be created in `dir`; otherwise an error naming it.
 absl::Status check_file_dir(const std::string& dir);
 

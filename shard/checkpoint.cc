@@ -376,7 +376,7 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::m
   const bool holds_pieces = config_.stage > 0 || comm_.rank() == 0;  // stage 0 ranks hold the same values
   for (const UnitState& u : holds_pieces ? std::span<const UnitState>(units_) : std::span<const UnitState>()) {
     const auto [begin, count] = own_range(u);
-    const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
+    const Tensor held = u.params.tensor(dtype_, {u.held_numel()});
     ZERO_ASSIGN_OR_RETURN(const Tensor values, host_view(dtype_ != DType::kF32 ? u.master.tensor(DType::kF32, {count})
                                                          : u.sharded           ? held
                                                                                : held.slice(begin, begin + count)));
@@ -410,7 +410,7 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::m
   metadata["zero.good_steps"] = absl::StrCat(good_steps_);
   metadata["zero.hysteresis_left"] = absl::StrCat(hysteresis_left_);
   ZERO_RETURN_IF_ERROR(write_safetensors(path, pieces, metadata));
-  for (const UnitState& u : units_) ZERO_RETURN_IF_ERROR(page_out_optimizer(u));  // reading paged them in
+  for (const UnitState& u : units_) ZERO_RETURN_IF_ERROR(page_out_offloaded(u));  // reading paged them in
   return absl::OkStatus();
 }
 
@@ -469,7 +469,7 @@ absl::Status Engine::install_checkpoint(const std::vector<UnitCheckpoint>& units
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
     const UnitCheckpoint& c = units[i];
-    const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
+    const Tensor held = u.params.tensor(dtype_, {u.held_numel()});
     const Tensor own = u.sharded ? held : held.slice(c.begin, c.begin + c.count);
     const Tensor values = c.values.tensor(DType::kF32, {c.count});
     ZERO_RETURN_IF_ERROR(upload(own, values));
@@ -478,7 +478,7 @@ absl::Status Engine::install_checkpoint(const std::vector<UnitCheckpoint>& units
     for (size_t k = 0; k < state.size(); ++k) {
       ZERO_RETURN_IF_ERROR(upload(state[k].second, c.state[k].tensor(DType::kF32, {c.count})));
     }
-    ZERO_RETURN_IF_ERROR(page_out_optimizer(u));
+    ZERO_RETURN_IF_ERROR(page_out_offloaded(u));
     // Stages 1-3 updated only this rank's slice of a unit kept whole; the others' slices come from them.
     if (config_.stage > 0 && !u.sharded) ZERO_RETURN_IF_ERROR(comm_.allgather(own, held).wait());
   }

@@ -68,6 +68,11 @@ struct ZeroConfig {
   // them in files instead, as ZeRO-Infinity's offload_optimizer: each unit's are paged in for its update
   // and written back and dropped from RAM after it (Allocator::place_in_files), bit-identical results.
   std::string offload_optimizer_path;
+  // Stage 3 only: "" keeps each rank's parameter shards in RAM. A directory holds them in files instead,
+  // as ZeRO-Infinity's offload_param: a unit's shard is paged in to be gathered or updated and dropped
+  // from RAM once that is done, so RAM holds the gathered units, not the shards. Units kept whole
+  // (persistence_threshold) stay in RAM, as DeepSpeed keeps persistent parameters on the device.
+  std::string offload_param_path;
 
   // InvalidArgument naming the key when a value is out of range.
   absl::Status validate() const;

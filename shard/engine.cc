@@ -35,10 +35,17 @@ absl::Status ZeroConfig::validate() const {
                                   "use stage 0 or 1, or turn no_sync off");
   }
   if (gradient_clipping < 0) return bad("gradient_clipping", gradient_clipping, "must be >= 0 (0 = off)");
-  if (!offload_optimizer_path.empty() && !device.is_cpu()) {
-    return bad("offload_optimizer_path", offload_optimizer_path,
-               absl::StrCat("offloading from ", device.to_string(), " is not built (the update would need a CPU "
-                            "optimizer); train on the CPU or keep the optimizer on the device"));
+  for (const auto& [key, path] : {std::pair{"offload_optimizer_path", &offload_optimizer_path},
+                                   {"offload_param_path", &offload_param_path}}) {
+    if (!path->empty() && !device.is_cpu()) {
+      return bad(key, *path, absl::StrCat("offloading from ", device.to_string(), " is not built (ZeRO-Offload's host "
+                                          "optimizer); train on the CPU, or keep the states on the device"));
+    }
+  }
+  if (!offload_param_path.empty() && stage != 3) {
+    return bad("offload_param_path", offload_param_path,
+               absl::StrCat("stage ", stage, " keeps every parameter whole on every rank, and offload_param moves "
+                            "the shards of stage 3; use stage 3, or offload the optimizer instead"));
   }
   if (!is_floating(precision)) return bad("precision", dtype_name(precision), "use fp32, bf16 or fp16");
   if (loss_scaling.initial_scale <= 0 || loss_scaling.min_scale <= 0 || loss_scaling.static_scale < 0 ||
@@ -106,8 +113,7 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   ZERO_RETURN_IF_ERROR(place_optimizer_in_files());
   const int64_t bytes = static_cast<int64_t>(dtype_size(dtype_));
   for (UnitState& u : units_) {
-    const int64_t held = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
-    ZERO_ASSIGN_OR_RETURN(u.params, allocator_.allocate(held * bytes, MemoryCategory::kParams, device_));
+    ZERO_ASSIGN_OR_RETURN(u.params, allocate_params(u));
     const int64_t grads = config_.stage >= 2 ? u.layout.shard_numel : u.layout.padded_numel;
     ZERO_ASSIGN_OR_RETURN(u.grads, allocator_.allocate(grads * bytes, MemoryCategory::kGrads, device_));
     ZERO_RETURN_IF_ERROR(kernels::fill_zero(u.grads.tensor(dtype_, {grads})));
@@ -127,7 +133,7 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
                                                      u.optimizer->device().to_string(), " for an engine on ",
                                                      device_.to_string(), "; build it on the device it is given"));
     }
-    ZERO_RETURN_IF_ERROR(page_out_optimizer(u));
+    ZERO_RETURN_IF_ERROR(page_out_offloaded(u));
   }
   ZERO_RETURN_IF_ERROR(initialize_params());
   plan_buckets();
@@ -144,6 +150,16 @@ absl::Status Engine::place_optimizer_in_files() {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Buffer> Engine::allocate_params(const UnitState& u) {
+  const int64_t nbytes = u.held_numel() * static_cast<int64_t>(dtype_size(dtype_));
+  const std::string& dir = config_.offload_param_path;
+  if (!u.sharded || dir.empty() || nbytes == 0) return allocator_.allocate(nbytes, MemoryCategory::kParams, device_);
+  absl::StatusOr<Buffer> in_file = allocator_.allocate_in_file(nbytes, MemoryCategory::kParams, dir);
+  if (in_file.ok()) return in_file;
+  return absl::Status(in_file.status().code(),
+                      absl::StrCat("offloading the parameters to ", dir, ": ", in_file.status().message()));
 }
 
 absl::Status Engine::check_same_model_on_every_rank() {
@@ -181,15 +197,14 @@ std::pair<int64_t, int64_t> Engine::own_range(const UnitState& u) const {
 absl::Status Engine::assign_params(UnitState& u, const float* values, int64_t first) {
   // values[k] is flat element first + k (on the host), covering at least what this rank holds.
   const int64_t held_begin = u.sharded ? u.layout.shard_begin(comm_.rank()) : 0;
-  const int64_t held_numel = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
-  const Tensor source(const_cast<float*>(values) + (held_begin - first), DType::kF32, {held_numel});
-  ZERO_RETURN_IF_ERROR(upload(u.params.tensor(dtype_, {held_numel}), source));
+  const Tensor source(const_cast<float*>(values) + (held_begin - first), DType::kF32, {u.held_numel()});
+  ZERO_RETURN_IF_ERROR(upload(u.params.tensor(dtype_, {u.held_numel()}), source));
   if (u.master.data() != nullptr) {
     const auto [begin, count] = own_range(u);
     const Tensor own_values(const_cast<float*>(values) + (begin - first), DType::kF32, {count});
     ZERO_RETURN_IF_ERROR(upload(u.master.tensor(DType::kF32, {count}), own_values));
   }
-  return page_out_optimizer(u);
+  return page_out_offloaded(u);
 }
 
 absl::Status Engine::upload(const Tensor& dst, const Tensor& host) {
@@ -200,7 +215,8 @@ absl::Status Engine::upload(const Tensor& dst, const Tensor& host) {
   return kernels::cast(dst, staged.tensor(host.dtype(), host.shape()));
 }
 
-absl::Status Engine::page_out_optimizer(const UnitState& u) {
+absl::Status Engine::page_out_offloaded(const UnitState& u) {
+  ZERO_RETURN_IF_ERROR(allocator_.page_out(u.params.data()));
   ZERO_RETURN_IF_ERROR(allocator_.page_out(u.master.data()));
   for (const auto& [name, state] : u.optimizer->state()) ZERO_RETURN_IF_ERROR(allocator_.page_out(state.data()));
   return absl::OkStatus();
@@ -211,7 +227,7 @@ absl::Status Engine::initialize_params() {
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
     const int64_t held_begin = u.sharded ? u.layout.shard_begin(rank) : 0;
-    const int64_t held_numel = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
+    const int64_t held_numel = u.held_numel();
     ZERO_ASSIGN_OR_RETURN(Buffer values, allocator_.allocate(held_numel * 4, MemoryCategory::kWorkspace));
     float* held = floats(values);
     std::memset(held, 0, held_numel * 4);  // padding stays zero
@@ -369,13 +385,17 @@ absl::Status Engine::start_gather(int i) {
   return absl::OkStatus();
 }
 
-absl::Status Engine::gather_now(int i) {
-  UnitState& u = units_[i];
-  if (u.gathered.data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(i));
+absl::Status Engine::finish_gather(UnitState& u) {
   if (!u.gather) return absl::OkStatus();
   absl::Status s = u.gather->wait();
   u.gather.reset();
+  s.Update(allocator_.page_out(u.params.data()));  // offload_param: the shard has been read
   return s;
+}
+
+absl::Status Engine::gather_now(int i) {
+  if (units_[i].gathered.data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(i));
+  return finish_gather(units_[i]);
 }
 
 absl::Status Engine::ensure_gathered(int i) {
@@ -401,11 +421,7 @@ absl::Status Engine::prefetch() {
 absl::Status Engine::release_all_gathers() {
   for (UnitState& u : units_) {
     if (!u.sharded) continue;
-    if (u.gather) {
-      absl::Status s = u.gather->wait();
-      u.gather.reset();
-      ZERO_RETURN_IF_ERROR(s);
-    }
+    ZERO_RETURN_IF_ERROR(finish_gather(u));
     u.gathered.reset();
   }
   return absl::OkStatus();
@@ -594,7 +610,7 @@ absl::Status Engine::update_unit(UnitState& u, float lr, double clip_coefficient
   }
   if (unscale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::divide_by(grads32, unscale));
   if (clip < 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(grads32, clip));
-  const Tensor held = u.params.tensor(dtype_, {u.sharded ? u.layout.shard_numel : u.layout.padded_numel});
+  const Tensor held = u.params.tensor(dtype_, {u.held_numel()});
   const Tensor own_params = u.sharded ? held : held.slice(begin, begin + count);
   Communicator* comm = config_.stage == 0 ? nullptr : &comm_;
   if (dtype_ == DType::kF32) {
@@ -603,7 +619,7 @@ absl::Status Engine::update_unit(UnitState& u, float lr, double clip_coefficient
     ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {count}), grads32, step_count_, lr, comm,
                                            HalfCopy{.out = own_params}));
   }
-  return page_out_optimizer(u);
+  return page_out_offloaded(u);
 }
 
 void Engine::adjust_loss_scale(bool overflow) {

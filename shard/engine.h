@@ -124,6 +124,7 @@ class Engine {
     std::string name;
     FlatLayout layout;
     bool sharded = false;  // stage 3 and not persistent: params held as the owned slice only
+    int64_t held_numel() const { return sharded ? layout.shard_numel : layout.padded_numel; }
     std::vector<int> needs;  // units whose parameters it reads: itself, then owners of tied params
     Buffer params;           // (padded) or, when sharded, (shard); in the engine's precision
     Buffer master;           // bf16/fp16 only: fp32 of the elements this rank updates
@@ -147,11 +148,14 @@ class Engine {
   absl::Status build(OptimizerFactory make_optimizer);
   // InvalidArgument naming the ranks whose units (names, parameters, sizes) differ from rank 0's.
   absl::Status check_same_model_on_every_rank();
-  // ZeroConfig::offload_optimizer_path: the optimizer state and master weights go to files there, and
-  // page_out_optimizer sends a unit's back to them (nothing when they are in RAM) once it is written, so
-  // RAM holds one unit's at a time.
+  // ZeroConfig::offload_optimizer_path: the optimizer state and master weights go to files there.
   absl::Status place_optimizer_in_files();
-  absl::Status page_out_optimizer(const UnitState& u);
+  // The unit's parameters as held: in a file under ZeroConfig::offload_param_path when sharded.
+  absl::StatusOr<Buffer> allocate_params(const UnitState& u);
+  // Sends what of a unit is in files (shard, master weights, optimizer state) back to them and drops it
+  // from RAM, once it has been written or read; nothing for what is in RAM. So RAM holds one unit's at
+  // a time.
+  absl::Status page_out_offloaded(const UnitState& u);
   absl::Status initialize_params();
   void plan_buckets();
   absl::Status reserve_transient();
@@ -183,6 +187,8 @@ class Engine {
   void release(int u);
   absl::Status ensure_gathered(int u);
   absl::Status gather_now(int u);
+  // Waits for the unit's gather in flight, if any.
+  absl::Status finish_gather(UnitState& u);
   absl::Status start_gather(int u);
   absl::Status prefetch();
   absl::Status release_all_gathers();

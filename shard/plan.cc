@@ -29,6 +29,9 @@ absl::Status PlanInput::validate() const {
   if (optimizer_state_bytes < 0) {
     return invalid("optimizer_state_bytes", optimizer_state_bytes, "bytes per parameter must be >= 0");
   }
+  if (offload_param && stage != 3) {
+    return invalid("stage", stage, "offload_param moves the parameter shards of stage 3; use stage 3");
+  }
   if (accumulation_steps < 1) return invalid("accumulation_steps", accumulation_steps, "need at least 1");
   if (padded_params != 0 && (padded_params < params || padded_params % world_size != 0)) {
     return invalid("padded_params", padded_params,
@@ -55,6 +58,10 @@ ModelStateBytes model_state_bytes(const PlanInput& input) {
   if (input.offload_optimizer) {
     bytes.in_files = bytes.master_weights + bytes.optimizer_state;
     bytes.master_weights = bytes.optimizer_state = 0;
+  }
+  if (input.offload_param) {
+    bytes.in_files += bytes.params;
+    bytes.params = 0;
   }
   return bytes;
 }

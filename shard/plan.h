@@ -20,7 +20,8 @@
 //   stage 3    grads: A reduce-scatters; params: 2A allgathers        3A·pS(N-1)
 // (DESIGN's 2Ψ(N-1)/N and 3Ψ(N-1)/N elements at A = 1). Stage 3 assumes every unit is gathered when used:
 // units kept gathered (ZeroConfig::persistence_threshold) and tied parameters change the gathers.
-// Offloading the optimizer (ZeroConfig::offload_optimizer_path) moves the (m+k) column into files.
+// Offloading the optimizer (ZeroConfig::offload_optimizer_path) moves the (m+k) column into files, and
+// at stage 3 offloading the parameters (offload_param_path) the params column.
 
 #include <cstdint>
 
@@ -38,6 +39,7 @@ struct PlanInput {
   int optimizer_state_bytes = 8;   // k, per parameter
   int accumulation_steps = 1;      // A, micro-batches per optimizer step
   bool offload_optimizer = false;  // master weights and optimizer state in files on NVMe, not in RAM
+  bool offload_param = false;      // stage 3 only: the parameter shards in files on NVMe, not in RAM
 
   // InvalidArgument naming the field and the accepted values when one is out of range.
   absl::Status validate() const;
@@ -51,7 +53,7 @@ struct ModelStateBytes {
   int64_t grads = 0;
   int64_t master_weights = 0;
   int64_t optimizer_state = 0;
-  int64_t in_files = 0;  // offload_optimizer: the master weights and optimizer state, out of RAM
+  int64_t in_files = 0;  // what offload moves out of RAM: master weights and optimizer state, parameters
   int64_t total() const { return params + grads + master_weights + optimizer_state; }
 };
 

@@ -1,4 +1,5 @@
 #include "runtime/allocator.h"
+#include "runtime/file_memory.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -174,6 +175,22 @@ TEST(AllocatorFiles, CategoryPlacedInFilesKeepsItsValuesAcrossPageOutAndCountsOu
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the files are unlinked as soon as they are made";
   state.reset();
   EXPECT_EQ(alloc.stats().in_files_of(MemoryCategory::kOptimizerState), 0);
+}
+
+TEST(AllocatorFiles, PageOutDropsTheBytesFromRamUntilTheyAreTouched) {
+  const std::string dir = offload_dir("resident");
+  if (files_stay_in_ram(dir)) GTEST_SKIP() << dir << " is in RAM (tmpfs): paging out frees nothing there";
+  Allocator alloc;
+  ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, dir).ok());
+  constexpr int64_t kFloats = 1 << 16;  // 64 pages of 4 KiB
+  Buffer state = std::move(alloc.allocate(kFloats * 4, MemoryCategory::kOptimizerState)).value();
+  float* x = static_cast<float*>(state.data());
+  for (int64_t i = 0; i < kFloats; ++i) x[i] = 1.0f;
+  EXPECT_EQ(alloc.file_bytes_in_ram(), kFloats * 4) << "every page was written";
+  ASSERT_TRUE(alloc.page_out(state.data()).ok());
+  EXPECT_EQ(alloc.file_bytes_in_ram(), 0);
+  EXPECT_EQ(x[kFloats / 2], 1.0f);
+  EXPECT_GT(alloc.file_bytes_in_ram(), 0) << "reading a value paged it back in (with the kernel's readahead)";
 }
 
 TEST(AllocatorFiles, DirectoryThatCannotHoldFilesIsRefusedNamingIt) {

@@ -115,11 +115,12 @@ TEST(Checkpoint, LoadsUnderAnotherWorldSizeStageAndWrapPolicyWithoutChangingABit
   EXPECT_TRUE(bitwise_equal(from_ddp.ranks[0].params, from_original.ranks[0].params));
 }
 
-TEST(Checkpoint, AnOptimizerOffloadedToFilesSavesAndLoadsAsOneInRam) {
+TEST(Checkpoint, AnOffloadedEngineSavesAndLoadsAsOneInRam) {
   const std::string dir = scratch_dir("offload");
   const TrainRun in_ram = small_run(2, 3, DType::kBF16);
   TrainRun offloaded = in_ram;
   offloaded.zero.offload_optimizer_path = dir;
+  offloaded.zero.offload_param_path = dir;
   const LocalOutcome straight = train_span(in_ram, 0, 4);
   ASSERT_TRUE(train_span(offloaded, 0, 2, "", dir + "/from-files").status.ok());
   const LocalOutcome into_ram = train_span(in_ram, 2, 2, dir + "/from-files");

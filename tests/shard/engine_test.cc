@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/comm/local.h"
+#include "runtime/file_memory.h"
 #include "runtime/status.h"
 #include "tests/shard/toy_training.h"
 
@@ -326,6 +327,64 @@ TEST(EngineAccounting, OffloadedOptimizerTrainsBitIdenticallyWithItsStateInFiles
   }
 }
 
+TEST(EngineAccounting, OffloadedParametersTrainBitIdenticallyWithTheShardsInFiles) {
+  // Threshold 150: the two (13, 13) hidden layers (182 elements) are sharded and go to files; the
+  // input layer (104) and the head stay whole, in RAM.
+  for (DType precision : {DType::kF32, DType::kBF16}) {
+    TrainRun run{.world_size = 3};
+    run.zero.stage = 3;
+    run.zero.precision = precision;
+    run.zero.persistence_threshold = 150;
+    const testing::LocalOutcome in_ram = train_local(run);
+    run.zero.offload_param_path = ::testing::TempDir();
+    run.zero.offload_optimizer_path = ::testing::TempDir();
+    const testing::LocalOutcome offloaded = train_local(run);
+    ASSERT_TRUE(in_ram.status.ok() && offloaded.status.ok()) << offloaded.status;
+    const int64_t p = static_cast<int64_t>(dtype_size(precision));
+    const int64_t shard = (13 * 13 + 13 + 2) / 3;  // a hidden layer padded to 3 ranks, over 3
+    for (int r = 0; r < 3; ++r) {
+      const std::string where = absl::StrCat(dtype_name(precision), ", rank ", r);
+      EXPECT_TRUE(bitwise_equal(offloaded.ranks[r].params, in_ram.ranks[r].params)) << where;
+      const MemoryStats& held = offloaded.ranks[r].held_at_end;
+      EXPECT_EQ(held.in_files_of(MemoryCategory::kParams), 2 * shard * p) << where;
+      EXPECT_EQ(held.current_of(MemoryCategory::kParams) + held.in_files_of(MemoryCategory::kParams),
+                in_ram.ranks[r].held_at_end.current_of(MemoryCategory::kParams))
+          << where << ": the persistent units stay in RAM";
+    }
+  }
+}
+
+TEST(EngineAccounting, OffloadedShardsAreDroppedFromRamOnceGatheredOrUpdated) {
+  TrainRun run{.world_size = 2, .evaluate_first = true};
+  run.zero.stage = 3;
+  run.zero.persistence_threshold = 0;
+  run.zero.offload_param_path = ::testing::TempDir();
+  run.zero.offload_optimizer_path = ::testing::TempDir();
+  if (files_stay_in_ram(::testing::TempDir())) GTEST_SKIP() << ::testing::TempDir() << " is in RAM (tmpfs)";
+  const testing::LocalOutcome out = train_local(run);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  for (const testing::RankResult& rank : out.ranks) {
+    EXPECT_GT(rank.held_at_end.in_files_of(MemoryCategory::kParams), 0);
+    EXPECT_EQ(rank.file_bytes_in_ram_at_end, 0) << "after the steps, evaluations and the final visit's gathers";
+  }
+}
+
+TEST(EngineAccounting, OffloadingTheParametersFitsABudgetThatTheOptimizerAloneDoesNot) {
+  const ToyConfig big{.features = 31, .hidden = 301, .hidden_layers = 10};
+  TrainRun run{.model = big, .world_size = 2, .steps = 1};
+  run.zero.stage = 3;
+  run.zero.persistence_threshold = 0;
+  run.zero.offload_optimizer_path = ::testing::TempDir();
+  run.zero.offload_param_path = ::testing::TempDir();
+  const Outcome offloaded = train(run);
+  ASSERT_TRUE(offloaded.status.ok()) << offloaded.status;
+  EXPECT_EQ(offloaded.memory[0].peak_of(MemoryCategory::kParams), 0);
+  run.budget = offloaded.memory[0].peak_total;
+  EXPECT_TRUE(train(run).status.ok());
+  run.zero.offload_param_path = "";
+  EXPECT_TRUE(is_out_of_memory(train(run).status)) << "the parameter shards need room in RAM";
+}
+
 TEST(EngineAccounting, OffloadingTheOptimizerFitsABudgetThatRamAloneDoesNot) {
   const ToyConfig big{.features = 31, .hidden = 301, .hidden_layers = 10};
   TrainRun run{.model = big, .world_size = 2, .steps = 1};
@@ -348,10 +407,30 @@ TEST(EngineConfig, OffloadPathThatCannotHoldFilesIsRefusedNamingIt) {
   EXPECT_THAT(std::string(out.status.message()), HasSubstr("offloading the optimizer to /nonexistent/nvme"));
 }
 
+TEST(EngineConfig, OffloadedParameterPathThatCannotHoldFilesIsRefusedNamingIt) {
+  TrainRun run{.world_size = 2};
+  run.zero.stage = 3;
+  run.zero.persistence_threshold = 0;
+  run.zero.offload_param_path = "/nonexistent/nvme";
+  const Outcome out = train(run);
+  EXPECT_FALSE(out.status.ok());
+  EXPECT_THAT(std::string(out.status.message()), HasSubstr("offloading the parameters to /nonexistent/nvme"));
+}
+
 TEST(EngineConfig, OffloadFromAGpuIsRefusedSayingItIsNotBuilt) {
-  const absl::Status status = ZeroConfig{.device = Device::cuda(0), .offload_optimizer_path = "/nvme"}.validate();
+  for (const ZeroConfig& config : {ZeroConfig{.device = Device::cuda(0), .offload_optimizer_path = "/nvme"},
+                                   ZeroConfig{.stage = 3, .device = Device::cuda(0), .offload_param_path = "/nvme"}}) {
+    const absl::Status status = config.validate();
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("offloading from cuda:0 is not built"));
+  }
+}
+
+TEST(EngineConfig, OffloadingParametersBelowStage3IsRefused) {
+  const absl::Status status = ZeroConfig{.stage = 2, .offload_param_path = "/nvme"}.validate();
   EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
-  EXPECT_THAT(std::string(status.message()), HasSubstr("offloading from cuda:0 is not built"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("zero_optimization.offload_param_path = /nvme: stage 2 keeps every parameter whole"));
 }
 
 TEST(EngineConfig, DifferentModelsOnDifferentRanksAreRefusedAtCreate) {

@@ -124,6 +124,8 @@ TEST(Plan, InvalidInputNamesTheField) {
   EXPECT_THAT(std::string(PlanInput{.params = 10, .padded_params = 11, .world_size = 4}.validate().message()),
               HasSubstr("padded_params = 11"));
   EXPECT_THAT(std::string(PlanInput{.accumulation_steps = 0}.validate().message()), HasSubstr("accumulation_steps"));
+  EXPECT_THAT(std::string(PlanInput{.stage = 2, .offload_param = true}.validate().message()),
+              HasSubstr("stage = 2; offload_param moves the parameter shards of stage 3"));
 }
 
 // --- The engine measures what the plan says ---
@@ -133,10 +135,17 @@ struct Measured {
   int64_t params = 0;
 };
 
+// What goes to files: the optimizer (master weights and state) and, at stage 3, the parameter shards.
+struct Offload {
+  bool optimizer = false;
+  bool params = false;
+};
+
 Measured train_toy(const testing::ToyConfig& model, int stage, DType precision, OptimizerFactory optimizer,
-                   int accumulation, bool offload_optimizer = false) {
+                   int accumulation, Offload offload = {}) {
   testing::TrainRun run{.model = model, .world_size = 4, .steps = 2, .optimizer = std::move(optimizer)};
-  run.zero.offload_optimizer_path = offload_optimizer ? ::testing::TempDir() : "";
+  run.zero.offload_optimizer_path = offload.optimizer ? ::testing::TempDir() : "";
+  run.zero.offload_param_path = offload.params ? ::testing::TempDir() : "";
   run.zero.stage = stage;
   run.zero.precision = precision;
   run.zero.accumulation_steps = accumulation;
@@ -157,28 +166,31 @@ class PlanMatchesEngine : public ::testing::TestWithParam<std::tuple<DType, bool
   DType precision() const { return std::get<0>(GetParam()); }
   bool adamw() const { return std::get<1>(GetParam()); }
   OptimizerFactory optimizer() const { return adamw() ? testing::adamw_factory() : testing::sgd_factory(); }
-  PlanInput plan(const Measured& m, int stage, int accumulation, bool offload_optimizer = false) const {
+  PlanInput plan(const Measured& m, int stage, int accumulation, Offload offload = {}) const {
     return {.params = m.params, .padded_params = m.rank0.padded_params, .world_size = 4, .stage = stage,
             .precision = precision(), .optimizer_state_bytes = adamw() ? 8 : 0, .accumulation_steps = accumulation,
-            .offload_optimizer = offload_optimizer};
+            .offload_optimizer = offload.optimizer, .offload_param = offload.params};
   }
 };
 
 TEST_P(PlanMatchesEngine, PeakModelStateBytesPerCategory) {
   const testing::ToyConfig model{.features = 31, .hidden = 97, .hidden_layers = 3};  // units not multiples of 4
-  for (bool offload : {false, true}) {
-    for (int stage = 0; stage <= 3; ++stage) {
+  for (Offload offload : {Offload{}, Offload{.optimizer = true}, Offload{.params = true},
+                           Offload{.optimizer = true, .params = true}}) {
+    for (int stage = offload.params ? 3 : 0; stage <= 3; ++stage) {
       const Measured m = train_toy(model, stage, precision(), optimizer(), 1, offload);
       ASSERT_GT(m.rank0.padded_params, m.params) << "the model should need padding";
       const ModelStateBytes want = model_state_bytes(plan(m, stage, 1, offload));
       const MemoryStats& got = m.rank0.memory;
-      const std::string where = absl::StrCat("stage ", stage, offload ? ", offloaded" : "");
+      const std::string where = absl::StrCat("stage ", stage, offload.optimizer ? ", optimizer offloaded" : "",
+                                             offload.params ? ", parameters offloaded" : "");
       EXPECT_EQ(got.peak_of(MemoryCategory::kParams), want.params) << where;
       EXPECT_EQ(got.peak_of(MemoryCategory::kGrads), want.grads) << where;
       EXPECT_EQ(got.peak_of(MemoryCategory::kMasterWeights), want.master_weights) << where;
       EXPECT_EQ(got.peak_of(MemoryCategory::kOptimizerState), want.optimizer_state) << where;
       const MemoryStats& held = m.rank0.held_at_end;
-      EXPECT_EQ(held.in_files_of(MemoryCategory::kMasterWeights) + held.in_files_of(MemoryCategory::kOptimizerState),
+      EXPECT_EQ(held.in_files_of(MemoryCategory::kMasterWeights) + held.in_files_of(MemoryCategory::kOptimizerState) +
+                    held.in_files_of(MemoryCategory::kParams),
                 want.in_files) << where;
     }
   }

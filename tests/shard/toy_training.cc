@@ -51,6 +51,7 @@ absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
   }));
   result.padded_params = engine->num_padded_params();
   result.held_at_end = alloc.stats();
+  result.file_bytes_in_ram_at_end = alloc.file_bytes_in_ram();
   engine.reset();
   result.memory = alloc.stats();
   return result;

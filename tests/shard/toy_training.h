@@ -41,6 +41,7 @@ struct RankResult {
   std::vector<Evaluation> evaluations;  // per micro-batch, with evaluate_first
   MemoryStats memory;         // after the steps
   MemoryStats held_at_end;    // before the engine is destroyed (what it holds, in RAM and in files)
+  int64_t file_bytes_in_ram_at_end = 0;  // Allocator::file_bytes_in_ram then, after the last visit's gathers
   CommVolume last_step;       // bytes sent in the last step
   int64_t padded_params = 0;
 };
