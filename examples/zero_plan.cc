@@ -2,7 +2,8 @@
 //
 // Model states and communication come from shard/plan.h (DESIGN.md's formulas, which plan_test holds the
 // engine's measurements to); GPT-2 activations from the model's own shapes (models/gpt2.h). With
-// --offload_optimizer=nvme the master weights and optimizer state leave RAM for files, as in the engine.
+// --offload_optimizer=nvme the master weights and optimizer state leave RAM for files, and with
+// --offload_param=nvme stage 3's parameter shards, as in the engine.
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -36,6 +37,8 @@ ABSL_FLAG(std::string, precision, "fp32", "parameters and gradients: fp32, or bf
 ABSL_FLAG(std::string, optimizer, "adamw", "adamw (8 bytes of state per parameter), sgd (0) or sgd_momentum (4)");
 ABSL_FLAG(std::string, offload_optimizer, "none",
           "none, or nvme: master weights and optimizer state in files (ZeRO-Infinity), not in RAM");
+ABSL_FLAG(std::string, offload_param, "none",
+          "none, or nvme: stage 3's parameter shards in files (ZeRO-Infinity), not in RAM; stages 0-2 keep them");
 ABSL_FLAG(int, gradient_accumulation_steps, 1, "micro-batches per optimizer step (each one is reduced)");
 ABSL_FLAG(std::optional<int>, batch, std::nullopt, "GPT-2 micro-batch per rank B, for activations (with --seq)");
 ABSL_FLAG(std::optional<int>, seq, std::nullopt, "GPT-2 sequence length T, for activations (with --batch)");
@@ -59,6 +62,7 @@ struct Request {
   int nodes = 1;
   PlanInput plan;  // stage unset: one per entry of `stages`
   std::vector<int> stages;
+  bool offload_param = false;  // applies to stage 3
   std::string optimizer;
   std::optional<int64_t> batch, seq;
   bool recompute = false;
@@ -141,6 +145,13 @@ absl::Status resolve_world(Request& r) {
   return absl::OkStatus();
 }
 
+// --offload_optimizer and --offload_param: none (false) or nvme (true).
+absl::StatusOr<bool> offload_to_nvme(absl::string_view name, const absl::Flag<std::string>& flag) {
+  const std::string value = absl::GetFlag(flag);
+  if (value != "none" && value != "nvme") return flag_error(name, absl::StrCat("'", value, "' is not none or nvme"));
+  return value == "nvme";
+}
+
 absl::Status resolve_training(Request& r) {
   const std::string stage = absl::GetFlag(FLAGS_stage);
   int single = 0;
@@ -161,11 +172,12 @@ absl::Status resolve_training(Request& r) {
   else if (r.optimizer == "sgd") r.plan.optimizer_state_bytes = 0;
   else if (r.optimizer == "sgd_momentum") r.plan.optimizer_state_bytes = 4;
   else return flag_error("optimizer", absl::StrCat("'", r.optimizer, "' is not adamw, sgd or sgd_momentum"));
-  const std::string offload = absl::GetFlag(FLAGS_offload_optimizer);
-  if (offload != "none" && offload != "nvme") {
-    return flag_error("offload_optimizer", absl::StrCat("'", offload, "' is not none or nvme"));
+  ZERO_ASSIGN_OR_RETURN(r.plan.offload_optimizer, offload_to_nvme("offload_optimizer", FLAGS_offload_optimizer));
+  ZERO_ASSIGN_OR_RETURN(r.offload_param, offload_to_nvme("offload_param", FLAGS_offload_param));
+  if (r.offload_param && r.stages.size() == 1 && r.stages[0] != 3) {
+    return flag_error("offload_param", absl::StrCat("nvme moves the parameter shards of stage 3, and stage ",
+                                                    r.stages[0], " keeps every parameter whole; use --stage 3 or all"));
   }
-  r.plan.offload_optimizer = offload == "nvme";
   r.plan.accumulation_steps = absl::GetFlag(FLAGS_gradient_accumulation_steps);
   if (r.plan.accumulation_steps < 1) {
     return flag_error("gradient_accumulation_steps", absl::StrCat(r.plan.accumulation_steps, " is not >= 1"));
@@ -232,6 +244,7 @@ std::vector<StagePlan> plan_stages(const Request& r) {
   for (int stage : r.stages) {
     PlanInput input = r.plan;
     input.stage = stage;
+    input.offload_param = r.offload_param && stage == 3;
     StagePlan p{.stage = stage, .model_states = model_state_bytes(input), .activations = activations,
                 .sent = comm_bytes_per_step(input)};
     if (r.budget_bytes.has_value()) p.largest_params = largest_params_that_fit(input, *r.budget_bytes);
@@ -333,7 +346,7 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
       bytes("  master weights", [](const StagePlan& p) { return p.model_states.master_weights; }),
       bytes("  optimizer state", [](const StagePlan& p) { return p.model_states.optimizer_state; }),
       bytes("  model states", [](const StagePlan& p) { return p.model_states.total(); })};
-  if (r.plan.offload_optimizer) {
+  if (r.plan.offload_optimizer || r.offload_param) {
     rows.push_back(bytes("  in files (NVMe)", [](const StagePlan& p) { return p.model_states.in_files; }));
   }
   if (r.batch.has_value()) {

@@ -64,6 +64,12 @@ void Buffer::reset() {
   nbytes_ = 0;
 }
 
+int64_t MemoryStats::in_files_total() const {
+  int64_t total = 0;
+  for (int64_t bytes : in_files) total += bytes;
+  return total;
+}
+
 Allocator::Allocator(int rank, std::optional<int64_t> budget_bytes) : rank_(rank), budget_(budget_bytes) {}
 
 Allocator::~Allocator() {

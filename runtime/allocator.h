@@ -43,6 +43,7 @@ struct MemoryStats {
   int64_t current_of(MemoryCategory c) const { return current[static_cast<int>(c)]; }
   int64_t peak_of(MemoryCategory c) const { return peak[static_cast<int>(c)]; }
   int64_t in_files_of(MemoryCategory c) const { return in_files[static_cast<int>(c)]; }
+  int64_t in_files_total() const;
 };
 
 class Allocator;

@@ -30,7 +30,7 @@ constexpr Subcommand kSubcommands[] = {
      zero::comm_command},
     {"kernels", "CPU kernels' GFLOP/s (matmul, attention) beside raw cblas_sgemm and GB/s (elementwise, norms, "
                 "cross-entropy) beside a parallel memcpy", zero::kernels_command},
-    {"offload", "one GPT-2 per stage with AdamW's state in RAM and in NVMe files: step time beside the RAM run's, "
+    {"offload", "one GPT-2 per stage in RAM, with AdamW's state in NVMe files, and at stage 3 the parameters too: step time beside the RAM run's, "
                 "bytes in RAM and in files beside the formulas, the process's peak resident memory", zero::offload_command},
     {"optim", "AdamW parameters/s on one CPU shard beside the memory-bandwidth bound and torch.optim.AdamW",
      zero::optim_command},

@@ -76,6 +76,8 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   config.stage = stage;
   config.precision = o.precision;
   config.offload_optimizer_path = o.offload_optimizer_path;
+  config.offload_param_path = o.offload_param_path;
+  config.persistence_threshold = o.persistence_threshold;
   const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc, Device device) {
     return make_adam(AdamOptions{}, std::move(layout), alloc, device);
   };
@@ -95,13 +97,13 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
 
   const PlanInput plan{.params = engine->num_params(), .padded_params = engine->num_padded_params(),
                        .world_size = comm.world_size(), .stage = stage, .precision = o.precision,
-                       .offload_optimizer = !o.offload_optimizer_path.empty()};
+                       .offload_optimizer = !o.offload_optimizer_path.empty(),
+                       .offload_param = !o.offload_param_path.empty()};
   const MemoryStats held = allocator.stats();
   StageRow row{.stage = stage, .world_size = comm.world_size(), .step_ms = 1e3 * seconds,
                .tokens_per_s = static_cast<double>(comm.world_size() * o.batch * o.seq_len) / seconds,
                .formula_model_state = model_state_bytes(plan).total(),
-               .in_files = held.in_files_of(MemoryCategory::kMasterWeights) +
-                           held.in_files_of(MemoryCategory::kOptimizerState),
+               .in_files = held.in_files_total(),
                .formula_in_files = model_state_bytes(plan).in_files, .sent = engine->comm_volume(),
                .formula_sent = comm_bytes_per_step(plan).total()};
   engine.reset();

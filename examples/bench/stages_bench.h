@@ -23,6 +23,8 @@ struct StagesBenchOptions {
   DType precision = DType::kF32;
   Repetitions reps;
   std::string offload_optimizer_path;  // "" = optimizer state in RAM (ZeroConfig::offload_optimizer_path)
+  std::string offload_param_path;      // "" = stage 3's parameter shards in RAM (ZeroConfig::offload_param_path)
+  int64_t persistence_threshold = ZeroConfig{}.persistence_threshold;  // stage 3: smaller units stay whole
 };
 
 // One stage as rank 0 saw it; times are the slowest rank's.
@@ -33,7 +35,7 @@ struct StageRow {
   double tokens_per_s = 0;    // N·B·T per step / step time
   MemoryStats memory;         // rank 0's peaks over the run
   int64_t formula_model_state = 0;  // shard/plan.h's params + grads + master + optimizer in RAM for this model
-  int64_t in_files = 0;             // rank 0's master weights and optimizer state in offload files
+  int64_t in_files = 0;             // rank 0's model states in offload files
   int64_t formula_in_files = 0;     // shard/plan.h's
   CommVolume sent;                  // rank 0's bytes in the last step
   int64_t formula_sent = 0;         // shard/plan.h's gathers + reductions per step

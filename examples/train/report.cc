@@ -26,19 +26,19 @@ std::string duration(double seconds) {
 PlanInput plan_of(const RunFacts& f) {
   return {.params = f.params, .padded_params = f.padded_params, .world_size = f.world_size, .stage = f.stage,
           .precision = f.precision, .optimizer_state_bytes = 4 * f.optimizer_state_floats,
-          .accumulation_steps = f.accumulation_steps, .offload_optimizer = f.offload_optimizer};
+          .accumulation_steps = f.accumulation_steps, .offload_optimizer = f.offload_optimizer,
+          .offload_param = f.offload_param};
 }
 
-// The master weights and optimizer state a rank holds in files (offload_optimizer).
-int64_t optimizer_in_files(const MemoryStats& s) {
-  return s.in_files_of(MemoryCategory::kMasterWeights) + s.in_files_of(MemoryCategory::kOptimizerState);
-}
-
-// Rank 0's master weights and optimizer state held in files, beside the formula's.
-std::string offload_line(const ModelStateBytes& formula, const std::vector<MemoryStats>& peaks) {
-  return absl::StrCat("  offloaded to NVMe files: master weights and optimizer state ",
-                      format_bytes(optimizer_in_files(peaks[0])),
-                      " on rank 0 (formula ", format_bytes(formula.in_files), "), paged in one unit at a time\n");
+// Rank 0's model states held in files, beside the formula's; "" when nothing is offloaded.
+std::string offload_line(const RunFacts& f, const ModelStateBytes& formula, const std::vector<MemoryStats>& peaks) {
+  if (!f.offload_optimizer && !f.offload_param) return "";
+  const std::string what = f.offload_optimizer && f.offload_param ? "parameter shards, master weights and optimizer state"
+                           : f.offload_param                       ? "parameter shards"
+                                                                   : "master weights and optimizer state";
+  return absl::StrCat("  offloaded to NVMe files: ", what, " ", format_bytes(peaks[0].in_files_total()), " on rank 0 (formula ",
+                      format_bytes(formula.in_files), f.offload_param ? ", which counts units kept whole too" : "",
+                      "), paged in one unit at a time\n");
 }
 
 std::string ratio(int64_t measured, int64_t theory) {
@@ -127,7 +127,7 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
   return absl::StrCat(
       "\npeak memory per rank (allocator) vs the ZeRO formula for stage ", f.stage, ", N = ", f.world_size, ", ",
       dtype_name(f.precision), ", Ψ = ", f.padded_params, " (padded per unit):\n", memory.to_text(),
-      f.offload_optimizer ? offload_line(formula, peaks) : "",
+      offload_line(f, formula, peaks),
       "\nbytes sent by rank 0 per step vs theory (ring collectives: (N-1)/N of each buffer):\n", traffic.to_text(),
       f.stage == 3 ? "  (stage 3 gathers a tied owner again for each unit that reads it: GPT-2's head re-gathers the "
                      "embedding for wte, in forward and in backward)\n"
@@ -142,7 +142,7 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
     nlohmann::json rank;
     for (MemoryCategory c : kCategories) rank[std::string(category_name(c))] = s.peak_of(c);
     rank["total"] = s.peak_total;
-    rank["in_files"] = optimizer_in_files(s);
+    rank["in_files"] = s.in_files_total();
     ranks.push_back(rank);
   }
   const ModelStateBytes formula = model_state_bytes(plan_of(f));

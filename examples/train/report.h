@@ -60,6 +60,7 @@ struct RunFacts {
   DType precision = DType::kF32;
   int optimizer_state_floats = 2;
   bool offload_optimizer = false;  // master weights and optimizer state in files (MemoryStats::in_files)
+  bool offload_param = false;      // stage 3 parameter shards in files
   int64_t params = 0;          // Ψ
   int64_t padded_params = 0;   // Ψ as the engine lays it out: each unit padded to a multiple of N
   int64_t steps = 0;           // this process ran (after a resume, the steps since)

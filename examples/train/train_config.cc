@@ -275,22 +275,28 @@ bool one_of(const std::string& value, std::initializer_list<absl::string_view> a
   return std::find(allowed.begin(), allowed.end(), value) != allowed.end();
 }
 
+// One of offload_optimizer and offload_param: "none", or "nvme" with a path, from an engine on the CPU.
+absl::Status validate_offload_target(const std::string& key, const Offload& o, const std::string& device) {
+  ZERO_RETURN_IF_ERROR(require(o.device != "cpu", key + ".device", o.device,
+                               "ZeRO-Offload (states on the host for an engine on a GPU) is not built; on the CPU "
+                               "they are in host memory already: use nvme with nvme_path to take them out of RAM, "
+                               "or none"));
+  ZERO_RETURN_IF_ERROR(require(one_of(o.device, {"none", "nvme"}), key + ".device", o.device, "use none or nvme"));
+  ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || device == "cpu", key + ".device", o.device,
+                               "offloading from a GPU is not built; use device = cpu, or none"));
+  return require(o.device != "nvme" || !o.nvme_path.empty(), key + ".nvme_path", "\"\"",
+                 "name a directory on the drive to hold the files");
+}
+
 absl::Status validate_offload(const TrainConfig& c) {
   const ZeroOptimization& z = c.zero_optimization;
-  const Offload& o = z.offload_optimizer;
-  ZERO_RETURN_IF_ERROR(require(o.device != "cpu", "zero_optimization.offload_optimizer.device", o.device,
-                               "ZeRO-Offload (the optimizer on the host for an engine on a GPU) is not built; on the "
-                               "CPU the optimizer is in host memory already: use nvme with nvme_path to take it out of "
-                               "RAM, or none"));
-  ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || c.device == "cpu", "zero_optimization.offload_optimizer.device",
-                               o.device, "offloading from a GPU is not built; use device = cpu, or none"));
-  ZERO_RETURN_IF_ERROR(require(one_of(o.device, {"none", "nvme"}), "zero_optimization.offload_optimizer.device",
-                               o.device, "use none or nvme"));
-  ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || !o.nvme_path.empty(),
-                               "zero_optimization.offload_optimizer.nvme_path", "\"\"",
-                               "name a directory on the drive to hold the optimizer's files"));
-  return require(z.offload_param.device == "none", "zero_optimization.offload_param.device", z.offload_param.device,
-                 "parameters are not offloaded (stage 3 shards them across ranks instead); use none");
+  ZERO_RETURN_IF_ERROR(
+      validate_offload_target("zero_optimization.offload_optimizer", z.offload_optimizer, c.device));
+  ZERO_RETURN_IF_ERROR(validate_offload_target("zero_optimization.offload_param", z.offload_param, c.device));
+  return require(z.offload_param.device == "none" || z.stage == 3, "zero_optimization.offload_param.device",
+                 z.offload_param.device,
+                 absl::StrCat("offload_param moves the parameter shards of stage 3, and stage ", z.stage,
+                              " keeps every parameter whole; use zero_optimization.stage = 3, or none"));
 }
 
 absl::Status validate_deepspeed_keys(const TrainConfig& c) {
@@ -542,6 +548,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   config.weight_decay = static_cast<float>(c.optimizer.weight_decay);
   config.seed = c.seed;
   if (z.offload_optimizer.device == "nvme") config.offload_optimizer_path = z.offload_optimizer.nvme_path;
+  if (z.offload_param.device == "nvme") config.offload_param_path = z.offload_param.nvme_path;
   ZERO_RETURN_IF_ERROR(config.validate());
   if (c.memory_budget_mib == 0) return config;
 
@@ -550,7 +557,8 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   const ModelStateBytes states =
       model_state_bytes({.params = num_params, .world_size = world_size, .stage = z.stage,
                          .precision = config.precision, .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
-                         .offload_optimizer = !config.offload_optimizer_path.empty()});
+                         .offload_optimizer = !config.offload_optimizer_path.empty(),
+                         .offload_param = !config.offload_param_path.empty()});
   const auto gathered = std::max_element(units.begin(), units.end(),
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
   const int64_t gathered_bytes = z.stage == 3 ? gathered->numel * element_bytes : 0;

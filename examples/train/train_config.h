@@ -19,7 +19,7 @@
 namespace zero::train {
 
 struct Offload {                        // "zero_optimization.offload_optimizer" and "offload_param"
-  std::string device = "none";          // none or nvme (optimizer only); see validation for cpu
+  std::string device = "none";          // none or nvme; cpu is refused (see validate_offload)
   std::string nvme_path;                // a directory on the drive that holds the files
 };
 
@@ -32,7 +32,7 @@ struct ZeroOptimization {               // "zero_optimization"
   int64_t stage3_param_persistence_threshold = 100'000;  // elements
   bool overlap_comm = true;
   Offload offload_optimizer;            // master weights and optimizer state to files on NVMe
-  Offload offload_param;                // none only: stage 3 shards parameters across ranks instead
+  Offload offload_param;                // stage 3: the parameter shards to files on NVMe
   // zero's own: DDP's no_sync for stages 0-1 (reduce once per step), and the wrap policy's size.
   bool no_sync = false;
   int64_t wrap_min_params = 0;          // elements; 0 = one flat unit per model unit

@@ -36,6 +36,7 @@
 #include "models/gpt2_weights.h"
 #include "models/mlp.h"
 #include "runtime/comm/local.h"
+#include "runtime/file_memory.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
 #ifdef ZERO_HAS_MPI
@@ -145,15 +146,28 @@ std::string describe_model(const Plan& p) {
                          p.train->layout().input_shape[0], g.vocab_size);
 }
 
+// "" or a line naming what goes to files where, warning when a directory is in RAM itself (tmpfs).
+std::string describe_offload(const ZeroConfig& z) {
+  std::string out;
+  for (const auto& [what, dir] : {std::pair{"optimizer", &z.offload_optimizer_path},
+                                  std::pair{"parameter shards", &z.offload_param_path}}) {
+    if (dir->empty()) continue;
+    absl::StrAppend(&out, out.empty() ? "\n  offload: " : ", ", what, " to ", *dir,
+                    files_stay_in_ram(*dir) ? " (warning: a file system in RAM, so this frees no memory)" : "");
+  }
+  return out;
+}
+
 std::string describe(const Plan& p, int world_size) {
   return absl::StrFormat(
       "zero-train: %s (%d params) on %s, %d %s ranks%s, ZeRO stage %d, %s\n"
-      "  batch %d = micro %d x accumulation %d x ranks %d %s, %s %s, %d steps",
+      "  batch %d = micro %d x accumulation %d x ranks %d %s, %s %s, %d steps%s",
       describe_model(p), p.num_params, p.config.data.source, world_size, p.config.backend,
       p.zero.device.is_cpu() ? "" : absl::StrCat(" on ", p.zero.device.to_string()), p.zero.stage,
       dtype_name(p.zero.precision), p.batch.train_batch_size, p.batch.micro_batch, p.batch.accumulation_steps,
       world_size, p.config.model.type == "mlp" ? "points" : "sequences", p.config.optimizer.type,
-      p.config.scheduler.type.empty() ? "constant lr" : p.config.scheduler.type, p.config.steps);
+      p.config.scheduler.type.empty() ? "constant lr" : p.config.scheduler.type, p.config.steps,
+      describe_offload(p.zero));
 }
 
 absl::Status load_initial_weights(const Plan& plan, Engine& engine) {
@@ -285,6 +299,7 @@ class RankRun {
                          .precision = plan_.zero.precision,
                          .optimizer_state_floats = optimizer_state_floats(plan_.config.optimizer),
                          .offload_optimizer = !plan_.zero.offload_optimizer_path.empty(),
+                         .offload_param = !plan_.zero.offload_param_path.empty(),
                          .params = engine_->num_params(),
                          .padded_params = engine_->num_padded_params(),
                          .steps = steps_run,

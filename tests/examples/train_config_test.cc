@@ -161,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(
                   {"zero_optimization.offload_optimizer.device = cpu", "ZeRO-Offload", "is not built"}},
         BadConfig{"zero_optimization.offload_optimizer.device=disk", {"offload_optimizer.device = disk", "none or nvme"}},
         BadConfig{"zero_optimization.offload_optimizer.device=nvme", {"offload_optimizer.nvme_path", "name a directory"}},
-        BadConfig{"zero_optimization.offload_param.device=nvme", {"offload_param.device = nvme", "use none"}},
+        BadConfig{"zero_optimization.offload_param.device=nvme", {"offload_param.nvme_path", "name a directory"}},
+        BadConfig{"zero_optimization.offload_param.device=cpu", {"offload_param.device = cpu", "is not built"}},
         BadConfig{"checkpoint.keep_last=-2", {"checkpoint.keep_last = -2"}},
         BadConfig{"checkpoint.resume=latest", {"checkpoint.resume = latest", "needs checkpoint.dir"}},
         BadConfig{"checkpoint.every=5", {"unknown key 'checkpoint.every'", "did you mean"}}));
@@ -275,6 +276,19 @@ TEST(EngineConfigTest, NvmeOffloadOfTheOptimizerReachesTheEngine) {
   const ZeroConfig z = engine_config_ok({"zero_optimization.offload_optimizer.device=nvme",
                                          "zero_optimization.offload_optimizer.nvme_path=/local_nvme"});
   EXPECT_EQ(z.offload_optimizer_path, "/local_nvme");
+}
+
+TEST(EngineConfigTest, NvmeOffloadOfTheParametersReachesTheEngineAtStage3Only) {
+  const std::vector<std::string> offload = {"zero_optimization.offload_param.device=nvme",
+                                            "zero_optimization.offload_param.nvme_path=/local_nvme"};
+  std::vector<std::string> stage3 = offload;
+  stage3.push_back("zero_optimization.stage=3");
+  EXPECT_EQ(engine_config_ok(stage3).offload_param_path, "/local_nvme");
+  std::vector<std::string> stage2 = offload;
+  stage2.push_back("zero_optimization.stage=2");
+  const std::string message = parse_error(kMinimal, stage2);
+  EXPECT_THAT(message, HasSubstr("zero_optimization.offload_param.device = nvme"));
+  EXPECT_THAT(message, HasSubstr("stage 2 keeps every parameter whole; use zero_optimization.stage = 3"));
 }
 
 TEST(EngineConfigTest, NoSyncAndWrapReachTheEngineAndNoSyncIsRefusedAtStage2) {

@@ -268,26 +268,27 @@ TEST(StagesBench, WritesAPngWithGnuplot) {
   EXPECT_EQ(read_file(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
-TEST(OffloadBench, OffloadedRowsHoldTheOptimizerInFilesAsTheFormulaSays) {
+TEST(OffloadBench, OffloadedRowsHoldWhatTheFormulaSaysInFiles) {
   const std::string csv = absl::StrCat(::testing::TempDir(), "/zero_bench_offload.csv");
   const RunResult r = run_bench(absl::StrCat("offload --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
                                              "--stages=0,3 --nvme_path=", ::testing::TempDir(), " --csv=", csv));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = csv_rows(csv);
-  ASSERT_EQ(rows.size(), 4u) << r.output;  // stage 0 in RAM, offloaded; stage 3 likewise
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"0", "none"}, {"0", "optimizer"}, {"3", "none"}, {"3", "optimizer"}, {"3", "optimizer+params"}};
+  ASSERT_EQ(rows.size(), expected.size()) << r.output;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& row = rows[i];
-    EXPECT_EQ(row.at("optimizer"), i % 2 == 0 ? "ram" : "nvme");
+    EXPECT_EQ(row.at("stage"), expected[i].first);
+    EXPECT_EQ(row.at("offloaded"), expected[i].second);
     EXPECT_EQ(row.at("in_files_MiB"), row.at("formula_files_MiB")) << i;
-    // tiny's units are below the persistence threshold: stage 3 keeps them gathered, unlike the formula.
-    if (row.at("stage") == "0") {
-      EXPECT_EQ(row.at("states_ram_MiB"), row.at("formula_MiB")) << i;
-    }
+    EXPECT_EQ(row.at("states_ram_MiB"), row.at("formula_MiB")) << i;
     EXPECT_GT(number(row.at("step_ms")), 0);
   }
-  EXPECT_GT(number(rows[1].at("in_files_MiB")), 0);
   EXPECT_EQ(number(rows[0].at("in_files_MiB")), 0);
-  EXPECT_LT(number(rows[1].at("states_ram_MiB")), number(rows[0].at("states_ram_MiB")));
+  for (size_t i : {1, 3}) EXPECT_LT(number(rows[i].at("states_ram_MiB")), number(rows[i - 1].at("states_ram_MiB")));
+  EXPECT_LT(number(rows[4].at("states_ram_MiB")), number(rows[3].at("states_ram_MiB")));
+  EXPECT_GT(number(rows[4].at("in_files_MiB")), number(rows[3].at("in_files_MiB")));
 }
 
 TEST(StagesBenchFlags, BadStageAndModelNameTheFlag) {

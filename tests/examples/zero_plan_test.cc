@@ -123,12 +123,25 @@ TEST(ZeroPlan, OffloadMovesMasterWeightsAndOptimizerStateIntoFiles) {
   EXPECT_EQ(bytes["total"], 15'000'000'000 + 234'375'000);  // 2Ψ + 2Ψ/64 left in RAM
 }
 
+TEST(ZeroPlan, OffloadingParametersMovesStage3ShardsIntoFilesAndLeavesStages0To2Alone) {
+  const nlohmann::json plan =
+      run_json(absl::StrCat(kPaperExample, " --stage all --offload_optimizer nvme --offload_param nvme"));
+  const nlohmann::json& stage2 = plan["stages"][2]["bytes"];
+  EXPECT_EQ(stage2["params"], 15'000'000'000);                 // 2Ψ: whole on every rank
+  EXPECT_EQ(stage2["in_files"], 468'750'000 + 937'500'000);   // (4 + 8)Ψ/64
+  const nlohmann::json& stage3 = plan["stages"][3]["bytes"];
+  EXPECT_EQ(stage3["params"], 0);
+  EXPECT_EQ(stage3["in_files"], 234'375'000 + 468'750'000 + 937'500'000);  // (2 + 4 + 8)Ψ/64
+  EXPECT_EQ(stage3["total"], 234'375'000);                                 // the gradient shard 2Ψ/64
+}
+
 TEST(ZeroPlan, BadFlagsExitNonZeroNamingTheFlag) {
   const std::pair<std::string, std::string> cases[] = {
       {"--params 1e9 --ranks 8 --stage 5", "--stage: '5' is not 0, 1, 2, 3 or all"},
       {"--params 1e9 --ranks 8 --precision fp8", "--precision: 'fp8'"},
       {"--params 1e9 --ranks 8 --optimizer lion", "--optimizer: 'lion'"},
       {"--params 1e9 --ranks 8 --offload_optimizer cpu", "--offload_optimizer: 'cpu' is not none or nvme"},
+      {"--params 1e9 --ranks 8 --stage 1 --offload_param nvme", "--offload_param: nvme moves the parameter shards"},
       {"--params 1e9 --ranks 8 --memory 80XB", "--memory: unknown unit 'XB'"},
       {"--params 1e9 --ranks 8 --units furlongs", "--units: unknown unit 'furlongs'"},
       {"--params 1e9 --ranks 0", "--ranks: 0 is not a count >= 1"},
