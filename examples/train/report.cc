@@ -36,9 +36,13 @@ std::string offload_line(const RunFacts& f, const ModelStateBytes& formula, cons
   const std::string what = f.offload_optimizer && f.offload_param ? "parameter shards, master weights and optimizer state"
                            : f.offload_param                       ? "parameter shards"
                                                                    : "master weights and optimizer state";
-  return absl::StrCat("  offloaded to NVMe files: ", what, " ", format_bytes(peaks[0].in_files_total()), " on rank 0 (formula ",
-                      format_bytes(formula.in_files), f.offload_param ? ", which counts units kept whole too" : "",
-                      "), paged in one unit at a time\n");
+  const int64_t measured = peaks[0].in_files_total();
+  return absl::StrCat("  offloaded to NVMe files: ", what, " ", format_bytes(measured), " on rank 0 (formula ",
+                      format_bytes(formula.in_files), "), paged in one unit at a time",
+                      f.offload_param && measured < formula.in_files
+                          ? "; units kept whole (stage3_param_persistence_threshold) stay in RAM"
+                          : "",
+                      "\n");
 }
 
 std::string ratio(int64_t measured, int64_t theory) {
