@@ -369,34 +369,26 @@ TEST(EngineAccounting, OffloadedShardsAreDroppedFromRamOnceGatheredOrUpdated) {
   }
 }
 
-TEST(EngineAccounting, OffloadingTheParametersFitsABudgetThatTheOptimizerAloneDoesNot) {
+TEST(EngineAccounting, EachOffloadFitsABudgetThatTrainingWithoutItDoesNot) {
+  // Stage 3 with the parameters and the optimizer in files, then the parameters back in RAM, then the
+  // optimizer too: each run fits the budget the run before it needed, and the next one does not.
   const ToyConfig big{.features = 31, .hidden = 301, .hidden_layers = 10};
   TrainRun run{.model = big, .world_size = 2, .steps = 1};
   run.zero.stage = 3;
   run.zero.persistence_threshold = 0;
-  run.zero.offload_optimizer_path = ::testing::TempDir();
   run.zero.offload_param_path = ::testing::TempDir();
-  const Outcome offloaded = train(run);
-  ASSERT_TRUE(offloaded.status.ok()) << offloaded.status;
-  EXPECT_EQ(offloaded.memory[0].peak_of(MemoryCategory::kParams), 0);
-  run.budget = offloaded.memory[0].peak_total;
-  EXPECT_TRUE(train(run).status.ok());
-  run.zero.offload_param_path = "";
-  EXPECT_TRUE(is_out_of_memory(train(run).status)) << "the parameter shards need room in RAM";
-}
-
-TEST(EngineAccounting, OffloadingTheOptimizerFitsABudgetThatRamAloneDoesNot) {
-  const ToyConfig big{.features = 31, .hidden = 301, .hidden_layers = 10};
-  TrainRun run{.model = big, .world_size = 2, .steps = 1};
-  run.zero.stage = 3;
-  run.zero.persistence_threshold = 0;
   run.zero.offload_optimizer_path = ::testing::TempDir();
-  const Outcome offloaded = train(run);
-  ASSERT_TRUE(offloaded.status.ok()) << offloaded.status;
-  run.budget = offloaded.memory[0].peak_total;
-  EXPECT_TRUE(train(run).status.ok());
-  run.zero.offload_optimizer_path = "";
-  EXPECT_TRUE(is_out_of_memory(train(run).status)) << "AdamW's 8 bytes per parameter need room in RAM";
+  for (std::string* path : {&run.zero.offload_param_path, &run.zero.offload_optimizer_path}) {
+    run.budget.reset();
+    const Outcome offloaded = train(run);
+    ASSERT_TRUE(offloaded.status.ok()) << offloaded.status;
+    run.budget = offloaded.memory[0].peak_total;
+    EXPECT_TRUE(train(run).status.ok());
+    path->clear();
+    EXPECT_TRUE(is_out_of_memory(train(run).status))
+        << (path == &run.zero.offload_param_path ? "the parameter shards" : "AdamW's 8 bytes per parameter")
+        << " need room in RAM";
+  }
 }
 
 TEST(EngineConfig, OffloadPathThatCannotHoldFilesIsRefusedNamingIt) {
