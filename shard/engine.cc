@@ -497,24 +497,44 @@ absl::Status Engine::finish_reduction(Bucket& b) {
 
 // --- The step --------------------------------------------------------------------------------------------
 
+absl::StatusOr<std::vector<bool>> Engine::units_that_run(const UnitContext& ctx) const {
+  std::vector<bool> runs(units_.size());
+  for (size_t i = 0; i < units_.size(); ++i) {
+    runs[i] = units_[i].unit->runs(ctx);
+    if (!runs[i] && (i == 0 || i + 1 == units_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unit '", units_[i].name, "' sat out a micro-batch (Unit::runs), but the ", i == 0 ? "first" : "last",
+          " unit always runs: the first reads the batch and the last computes the loss"));
+    }
+  }
+  return runs;
+}
+
 absl::Status Engine::forward_backward(const Batch& batch) {
   if (micro_batches_done_ == 0) {
     this_step_order_.clear();
     order_matches_ = !recorded_order_.empty();
   }
-  UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_, .loss_scale = static_cast<float>(loss_scale_)};
+  UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_, .step = step_count_,
+                  .loss_scale = static_cast<float>(loss_scale_)};
+  ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   Tensor x;
   for (size_t i = 0; i < units_.size(); ++i) {
+    if (!runs[i]) continue;  // x passes through
     ZERO_RETURN_IF_ERROR(acquire(static_cast<int>(i)));
     ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, param_views(static_cast<int>(i)), x));
     release(static_cast<int>(i));
   }
   Tensor dy;
   for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
-    ZERO_RETURN_IF_ERROR(acquire(i));
-    ZERO_ASSIGN_OR_RETURN(ParamViews grads, grad_views(i));
-    ZERO_ASSIGN_OR_RETURN(dy, units_[i].unit->backward(ctx, param_views(i), grads, dy));
-    release(i);
+    if (runs[i]) {
+      ZERO_RETURN_IF_ERROR(acquire(i));
+      ZERO_ASSIGN_OR_RETURN(ParamViews grads, grad_views(i));
+      ZERO_ASSIGN_OR_RETURN(dy, units_[i].unit->backward(ctx, param_views(i), grads, dy));
+      release(i);
+    } else if (reduces_this_micro_batch()) {
+      ZERO_RETURN_IF_ERROR(staging_of(i).status());  // its zero gradient joins the bucket's reduction
+    }
     if (reduces_this_micro_batch()) ZERO_RETURN_IF_ERROR(grads_ready(i));
   }
   for (Bucket& b : buckets_) ZERO_RETURN_IF_ERROR(finish_reduction(b));
@@ -530,18 +550,22 @@ absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
   if (micro_batches_done_ != 0) {
     return absl::FailedPreconditionError("evaluate between forward_backward and step; evaluate after step()");
   }
-  UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_};
+  UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_, .step = step_count_};
+  ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   Tensor x;
+  Unit* previous = nullptr;  // the last unit that ran: what it saved is freed once the next has read x
   for (size_t i = 0; i < units_.size(); ++i) {
+    if (!runs[i]) continue;
     for (int owner : units_[i].needs) {
       if (units_[owner].sharded) ZERO_RETURN_IF_ERROR(gather_now(owner));  // not recorded: no prefetch order
     }
     ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, param_views(static_cast<int>(i)), x));
     release(static_cast<int>(i));
-    if (i > 0) units_[i - 1].unit->release_saved();  // unit i has read its output
+    if (previous != nullptr) previous->release_saved();
+    previous = units_[i].unit;
   }
   if (on_output) ZERO_RETURN_IF_ERROR(on_output(x));
-  if (!units_.empty()) units_.back().unit->release_saved();
+  if (previous != nullptr) previous->release_saved();
   return Evaluation{.loss = ctx.loss, .correct = ctx.correct, .predictions = ctx.predictions};
 }
 

@@ -6,6 +6,8 @@
 //   for unit in units:            x = unit.forward(ctx, params(unit), x)           // stage 3: gathered just in time
 //   for unit in reversed(units):  dy = unit.backward(ctx, params(unit), grads(unit), dy)
 //
+// skipping, in both loops, a unit that sits this micro-batch out (Unit::runs: conditional models).
+//
 // No autograd: backward is explicit, as in llm.c. A user's own C++ model implements the same interface
 // and runs under any ZeRO stage unchanged.
 #pragma once
@@ -73,6 +75,7 @@ struct UnitContext {
   Allocator& allocator;  // activations (kActivations) and scratch (kWorkspace), accounted per rank
   const Batch& batch;
   Device device = Device::cpu();
+  int64_t step = 0;  // optimizer steps taken before this micro-batch (for Unit::runs, dropout seeds)
   // The last unit multiplies the gradient of its loss by this (fp16 loss scaling; 1 otherwise).
   float loss_scale = 1.0f;
   // Written by the last unit's forward: the mean loss over this rank's micro-batch, and how many of
@@ -89,6 +92,16 @@ class Unit {
   virtual absl::string_view name() const = 0;
   virtual std::vector<ParamSpec> param_specs() const = 0;
   virtual std::vector<TiedParam> tied_params() const { return {}; }
+
+  // Whether this unit takes part in this micro-batch: a conditional unit (LayerDrop, an expert no token
+  // was routed to) returns false to sit out. Then neither its forward nor its backward runs, its input
+  // passes through as its output, its gradient gains nothing, and stage 3 does not gather it. The first
+  // and last units always run. Every rank must decide alike: ranks that do not would issue different
+  // gathers, which fail on every rank (naming the ranks under CommOptions::debug_collectives).
+  virtual bool runs(const UnitContext& ctx) const {
+    (void)ctx;
+    return true;
+  }
 
   // x: the previous unit's output (undefined for the first unit, which reads ctx.batch). Returns this
   // unit's output, which stays valid until this unit's backward; the last unit returns its logits

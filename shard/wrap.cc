@@ -24,7 +24,8 @@ absl::Status check_name(absl::string_view what, absl::string_view name) {
 }  // namespace
 
 // Consecutive units run as one unit: forward in order, backward in reverse, each member seeing its own
-// parameter names.
+// parameter names. A member that sits a micro-batch out (Unit::runs) is passed over in both; the group
+// sits out when all of them do.
 class UnitGroup final : public Unit {
  public:
   struct Member {
@@ -39,10 +40,19 @@ class UnitGroup final : public Unit {
   std::vector<ParamSpec> param_specs() const override { return specs_; }
   std::vector<TiedParam> tied_params() const override { return ties_; }
 
+  bool runs(const UnitContext& ctx) const override {
+    for (const Member& m : members_) {
+      if (m.unit->runs(ctx)) return true;
+    }
+    return false;
+  }
+
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
     Tensor y = x;
     for (const Member& m : members_) {
-      ZERO_ASSIGN_OR_RETURN(y, m.unit->forward(ctx, views_of(m, params), y));
+      if (m.unit->runs(ctx)) {
+        ZERO_ASSIGN_OR_RETURN(y, m.unit->forward(ctx, views_of(m, params), y));
+      }
     }
     return y;
   }
@@ -55,7 +65,9 @@ class UnitGroup final : public Unit {
                                   const Tensor& dy) override {
     Tensor dx = dy;
     for (auto m = members_.rbegin(); m != members_.rend(); ++m) {
-      ZERO_ASSIGN_OR_RETURN(dx, m->unit->backward(ctx, views_of(*m, params), views_of(*m, grads), dx));
+      if (m->unit->runs(ctx)) {
+        ZERO_ASSIGN_OR_RETURN(dx, m->unit->backward(ctx, views_of(*m, params), views_of(*m, grads), dx));
+      }
     }
     return dx;
   }

@@ -142,6 +142,112 @@ TEST(Engine, EvaluateLeavesNoActivationsBehind) {
   }
 }
 
+// --- Stage 3: prefetch in the recorded order, and units that sit out ---
+
+class SittingOut : public ::testing::TestWithParam<int64_t> {};  // the wrap policy's min_params
+
+TEST_P(SittingOut, AUnitThatSitsOutEveryOtherStepTrainsBitIdenticallyAtEveryStage) {
+  // hidden_0 sits out steps 1, 3 and 5, so every step leaves the order the step before recorded: stage 3
+  // stops prefetching there, gathers on demand and records again. Evaluation skips it too. Wrapped at 200,
+  // hidden_0 shares a flat unit with the input layer, and the group runs without it.
+  TrainRun run{.model = {.hidden_layers = 3, .hidden_0_sits_out_every = 2}, .world_size = 3, .steps = 6,
+               .evaluate_first = true};
+  run.zero.persistence_threshold = 0;
+  run.zero.accumulation_steps = 2;
+  run.zero.wrap_min_params = GetParam();
+  testing::LocalOutcome reference;
+  for (int stage = 0; stage <= 3; ++stage) {
+    run.zero.stage = stage;
+    const testing::LocalOutcome out = train_local(run);
+    ASSERT_TRUE(out.status.ok()) << "stage " << stage << ": " << out.status;
+    if (stage == 0) {
+      reference = out;
+      continue;
+    }
+    EXPECT_TRUE(bitwise_equal(out.ranks[0].params, reference.ranks[0].params)) << "stage " << stage;
+    ASSERT_EQ(out.ranks[0].evaluations.size(), reference.ranks[0].evaluations.size());
+    for (size_t e = 0; e < out.ranks[0].evaluations.size(); ++e) {
+      EXPECT_EQ(out.ranks[0].evaluations[e].loss, reference.ranks[0].evaluations[e].loss) << "stage " << stage;
+    }
+  }
+  run.model.hidden_0_sits_out_every = 0;
+  EXPECT_FALSE(bitwise_equal(train_local(run).ranks[0].params, reference.ranks[0].params))
+      << "sitting out should have changed the training";
+}
+
+INSTANTIATE_TEST_SUITE_P(Unwrapped, SittingOut, ::testing::Values(0));
+INSTANTIATE_TEST_SUITE_P(Wrapped, SittingOut, ::testing::Values(200));
+
+TEST(SittingOut, TheFirstUnitCannotSitOut) {
+  // A model that starts at the toy's hidden_0, which sits out every step.
+  ToyModel toy({.hidden_layers = 1, .tied_head = false, .hidden_0_sits_out_every = 1});
+  class FromHidden final : public Model {
+   public:
+    explicit FromHidden(Model& toy) : toy_(toy) {}
+    std::vector<Unit*> units() override {
+      const std::vector<Unit*> all = toy_.units();
+      return {all.begin() + 1, all.end()};
+    }
+
+   private:
+    Model& toy_;
+  } model(toy);
+  const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
+    Allocator allocator;
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                          Engine::create(model, comm, allocator, testing::adamw_factory(), ZeroConfig{}));
+    testing::ToyData data = testing::toy_rows(ToyConfig{}, 0, 4);
+    const Batch batch = data.batch(7);
+    return engine->train_step({&batch, 1}, 0.1f).status();
+  }));
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("unit 'hidden_0' sat out a micro-batch (Unit::runs), but "
+                                                       "the first unit always runs"));
+}
+
+TEST(Stage3Prefetch, AtMostMaxLiveUnitsAreGatheredAtOnce) {
+  // Six equal hidden units of 301·301 + 301 elements: the gathered copies alive at once, plus the two
+  // gradient buckets backward may hold (one reducing, one filling), plus the input layer's bucket, which
+  // the tied head opens and which lives through the whole backward, bound comm_buffers from above;
+  // prefetch fills the bound. With hidden_0 sitting out every other step, each step leaves the order
+  // recorded on the one before: prefetch stops there, and the bound holds too.
+  const int64_t unit_bytes = (301 * 301 + 301) * 4;
+  const int64_t input_bytes = (301 * 31 + 301) * 4;
+  for (int live : {1, 2, 3}) {
+    for (int sits_out_every : {0, 2}) {
+      const ToyConfig wide{.features = 31, .hidden = 301, .hidden_layers = 6,
+                           .hidden_0_sits_out_every = sits_out_every};
+      TrainRun run{.model = wide, .world_size = 2, .steps = 3};
+      run.zero.stage = 3;
+      run.zero.persistence_threshold = 0;
+      run.zero.max_live_units = live;
+      const Outcome out = train(run);
+      ASSERT_TRUE(out.status.ok()) << out.status;
+      const int64_t peak = out.memory[0].peak_of(MemoryCategory::kCommBuffers);
+      EXPECT_GE(peak, live * unit_bytes) << live << " live units";
+      EXPECT_LE(peak, (live + 2) * unit_bytes + input_bytes) << live << " live units, sitting out " << sits_out_every;
+    }
+  }
+}
+
+TEST(Stage3Order, RanksThatSitOutDifferentlyFailOnEveryRankNamingTheDivergence) {
+  // Only rank 1's hidden_0 sits out step 1: its gathers no longer match the other ranks'. The local
+  // backend compares what every rank issues at each collective, debug mode or not.
+  TrainRun run{.model = {.hidden_layers = 2, .hidden_0_sits_out_every = 2, .sit_out_rank = 1}, .world_size = 3,
+               .steps = 3};
+  run.zero.stage = 3;
+  run.zero.persistence_threshold = 0;
+  for (bool debug : {false, true}) {
+    const std::vector<absl::Status> statuses = run_local_ranks(
+        3, [&](Communicator& comm) { return testing::train_rank(comm, run).status(); },
+        CommOptions{.timeout = absl::Seconds(60), .debug_collectives = debug});
+    for (int r = 0; r < 3; ++r) EXPECT_FALSE(statuses[r].ok()) << "rank " << r << (debug ? ", debug" : "");
+    const std::string message(root_cause(statuses).message());
+    EXPECT_THAT(message, HasSubstr("ranks diverged in their collective sequence: ranks 0, 2 issued")) << message;
+    EXPECT_THAT(message, HasSubstr("rank 1 issued")) << message;
+  }
+}
+
 TEST(Engine, AnyWorldSizeMatchesSingleRankTraining) {
   // The global batch is the same; only how its mean is summed differs (per rank, then across ranks).
   // Each gradient element sums at most 48 products, so its relative rounding error is below

@@ -35,8 +35,13 @@ void add_to(const Tensor& grad, const std::vector<float>& delta) {
 // y = act(x W^T + b) with W (out, in); the first layer reads the batch.
 class Linear final : public Unit {
  public:
-  Linear(std::string name, int64_t in, int64_t out) : name_(std::move(name)), in_(in), out_(out) {}
+  // sits_out_every > 0: the unit sits out the steps s with s % sits_out_every == sits_out_every - 1.
+  Linear(std::string name, int64_t in, int64_t out, int sits_out_every = 0)
+      : name_(std::move(name)), in_(in), out_(out), sits_out_every_(sits_out_every) {}
   absl::string_view name() const override { return name_; }
+  bool runs(const UnitContext& ctx) const override {
+    return sits_out_every_ == 0 || ctx.step % sits_out_every_ != sits_out_every_ - 1;
+  }
   std::vector<ParamSpec> param_specs() const override {
     return {{"weight", {out_, in_}, Init::normal(0.5f)}, {"bias", {out_}, Init::normal(0.1f)}};
   }
@@ -92,6 +97,7 @@ class Linear final : public Unit {
  private:
   std::string name_;
   int64_t in_, out_;
+  int sits_out_every_;
   Tensor x_;
   Buffer y_, dx_;
 };
@@ -177,10 +183,12 @@ class Head final : public Unit {
 
 }  // namespace
 
-ToyModel::ToyModel(const ToyConfig& config) {
+ToyModel::ToyModel(const ToyConfig& config, int rank) {
   units_.push_back(std::make_unique<Linear>("input", config.features, config.hidden));
+  const bool sits_out = config.sit_out_rank < 0 || config.sit_out_rank == rank;
   for (int k = 0; k < config.hidden_layers; ++k) {
-    units_.push_back(std::make_unique<Linear>(absl::StrCat("hidden_", k), config.hidden, config.hidden));
+    units_.push_back(std::make_unique<Linear>(absl::StrCat("hidden_", k), config.hidden, config.hidden,
+                                              k == 0 && sits_out ? config.hidden_0_sits_out_every : 0));
   }
   // Tied: input.weight is (H, D), exactly the head's (H, D) weight.
   units_.push_back(std::make_unique<Head>(config.hidden, config.features, config.tied_head));

@@ -19,11 +19,16 @@ struct ToyConfig {
   int64_t hidden = 13;    // H
   int hidden_layers = 2;
   bool tied_head = true;  // the head reuses input.weight; otherwise it has its own (D, H) weight
+  // A conditional unit: when > 0, hidden_0 sits out (Unit::runs) the steps s with s % k == k - 1; with
+  // sit_out_rank >= 0, only on that rank, so ranks disagree.
+  int hidden_0_sits_out_every = 0;
+  int sit_out_rank = -1;
 };
 
 class ToyModel : public Model {
  public:
-  explicit ToyModel(const ToyConfig& config);
+  // `rank` matters only to ToyConfig::sit_out_rank.
+  explicit ToyModel(const ToyConfig& config, int rank = 0);
   ~ToyModel() override;
   std::vector<Unit*> units() override;
 
