@@ -1,7 +1,8 @@
 // Under mpirun: the engine over the mpi backend gives the same parameters, bit for bit, as over the local backend.
 //
-// Every rank trains the toy model for each stage through MPI; rank 0 then repeats the run with the same
-// number of in-process ranks and compares. Prints one line per stage; exits non-zero on any difference.
+// Every rank trains the toy model for each stage through MPI, as it is and with a unit that sits out every
+// other step; rank 0 then repeats the run with the same number of in-process ranks and compares. Prints
+// one line per stage and model; exits non-zero on any difference.
 #include <cstdio>
 #include <cstring>
 
@@ -13,8 +14,10 @@
 namespace zero::testing {
 namespace {
 
-absl::Status compare_stage(Communicator& comm, int stage) {
+absl::Status compare_stage(Communicator& comm, int stage, const ToyConfig& model) {
   TrainRun run;
+  run.model = model;
+  run.steps = 4;
   run.world_size = comm.world_size();
   run.zero.stage = stage;
   run.zero.accumulation_steps = 2;
@@ -31,8 +34,8 @@ absl::Status compare_stage(Communicator& comm, int stage) {
         std::memcmp(mpi.params.data(), want.data(), want.size() * sizeof(float)) != 0) {
       verdict = absl::InternalError(absl::StrCat("stage ", stage, ": mpi and local parameters differ"));
     } else {
-      std::printf("stage %d: mpi == local bit for bit (%zu parameters, %d ranks)\n", stage, want.size(),
-                  comm.world_size());
+      std::printf("stage %d%s: mpi == local bit for bit (%zu parameters, %d ranks)\n", stage,
+                  model.hidden_0_sits_out_every > 0 ? ", hidden_0 sitting out" : "", want.size(), comm.world_size());
     }
   }
   // Every rank learns the verdict, so all exit the same way.
@@ -47,7 +50,10 @@ absl::Status compare_stage(Communicator& comm, int stage) {
 
 int main() {
   return zero::run_mpi_rank([](zero::Communicator& comm) -> absl::Status {
-    for (int stage = 0; stage <= 3; ++stage) ZERO_RETURN_IF_ERROR(zero::testing::compare_stage(comm, stage));
+    for (const zero::testing::ToyConfig& model :
+         {zero::testing::ToyConfig{}, zero::testing::ToyConfig{.hidden_0_sits_out_every = 2}}) {
+      for (int stage = 0; stage <= 3; ++stage) ZERO_RETURN_IF_ERROR(zero::testing::compare_stage(comm, stage, model));
+    }
     return absl::OkStatus();
   });
 }
