@@ -1,6 +1,12 @@
 #include "runtime/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <cstring>
 #include <fstream>
@@ -30,9 +36,29 @@ absl::StatusOr<DType> dtype_from_name(absl::string_view name, absl::string_view 
                                                  ", which zero does not read; supported: F32, BF16, F16, I32, U16, U8"));
 }
 
-std::shared_ptr<uint8_t[]> aligned_bytes(size_t n) {
-  auto* p = static_cast<uint8_t*>(::operator new[](std::max<size_t>(n, 1), std::align_val_t(64)));
-  return std::shared_ptr<uint8_t[]>(p, [](uint8_t* q) { ::operator delete[](q, std::align_val_t(64)); });
+// `bytes` copied to 64-byte aligned memory.
+std::shared_ptr<uint8_t> aligned_copy(absl::string_view bytes) {
+  auto* p = static_cast<uint8_t*>(::operator new[](std::max<size_t>(bytes.size(), 1), std::align_val_t(64)));
+  std::memcpy(p, bytes.data(), bytes.size());
+  return std::shared_ptr<uint8_t>(p, [](uint8_t* q) { ::operator delete[](q, std::align_val_t(64)); });
+}
+
+// The whole file at `path` mapped copy-on-write: a page is read from the drive when first touched.
+absl::StatusOr<std::shared_ptr<uint8_t>> map_file(const std::string& path, size_t& size) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open safetensors file ", path));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return absl::DataLossError(absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
+  }
+  size = static_cast<size_t>(st.st_size);
+  void* base = size == 0 ? nullptr : mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  close(fd);  // the mapping keeps the file
+  if (base == MAP_FAILED) return absl::DataLossError(absl::StrCat("cannot map ", path, ": ", std::strerror(errno)));
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(base), [size](uint8_t* p) {
+    if (p != nullptr) munmap(p, size);
+  });
 }
 
 uint64_t read_le64(const char* p) {
@@ -115,14 +141,26 @@ absl::string_view safetensors_dtype_name(DType dtype) {
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open safetensors file ", path));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
-  return parse(bytes, path);
+  size_t size = 0;
+  ZERO_ASSIGN_OR_RETURN(std::shared_ptr<uint8_t> mapping, map_file(path, size));
+  const absl::string_view bytes(reinterpret_cast<const char*>(mapping.get()), size);
+  SafetensorsFile file;
+  ZERO_ASSIGN_OR_RETURN(const uint64_t data_offset, file.parse_header(bytes, path));
+  // Tensors are views into the mapping where the data section is 8-byte aligned (every file zero writes,
+  // and the reference implementation's); otherwise into an aligned copy.
+  file.data_ = data_offset % 8 == 0 ? std::shared_ptr<uint8_t>(mapping, mapping.get() + data_offset)
+                                    : aligned_copy(bytes.substr(data_offset));
+  return file;
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::parse(absl::string_view bytes, absl::string_view source) {
+  SafetensorsFile file;
+  ZERO_ASSIGN_OR_RETURN(const uint64_t data_offset, file.parse_header(bytes, source));
+  file.data_ = aligned_copy(bytes.substr(data_offset));
+  return file;
+}
+
+absl::StatusOr<uint64_t> SafetensorsFile::parse_header(absl::string_view bytes, absl::string_view source) {
   auto bad = [&](absl::string_view what) { return absl::InvalidArgumentError(absl::StrCat(source, ": ", what)); };
   if (bytes.size() < 8) {
     return bad(absl::StrCat("truncated: ", bytes.size(), " bytes, but a safetensors file starts with an 8-byte header length"));
@@ -136,28 +174,25 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::parse(absl::string_view bytes, 
   Json header = Json::parse(bytes.substr(8, header_len), nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return bad("header is not a JSON object");
 
-  SafetensorsFile file;
-  file.source_ = std::string(source);
+  source_ = std::string(source);
   const uint64_t data_bytes = bytes.size() - 8 - header_len;
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
       if (!value.is_object()) return bad("\"__metadata__\" is not an object");
       for (const auto& [mk, mv] : value.items()) {
         if (!mv.is_string()) return bad(absl::StrCat("metadata value for '", mk, "' is not a string"));
-        file.metadata_[mk] = mv.get<std::string>();
+        metadata_[mk] = mv.get<std::string>();
       }
       continue;
     }
     absl::StatusOr<SafetensorsEntry> e = parse_entry(key, value, data_bytes);
     if (!e.ok()) return bad(e.status().message());
-    file.entries_.push_back(*std::move(e));
+    entries_.push_back(*std::move(e));
   }
-  std::sort(file.entries_.begin(), file.entries_.end(),
+  std::sort(entries_.begin(), entries_.end(),
             [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
-  if (absl::Status s = check_no_overlap(file.entries_); !s.ok()) return bad(s.message());
-  file.data_ = aligned_bytes(data_bytes);
-  std::memcpy(file.data_.get(), bytes.data() + 8 + header_len, data_bytes);
-  return file;
+  if (absl::Status s = check_no_overlap(entries_); !s.ok()) return bad(s.message());
+  return 8 + header_len;
 }
 
 bool SafetensorsFile::contains(absl::string_view name) const { return find(name).ok(); }

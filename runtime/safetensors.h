@@ -32,11 +32,13 @@ struct SafetensorsEntry {
 // The name a dtype has in safetensors headers ("F32", "BF16", ...).
 absl::string_view safetensors_dtype_name(DType dtype);
 
-// A whole safetensors file held in memory (data 64-byte aligned); tensors are views into it.
+// A safetensors file; tensors are views into its data (aligned to at least 8 bytes).
 class SafetensorsFile {
  public:
+  // Maps the file copy-on-write, so only the tensors that are read come from the drive (a rank loading
+  // its pieces of another layout's checkpoint touches those alone), and nothing is read twice.
   static absl::StatusOr<SafetensorsFile> read(const std::string& path);
-  // Parses an in-memory file; `source` names it in error messages.
+  // Parses an in-memory file (copied, 64-byte aligned); `source` names it in error messages.
   static absl::StatusOr<SafetensorsFile> parse(absl::string_view bytes, absl::string_view source = "<memory>");
 
   // Entries in data order.
@@ -50,12 +52,14 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  // Reads the header of a whole file's `bytes` into entries_ and metadata_; returns where the data starts.
+  absl::StatusOr<uint64_t> parse_header(absl::string_view bytes, absl::string_view source);
   absl::StatusOr<const SafetensorsEntry*> find(absl::string_view name) const;
 
   std::string source_;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
-  std::shared_ptr<uint8_t[]> data_;  // the data section; shared so copies of the file stay cheap
+  std::shared_ptr<uint8_t> data_;  // the data section (mapped or copied); shared so copies stay cheap
 };
 
 // The file's bytes for `tensors` (CPU, contiguous), stored in the given order. Names must be unique.

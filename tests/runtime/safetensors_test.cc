@@ -76,6 +76,21 @@ TEST(Safetensors, WritesAndReadsAFile) {
   std::remove(path.c_str());
 }
 
+TEST(Safetensors, AReadFileIsMappedCopyOnWrite) {
+  // Views are aligned for their dtype, and writing through one changes this reader's copy, not the file.
+  std::vector<float> v = {1.0f, 2.0f, 3.0f};
+  const std::string path = ::testing::TempDir() + "/safetensors_cow.safetensors";
+  ASSERT_TRUE(write_safetensors(path, {{"ab", Tensor(v.data(), DType::kF32, {3})}}).ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  Tensor x = *file->get("ab");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(x.data()) % 8, 0u);
+  x.data_as<float>()[1] = 20.0f;
+  EXPECT_EQ(file->get("ab")->data_as<float>()[1], 20.0f);
+  EXPECT_EQ(SafetensorsFile::read(path)->get("ab")->data_as<float>()[1], 2.0f);
+  std::remove(path.c_str());
+}
+
 TEST(Safetensors, ReadsAHandWrittenFileInDataOrder) {
   const std::string header =
       R"({"second":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"first":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
