@@ -35,8 +35,11 @@ absl::StatusOr<int> open_anonymous_file(const std::string& dir) {
 absl::StatusOr<FileMemory> file_alloc(const std::string& dir, size_t nbytes) {
   absl::StatusOr<int> fd = open_anonymous_file(dir);
   if (!fd.ok()) return fd.status();
-  if (ftruncate(*fd, static_cast<off_t>(nbytes)) != 0) {
-    const absl::Status status = errno_error(absl::StrCat("cannot grow to ", nbytes, " bytes a file in"), dir);
+  // Reserve the blocks now: a sparse file would fail its first write-back on a full drive with SIGBUS,
+  // in the middle of a step; this fails here, naming the directory.
+  if (const int error = posix_fallocate(*fd, 0, static_cast<off_t>(nbytes)); error != 0) {
+    errno = error;
+    const absl::Status status = errno_error(absl::StrCat("cannot reserve ", nbytes, " bytes for a file in"), dir);
     close(*fd);
     return status;
   }

@@ -8,8 +8,9 @@
 
 namespace zero {
 
-// `nbytes` of zeroed memory mapped from a new file in `dir`. The file is unlinked at once, so nothing is
-// left behind, whatever happens to the process; `fd` keeps it open until file_free.
+// `nbytes` of zeroed memory mapped from a new file in `dir`, its blocks reserved on the drive (so a full
+// drive fails here, not at a later write-back). The file is unlinked at once, so nothing is left
+// behind, whatever happens to the process; `fd` keeps it open until file_free.
 struct FileMemory {
   void* data = nullptr;
   int fd = -1;

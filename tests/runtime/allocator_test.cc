@@ -193,6 +193,21 @@ TEST(AllocatorFiles, PageOutDropsTheBytesFromRamUntilTheyAreTouched) {
   EXPECT_GT(alloc.file_bytes_in_ram(), 0) << "reading a value paged it back in (with the kernel's readahead)";
 }
 
+TEST(AllocatorFiles, MoreThanTheDriveHoldsIsRefusedWhenAllocatedNamingTheDirectory) {
+  const std::string dir = offload_dir("full");
+  const std::filesystem::space_info space = std::filesystem::space(dir);
+  Allocator alloc;
+  ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, dir).ok());
+  const int64_t too_much = static_cast<int64_t>(space.available) + (int64_t{1} << 30);
+  absl::StatusOr<Buffer> b = alloc.allocate(too_much, MemoryCategory::kOptimizerState);
+  ASSERT_FALSE(b.ok()) << "a sparse file would have been created, to fail at its first write-back";
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr(absl::StrCat("cannot reserve ", too_much,
+                                                                        " bytes for a file in ", dir)));
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("No space left on device"));
+  EXPECT_EQ(alloc.stats().in_files_of(MemoryCategory::kOptimizerState), 0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
 TEST(AllocatorFiles, DirectoryThatCannotHoldFilesIsRefusedNamingIt) {
   Allocator alloc;
   const absl::Status status = alloc.place_in_files(MemoryCategory::kOptimizerState, "/nonexistent/nvme");
