@@ -290,6 +290,7 @@ absl::Status Engine::reserve_transient() {
                         absl::StrCat(probe.status().message(), " (reserving the engine's largest gradient bucket and ",
                                      "gathered units before the first step)"));
   }
+  probe->reset();
   allocator_.reset_peaks();  // the probe is not part of any step's peak
   return absl::OkStatus();
 }
@@ -407,13 +408,17 @@ absl::Status Engine::ensure_gathered(int i) {
 }
 
 absl::Status Engine::prefetch() {
-  // While the step follows the recorded order, gather the next units ahead, keeping at most
-  // max_live_units gathered copies alive. Every rank makes the same decisions, so the same collectives.
+  // While the step follows the recorded order, gather the next units ahead.
   if (!order_matches_) return absl::OkStatus();
-  for (size_t q = this_step_order_.size(); q < recorded_order_.size(); ++q) {
+  return prefetch_along(recorded_order_, this_step_order_.size());
+}
+
+absl::Status Engine::prefetch_along(const std::vector<int>& order, size_t next) {
+  // Gathers order[next], order[next + 1], ... ahead, keeping at most max_live_units gathered copies
+  // alive. Every rank follows the same order, so every rank issues the same collectives.
+  for (size_t q = next; q < order.size(); ++q) {
     if (live_gathers() >= config_.max_live_units) break;
-    const int next = recorded_order_[q];
-    if (units_[next].gathered.data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(next));
+    if (units_[order[q]].gathered.data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(order[q]));
   }
   return absl::OkStatus();
 }
@@ -552,13 +557,24 @@ absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
   }
   UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_, .step = step_count_};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
+  std::vector<int> order;  // stage 3: the gathers of this pass, known in advance, so prefetched along
+  for (size_t i = 0; i < units_.size(); ++i) {
+    if (!runs[i]) continue;
+    for (int owner : units_[i].needs) {
+      if (units_[owner].sharded) order.push_back(owner);
+    }
+  }
+  size_t gathered = 0;
   Tensor x;
   Unit* previous = nullptr;  // the last unit that ran: what it saved is freed once the next has read x
   for (size_t i = 0; i < units_.size(); ++i) {
     if (!runs[i]) continue;
     for (int owner : units_[i].needs) {
-      if (units_[owner].sharded) ZERO_RETURN_IF_ERROR(gather_now(owner));  // not recorded: no prefetch order
+      if (!units_[owner].sharded) continue;
+      ZERO_RETURN_IF_ERROR(gather_now(owner));
+      ++gathered;
     }
+    ZERO_RETURN_IF_ERROR(prefetch_along(order, gathered));
     ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, param_views(static_cast<int>(i)), x));
     release(static_cast<int>(i));
     if (previous != nullptr) previous->release_saved();

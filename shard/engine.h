@@ -191,6 +191,7 @@ class Engine {
   absl::Status finish_gather(UnitState& u);
   absl::Status start_gather(int u);
   absl::Status prefetch();
+  absl::Status prefetch_along(const std::vector<int>& order, size_t next);
   // Which units take part in this micro-batch (Unit::runs); an error if the first or last would not.
   absl::StatusOr<std::vector<bool>> units_that_run(const UnitContext& ctx) const;
   absl::Status release_all_gathers();

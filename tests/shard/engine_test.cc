@@ -230,6 +230,28 @@ TEST(Stage3Prefetch, AtMostMaxLiveUnitsAreGatheredAtOnce) {
   }
 }
 
+TEST(Stage3Prefetch, EvaluationGathersAheadUpToMaxLiveUnits) {
+  // Evaluation knows its gathers in advance and prefetches along them: with no step taken, the peak of
+  // comm_buffers is exactly max_live_units of the six equal hidden units (no gradient buckets).
+  const ToyConfig wide{.features = 31, .hidden = 301, .hidden_layers = 6};
+  const int64_t unit_bytes = (301 * 301 + 301) * 4;
+  for (int live : {1, 2, 3}) {
+    const std::vector<absl::Status> statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
+      Allocator allocator(comm.rank());
+      ToyModel model(wide);
+      ZeroConfig config{.stage = 3, .max_live_units = live, .persistence_threshold = 0};
+      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                            Engine::create(model, comm, allocator, testing::adamw_factory(), config));
+      testing::ToyData data = testing::toy_rows(wide, 4 * comm.rank(), 4 * comm.rank() + 4);
+      ZERO_RETURN_IF_ERROR(engine->evaluate(data.batch(wide.features)).status());
+      EXPECT_EQ(allocator.stats().peak_of(MemoryCategory::kCommBuffers), live * unit_bytes) << live << " live units";
+      EXPECT_EQ(allocator.stats().current_of(MemoryCategory::kCommBuffers), 0) << "nothing left gathered";
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(root_cause(statuses).ok()) << root_cause(statuses);
+  }
+}
+
 TEST(Stage3Order, RanksThatSitOutDifferentlyFailOnEveryRankNamingTheDivergence) {
   // Only rank 1's hidden_0 sits out step 1: its gathers no longer match the other ranks'. The local
   // backend compares what every rank issues at each collective, debug mode or not.
