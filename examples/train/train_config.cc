@@ -229,6 +229,7 @@ absl::Status read_zero_train_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("model.num_heads", c.model.num_heads));
   ZERO_RETURN_IF_ERROR(r.read("model.channels", c.model.channels));
   ZERO_RETURN_IF_ERROR(r.read("model.widths", c.model.widths));
+  ZERO_RETURN_IF_ERROR(r.read("model.recompute", c.model.recompute));
   DataConfig& d = c.data;
   ZERO_RETURN_IF_ERROR(r.read("data.source", d.source));
   ZERO_RETURN_IF_ERROR(r.read("data.addition.digits", d.digits));
@@ -372,6 +373,8 @@ absl::Status validate_gpt2(const ModelConfig& m, const DataConfig& d) {
 absl::Status validate_mlp(const ModelConfig& m, const DataConfig& d) {
   ZERO_RETURN_IF_ERROR(require(d.source == "blobs", "data.source", d.source,
                                "the mlp reads labelled features: use blobs (addition and tokens are for gpt2)"));
+  ZERO_RETURN_IF_ERROR(require(!m.recompute, "model.recompute", "true",
+                               "only GPT-2's blocks recompute their activations; the mlp saves its own"));
   const std::string widths = absl::StrCat("[", absl::StrJoin(m.widths, ", "), "]");
   ZERO_RETURN_IF_ERROR(require(m.widths.size() >= 2 && std::all_of(m.widths.begin(), m.widths.end(),
                                                                     [](int64_t w) { return w >= 1; }),

@@ -76,6 +76,7 @@ struct ModelConfig {                    // "model"
   int64_t num_heads = 4;
   int64_t channels = 64;
   std::vector<int64_t> widths = {16, 64, 64, 4};  // mlp: {D, hidden..., K}, D and K the data's
+  bool recompute = false;  // gpt2: every block recomputes its activations in backward (checkpointing)
 };
 
 struct BlobsKeys {                      // "data.blobs": see models/data/blobs.h

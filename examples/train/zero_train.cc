@@ -117,7 +117,9 @@ absl::StatusOr<Gpt2Config> model_shape(const TrainConfig& c, int64_t seq_len) {
 // A fresh model of the plan's shape: it declares its parameters' shapes and allocates nothing.
 absl::StatusOr<std::unique_ptr<Model>> create_model(const Plan& plan) {
   if (plan.config.model.type == "mlp") return Mlp::create(plan.config.model.widths);
-  return Gpt2::create(plan.gpt2);
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> gpt2, Gpt2::create(plan.gpt2));
+  for (int64_t layer = 0; layer < plan.gpt2.num_layers; ++layer) gpt2->set_recompute(layer, plan.config.model.recompute);
+  return gpt2;
 }
 
 absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device device) {
@@ -142,8 +144,9 @@ absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device
 std::string describe_model(const Plan& p) {
   if (p.config.model.type == "mlp") return absl::StrCat("MLP widths [", absl::StrJoin(p.config.model.widths, ", "), "]");
   const Gpt2Config& g = p.gpt2;
-  return absl::StrFormat("GPT-2 L=%d NH=%d C=%d T=%d V=%d", g.num_layers, g.num_heads, g.channels,
-                         p.train->layout().input_shape[0], g.vocab_size);
+  return absl::StrFormat("GPT-2 L=%d NH=%d C=%d T=%d V=%d%s", g.num_layers, g.num_heads, g.channels,
+                         p.train->layout().input_shape[0], g.vocab_size,
+                         p.config.model.recompute ? ", blocks recomputed in backward" : "");
 }
 
 // "" or a line naming what goes to files where, warning when a directory is in RAM itself (tmpfs).

@@ -167,6 +167,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"checkpoint.resume=latest", {"checkpoint.resume = latest", "needs checkpoint.dir"}},
         BadConfig{"checkpoint.every=5", {"unknown key 'checkpoint.every'", "did you mean"}}));
 
+TEST(TrainConfigTest, RecomputeIsGpt2sAndRefusedForTheMlp) {
+  EXPECT_TRUE(parse_ok(kMinimal, {"model.recompute=true"}).model.recompute);
+  EXPECT_THAT(parse_error(kMinimal, {"model.type=mlp", "data.source=blobs", "model.recompute=true"}),
+              HasSubstr("model.recompute = true: only GPT-2's blocks recompute their activations"));
+}
+
 TEST(TrainConfigTest, MlpReadsWidthsAndBlobsKeys) {
   const TrainConfig c = parse_ok(kMinimal, {"model.type=mlp", "model.widths=[8, 32, 3]", "data.source=blobs",
                                             "data.blobs.features=8", "data.blobs.classes=3", "data.blobs.noise=0.5",

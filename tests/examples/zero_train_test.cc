@@ -95,6 +95,29 @@ TEST_F(ZeroTrainTest, Stage3OnTwoRanksWritesMetricsAndTheLossFalls) {
   std::filesystem::remove(path);
 }
 
+TEST_F(ZeroTrainTest, RecomputingBlocksLowersTheActivationPeakAndNotTheTraining) {
+  // Two blocks: recomputed, each holds only its output between forward and backward (models/gpt2.h),
+  // and the same parameters train to the same losses.
+  std::vector<std::vector<json>> train, summary;
+  for (const std::string recompute : {"false", "true"}) {
+    const std::string path = metrics_path();
+    const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --model.num_layers=2 --eval_interval=0",
+                                                      " --model.recompute=", recompute));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const std::vector<json> records = metrics_lines(path);
+    train.push_back(events(records, "train"));
+    summary.push_back(events(records, "summary"));
+    ASSERT_EQ(summary.back().size(), 1u);
+    std::filesystem::remove(path);
+  }
+  EXPECT_EQ(train[1].back()["loss"], train[0].back()["loss"]);
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_LT(summary[1][0]["peak_bytes"][r]["activations"].get<int64_t>(),
+              summary[0][0]["peak_bytes"][r]["activations"].get<int64_t>())
+        << "rank " << r;
+  }
+}
+
 // The MLP [16, 32, 4] on 4 blobs at stage 2: 20 steps of 32 points (micro-batch 8, accumulation 2 on 2 ranks).
 TEST_F(ZeroTrainTest, MlpOnBlobsAtStage2LearnsAboveChance) {
   const std::string path = metrics_path();
