@@ -82,8 +82,9 @@ class Engine {
   absl::Status forward_backward(const Batch& batch);
   absl::StatusOr<StepResult> step(float lr);
 
-  // Forward only, for evaluation, between steps: stage 3 gathers each unit just for its forward (a
-  // collective: every rank calls it), and no gradient is touched. `on_output`, when given, sees the last
+  // Forward only, for evaluation, between steps: stage 3 gathers each unit just for its forward,
+  // prefetching up to max_live_units ahead (a collective: every rank calls it), and no gradient is
+  // touched. `on_output`, when given, sees the last
   // unit's output (the logits, on ZeroConfig::device) while it is valid. Each unit's Unit::release_saved
   // frees what it saved once the next unit has read its output.
   absl::StatusOr<Evaluation> evaluate(const Batch& batch,
