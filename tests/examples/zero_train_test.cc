@@ -175,6 +175,14 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
   EXPECT_TRUE(file_bytes((dir / "saving.safetensors").string()) == exported) << "saving changed the training";
   EXPECT_TRUE(file_bytes((dir / "resumed.safetensors").string()) == exported) << "the resumed run diverged";
 
+  // One rank at stage 0 with nothing left to train consolidates the 2-rank stage-3 checkpoint of step 12
+  // into full weights (DeepSpeed's zero_to_fp32): the same bytes the 2-rank run exported.
+  const RunResult consolidated = run("consolidated", absl::StrCat("--ranks 1 --zero_optimization.stage=0 ",
+                                                                  "--checkpoint.resume=", ckpt, "/step-00000012"));
+  ASSERT_EQ(consolidated.exit_code, 0) << consolidated.output;
+  EXPECT_THAT(consolidated.output, HasSubstr("nothing is left to train"));
+  EXPECT_TRUE(file_bytes((dir / "consolidated.safetensors").string()) == exported);
+
   const RunResult other_model = run("other", absl::StrCat("--model.channels=64 --checkpoint.resume=", ckpt,
                                                           "/step-00000008"));
   EXPECT_NE(other_model.exit_code, 0);
