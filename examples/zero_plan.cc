@@ -365,9 +365,10 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
     }));
   }
   std::string notes =
-      "\nStage 3 gathers every unit once per forward and once per backward (persistence_threshold 0); a unit\n"
-      "using another's tied parameters (GPT-2's head, wte) gathers that unit again, which is not counted.\n"
-      "Not counted either: gradient buckets and gathered units in flight, workspace, the loader's tokens.\n";
+      "\nStage 3 gathers every unit once per forward and once per backward (persistence_threshold 0); the\n"
+      "engine sends less where it keeps a unit the next gathers need again, and more where a unit using\n"
+      "another's tied parameters (GPT-2's head, wte) gathers that unit again.\n"
+      "Not counted: gradient buckets and gathered units in flight, workspace, the loader's tokens.\n";
   if (r.budget_bytes.has_value()) absl::StrAppend(&notes, "The largest model counts model states only.\n");
   return absl::StrCat(heading(r), aligned(rows), notes);
 }

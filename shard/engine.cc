@@ -407,18 +407,17 @@ absl::Status Engine::ensure_gathered(int i) {
   return gather_now(i);
 }
 
-absl::Status Engine::prefetch() {
-  // While the step follows the recorded order, gather the next units ahead.
-  if (!order_matches_) return absl::OkStatus();
-  return prefetch_along(recorded_order_, this_step_order_.size());
+std::span<const int> Engine::upcoming_gathers() const {
+  if (!order_matches_) return {};
+  return std::span<const int>(recorded_order_).subspan(this_step_order_.size());
 }
 
-absl::Status Engine::prefetch_along(const std::vector<int>& order, size_t next) {
-  // Gathers order[next], order[next + 1], ... ahead, keeping at most max_live_units gathered copies
-  // alive. Every rank follows the same order, so every rank issues the same collectives.
-  for (size_t q = next; q < order.size(); ++q) {
+absl::Status Engine::prefetch(std::span<const int> upcoming) {
+  // Gathers the upcoming units ahead, keeping at most max_live_units gathered copies alive. Every rank
+  // follows the same order, so every rank issues the same collectives.
+  for (int next : upcoming) {
     if (live_gathers() >= config_.max_live_units) break;
-    if (units_[order[q]].gathered.data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(order[q]));
+    if (units_[next].gathered.data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(next));
   }
   return absl::OkStatus();
 }
@@ -434,13 +433,18 @@ absl::Status Engine::release_all_gathers() {
 
 absl::Status Engine::acquire(int i) {
   for (int owner : units_[i].needs) ZERO_RETURN_IF_ERROR(ensure_gathered(owner));
-  return prefetch();
+  return prefetch(upcoming_gathers());
 }
 
-void Engine::release(int i) {
+void Engine::release(int i, std::span<const int> upcoming) {
+  // A unit among the next max_live_units gathers stays: prefetch would gather it again at once, so
+  // keeping it saves that allgather and holds no more copies (the last unit from its forward into its
+  // backward, the first unit across micro-batches, a tied owner its user reads next).
+  upcoming = upcoming.first(std::min(upcoming.size(), static_cast<size_t>(config_.max_live_units)));
   for (int owner : units_[i].needs) {
     UnitState& u = units_[owner];
-    if (u.sharded && !u.gather) u.gathered.reset();
+    const bool needed_next = std::find(upcoming.begin(), upcoming.end(), owner) != upcoming.end();
+    if (u.sharded && !u.gather && !needed_next) u.gathered.reset();
   }
 }
 
@@ -528,7 +532,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
     if (!runs[i]) continue;  // x passes through
     ZERO_RETURN_IF_ERROR(acquire(static_cast<int>(i)));
     ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, param_views(static_cast<int>(i)), x));
-    release(static_cast<int>(i));
+    release(static_cast<int>(i), upcoming_gathers());
   }
   Tensor dy;
   for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
@@ -536,7 +540,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
       ZERO_RETURN_IF_ERROR(acquire(i));
       ZERO_ASSIGN_OR_RETURN(ParamViews grads, grad_views(i));
       ZERO_ASSIGN_OR_RETURN(dy, units_[i].unit->backward(ctx, param_views(i), grads, dy));
-      release(i);
+      release(i, upcoming_gathers());
     } else if (reduces_this_micro_batch()) {
       ZERO_RETURN_IF_ERROR(staging_of(i).status());  // its zero gradient joins the bucket's reduction
     }
@@ -574,9 +578,10 @@ absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
       ZERO_RETURN_IF_ERROR(gather_now(owner));
       ++gathered;
     }
-    ZERO_RETURN_IF_ERROR(prefetch_along(order, gathered));
+    const std::span<const int> upcoming = std::span<const int>(order).subspan(gathered);
+    ZERO_RETURN_IF_ERROR(prefetch(upcoming));
     ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, param_views(static_cast<int>(i)), x));
-    release(static_cast<int>(i));
+    release(static_cast<int>(i), upcoming);
     if (previous != nullptr) previous->release_saved();
     previous = units_[i].unit;
   }

@@ -185,14 +185,16 @@ class Engine {
   absl::StatusOr<Tensor> staging_of(int u);
 
   absl::Status acquire(int u);
-  void release(int u);
+  // Frees the gathered copies unit u used, but those among the `upcoming` gathers' first max_live_units.
+  void release(int u, std::span<const int> upcoming);
   absl::Status ensure_gathered(int u);
   absl::Status gather_now(int u);
   // Waits for the unit's gather in flight, if any.
   absl::Status finish_gather(UnitState& u);
   absl::Status start_gather(int u);
-  absl::Status prefetch();
-  absl::Status prefetch_along(const std::vector<int>& order, size_t next);
+  // The gathers the recorded order says come next in this step (none once the step has left it).
+  std::span<const int> upcoming_gathers() const;
+  absl::Status prefetch(std::span<const int> upcoming);
   // Which units take part in this micro-batch (Unit::runs); an error if the first or last would not.
   absl::StatusOr<std::vector<bool>> units_that_run(const UnitContext& ctx) const;
   absl::Status release_all_gathers();

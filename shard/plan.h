@@ -18,8 +18,10 @@
 //   stage 0    grads: A allreduces                                    2A·pS(N-1)
 //   stage 1-2  grads: A reduce-scatters; params: 1 allgather          A·pS(N-1) + pS(N-1)
 //   stage 3    grads: A reduce-scatters; params: 2A allgathers        3A·pS(N-1)
-// (DESIGN's 2Ψ(N-1)/N and 3Ψ(N-1)/N elements at A = 1). Stage 3 assumes every unit is gathered when used:
-// units kept gathered (ZeroConfig::persistence_threshold) and tied parameters change the gathers.
+// (DESIGN's 2Ψ(N-1)/N and 3Ψ(N-1)/N elements at A = 1). Stage 3 assumes every unit is gathered for each
+// forward and backward; the engine sends less where it keeps a unit the next gathers need again, and
+// more where a unit that reads tied parameters gathers their owner again. Units kept whole
+// (ZeroConfig::persistence_threshold) are not gathered at all.
 // Offloading the optimizer (ZeroConfig::offload_optimizer_path) moves the (m+k) column into files, and
 // at stage 3 offloading the parameters (offload_param_path) the params column.
 

@@ -133,8 +133,9 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
       dtype_name(f.precision), ", Ψ = ", f.padded_params, " (padded per unit):\n", memory.to_text(),
       offload_line(f, formula, peaks),
       "\nbytes sent by rank 0 per step vs theory (ring collectives: (N-1)/N of each buffer):\n", traffic.to_text(),
-      f.stage == 3 ? "  (stage 3 gathers a tied owner again for each unit that reads it: GPT-2's head re-gathers the "
-                     "embedding for wte, in forward and in backward)\n"
+      f.stage == 3 ? "  (theory gathers every unit in every forward and backward; stage 3 keeps a unit gathered while the "
+                     "next max_live_units gathers need it, and gathers a tied owner again for a unit that reads it "
+                     "otherwise, as GPT-2's head reads the embedding's wte)\n"
                    : "",
       absl::StrFormat("\nstep time %.1f ms (mean of %d steps), %.0f %s/s\n", 1e3 * f.train_seconds / f.steps,
                       f.steps, f.predictions_per_s, f.predictions));
