@@ -29,7 +29,7 @@ class Adam final : public Optimizer {
     float* exp_avg = state_data(0);
     float* exp_avg_sq = state_data(1);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::adam_cuda(layout(), coeffs, a, exp_avg, exp_avg_sq);
+    if (device().is_cuda()) return optim::adam_cuda(device().index, layout(), coeffs, a, exp_avg, exp_avg_sq);
 #endif
     optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
       const optim::AdamCoeffs c = coeffs[layout().params()[ch.param].group];

@@ -55,7 +55,7 @@ class Lamb final : public Optimizer {
     float* __restrict m = state_data(0);
     float* __restrict v = state_data(1);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::lamb_sums_cuda(layout(), coeffs, a, m, v, bins_.data());
+    if (device().is_cuda()) return optim::lamb_sums_cuda(device().index, layout(), coeffs, a, m, v, bins_.data());
 #endif
     const float* __restrict p = a.params;
     const float* __restrict g = a.grads;
@@ -79,7 +79,7 @@ class Lamb final : public Optimizer {
     const float* __restrict m = state_data(0);
     const float* __restrict v = state_data(1);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::lamb_apply_cuda(layout(), coeffs, neg_step, a, m, v);
+    if (device().is_cuda()) return optim::lamb_apply_cuda(device().index, layout(), coeffs, neg_step, a, m, v);
 #endif
     float* __restrict p = a.params;
     optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {

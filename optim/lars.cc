@@ -46,7 +46,7 @@ class Lars final : public Optimizer {
 
   absl::StatusOr<ChunkSums> square_sums(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs) {
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::lars_sums_cuda(layout(), coeffs, a, bins_.data());
+    if (device().is_cuda()) return optim::lars_sums_cuda(device().index, layout(), coeffs, a, bins_.data());
 #endif
     (void)coeffs;
     const float* __restrict p = a.params;
@@ -68,7 +68,7 @@ class Lars final : public Optimizer {
                      const std::vector<float>& scaled_lr) {
     float* __restrict v = state_data(0);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::lars_apply_cuda(layout(), coeffs, scaled_lr, a, v);
+    if (device().is_cuda()) return optim::lars_apply_cuda(device().index, layout(), coeffs, scaled_lr, a, v);
 #endif
     float* __restrict p = a.params;
     const float* __restrict g = a.grads;

@@ -75,7 +75,7 @@ absl::Status Optimizer::allocate_state(Allocator& allocator, const std::vector<s
       std::memset(b.data(), 0, nbytes);
     } else {
 #if ZERO_HAS_CUDA
-      ZERO_RETURN_IF_ERROR(optim::cuda_zero(b.data(), nbytes));
+      ZERO_RETURN_IF_ERROR(optim::cuda_zero(device_.index, b.data(), nbytes));
 #endif
     }
     state_.emplace_back(name, std::move(b));

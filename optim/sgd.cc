@@ -31,7 +31,7 @@ class Sgd final : public Optimizer {
     }
     float* buf = options_.momentum != 0.0 ? state_data(0) : nullptr;
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::sgd_cuda(layout(), coeffs, a, buf);
+    if (device().is_cuda()) return optim::sgd_cuda(device().index, layout(), coeffs, a, buf);
 #endif
     optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
       const optim::SgdCoeffs c = coeffs[layout().params()[ch.param].group];

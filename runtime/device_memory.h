@@ -16,4 +16,9 @@ void device_free(Device device, void* ptr);
 // or free either side as soon as it returns.
 absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
+// Makes `device` the calling thread's current CUDA device (nothing for the CPU). A rank's threads adopt
+// its GPU, so that CUDA calls naming no device land there and a guard that restores "the previous
+// device" never wakes GPU 0 (each context there costs every process hundreds of MiB).
+absl::Status use_device_on_this_thread(Device device);
+
 }  // namespace zero

@@ -29,10 +29,12 @@ void cuda_free(Device, void*) {}
 absl::Status cuda_copy(void*, Device dst_device, const void*, Device src_device, size_t) {
   return no_cuda("copy to or from", dst_device.is_cuda() ? dst_device : src_device);
 }
+absl::Status cuda_use_device(Device device) { return no_cuda("use", device); }
 #else
 absl::StatusOr<void*> cuda_alloc(Device device, size_t nbytes);  // runtime/cuda/cuda_memory.cu
 void cuda_free(Device device, void* ptr);
 absl::Status cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+absl::Status cuda_use_device(Device device);
 #endif
 
 absl::StatusOr<void*> device_alloc(Device device, size_t nbytes) {
@@ -54,6 +56,10 @@ absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device sr
     return absl::OkStatus();
   }
   return cuda_copy(dst, dst_device, src, src_device, nbytes);
+}
+
+absl::Status use_device_on_this_thread(Device device) {
+  return device.is_cpu() ? absl::OkStatus() : cuda_use_device(device);
 }
 
 }  // namespace zero

@@ -244,21 +244,27 @@ int64_t square_bins_bytes(const ShardLayout& layout) {
   return static_cast<int64_t>(layout.chunks().size()) * 2 * kSquareSlots * static_cast<int64_t>(sizeof(uint64_t));
 }
 
-absl::Status cuda_zero(void* ptr, int64_t nbytes) {
+absl::Status cuda_zero(int device, void* ptr, int64_t nbytes) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
   ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(ptr, 0, static_cast<size_t>(nbytes)));
   return absl::OkStatus();
 }
 
-absl::Status sgd_cuda(const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs, const ShardStep& s,
+absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs, const ShardStep& s,
                       float* momentum_buffer) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
   return for_each_table(segments_of(layout, nullptr), coeffs, [&](const Table<SgdCoeffs>& t, int blocks, int64_t) {
     sgd_kernel<<<blocks, kThreads>>>(t, s.params, s.grads, momentum_buffer, h);
   });
 }
 
-absl::Status adam_cuda(const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs, const ShardStep& s,
+absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs, const ShardStep& s,
                        float* exp_avg, float* exp_avg_sq) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
   return for_each_table(segments_of(layout, nullptr), coeffs, [&](const Table<AdamCoeffs>& t, int blocks, int64_t) {
     adam_kernel<<<blocks, kThreads>>>(t, s.params, s.grads, exp_avg, exp_avg_sq, h);
@@ -269,16 +275,20 @@ absl::Status adam_cuda(const ShardLayout& layout, const std::vector<AdamCoeffs>&
 
 namespace zero::optim {
 
-absl::StatusOr<ChunkSums> lamb_sums_cuda(const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
+absl::StatusOr<ChunkSums> lamb_sums_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
                                          const ShardStep& s, float* exp_avg, float* exp_avg_sq, void* bins) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
   return chunk_sums(layout, coeffs, bins, [&](const Table<LambCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
     lamb_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads, exp_avg, exp_avg_sq);
   });
 }
 
-absl::Status lamb_apply_cuda(const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
+absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& s, const float* exp_avg,
                              const float* exp_avg_sq) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
   return for_each_table(segments_of(layout, &param_scale), coeffs,
                         [&](const Table<LambCoeffs>& t, int blocks, int64_t) {
@@ -286,15 +296,19 @@ absl::Status lamb_apply_cuda(const ShardLayout& layout, const std::vector<LambCo
                         });
 }
 
-absl::StatusOr<ChunkSums> lars_sums_cuda(const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
+absl::StatusOr<ChunkSums> lars_sums_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
                                          const ShardStep& s, void* bins) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
   return chunk_sums(layout, coeffs, bins, [&](const Table<LarsCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
     lars_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads);
   });
 }
 
-absl::Status lars_apply_cuda(const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
+absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& s, float* momentum_buffer) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
   return for_each_table(segments_of(layout, &param_scale), coeffs,
                         [&](const Table<LarsCoeffs>& t, int blocks, int64_t) {

@@ -13,13 +13,14 @@
 
 namespace zero::optim {
 
-absl::Status cuda_zero(void* ptr, int64_t nbytes);
+// Each runs on cuda:`device`, whichever device the calling thread has current.
+absl::Status cuda_zero(int device, void* ptr, int64_t nbytes);
 
 // Each updates the shard in place (fp32 master, state) and writes the half copy in the same pass when
 // step.half is enabled. They run on the legacy default stream and return once the kernels have finished.
-absl::Status sgd_cuda(const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs, const ShardStep& step,
+absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs, const ShardStep& step,
                       float* momentum_buffer /*(S), null without momentum*/);
-absl::Status adam_cuda(const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs, const ShardStep& step,
+absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs, const ShardStep& step,
                        float* exp_avg /*(S)*/, float* exp_avg_sq /*(S)*/);
 
 // LAMB and LARS: pass 1 fills exact square bins (square_sum.h) of two quantities per chunk of the layout on
@@ -30,18 +31,18 @@ using ChunkSums = std::vector<std::array<SquareSum, 2>>;
 int64_t square_bins_bytes(const ShardLayout& layout);
 
 // Updates the moments; sums ||p||^2 and ||u||^2 (u = lamb_direction).
-absl::StatusOr<ChunkSums> lamb_sums_cuda(const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
+absl::StatusOr<ChunkSums> lamb_sums_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
                                          const ShardStep& step, float* exp_avg, float* exp_avg_sq, void* bins);
 // p += param_scale * u, with param_scale = -lr * trust_ratio.
-absl::Status lamb_apply_cuda(const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
+absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, const float* exp_avg,
                              const float* exp_avg_sq);
 
 // Sums ||p||^2 and ||g||^2.
-absl::StatusOr<ChunkSums> lars_sums_cuda(const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
+absl::StatusOr<ChunkSums> lars_sums_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
                                          const ShardStep& step, void* bins);
 // lars_element with scaled_lr = param_scale.
-absl::Status lars_apply_cuda(const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
+absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, float* momentum_buffer);
 
 // exact_square_sum (square_sum.h) of n elements of a floating dtype at x on `device`: one block bins each

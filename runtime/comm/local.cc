@@ -35,6 +35,7 @@ class LocalBackend final : public Backend {
     std::vector<CollectiveFingerprint> fingerprints;
     for (int r = 0; r < world_size(); ++r) fingerprints.push_back(CollectiveFingerprint::of(group_->posted(r)));
     ZERO_RETURN_IF_ERROR(check_fingerprints_agree(fingerprints));
+    ZERO_RETURN_IF_ERROR(check_same_device(c));
     ZERO_RETURN_IF_ERROR(compute_my_part(c, deadline));
     // Nobody posts its next collective over a slot, or reuses a buffer, that a peer may still read.
     return group_->meet(rank_, c, deadline);
@@ -43,6 +44,20 @@ class LocalBackend final : public Backend {
   void abort(const absl::Status& cause) override { group_->abort(rank_, cause); }
 
  private:
+  // Every rank reads its peers' buffers directly, which works where they all are in one memory: the host,
+  // or one GPU. Every rank sees a mismatch, so every rank fails.
+  absl::Status check_same_device(const Collective& c) const {
+    for (int r = 0; r < world_size(); ++r) {
+      const Device theirs = group_->posted(r).device;
+      if (theirs == c.device) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "local backend, ", c.describe(), ": rank ", rank_, "'s buffers are on ", c.device.to_string(), ", rank ", r,
+          "'s on ", theirs.to_string(), "; local ranks read one another's buffers, so all must be on the host or "
+          "all on one GPU (use nccl for one process per GPU)"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status compute_my_part(const Collective& c, absl::Time deadline) {
     const int n = world_size();
     const int64_t esize = static_cast<int64_t>(dtype_size(c.dtype));

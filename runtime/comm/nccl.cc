@@ -9,6 +9,7 @@
 #include "runtime/allocator.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/stream.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 
 #ifdef ZERO_HAS_MPI
@@ -67,8 +68,8 @@ class NcclBackend final : public Backend {
   static absl::StatusOr<std::unique_ptr<NcclBackend>> create(const ncclUniqueId& id, int rank, int world_size,
                                                              int device, const CommOptions& options) {
     const absl::Time deadline = absl::Now() + options.timeout;
-    CudaDeviceGuard guard;
-    ZERO_RETURN_IF_ERROR(guard.set(device));
+    // This rank's threads (this one, and the communicator's that runs collectives) adopt its GPU.
+    ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device)));
     ZERO_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::create(device));
     ZERO_ASSIGN_OR_RETURN(CudaEvent done, CudaEvent::create(device));
     auto backend = std::unique_ptr<NcclBackend>(
@@ -94,8 +95,7 @@ class NcclBackend final : public Backend {
   }
 
   ~NcclBackend() override {
-    CudaDeviceGuard guard;
-    (void)guard.set(device_);
+    (void)use_device_on_this_thread(Device::cuda(device_));
     if (comm_ != nullptr && !aborted_) {
       // Finishes outstanding work, bounded: a communicator whose peers are gone is aborted instead.
       const bool finalized = settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize",
@@ -117,8 +117,7 @@ class NcclBackend final : public Backend {
   bool supports(Device device) const override { return device.is_cpu() || (device.is_cuda() && device.index == device_); }
 
   absl::Status run(const Collective& c, absl::Time deadline) override {
-    CudaDeviceGuard guard;
-    ZERO_RETURN_IF_ERROR(guard.set(device_));
+    ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device_)));
     if (c.device.is_cpu()) return explain(run_staged(c, deadline), c.describe());
     absl::Status status = enqueue(c, deadline);
     if (status.ok()) status = finish(deadline);
@@ -128,8 +127,7 @@ class NcclBackend final : public Backend {
   // Stages the fingerprints through device memory: NCCL moves only device buffers.
   absl::Status exchange_fingerprints(const CollectiveFingerprint& mine, std::span<CollectiveFingerprint> all,
                                      absl::Time deadline) override {
-    CudaDeviceGuard guard;
-    ZERO_RETURN_IF_ERROR(guard.set(device_));
+    ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device_)));
     constexpr size_t kBytes = sizeof(CollectiveFingerprint);
     void* mine_on_device = scratch_.data();
     void* all_on_device = at_bytes(mine_on_device, kBytes);
@@ -148,8 +146,7 @@ class NcclBackend final : public Backend {
     (void)cause;
     if (comm_ == nullptr || aborted_) return;
     aborted_ = true;
-    CudaDeviceGuard guard;
-    (void)guard.set(device_);
+    (void)use_device_on_this_thread(Device::cuda(device_));
     ncclCommAbort(comm_);
   }
 
@@ -235,10 +232,12 @@ class NcclBackend final : public Backend {
                                                 send_bytes == 0 ? recv_bytes : send_bytes, cudaMemcpyHostToDevice, s));
     }
     ZERO_RETURN_IF_ERROR(enqueue(on_device, deadline));
-    if (c.recv != nullptr) {
-      ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.recv, on_device.recv, recv_bytes, cudaMemcpyDeviceToHost, s));
-    }
-    return finish(deadline);
+    // Finish first, watching the deadline and NCCL's errors: a copy into pageable host memory queued
+    // behind the collective would block this thread until it completed, which a dead peer never lets.
+    ZERO_RETURN_IF_ERROR(finish(deadline));
+    if (c.recv == nullptr) return absl::OkStatus();
+    ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.recv, on_device.recv, recv_bytes, cudaMemcpyDeviceToHost, s));
+    return stream_.synchronize(deadline);
   }
 
   // Waits for the stream, watching for asynchronous NCCL errors (a peer failed, the network broke).

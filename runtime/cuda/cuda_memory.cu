@@ -34,4 +34,8 @@ absl::Status cuda_copy(void* dst, Device dst_device, const void* src, Device src
   return absl::OkStatus();
 }
 
+absl::Status cuda_use_device(Device device) {
+  return cuda_status(cudaSetDevice(device.index), absl::StrCat("cudaSetDevice(", device.index, ")").c_str());
+}
+
 }  // namespace zero

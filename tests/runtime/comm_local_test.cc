@@ -263,6 +263,24 @@ TEST(LocalFailures, DivergingCountsAreCaughtBeforeAnyMemoryIsTouched) {
   EXPECT_THAT(std::string(statuses[0].message()), HasSubstr("rank 1 issued #0 allreduce(fp32 x 4, sum)"));
 }
 
+TEST(LocalFailures, BuffersOnDifferentDevicesAreRefusedBeforeAnyMemoryIsTouched) {
+  // Rank 1 labels its buffer cuda:0 (never dereferenced: the check comes first, so no GPU is needed).
+#ifndef ZERO_HAS_CUDA
+  GTEST_SKIP() << "a build without CUDA refuses cuda buffers before the backend sees them";
+#endif
+  const auto statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
+    std::vector<float> buf(4, 1.0f);
+    const Tensor t(buf.data(), DType::kF32, {4}, comm.rank() == 1 ? Device::cuda(0) : Device::cpu());
+    absl::Status s = comm.allreduce(t, ReduceOp::kSum).wait();
+    for (float v : buf) EXPECT_EQ(v, 1.0f);
+    return s;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(absl::IsInvalidArgument(statuses[r])) << statuses[r];
+    EXPECT_THAT(std::string(statuses[r].message()), HasSubstr("all must be on the host or all on one GPU"));
+  }
+}
+
 TEST(LocalFailures, DebugModeChecksTheSequenceBeforeEachCollective) {
   CommOptions options{.timeout = absl::Seconds(60), .debug_collectives = true};
   const auto statuses = run_local_ranks(
