@@ -86,8 +86,9 @@ absl::Status embedding_backward(int device, float* dwte, float* dwpe, const floa
   int32_t* packed = nullptr;
   const size_t bytes = g.packed.size() * sizeof(int32_t);
   ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&packed, bytes, 0));
-  // From pageable memory the copy has read g.packed when it returns, so g may go out of scope.
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(packed, g.packed.data(), bytes, cudaMemcpyHostToDevice, 0));
+  // Synchronous, so g may go out of scope (an async copy from pageable memory is only "possibly" staged
+  // by the time it returns); ordered on the legacy stream like the kernels.
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(packed, g.packed.data(), bytes, cudaMemcpyHostToDevice));
   const int32_t* offsets = packed;
   const int32_t* tokens = offsets + g.unique + 1;
   embedding_backward_wte_kernel<<<static_cast<unsigned>(g.unique), kThreads>>>(dwte, dout, offsets, tokens,
