@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -388,6 +390,15 @@ absl::StatusOr<TrainConfig> load_config(const Command& command) {
 #ifdef ZERO_HAS_MPI
 // One rank of an mpirun-launched job: its plan needs the world size, and under nccl its GPU.
 absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm) {
+  // mpirun starts these ranks. A launcher that starts the processes itself (torchrun sets WORLD_SIZE)
+  // leaves each in an MPI world of one, where it would train alone.
+  int64_t launched = 1;
+  if (const char* world = std::getenv("WORLD_SIZE"); world != nullptr && absl::SimpleAtoi(world, &launched) &&
+                                                      launched > comm.world_size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "backend = ", config.backend, ": WORLD_SIZE is ", launched, " but MPI sees ", comm.world_size(),
+        " rank(s); start the ranks with mpirun -np ", launched, " (torchrun-style launchers are not MPI)"));
+  }
   ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, comm.world_size(), comm.home_device()));
   return RankRun(comm, plan).run();
 }

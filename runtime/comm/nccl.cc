@@ -86,7 +86,10 @@ class NcclBackend final : public Backend {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t issued = ncclCommInitRankConfig(&backend->comm_, world_size, id, rank, &config);
-    if (backend->comm_ == nullptr) return nccl_status(issued, "ncclCommInitRankConfig");
+    if (backend->comm_ == nullptr) {
+      const absl::Status failed = nccl_status(issued, "ncclCommInitRankConfig");
+      return failed.ok() ? absl::InternalError("ncclCommInitRankConfig returned no communicator") : failed;
+    }
     ZERO_RETURN_IF_ERROR(settle(backend->comm_, issued,
                                 absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size,
                                              "; every rank must join)"),
@@ -221,10 +224,19 @@ class NcclBackend final : public Backend {
     const auto [send_bytes, recv_bytes] = buffer_bytes(c);
     ZERO_ASSIGN_OR_RETURN(Buffer staging, allocator_->allocate(send_bytes + recv_bytes, MemoryCategory::kCommBuffers,
                                                                Device::cuda(device_)));
+    const absl::Status status = run_through(c, staging.data(), send_bytes, recv_bytes, deadline);
+    // After a failure NCCL may still be running on `staging`, and freeing it (cudaFree) would wait for a
+    // kernel that only an abort ends: abort first, so no peer's death can hang this thread.
+    if (!status.ok()) abort(status);
+    return status;
+  }
+
+  absl::Status run_through(const Collective& c, void* staging, int64_t send_bytes, int64_t recv_bytes,
+                           absl::Time deadline) {
     Collective on_device = c;
     on_device.device = Device::cuda(device_);
-    on_device.recv = at_bytes(staging.data(), send_bytes);
-    on_device.send = send_bytes == 0 ? on_device.recv : staging.data();
+    on_device.recv = at_bytes(staging, send_bytes);
+    on_device.send = send_bytes == 0 ? on_device.recv : staging;
     const cudaStream_t s = stream_.get();
     const void* source = send_bytes == 0 ? c.recv : c.send;
     if (source != nullptr) {
@@ -281,6 +293,15 @@ absl::Status check_device(int rank, int device) {
       "GPU (LOCAL_RANK picks it) on a machine with a GPU and driver, or use the local or mpi backend"));
 }
 
+// The GPU of the process with this local rank: that index among the visible devices, or the only one
+// when each process sees just its own (CUDA_VISIBLE_DEVICES set per process, as SLURM's
+// --gpus-per-task does).
+absl::StatusOr<int> gpu_of_local_rank(int rank, int local_rank) {
+  if (cuda_device_count() == 1) return 0;
+  ZERO_RETURN_IF_ERROR(check_device(rank, local_rank));
+  return local_rank;
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> communicator_from_id(const ncclUniqueId& id, int rank, int world_size,
                                                                    int device, CommOptions options) {
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<NcclBackend> backend,
@@ -312,7 +333,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpStore& s
 absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(const DistributedEnv& env, CommOptions options) {
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store, TcpStore::create(env, options.timeout));
   // Initialisation is collective: when it returns every rank has read the id, so the store may go.
-  return make_nccl_communicator(*store, env.rank, env.world_size, env.local_rank, options);
+  ZERO_ASSIGN_OR_RETURN(const int device, gpu_of_local_rank(env.rank, env.local_rank));
+  return make_nccl_communicator(*store, env.rank, env.world_size, device, options);
 }
 
 #ifdef ZERO_HAS_MPI
@@ -340,8 +362,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator_from_mpi(Co
     return absl::UnavailableError("MPI_Bcast of the NCCL unique id failed");
   }
   ZERO_RETURN_IF_ERROR(status);
-  ZERO_RETURN_IF_ERROR(check_device(rank, local_rank));
-  return communicator_from_id(id, rank, world_size, local_rank, options);
+  ZERO_ASSIGN_OR_RETURN(const int device, gpu_of_local_rank(rank, local_rank));
+  return communicator_from_id(id, rank, world_size, device, options);
 }
 #endif
 

@@ -29,7 +29,8 @@ namespace zero {
 // failure the communicator calls ncclCommAbort: this rank's pending NCCL work stops, and peers that
 // wait on it fail at their own deadline (or sooner, when their transport reports the lost peer).
 
-// Rank env.rank of env.world_size on GPU env.local_rank. Rank 0 hosts a TcpStore on MASTER_PORT and
+// Rank env.rank of env.world_size on GPU env.local_rank (or on the only GPU when each process sees just
+// its own, as CUDA_VISIBLE_DEVICES per process gives). Rank 0 hosts a TcpStore on MASTER_PORT and
 // publishes the NCCL unique id there; the others fetch it. Fails rather than hangs when a rank does not
 // show up within options.timeout.
 absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(const DistributedEnv& env,
@@ -43,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpStore& s
 
 #ifdef ZERO_HAS_MPI
 // Rank and world size of MPI_COMM_WORLD; the GPU is the rank's index among the ranks of its node
-// (MPI_COMM_TYPE_SHARED); the unique id is broadcast from rank 0 with MPI_Bcast. Initialises MPI
+// (MPI_COMM_TYPE_SHARED), or the only visible one; the unique id is broadcast from rank 0 with MPI_Bcast. Initialises MPI
 // (MPI_THREAD_MULTIPLE) if the program has not; finalising it is the program's job.
 absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator_from_mpi(
     CommOptions options = CommOptions::from_env());

@@ -217,6 +217,15 @@ TEST_F(ZeroTrainTest, BatchMismatchExitsNonZeroBeforeTraining) {
 }
 
 #ifdef ZERO_MPIEXEC
+TEST_F(ZeroTrainTest, MpiRanksStartedByAnotherLauncherAreRefused) {
+  // One MPI process that a torchrun-style launcher counted as one of two (WORLD_SIZE=2) would train alone.
+  const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(metrics_path()), " --backend=mpi"),
+                                       absl::StrCat("WORLD_SIZE=2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ",
+                                                    ZERO_MPIEXEC, " -n 1 --oversubscribe"));
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_THAT(run.output, HasSubstr("WORLD_SIZE is 2 but MPI sees 1 rank(s); start the ranks with mpirun -np 2"));
+}
+
 TEST_F(ZeroTrainTest, MpiBackendUnderMpiexecTrains) {
   const std::string path = metrics_path();
   const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --backend=mpi"),
