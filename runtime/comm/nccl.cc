@@ -354,14 +354,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator_from_mpi(Co
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &local_rank);
   MPI_Comm_free(&node);
-  // Every rank joins the broadcast, even one without a GPU, so none is left waiting in it.
-  ncclUniqueId id;
-  absl::Status status = rank == 0 ? nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId") : absl::OkStatus();
-  if (!status.ok()) std::memset(&id, 0, sizeof(id));
-  if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+  // Every rank joins the broadcast, even one without a GPU, so none is left waiting in it; whether rank 0
+  // got an id travels with it, so that no rank starts NCCL's initialisation with a blank one.
+  struct {
+    int32_t ok;
+    ncclUniqueId id;
+  } shared{};
+  const absl::Status status = rank == 0 ? nccl_status(ncclGetUniqueId(&shared.id), "ncclGetUniqueId") : absl::OkStatus();
+  shared.ok = status.ok() ? 1 : 0;
+  if (MPI_Bcast(&shared, sizeof(shared), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
     return absl::UnavailableError("MPI_Bcast of the NCCL unique id failed");
   }
   ZERO_RETURN_IF_ERROR(status);
+  if (shared.ok == 0) return absl::UnavailableError("rank 0 could not get an NCCL unique id; see its error");
+  const ncclUniqueId& id = shared.id;
   ZERO_ASSIGN_OR_RETURN(const int device, gpu_of_local_rank(rank, local_rank));
   return communicator_from_id(id, rank, world_size, device, options);
 }
