@@ -6,7 +6,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "runtime/device_memory.h"
-#include "runtime/file_memory.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -116,7 +115,7 @@ absl::StatusOr<Buffer> Allocator::allocate_in_file(int64_t nbytes, MemoryCategor
   ZERO_ASSIGN_OR_RETURN(const FileMemory memory, file_alloc(dir, static_cast<size_t>(nbytes)));
   std::lock_guard lock(mu_);
   stats_.in_files[static_cast<int>(category)] += nbytes;
-  file_buffers_[memory.data] = {memory.fd, nbytes};
+  file_buffers_[memory.data] = {memory, static_cast<size_t>(nbytes)};
   Buffer buffer;
   buffer.owner_ = this;
   buffer.data_ = memory.data;
@@ -126,12 +125,12 @@ absl::StatusOr<Buffer> Allocator::allocate_in_file(int64_t nbytes, MemoryCategor
 }
 
 void Allocator::release(Buffer& buffer) {
-  std::optional<FileMemory> file;
+  std::optional<FileBuffer> file;
   {
     std::lock_guard lock(mu_);
     const auto it = file_buffers_.find(buffer.data_);
     if (it != file_buffers_.end()) {
-      file = FileMemory{.data = buffer.data_, .fd = it->second.first};
+      file = it->second;
       file_buffers_.erase(it);
       stats_.in_files[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
     } else {
@@ -140,7 +139,7 @@ void Allocator::release(Buffer& buffer) {
     }
   }
   if (file) {
-    file_free(*file, static_cast<size_t>(buffer.nbytes_));
+    file_free(file->memory, file->nbytes);
   } else if (buffer.data_ != nullptr) {
     device_free(buffer.device_, buffer.data_);
   }
@@ -154,23 +153,21 @@ absl::Status Allocator::place_in_files(MemoryCategory category, const std::strin
 }
 
 absl::Status Allocator::page_out(const void* buffer_data) {
-  std::pair<int, int64_t> file;
+  FileBuffer file;
   {
     std::lock_guard lock(mu_);
     const auto it = file_buffers_.find(buffer_data);
     if (it == file_buffers_.end()) return absl::OkStatus();
     file = it->second;
   }
-  return file_page_out(FileMemory{.data = const_cast<void*>(buffer_data), .fd = file.first},
-                       static_cast<size_t>(file.second));
+  return file_page_out(file.memory, file.nbytes);
 }
 
 int64_t Allocator::file_bytes_in_ram() const {
   std::lock_guard lock(mu_);
   int64_t in_ram = 0;
   for (const auto& [data, file] : file_buffers_) {
-    in_ram += static_cast<int64_t>(file_resident_bytes(FileMemory{.data = const_cast<void*>(data), .fd = file.first},
-                                                       static_cast<size_t>(file.second)));
+    in_ram += static_cast<int64_t>(file_resident_bytes(file.memory, file.nbytes));
   }
   return in_ram;
 }

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/device.h"
+#include "runtime/file_memory.h"
 #include "runtime/tensor.h"
 
 namespace zero {
@@ -124,7 +125,11 @@ class Allocator {
   std::optional<int64_t> budget_;
   MemoryStats stats_;
   std::array<std::string, kNumMemoryCategories> file_dirs_;  // "" = RAM
-  absl::flat_hash_map<const void*, std::pair<int, int64_t>> file_buffers_;  // data -> (open file, bytes)
+  struct FileBuffer {
+    FileMemory memory;
+    size_t nbytes;
+  };
+  absl::flat_hash_map<const void*, FileBuffer> file_buffers_;  // by data()
 };
 
 // True for the status Allocator::allocate returns when a budget is exceeded.

@@ -36,10 +36,13 @@ absl::StatusOr<int> open_anonymous_file(const std::string& dir) {
 absl::StatusOr<FileMemory> file_alloc(const std::string& dir, size_t nbytes) {
   // Checked first, so that a request that cannot fit never fills the drive while posix_fallocate tries.
   struct statvfs fs {};
-  if (statvfs(dir.c_str(), &fs) == 0 && nbytes > static_cast<size_t>(fs.f_bavail) * fs.f_frsize) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", nbytes, " bytes for a file in ", dir, ": only ",
-                                                     static_cast<size_t>(fs.f_bavail) * fs.f_frsize,
-                                                     " bytes are free there; free space or choose another drive"));
+  if (statvfs(dir.c_str(), &fs) == 0) {
+    const size_t free_bytes = static_cast<size_t>(fs.f_bavail) * fs.f_frsize;
+    if (nbytes > free_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", nbytes, " bytes for a file in ", dir,
+                                                       ": only ", free_bytes,
+                                                       " bytes are free there; free space or choose another drive"));
+    }
   }
   absl::StatusOr<int> fd = open_anonymous_file(dir);
   if (!fd.ok()) return fd.status();

@@ -196,7 +196,7 @@ std::pair<int64_t, int64_t> Engine::own_range(const UnitState& u) const {
 
 absl::Status Engine::assign_params(UnitState& u, const float* values, int64_t first) {
   // values[k] is flat element first + k (on the host), covering at least what this rank holds.
-  const int64_t held_begin = u.sharded ? u.layout.shard_begin(comm_.rank()) : 0;
+  const int64_t held_begin = u.held_begin(comm_.rank());
   const Tensor source(const_cast<float*>(values) + (held_begin - first), DType::kF32, {u.held_numel()});
   ZERO_RETURN_IF_ERROR(upload(u.params.tensor(dtype_, {u.held_numel()}), source));
   if (u.master.data() != nullptr) {
@@ -226,7 +226,7 @@ absl::Status Engine::initialize_params() {
   const int rank = comm_.rank();
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
-    const int64_t held_begin = u.sharded ? u.layout.shard_begin(rank) : 0;
+    const int64_t held_begin = u.held_begin(rank);
     const int64_t held_numel = u.held_numel();
     ZERO_ASSIGN_OR_RETURN(Buffer values, allocator_.allocate(held_numel * 4, MemoryCategory::kWorkspace));
     float* held = floats(values);

@@ -84,9 +84,9 @@ class Engine {
 
   // Forward only, for evaluation, between steps: stage 3 gathers each unit just for its forward,
   // prefetching up to max_live_units ahead (a collective: every rank calls it), and no gradient is
-  // touched. `on_output`, when given, sees the last
-  // unit's output (the logits, on ZeroConfig::device) while it is valid. Each unit's Unit::release_saved
-  // frees what it saved once the next unit has read its output.
+  // touched. `on_output`, when given, sees the last unit's output (the logits, on ZeroConfig::device)
+  // while it is valid. Each unit's Unit::release_saved frees what it saved once the next unit has read
+  // its output.
   absl::StatusOr<Evaluation> evaluate(const Batch& batch,
                                       const std::function<absl::Status(const Tensor& output)>& on_output = nullptr);
 
@@ -125,6 +125,8 @@ class Engine {
     std::string name;
     FlatLayout layout;
     bool sharded = false;  // stage 3 and not persistent: params held as the owned slice only
+    // The flat range it holds: its slice of rank `rank` when sharded, else all of it (padded).
+    int64_t held_begin(int rank) const { return sharded ? layout.shard_begin(rank) : 0; }
     int64_t held_numel() const { return sharded ? layout.shard_numel : layout.padded_numel; }
     std::vector<int> needs;  // units whose parameters it reads: itself, then owners of tied params
     Buffer params;           // (padded) or, when sharded, (shard); in the engine's precision

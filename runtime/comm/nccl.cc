@@ -367,9 +367,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator_from_mpi(Co
   }
   ZERO_RETURN_IF_ERROR(status);
   if (shared.ok == 0) return absl::UnavailableError("rank 0 could not get an NCCL unique id; see its error");
-  const ncclUniqueId& id = shared.id;
   ZERO_ASSIGN_OR_RETURN(const int device, gpu_of_local_rank(rank, local_rank));
-  return communicator_from_id(id, rank, world_size, device, options);
+  return communicator_from_id(shared.id, rank, world_size, device, options);
 }
 #endif
 

@@ -44,8 +44,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpStore& s
 
 #ifdef ZERO_HAS_MPI
 // Rank and world size of MPI_COMM_WORLD; the GPU is the rank's index among the ranks of its node
-// (MPI_COMM_TYPE_SHARED), or the only visible one; the unique id is broadcast from rank 0 with MPI_Bcast. Initialises MPI
-// (MPI_THREAD_MULTIPLE) if the program has not; finalising it is the program's job.
+// (MPI_COMM_TYPE_SHARED), or the only visible one; the unique id is broadcast from rank 0 with
+// MPI_Bcast. Initialises MPI (MPI_THREAD_MULTIPLE) if the program has not; finalising it is the
+// program's job.
 absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator_from_mpi(
     CommOptions options = CommOptions::from_env());
 #endif
