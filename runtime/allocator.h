@@ -78,8 +78,8 @@ class Buffer {
 };
 
 // One per rank. Thread-safe: compute and communication threads of a rank may both allocate.
-// CPU memory is 64-byte aligned; CUDA memory comes from cudaMalloc (no caching layer), so what is
-// accounted is what the device holds. The budget, when set, bounds the sum over all categories.
+// CPU memory is 64-byte aligned; CUDA memory comes from the device's stream-ordered pool, which keeps
+// nothing past the next synchronization, so what is accounted is what the device holds. The budget, when set, bounds the sum over all categories.
 class Allocator {
  public:
   explicit Allocator(int rank = 0, std::optional<int64_t> budget_bytes = std::nullopt);

@@ -8,7 +8,8 @@
 
 namespace zero {
 
-// CPU: 64-byte aligned host memory. CUDA: cudaMalloc.
+// CPU: 64-byte aligned host memory. CUDA: cudaMallocAsync/cudaFreeAsync in the order of the legacy default
+// stream (runtime/cuda/cuda_memory.cu); another stream touches new memory only after an event from there.
 absl::StatusOr<void*> device_alloc(Device device, size_t nbytes);
 void device_free(Device device, void* ptr);
 

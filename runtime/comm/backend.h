@@ -21,6 +21,13 @@ class Backend {
   // Where this rank's training buffers belong: the CPU, or the backend's own GPU (nccl).
   virtual Device home_device() const { return Device::cpu(); }
 
+  // Called on the thread that posts `c`, before it is queued: where a GPU backend orders `c` after the
+  // kernels that thread already enqueued (which write its inputs), without waiting for them.
+  virtual absl::Status prepare(const Collective& c) {
+    (void)c;
+    return absl::OkStatus();
+  }
+
   // Runs `c` to completion. Arguments are already validated. Must give up with DeadlineExceeded (naming
   // the ranks it waited for, where it can tell) at `deadline`, and fail promptly once a peer failed.
   virtual absl::Status run(const Collective& c, absl::Time deadline) = 0;

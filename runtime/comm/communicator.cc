@@ -169,7 +169,9 @@ Work Communicator::submit(Collective c) {
     counters.payload_bytes += payload_bytes(c, world_size_);
     counters.sent_bytes += bytes_sent(c, rank_, world_size_);
   }
-  stream_.submit([this, c, state] { state->complete(execute(c)); });
+  // Prepared here, on the posting thread; failing, it fails in its turn on the comm thread like a run.
+  const absl::Status prepared = backend_->prepare(c);
+  stream_.submit([this, c, state, prepared] { state->complete(prepared.ok() ? execute(c) : fail(prepared)); });
   return Work(std::move(state));
 }
 
@@ -181,10 +183,14 @@ absl::Status Communicator::execute(const Collective& c) {
   const absl::Time deadline = absl::Now() + options_.timeout;
   absl::Status status = options_.debug_collectives ? check_same_collective(c, deadline) : absl::OkStatus();
   if (status.ok()) status = backend_->run(c, deadline);
-  if (status.ok()) return status;
+  return status.ok() ? status : fail(status);
+}
+
+absl::Status Communicator::fail(const absl::Status& status) {
   {
     std::lock_guard lock(mu_);
-    if (failure_.ok()) failure_ = status;
+    if (!failure_.ok()) return failure_;  // the backend was aborted with it already
+    failure_ = status;
   }
   backend_->abort(status);
   return status;

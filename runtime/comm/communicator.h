@@ -81,6 +81,7 @@ class Communicator {
                         std::optional<ReduceOp> reduce_op) const;
   Work submit(Collective c);
   absl::Status execute(const Collective& c);
+  absl::Status fail(const absl::Status& status);  // makes `status` the sticky failure and aborts the backend
   absl::Status check_same_collective(const Collective& c, absl::Time deadline);
 
   const std::unique_ptr<Backend> backend_;

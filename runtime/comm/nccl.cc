@@ -72,8 +72,11 @@ class NcclBackend final : public Backend {
     ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device)));
     ZERO_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::create(device));
     ZERO_ASSIGN_OR_RETURN(CudaEvent done, CudaEvent::create(device));
-    auto backend = std::unique_ptr<NcclBackend>(
-        new NcclBackend(rank, world_size, device, std::move(stream), std::move(done)));
+    ZERO_ASSIGN_OR_RETURN(CudaEvent posted, CudaEvent::create(device));
+    ZERO_ASSIGN_OR_RETURN(CudaEvent allocated, CudaEvent::create(device));
+    auto backend = std::unique_ptr<NcclBackend>(new NcclBackend(rank, world_size, device, std::move(stream),
+                                                                std::move(done), std::move(posted),
+                                                                std::move(allocated)));
     backend->allocator_ = options.allocator;
     if (backend->allocator_ == nullptr) {
       backend->own_allocator_ = std::make_unique<Allocator>(rank);
@@ -83,6 +86,7 @@ class NcclBackend final : public Backend {
     ZERO_ASSIGN_OR_RETURN(backend->scratch_,
                           backend->allocator_->allocate((world_size + 1) * sizeof(CollectiveFingerprint),
                                                         MemoryCategory::kCommBuffers, Device::cuda(device)));
+    ZERO_RETURN_IF_ERROR(backend->stream_.wait_for_default_stream(backend->allocated_));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t issued = ncclCommInitRankConfig(&backend->comm_, world_size, id, rank, &config);
@@ -119,6 +123,13 @@ class NcclBackend final : public Backend {
   // a few bytes each) are staged through device memory by run().
   bool supports(Device device) const override { return device.is_cpu() || (device.is_cuda() && device.index == device_); }
 
+  // The stream is independent of the default stream where the kernels run, so that collectives overlap
+  // them; a device collective starts only after the kernels its poster enqueued before posting it.
+  absl::Status prepare(const Collective& c) override {
+    if (!c.device.is_cuda()) return absl::OkStatus();
+    return stream_.wait_for_default_stream(posted_);
+  }
+
   absl::Status run(const Collective& c, absl::Time deadline) override {
     ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device_)));
     if (c.device.is_cpu()) return explain(run_staged(c, deadline), c.describe());
@@ -154,8 +165,15 @@ class NcclBackend final : public Backend {
   }
 
  private:
-  NcclBackend(int rank, int world_size, int device, CudaStream stream, CudaEvent done)
-      : rank_(rank), world_size_(world_size), device_(device), stream_(std::move(stream)), done_(std::move(done)) {}
+  NcclBackend(int rank, int world_size, int device, CudaStream stream, CudaEvent done, CudaEvent posted,
+              CudaEvent allocated)
+      : rank_(rank),
+        world_size_(world_size),
+        device_(device),
+        stream_(std::move(stream)),
+        done_(std::move(done)),
+        posted_(std::move(posted)),
+        allocated_(std::move(allocated)) {}
 
   // Puts `c` on the stream. Movement ops move bytes; gather and scatter are grouped point-to-point calls.
   absl::Status enqueue(const Collective& c, absl::Time deadline) {
@@ -224,9 +242,12 @@ class NcclBackend final : public Backend {
     const auto [send_bytes, recv_bytes] = buffer_bytes(c);
     ZERO_ASSIGN_OR_RETURN(Buffer staging, allocator_->allocate(send_bytes + recv_bytes, MemoryCategory::kCommBuffers,
                                                                Device::cuda(device_)));
-    const absl::Status status = run_through(c, staging.data(), send_bytes, recv_bytes, deadline);
-    // After a failure NCCL may still be running on `staging`, and freeing it (cudaFree) would wait for a
-    // kernel that only an abort ends: abort first, so no peer's death can hang this thread.
+    // Device memory is allocated in order on the default stream (runtime/device_memory.h): this stream
+    // may touch it only after that point.
+    absl::Status status = stream_.wait_for_default_stream(allocated_);
+    if (status.ok()) status = run_through(c, staging.data(), send_bytes, recv_bytes, deadline);
+    // After a failure NCCL may still be writing `staging`, which the free hands back for reuse: abort
+    // first, which ends its kernels.
     if (!status.ok()) abort(status);
     return status;
   }
@@ -276,8 +297,10 @@ class NcclBackend final : public Backend {
   const int rank_;
   const int world_size_;
   const int device_;
-  CudaStream stream_;
-  CudaEvent done_;
+  CudaStream stream_;  // every NCCL call and staging copy
+  CudaEvent done_;     // finish(), on the comm thread
+  CudaEvent posted_;   // prepare(), on the posting thread
+  CudaEvent allocated_;  // ordering after new device memory, on the thread that allocated it
   Allocator* allocator_ = nullptr;            // CommOptions::allocator, or own_allocator_
   std::unique_ptr<Allocator> own_allocator_;  // when CommOptions names none
   Buffer scratch_;                            // device memory, (world_size + 1) fingerprints

@@ -1,4 +1,8 @@
-// CUDA device memory for the Allocator (cudaMalloc with no caching layer, so accounting is exact) and copies.
+// CUDA device memory for the Allocator and copies. Memory comes from the device's stream-ordered pool
+// (cudaMallocAsync) in the order of the legacy default stream, where the kernels run: a free then needs
+// no device-wide synchronization, which cudaFree would impose on every stream (communication included)
+// at each bucket or gathered unit the engine lets go. The pool keeps no memory past the next
+// synchronization (release threshold 0), so what is accounted is what the device holds then.
 #include "absl/status/statusor.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/status.h"
@@ -10,23 +14,23 @@ absl::StatusOr<void*> cuda_alloc(Device device, size_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device.index));
   void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, nbytes);
+  const cudaError_t err = cudaMallocAsync(&ptr, nbytes, cudaStreamLegacy);
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     return absl::ResourceExhaustedError(
-        absl::StrCat("cudaMalloc of ", nbytes, " bytes on ", device.to_string(), " failed: device memory is full"));
+        absl::StrCat("allocating ", nbytes, " bytes on ", device.to_string(), " failed: device memory is full"));
   }
   ZERO_CUDA_RETURN_IF_ERROR(err);
   return ptr;
 }
 
-// cudaFree waits for the device to finish using the memory, on every stream.
+// In stream order: kernels enqueued before still read the memory. Another stream that used it must have
+// finished first (the communicators wait for their collectives before a buffer is let go).
 void cuda_free(Device device, void* ptr) {
   CudaDeviceGuard guard;
-  if (guard.set(device.index).ok()) cudaFree(ptr);
+  if (guard.set(device.index).ok()) cudaFreeAsync(ptr, cudaStreamLegacy);
 }
 
-// Between two devices or a device and the host; the device is set to whichever side is CUDA.
 absl::Status cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(dst_device.is_cuda() ? dst_device.index : src_device.index));

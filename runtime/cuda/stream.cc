@@ -83,7 +83,7 @@ absl::StatusOr<CudaStream> CudaStream::create(int device) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   cudaStream_t stream = nullptr;
-  ZERO_CUDA_RETURN_IF_ERROR(cudaStreamCreate(&stream));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return CudaStream(device, stream);
 }
 
@@ -103,6 +103,18 @@ absl::Status CudaStream::wait(const CudaEvent& event) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device_));
   ZERO_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, event.get(), 0));
+  return absl::OkStatus();
+}
+
+absl::Status CudaStream::wait_for_default_stream(CudaEvent& marker) {
+  if (marker.device() != device_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot order a stream of cuda:", device_,
+                                                   " with an event of cuda:", marker.device()));
+  }
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device_));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaEventRecord(marker.get(), cudaStreamLegacy));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, marker.get(), 0));
   return absl::OkStatus();
 }
 

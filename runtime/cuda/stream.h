@@ -42,8 +42,9 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
-// A stream of its own on one device. Blocking with respect to the legacy default stream, so work the
-// caller put there is ordered before work put here. Move-only.
+// A stream of its own on one device, independent of the legacy default stream where the kernels run
+// (they name no stream): work here overlaps theirs, and is ordered after it only by an event
+// (wait_for_default_stream). Move-only.
 class CudaStream {
  public:
   static absl::StatusOr<CudaStream> create(int device);
@@ -57,6 +58,10 @@ class CudaStream {
   int device() const { return device_; }
   // Later work on this stream starts after `event`'s recorded work, without blocking the host.
   absl::Status wait(const CudaEvent& event);
+  // Later work on this stream starts after everything enqueued so far on the device's legacy default
+  // stream (by any thread), without blocking the host. `marker` is recorded there for it: a thread that
+  // calls this needs an event of its own.
+  absl::Status wait_for_default_stream(CudaEvent& marker);
   // Waits for everything enqueued so far, giving up with DeadlineExceeded at `deadline`.
   absl::Status synchronize(absl::Time deadline);
 

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/allocator.h"
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/status.h"
 #include "tests/runtime/comm_test_util.h"
@@ -189,6 +190,35 @@ TEST(CommNcclTest, HostBuffersAreStagedThroughTheGpu) {
              comm.allgather(Tensor(mine, DType::kI32, {2}), Tensor(all, DType::kI32, {2})).wait());
          if (sums[0] != 1.5f || sums[3] != 4.25f || all[0] != 7 || all[1] != -9) {
            return absl::InternalError("a world of one changed the staged values");
+         }
+         return absl::OkStatus();
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// Host callback that keeps the default stream busy.
+void CUDART_CB sleep_300_ms(void*) { absl::SleepFor(absl::Milliseconds(300)); }
+
+TEST(CommNcclTest, ACollectiveReadsWhatTheKernelsEnqueuedBeforeItsPostWrote) {
+  ZERO_SKIP_WITHOUT_GPU();
+  for (const absl::Status& s : run_nccl_ranks(1, [](Communicator& comm) -> absl::Status {
+         Allocator allocator(comm.rank());
+         ZERO_ASSIGN_OR_RETURN(Buffer input, allocator.allocate(4096, MemoryCategory::kCommBuffers, comm.home_device()));
+         ZERO_ASSIGN_OR_RETURN(Buffer output, allocator.allocate(4096, MemoryCategory::kCommBuffers, comm.home_device()));
+         ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(input.data(), 0, 4096));
+         ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+         // The input is written late on the default stream, where the kernels run; NCCL's stream runs beside
+         // it, so without the ordering at post the allgather would copy the zeros.
+         ZERO_CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(cudaStreamLegacy, sleep_300_ms, nullptr));
+         ZERO_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(input.data(), 0x33, 4096, cudaStreamLegacy));
+         ZERO_RETURN_IF_ERROR(comm.allgather(Tensor(input.data(), DType::kU8, {4096}, comm.home_device()),
+                                             Tensor(output.data(), DType::kU8, {4096}, comm.home_device()))
+                                  .wait());
+         std::vector<uint8_t> host(4096);
+         ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), output.data(), 4096, cudaMemcpyDeviceToHost));
+         if (host != std::vector<uint8_t>(4096, 0x33)) {
+           return absl::InternalError("the allgather read its input before the default stream wrote it");
          }
          return absl::OkStatus();
        })) {

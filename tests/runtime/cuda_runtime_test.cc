@@ -83,6 +83,7 @@ TEST(CudaRuntimeTest, EventCompletesAfterTheWorkRecordedBeforeIt) {
   Allocator allocator;
   auto buffer = allocator.allocate(4096, MemoryCategory::kWorkspace, Device::cuda(0));
   ASSERT_TRUE(buffer.ok());
+  ASSERT_TRUE(stream->wait_for_default_stream(*event).ok());  // the allocation is ordered on the default stream
   ASSERT_EQ(cudaMemsetAsync(buffer->data(), 0x5a, 4096, stream->get()), cudaSuccess);
   ASSERT_TRUE(event->record(*stream).ok());
   ASSERT_TRUE(event->synchronize(absl::Now() + absl::Seconds(60)).ok());
@@ -103,6 +104,7 @@ TEST(CudaRuntimeTest, StreamWaitingOnAnEventRunsAfterTheOtherStreamsWork) {
   auto dst = allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0));
   ASSERT_TRUE(src.ok() && dst.ok());
   ASSERT_EQ(cudaMemset(src->data(), 0, 1024), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   static int delay_ms = 300;  // the producer's fill happens late: without the wait the copy would see zeros
   ASSERT_EQ(cudaLaunchHostFunc(producer->get(), sleep_ms, &delay_ms), cudaSuccess);
   ASSERT_EQ(cudaMemsetAsync(src->data(), 0x11, 1024, producer->get()), cudaSuccess);
@@ -113,6 +115,39 @@ TEST(CudaRuntimeTest, StreamWaitingOnAnEventRunsAfterTheOtherStreamsWork) {
   std::vector<uint8_t> host(1024);
   ASSERT_EQ(cudaMemcpy(host.data(), dst->data(), 1024, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(host, std::vector<uint8_t>(1024, 0x11));
+}
+
+TEST(CudaRuntimeTest, OwnStreamRunsBesideTheDefaultStream) {
+  ZERO_SKIP_WITHOUT_GPU();
+  auto stream = CudaStream::create(0);
+  ASSERT_TRUE(stream.ok());
+  static int delay_ms = 3000;  // the default stream stays busy; a blocking stream would wait it out
+  ASSERT_EQ(cudaLaunchHostFunc(cudaStreamLegacy, sleep_ms, &delay_ms), cudaSuccess);
+  const absl::Status own = stream->synchronize(absl::Now() + absl::Seconds(1));
+  EXPECT_TRUE(own.ok()) << own;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST(CudaRuntimeTest, WaitForDefaultStreamOrdersAfterItsWorkSoFar) {
+  ZERO_SKIP_WITHOUT_GPU();
+  auto stream = CudaStream::create(0);
+  auto marker = CudaEvent::create(0);
+  ASSERT_TRUE(stream.ok() && marker.ok());
+  Allocator allocator;
+  auto src = allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0));
+  auto dst = allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0));
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ASSERT_EQ(cudaMemset(src->data(), 0, 1024), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  static int delay_ms = 300;  // the default stream writes late: without the wait the copy would see zeros
+  ASSERT_EQ(cudaLaunchHostFunc(cudaStreamLegacy, sleep_ms, &delay_ms), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(src->data(), 0x22, 1024, cudaStreamLegacy), cudaSuccess);
+  ASSERT_TRUE(stream->wait_for_default_stream(*marker).ok());
+  ASSERT_EQ(cudaMemcpyAsync(dst->data(), src->data(), 1024, cudaMemcpyDeviceToDevice, stream->get()), cudaSuccess);
+  ASSERT_TRUE(stream->synchronize(absl::Now() + absl::Seconds(60)).ok());
+  std::vector<uint8_t> host(1024);
+  ASSERT_EQ(cudaMemcpy(host.data(), dst->data(), 1024, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(host, std::vector<uint8_t>(1024, 0x22));
 }
 
 TEST(CudaRuntimeTest, SynchronizeGivesUpAtTheDeadline) {
