@@ -2,13 +2,16 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/allocator.h"
-#include "runtime/device_memory.h"
+#include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/stream.h"
+#include "runtime/device_memory.h"
+#include "runtime/status.h"
 #include "tests/skip_without_gpu.h"
 
 namespace zero {
@@ -93,28 +96,49 @@ TEST(CudaRuntimeTest, EventCompletesAfterTheWorkRecordedBeforeIt) {
   EXPECT_EQ(host, std::vector<uint8_t>(4096, 0x5a));
 }
 
+// Fills a buffer with `value` late (300 ms on) on `producer`, has `order` order `consumer` after that,
+// copies the buffer there and returns the copy: all zeros if the order did not hold.
+absl::StatusOr<std::vector<uint8_t>> copy_after_late_fill(cudaStream_t producer, uint8_t value, CudaStream& consumer,
+                                                          const std::function<absl::Status()>& order) {
+  Allocator allocator;
+  ZERO_ASSIGN_OR_RETURN(Buffer src, allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0)));
+  ZERO_ASSIGN_OR_RETURN(Buffer dst, allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0)));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(src.data(), 0, 1024));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  static int delay_ms = 300;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(producer, sleep_ms, &delay_ms));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(src.data(), value, 1024, producer));
+  ZERO_RETURN_IF_ERROR(order());
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), src.data(), 1024, cudaMemcpyDeviceToDevice, consumer.get()));
+  ZERO_RETURN_IF_ERROR(consumer.synchronize(absl::Now() + absl::Seconds(60)));
+  std::vector<uint8_t> host(1024);
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), dst.data(), 1024, cudaMemcpyDeviceToHost));
+  return host;
+}
+
 TEST(CudaRuntimeTest, StreamWaitingOnAnEventRunsAfterTheOtherStreamsWork) {
   ZERO_SKIP_WITHOUT_GPU();
   auto producer = CudaStream::create(0);
   auto consumer = CudaStream::create(0);
   auto ready = CudaEvent::create(0);
   ASSERT_TRUE(producer.ok() && consumer.ok() && ready.ok());
-  Allocator allocator;
-  auto src = allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0));
-  auto dst = allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0));
-  ASSERT_TRUE(src.ok() && dst.ok());
-  ASSERT_EQ(cudaMemset(src->data(), 0, 1024), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  static int delay_ms = 300;  // the producer's fill happens late: without the wait the copy would see zeros
-  ASSERT_EQ(cudaLaunchHostFunc(producer->get(), sleep_ms, &delay_ms), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(src->data(), 0x11, 1024, producer->get()), cudaSuccess);
-  ASSERT_TRUE(ready->record(*producer).ok());
-  ASSERT_TRUE(consumer->wait(*ready).ok());
-  ASSERT_EQ(cudaMemcpyAsync(dst->data(), src->data(), 1024, cudaMemcpyDeviceToDevice, consumer->get()), cudaSuccess);
-  ASSERT_TRUE(consumer->synchronize(absl::Now() + absl::Seconds(60)).ok());
-  std::vector<uint8_t> host(1024);
-  ASSERT_EQ(cudaMemcpy(host.data(), dst->data(), 1024, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(host, std::vector<uint8_t>(1024, 0x11));
+  const auto copied = copy_after_late_fill(producer->get(), 0x11, *consumer, [&]() -> absl::Status {
+    ZERO_RETURN_IF_ERROR(ready->record(*producer));
+    return consumer->wait(*ready);
+  });
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(*copied, std::vector<uint8_t>(1024, 0x11));
+}
+
+TEST(CudaRuntimeTest, WaitForDefaultStreamOrdersAfterItsWorkSoFar) {
+  ZERO_SKIP_WITHOUT_GPU();
+  auto stream = CudaStream::create(0);
+  auto marker = CudaEvent::create(0);
+  ASSERT_TRUE(stream.ok() && marker.ok());
+  const auto copied = copy_after_late_fill(cudaStreamLegacy, 0x22, *stream,
+                                           [&] { return stream->wait_for_default_stream(*marker); });
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(*copied, std::vector<uint8_t>(1024, 0x22));
 }
 
 TEST(CudaRuntimeTest, OwnStreamRunsBesideTheDefaultStream) {
@@ -126,28 +150,6 @@ TEST(CudaRuntimeTest, OwnStreamRunsBesideTheDefaultStream) {
   const absl::Status own = stream->synchronize(absl::Now() + absl::Seconds(1));
   EXPECT_TRUE(own.ok()) << own;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-}
-
-TEST(CudaRuntimeTest, WaitForDefaultStreamOrdersAfterItsWorkSoFar) {
-  ZERO_SKIP_WITHOUT_GPU();
-  auto stream = CudaStream::create(0);
-  auto marker = CudaEvent::create(0);
-  ASSERT_TRUE(stream.ok() && marker.ok());
-  Allocator allocator;
-  auto src = allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0));
-  auto dst = allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0));
-  ASSERT_TRUE(src.ok() && dst.ok());
-  ASSERT_EQ(cudaMemset(src->data(), 0, 1024), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  static int delay_ms = 300;  // the default stream writes late: without the wait the copy would see zeros
-  ASSERT_EQ(cudaLaunchHostFunc(cudaStreamLegacy, sleep_ms, &delay_ms), cudaSuccess);
-  ASSERT_EQ(cudaMemsetAsync(src->data(), 0x22, 1024, cudaStreamLegacy), cudaSuccess);
-  ASSERT_TRUE(stream->wait_for_default_stream(*marker).ok());
-  ASSERT_EQ(cudaMemcpyAsync(dst->data(), src->data(), 1024, cudaMemcpyDeviceToDevice, stream->get()), cudaSuccess);
-  ASSERT_TRUE(stream->synchronize(absl::Now() + absl::Seconds(60)).ok());
-  std::vector<uint8_t> host(1024);
-  ASSERT_EQ(cudaMemcpy(host.data(), dst->data(), 1024, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(host, std::vector<uint8_t>(1024, 0x22));
 }
 
 TEST(CudaRuntimeTest, SynchronizeGivesUpAtTheDeadline) {
