@@ -22,4 +22,7 @@ absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device sr
 // device" never wakes GPU 0 (each context there costs every process hundreds of MiB).
 absl::Status use_device_on_this_thread(Device device);
 
+// Waits until `device` finished all work enqueued on it, on every stream (nothing for the CPU).
+absl::Status synchronize(Device device);
+
 }  // namespace zero

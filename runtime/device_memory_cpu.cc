@@ -30,11 +30,13 @@ absl::Status cuda_copy(void*, Device dst_device, const void*, Device src_device,
   return no_cuda("copy to or from", dst_device.is_cuda() ? dst_device : src_device);
 }
 absl::Status cuda_use_device(Device device) { return no_cuda("use", device); }
+absl::Status cuda_synchronize(Device device) { return no_cuda("synchronize", device); }
 #else
 absl::StatusOr<void*> cuda_alloc(Device device, size_t nbytes);  // runtime/cuda/cuda_memory.cu
 void cuda_free(Device device, void* ptr);
 absl::Status cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 absl::Status cuda_use_device(Device device);
+absl::Status cuda_synchronize(Device device);
 #endif
 
 absl::StatusOr<void*> device_alloc(Device device, size_t nbytes) {
@@ -61,5 +63,7 @@ absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device sr
 absl::Status use_device_on_this_thread(Device device) {
   return device.is_cpu() ? absl::OkStatus() : cuda_use_device(device);
 }
+
+absl::Status synchronize(Device device) { return device.is_cpu() ? absl::OkStatus() : cuda_synchronize(device); }
 
 }  // namespace zero

@@ -41,6 +41,10 @@ struct ZeroConfig {
   // fewer elements than the threshold stay gathered (DeepSpeed's stage3_param_persistence_threshold).
   int max_live_units = 2;
   int64_t persistence_threshold = 100000;
+  // Stage 3: a unit stays gathered after use when one of the next max_live_units gathers needs it again
+  // with at most this many elements gathered before (DeepSpeed's stage3_max_reuse_distance); otherwise
+  // it is freed and gathered again. 0 keeps only a unit the very next gather needs.
+  int64_t max_reuse_distance = 1000000000;
 
   // Parameters and gradients in this dtype (fp32, bf16 or fp16); with bf16/fp16 the optimizer updates
   // fp32 master weights held, like its state, only for the rank's slice (stage 0: whole).
@@ -73,6 +77,11 @@ struct ZeroConfig {
   // from RAM once that is done, so RAM holds the gathered units, not the shards. Units kept whole
   // (persistence_threshold) stay in RAM, as DeepSpeed keeps persistent parameters on the device.
   std::string offload_param_path;
+
+  // Time each step's phases (Engine::phase_times), as DeepSpeed's wall_clock_breakdown. On a GPU the
+  // device is synchronized at each phase's start and end so the time is the phase's own work, which
+  // costs the overlap across phases; on the CPU reading the clock is all it costs.
+  bool time_phases = false;
 
   // InvalidArgument naming the key when a value is out of range.
   absl::Status validate() const;

@@ -29,6 +29,7 @@ absl::Status ZeroConfig::validate() const {
   if (first_bucket_cap_bytes <= 0) return bad("first_bucket_cap_bytes", first_bucket_cap_bytes, "must be positive");
   if (max_live_units < 1) return bad("max_live_units", max_live_units, "at least one gathered unit must fit");
   if (persistence_threshold < 0) return bad("persistence_threshold", persistence_threshold, "must be >= 0");
+  if (max_reuse_distance < 0) return bad("max_reuse_distance", max_reuse_distance, "must be >= 0 elements");
   if (accumulation_steps < 1) return bad("accumulation_steps", accumulation_steps, "must be >= 1");
   if (no_sync && stage >= 2) {
     return bad("no_sync", "true", "stages 2 and 3 keep only their gradient slice and reduce every micro-batch; "
@@ -368,6 +369,31 @@ Work Engine::counted(int64_t CommVolume::*purpose, F&& issue) {
   return work;
 }
 
+absl::Status Engine::wait_for(Work& work) {
+  if (!config_.time_phases) return work.wait();
+  const absl::Time start = absl::Now();
+  absl::Status status = work.wait();
+  phase_times_.waiting += absl::Now() - start;
+  return status;
+}
+
+absl::Status Engine::start_phase() {
+  if (!config_.time_phases) return absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(synchronize(device_));
+  phase_start_ = absl::Now();
+  return absl::OkStatus();
+}
+
+// Ends the phase running since start_phase or the last end_phase, adding its time, and starts the next.
+absl::Status Engine::end_phase(absl::Duration PhaseTimes::*phase) {
+  if (!config_.time_phases) return absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(synchronize(device_));
+  const absl::Time now = absl::Now();
+  phase_times_.*phase += now - phase_start_;
+  phase_start_ = now;
+  return absl::OkStatus();
+}
+
 // --- Stage 3: gathers in the recorded order, with prefetch -------------------------------------------
 
 int Engine::live_gathers() const {
@@ -388,7 +414,7 @@ absl::Status Engine::start_gather(int i) {
 
 absl::Status Engine::finish_gather(UnitState& u) {
   if (!u.gather) return absl::OkStatus();
-  absl::Status s = u.gather->wait();
+  absl::Status s = wait_for(*u.gather);
   u.gather.reset();
   s.Update(allocator_.page_out(u.params.data()));  // offload_param: the shard has been read
   return s;
@@ -437,15 +463,23 @@ absl::Status Engine::acquire(int i) {
 }
 
 void Engine::release(int i, std::span<const int> upcoming) {
-  // A unit among the next max_live_units gathers stays: prefetch would gather it again at once, so
-  // keeping it saves that allgather and holds no more copies (the last unit from its forward into its
-  // backward, the first unit across micro-batches, a tied owner its user reads next).
-  upcoming = upcoming.first(std::min(upcoming.size(), static_cast<size_t>(config_.max_live_units)));
   for (int owner : units_[i].needs) {
     UnitState& u = units_[owner];
-    const bool needed_next = std::find(upcoming.begin(), upcoming.end(), owner) != upcoming.end();
-    if (u.sharded && !u.gather && !needed_next) u.gathered.reset();
+    if (u.sharded && !u.gather && !reused_soon(owner, upcoming)) u.gathered.reset();
   }
+}
+
+bool Engine::reused_soon(int u, std::span<const int> upcoming) const {
+  // Prefetch would gather a unit among the next max_live_units gathers again at once, so keeping it saves
+  // that allgather and holds no more copies (the last unit from its forward into its backward, the first
+  // unit across micro-batches, a tied owner its user reads next).
+  upcoming = upcoming.first(std::min(upcoming.size(), static_cast<size_t>(config_.max_live_units)));
+  int64_t distance = 0;  // elements gathered before the reuse
+  for (int next : upcoming) {
+    if (next == u) return distance <= config_.max_reuse_distance;
+    distance += units_[next].layout.padded_numel;
+  }
+  return false;
 }
 
 // --- Gradients -------------------------------------------------------------------------------------------
@@ -483,7 +517,7 @@ absl::Status Engine::launch_reduction(Bucket& b) {
 
 absl::Status Engine::finish_reduction(Bucket& b) {
   if (!b.reduction) return absl::OkStatus();
-  absl::Status s = b.reduction->wait();
+  absl::Status s = wait_for(*b.reduction);
   b.reduction.reset();
   ZERO_RETURN_IF_ERROR(s);
   const int rank = comm_.rank();
@@ -527,6 +561,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
   UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_, .step = step_count_,
                   .loss_scale = static_cast<float>(loss_scale_)};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
+  ZERO_RETURN_IF_ERROR(start_phase());
   Tensor x;
   for (size_t i = 0; i < units_.size(); ++i) {
     if (!runs[i]) continue;  // x passes through
@@ -534,6 +569,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
     ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, param_views(static_cast<int>(i)), x));
     release(static_cast<int>(i), upcoming_gathers());
   }
+  ZERO_RETURN_IF_ERROR(end_phase(&PhaseTimes::forward));
   Tensor dy;
   for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
     if (runs[i]) {
@@ -547,6 +583,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
     if (reduces_this_micro_batch()) ZERO_RETURN_IF_ERROR(grads_ready(i));
   }
   for (Bucket& b : buckets_) ZERO_RETURN_IF_ERROR(finish_reduction(b));
+  ZERO_RETURN_IF_ERROR(end_phase(&PhaseTimes::backward));
   loss_sum_ += ctx.loss;
   correct_ += ctx.correct;
   predictions_ += ctx.predictions;
@@ -613,10 +650,10 @@ absl::StatusOr<double> Engine::global_grad_norm() {
   }
   std::vector<int32_t> wire(SquareSum::kWireInts);
   sum.to_wire(wire.data());
-  ZERO_RETURN_IF_ERROR(counted(&CommVolume::small, [&] {
-                         return comm_.allreduce(Tensor(wire.data(), DType::kI32, {SquareSum::kWireInts}),
-                                                ReduceOp::kSum);
-                       }).wait());
+  Work allreduce = counted(&CommVolume::small, [&] {
+    return comm_.allreduce(Tensor(wire.data(), DType::kI32, {SquareSum::kWireInts}), ReduceOp::kSum);
+  });
+  ZERO_RETURN_IF_ERROR(wait_for(allreduce));
   return std::sqrt(SquareSum::from_wire(wire.data()).value());
 }
 
@@ -635,7 +672,7 @@ absl::Status Engine::update(float lr, double clip_coefficient) {
     gathers.push_back(
         counted(&CommVolume::param_gather, [&] { return comm_.allgather(held.slice(begin, begin + count), held); }));
   }
-  for (Work& gather : gathers) status.Update(gather.wait());
+  for (Work& gather : gathers) status.Update(wait_for(gather));
   return status;
 }
 
@@ -693,6 +730,7 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
                                                       " micro-batches; accumulation_steps is ",
                                                       config_.accumulation_steps));
   }
+  ZERO_RETURN_IF_ERROR(start_phase());
   ZERO_RETURN_IF_ERROR(release_all_gathers());  // prefetches the step did not use, after an order change
   StepResult result{.loss_scale = loss_scale_};
   double clip_coefficient = 1.0;
@@ -710,9 +748,10 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
   }
   for (UnitState& u : units_) ZERO_RETURN_IF_ERROR(kernels::fill_zero(u.grads.tensor(DType::kU8, {u.grads.nbytes()})));
   float metrics[3] = {static_cast<float>(loss_sum_), static_cast<float>(correct_), static_cast<float>(predictions_)};
-  ZERO_RETURN_IF_ERROR(
-      counted(&CommVolume::small, [&] { return comm_.allreduce(Tensor(metrics, DType::kF32, {3}), ReduceOp::kSum); })
-          .wait());
+  Work allreduce =
+      counted(&CommVolume::small, [&] { return comm_.allreduce(Tensor(metrics, DType::kF32, {3}), ReduceOp::kSum); });
+  ZERO_RETURN_IF_ERROR(wait_for(allreduce));
+  ZERO_RETURN_IF_ERROR(end_phase(&PhaseTimes::update));
   result.loss = metrics[0] / static_cast<float>(comm_.world_size() * config_.accumulation_steps);
   result.correct = static_cast<int64_t>(metrics[1]);
   result.predictions = static_cast<int64_t>(metrics[2]);

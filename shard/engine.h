@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "optim/optimizer.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
@@ -61,6 +62,16 @@ struct CommVolume {
   int64_t param_gather = 0;  // stage 3 gathers, stage 1-3 parameter allgathers after the update
   int64_t grad_reduce = 0;   // bucket allreduces and reduce-scatters
   int64_t small = 0;         // loss, metrics and gradient-norm allreduces
+};
+
+// Wall time of this rank's compute thread per phase, summed over steps (ZeroConfig::time_phases).
+// `waiting` is the part of the three it spent blocked on a collective: communication that overlap did not
+// hide behind compute (on a GPU, also the device finishing the kernels a collective was ordered after).
+struct PhaseTimes {
+  absl::Duration forward;   // the units' forward passes, with the stage-3 gathers they waited for
+  absl::Duration backward;  // backward passes, gathers, and the gradient reductions to their end
+  absl::Duration update;    // step(): gradient norm, optimizer, stage 1-2 parameter allgathers, metrics
+  absl::Duration waiting;
 };
 
 struct UnitCheckpoint;  // what a rank reads of one flat unit from a checkpoint (shard/checkpoint.cc)
@@ -117,6 +128,8 @@ class Engine {
   int64_t num_padded_params() const;
   CommVolume comm_volume() const { return volume_; }
   void reset_comm_volume() { volume_ = {}; }
+  PhaseTimes phase_times() const { return phase_times_; }
+  void reset_phase_times() { phase_times_ = {}; }
 
  private:
   // One flat unit on this rank.
@@ -187,8 +200,10 @@ class Engine {
   absl::StatusOr<Tensor> staging_of(int u);
 
   absl::Status acquire(int u);
-  // Frees the gathered copies unit u used, but those among the `upcoming` gathers' first max_live_units.
+  // Frees the gathered copies unit u used, but those reused_soon.
   void release(int u, std::span<const int> upcoming);
+  // Whether one of the first max_live_units `upcoming` gathers needs unit u within max_reuse_distance.
+  bool reused_soon(int u, std::span<const int> upcoming) const;
   absl::Status ensure_gathered(int u);
   absl::Status gather_now(int u);
   // Waits for the unit's gather in flight, if any.
@@ -215,6 +230,11 @@ class Engine {
 
   template <typename F>
   Work counted(int64_t CommVolume::*purpose, F&& issue);
+  // Waits for `work` on the compute thread, adding the time blocked to PhaseTimes::waiting when timing.
+  absl::Status wait_for(Work& work);
+  // ZeroConfig::time_phases: a phase starts, and ends adding its time (the device synchronized at both).
+  absl::Status start_phase();
+  absl::Status end_phase(absl::Duration PhaseTimes::*phase);
 
   Model& model_;
   std::unique_ptr<WrappedModel> wrapped_;  // the units as flattened: the model's, small runs merged
@@ -224,6 +244,8 @@ class Engine {
   std::vector<UnitState> units_;
   std::vector<Bucket> buckets_;
   CommVolume volume_;
+  PhaseTimes phase_times_;
+  absl::Time phase_start_;
 
   // Stage 3 gather order: recorded on a step, replayed (with prefetch) on the next ones.
   std::vector<int> recorded_order_;

@@ -38,6 +38,13 @@ absl::Status cuda_copy(void* dst, Device dst_device, const void* src, Device src
   return absl::OkStatus();
 }
 
+absl::Status cuda_synchronize(Device device) {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device.index));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
 absl::Status cuda_use_device(Device device) {
   return cuda_status(cudaSetDevice(device.index), absl::StrCat("cudaSetDevice(", device.index, ")").c_str());
 }

@@ -2,6 +2,7 @@
 #include "shard/engine.h"
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -230,6 +231,24 @@ TEST(Stage3Prefetch, AtMostMaxLiveUnitsAreGatheredAtOnce) {
   }
 }
 
+TEST(Stage3Reuse, AUnitStaysGatheredOnlyWithinTheReuseDistance) {
+  // The toy's head (7 bias elements, padded to 8) reads the input unit's weight. After the head's forward
+  // the next gathers are its backward's: the head, then the input unit, 8 elements on.
+  const auto train_with = [](std::optional<int64_t> distance) {
+    TrainRun run{.world_size = 2, .steps = 3};
+    run.zero.stage = 3;
+    run.zero.persistence_threshold = 0;
+    if (distance) run.zero.max_reuse_distance = *distance;
+    return train(run);
+  };
+  const Outcome by_default = train_with(std::nullopt), kept = train_with(8), freed = train_with(7);
+  ASSERT_TRUE(by_default.status.ok() && kept.status.ok() && freed.status.ok()) << freed.status;
+  EXPECT_EQ(kept.volume[0].param_gather, by_default.volume[0].param_gather);
+  const int64_t input_gather_sent = (13 * 7 + 13) * 4 / 2;  // (N - 1)/N of the input unit's 104 floats
+  EXPECT_EQ(freed.volume[0].param_gather, kept.volume[0].param_gather + input_gather_sent);
+  EXPECT_TRUE(bitwise_equal(freed.params, kept.params));
+}
+
 TEST(Stage3Prefetch, EvaluationGathersAheadUpToMaxLiveUnits) {
   // Evaluation knows its gathers in advance and prefetches along them: with no step taken, the peak of
   // comm_buffers is exactly max_live_units of the six equal hidden units (no gradient buckets).
@@ -267,6 +286,52 @@ TEST(Stage3Order, RanksThatSitOutDifferentlyFailOnEveryRankNamingTheDivergence) 
     const std::string message(root_cause(statuses).message());
     EXPECT_THAT(message, HasSubstr("ranks diverged in their collective sequence: ranks 0, 2 issued")) << message;
     EXPECT_THAT(message, HasSubstr("rank 1 issued")) << message;
+  }
+}
+
+// Two ranks train the toy model three steps at stage 3 with phases timed (or not); rank 1 dawdles for
+// `rank_1_pause` before each step(). Each rank's phase times.
+absl::StatusOr<std::vector<PhaseTimes>> phase_times(bool time_phases, absl::Duration rank_1_pause) {
+  std::vector<PhaseTimes> times(2);
+  ZERO_RETURN_IF_ERROR(root_cause(run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
+    Allocator allocator(comm.rank());  // outlives the model, which keeps what backward relays to the input
+    ToyModel model(ToyConfig{});
+    ZeroConfig zero{.stage = 3, .persistence_threshold = 0, .time_phases = time_phases};
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                          Engine::create(model, comm, allocator, testing::adamw_factory(), zero));
+    testing::ToyData data = testing::toy_rows(ToyConfig{}, 4 * comm.rank(), 4 * comm.rank() + 4);
+    const Batch batch = data.batch(ToyConfig{}.features);
+    for (int step = 0; step < 3; ++step) {
+      ZERO_RETURN_IF_ERROR(engine->forward_backward(batch));
+      if (comm.rank() == 1) absl::SleepFor(rank_1_pause);
+      ZERO_RETURN_IF_ERROR(engine->step(0.1f).status());
+    }
+    times[comm.rank()] = engine->phase_times();
+    return absl::OkStatus();
+  })));
+  return times;
+}
+
+TEST(PhaseTimes, WaitingIsTheTimeARankWasBlockedOnAPeer) {
+  // Rank 0 finishes its backward and then waits in step()'s loss allreduce until rank 1 has paused.
+  const absl::Duration pause = absl::Milliseconds(200);
+  const absl::StatusOr<std::vector<PhaseTimes>> times = phase_times(true, pause);
+  ASSERT_TRUE(times.ok()) << times.status();
+  for (const PhaseTimes& t : *times) {
+    EXPECT_GT(t.forward, absl::ZeroDuration());
+    EXPECT_GT(t.backward, absl::ZeroDuration());
+    EXPECT_LE(t.waiting, t.forward + t.backward + t.update);  // waiting happens inside the phases
+  }
+  EXPECT_GE((*times)[0].update, 3 * pause);
+  EXPECT_GE((*times)[0].waiting, 3 * pause);
+  EXPECT_LT((*times)[1].update, 3 * pause);  // rank 1's pause falls between its phases
+}
+
+TEST(PhaseTimes, NothingIsTimedUnlessAskedFor) {
+  const absl::StatusOr<std::vector<PhaseTimes>> times = phase_times(false, absl::ZeroDuration());
+  ASSERT_TRUE(times.ok()) << times.status();
+  for (const PhaseTimes& t : *times) {
+    EXPECT_EQ(t.forward + t.backward + t.update + t.waiting, absl::ZeroDuration());
   }
 }
 
