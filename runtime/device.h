@@ -23,5 +23,7 @@ struct Device {
 
 // Visible CUDA devices; 0 when there is no driver or no device, or zero was built without CUDA (never an error).
 int cuda_device_count();
+// Why cuda_device_count() is 0 (the CUDA error, e.g. a driver older than the toolkit), for messages.
+std::string why_no_cuda_device();
 
 }  // namespace zero

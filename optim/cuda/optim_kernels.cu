@@ -64,7 +64,7 @@ __device__ void write_half(const HalfOut& h, int64_t i, float x) {
     const uint32_t r = rounding_bits(h.seed, h.step, h.flat_begin + i);
     h.out[i] = h.bf16 ? bf16_stochastic(x, r) : fp16_stochastic(x, r);
   } else {
-    h.out[i] = h.bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+    h.out[i] = h.bf16 ? kernels::cuda::to_bf16(x) : kernels::cuda::to_fp16(x);  // NaN bits as the CPU's
   }
 }
 

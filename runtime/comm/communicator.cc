@@ -160,6 +160,7 @@ absl::Status Communicator::validate(CollectiveOp op, const Tensor* input, const 
 
 Work Communicator::submit(Collective c) {
   auto state = std::make_shared<WorkState>();
+  std::lock_guard post(post_mu_);  // numbered, prepared and queued in one order
   {
     std::lock_guard lock(mu_);
     if (!failure_.ok()) return Work::completed(failure_);

@@ -89,6 +89,7 @@ class Communicator {
   const int rank_;
   const int world_size_;
 
+  std::mutex post_mu_;  // submit: the backend is prepared for collectives in the order they run
   mutable std::mutex mu_;
   uint64_t next_seq_ = 0;
   CommStats stats_;

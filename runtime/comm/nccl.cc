@@ -2,12 +2,16 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/memory_pool.h"
 #include "runtime/cuda/stream.h"
 #include "runtime/device_memory.h"
 #include "runtime/status.h"
@@ -60,6 +64,18 @@ ncclRedOp_t reduce_op(ReduceOp op) {
   return ncclSum;
 }
 
+// Every GPU the nccl ranks of this process use reaches the others' pool memory, which NCCL reads directly
+// between the GPUs of one process.
+absl::Status share_pool_memory_with_this_process_gpus(int device) {
+  static std::mutex mu;
+  static std::vector<int> devices;
+  std::lock_guard lock(mu);
+  if (std::find(devices.begin(), devices.end(), device) != devices.end()) return absl::OkStatus();
+  for (int other : devices) ZERO_RETURN_IF_ERROR(share_pool_memory(device, other));
+  devices.push_back(device);
+  return absl::OkStatus();
+}
+
 const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
 char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
 
@@ -70,13 +86,12 @@ class NcclBackend final : public Backend {
     const absl::Time deadline = absl::Now() + options.timeout;
     // This rank's threads (this one, and the communicator's that runs collectives) adopt its GPU.
     ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device)));
+    ZERO_RETURN_IF_ERROR(share_pool_memory_with_this_process_gpus(device));
     ZERO_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::create(device));
     ZERO_ASSIGN_OR_RETURN(CudaEvent done, CudaEvent::create(device));
-    ZERO_ASSIGN_OR_RETURN(CudaEvent posted, CudaEvent::create(device));
     ZERO_ASSIGN_OR_RETURN(CudaEvent allocated, CudaEvent::create(device));
-    auto backend = std::unique_ptr<NcclBackend>(new NcclBackend(rank, world_size, device, std::move(stream),
-                                                                std::move(done), std::move(posted),
-                                                                std::move(allocated)));
+    auto backend = std::unique_ptr<NcclBackend>(
+        new NcclBackend(rank, world_size, device, std::move(stream), std::move(done), std::move(allocated)));
     backend->allocator_ = options.allocator;
     if (backend->allocator_ == nullptr) {
       backend->own_allocator_ = std::make_unique<Allocator>(rank);
@@ -124,16 +139,24 @@ class NcclBackend final : public Backend {
   bool supports(Device device) const override { return device.is_cpu() || (device.is_cuda() && device.index == device_); }
 
   // The stream is independent of the default stream where the kernels run, so that collectives overlap
-  // them; a device collective starts only after the kernels its poster enqueued before posting it.
+  // them. A device collective starts only after the kernels enqueued before its post: an event recorded
+  // then, on the posting thread, which run() makes the stream wait for just before the NCCL call (so a
+  // collective waits for no compute posted after it). Communicator calls prepare and queues the
+  // collective in one step, so the events line up with the runs.
   absl::Status prepare(const Collective& c) override {
     if (!c.device.is_cuda()) return absl::OkStatus();
-    return stream_.wait_for_default_stream(posted_);
+    ZERO_ASSIGN_OR_RETURN(CudaEvent posted, spare_event());
+    ZERO_RETURN_IF_ERROR(posted.record_on_default_stream());
+    std::lock_guard lock(events_mu_);
+    posted_.push_back(std::move(posted));
+    return absl::OkStatus();
   }
 
   absl::Status run(const Collective& c, absl::Time deadline) override {
     ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device_)));
     if (c.device.is_cpu()) return explain(run_staged(c, deadline), c.describe());
-    absl::Status status = enqueue(c, deadline);
+    absl::Status status = wait_for_post(c);
+    if (status.ok()) status = enqueue(c, deadline);
     if (status.ok()) status = finish(deadline);
     return explain(status, c.describe());
   }
@@ -162,18 +185,43 @@ class NcclBackend final : public Backend {
     aborted_ = true;
     (void)use_device_on_this_thread(Device::cuda(device_));
     ncclCommAbort(comm_);
+    // The buffers of the failed collectives are freed next in default-stream order, which does not wait
+    // for this stream: let the aborted kernels drain first, within a bound, so a kernel that ignored the
+    // abort cannot hang the failing rank.
+    (void)stream_.synchronize(absl::Now() + absl::Seconds(10));
   }
 
  private:
-  NcclBackend(int rank, int world_size, int device, CudaStream stream, CudaEvent done, CudaEvent posted,
-              CudaEvent allocated)
+  NcclBackend(int rank, int world_size, int device, CudaStream stream, CudaEvent done, CudaEvent allocated)
       : rank_(rank),
         world_size_(world_size),
         device_(device),
         stream_(std::move(stream)),
         done_(std::move(done)),
-        posted_(std::move(posted)),
         allocated_(std::move(allocated)) {}
+
+  absl::StatusOr<CudaEvent> spare_event() {
+    {
+      std::lock_guard lock(events_mu_);
+      if (!spare_.empty()) {
+        CudaEvent event = std::move(spare_.back());
+        spare_.pop_back();
+        return event;
+      }
+    }
+    return CudaEvent::create(device_);
+  }
+
+  // Makes the stream wait for the event prepare() recorded when `c` was posted.
+  absl::Status wait_for_post(const Collective& c) {
+    std::lock_guard lock(events_mu_);
+    if (posted_.empty()) return absl::InternalError(absl::StrCat(c.describe(), " was not prepared when posted"));
+    CudaEvent posted = std::move(posted_.front());
+    posted_.pop_front();
+    const absl::Status status = stream_.wait(posted);  // takes the record as it is now; the event may go again
+    spare_.push_back(std::move(posted));
+    return status;
+  }
 
   // Puts `c` on the stream. Movement ops move bytes; gather and scatter are grouped point-to-point calls.
   absl::Status enqueue(const Collective& c, absl::Time deadline) {
@@ -240,16 +288,21 @@ class NcclBackend final : public Backend {
   // A collective on host buffers: copied to device memory, run there, and the result copied back.
   absl::Status run_staged(const Collective& c, absl::Time deadline) {
     const auto [send_bytes, recv_bytes] = buffer_bytes(c);
-    ZERO_ASSIGN_OR_RETURN(Buffer staging, allocator_->allocate(send_bytes + recv_bytes, MemoryCategory::kCommBuffers,
-                                                               Device::cuda(device_)));
-    // Device memory is allocated in order on the default stream (runtime/device_memory.h): this stream
-    // may touch it only after that point.
-    absl::Status status = stream_.wait_for_default_stream(allocated_);
-    if (status.ok()) status = run_through(c, staging.data(), send_bytes, recv_bytes, deadline);
-    // After a failure NCCL may still be writing `staging`, which the free hands back for reuse: abort
-    // first, which ends its kernels.
+    ZERO_RETURN_IF_ERROR(reserve_staging(send_bytes + recv_bytes));
+    const absl::Status status = run_through(c, staging_.data(), send_bytes, recv_bytes, deadline);
+    // After a failure NCCL may still be writing the staging buffer: abort, which ends its kernels.
     if (!status.ok()) abort(status);
     return status;
+  }
+
+  // The staging buffer only grows (host collectives are a few bytes), so this stream rarely has to wait
+  // for the default stream, where device memory is allocated in order (runtime/device_memory.h), before
+  // it may touch new memory.
+  absl::Status reserve_staging(int64_t nbytes) {
+    if (staging_.nbytes() >= nbytes) return absl::OkStatus();
+    staging_.reset();  // its last collective has finished
+    ZERO_ASSIGN_OR_RETURN(staging_, allocator_->allocate(nbytes, MemoryCategory::kCommBuffers, Device::cuda(device_)));
+    return stream_.wait_for_default_stream(allocated_);
   }
 
   absl::Status run_through(const Collective& c, void* staging, int64_t send_bytes, int64_t recv_bytes,
@@ -297,13 +350,16 @@ class NcclBackend final : public Backend {
   const int rank_;
   const int world_size_;
   const int device_;
-  CudaStream stream_;  // every NCCL call and staging copy
-  CudaEvent done_;     // finish(), on the comm thread
-  CudaEvent posted_;   // prepare(), on the posting thread
-  CudaEvent allocated_;  // ordering after new device memory, on the thread that allocated it
+  CudaStream stream_;     // every NCCL call and staging copy, from the comm thread
+  CudaEvent done_;        // finish()
+  CudaEvent allocated_;   // ordering the stream after new device memory: the scratch, then staging
+  std::mutex events_mu_;  // the posting thread's prepare() and the comm thread's run() share these:
+  std::deque<CudaEvent> posted_;  // one per device collective prepared and not yet run, in order
+  std::vector<CudaEvent> spare_;  // recycled
   Allocator* allocator_ = nullptr;            // CommOptions::allocator, or own_allocator_
   std::unique_ptr<Allocator> own_allocator_;  // when CommOptions names none
   Buffer scratch_;                            // device memory, (world_size + 1) fingerprints
+  Buffer staging_;                            // device memory for host collectives, grown as needed
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
 };

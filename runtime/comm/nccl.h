@@ -12,12 +12,13 @@
 namespace zero {
 
 // Buffers are on this rank's GPU (home_device()), or on the host, staged through device memory (meant
-// for a few bytes: losses, metrics, norms). The backend's stream is
-// a blocking stream, so work the caller put on the legacy default stream is ordered before the
-// collective; work on any other stream must be finished (or the caller must wait on it) before the call.
-// When a Work handle's wait() returns OK the result is complete on the device.
-// The backend's only memory of its own, a few hundred bytes of device scratch for the barrier and the
-// debug check, is accounted to CommOptions::allocator when one is named.
+// for a few bytes: losses, metrics, norms). The backend's stream runs beside the legacy default stream
+// where the kernels run (it does not synchronize with it), so collectives overlap compute: work enqueued
+// there (or on a blocking stream), by any thread, before the call is ordered before the collective by an
+// event recorded at the call; work on another non-blocking stream must be finished by the caller. When a
+// Work handle's wait() returns OK the result is complete on the device. The backend's only memory of its
+// own, device scratch for the barrier, the debug check and the staged host collectives, is accounted to
+// CommOptions::allocator when one is named.
 //
 // Numerics: NCCL reduces bf16 and fp16 in their own precision (every partial sum rounds to the dtype),
 // fp32 in fp32, and in its own (ring or tree) order, so reductions match the local and mpi backends

@@ -1,18 +1,65 @@
 // CUDA device memory for the Allocator and copies. Memory comes from the device's stream-ordered pool
 // (cudaMallocAsync) in the order of the legacy default stream, where the kernels run: a free then needs
 // no device-wide synchronization, which cudaFree would impose on every stream (communication included)
-// at each bucket or gathered unit the engine lets go. The pool keeps no memory past the next
-// synchronization (release threshold 0), so what is accounted is what the device holds then.
+// at each bucket or gathered unit the engine lets go. The pool is set to keep no memory past the next
+// synchronization (release threshold 0), so what is accounted is what the device holds from then on.
+#include <mutex>
+#include <set>
+
 #include "absl/status/statusor.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/memory_pool.h"
 #include "runtime/status.h"
 #include "runtime/device.h"
 
 namespace zero {
 
+namespace {
+
+absl::StatusOr<cudaMemPool_t> default_pool(int device) {
+  cudaMemPool_t pool = nullptr;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, device));
+  return pool;
+}
+
+// Once per device: the pool returns freed memory to the driver at each synchronization.
+absl::Status configure_pool(int device) {
+  static std::mutex mu;
+  static std::set<int> configured;
+  std::lock_guard lock(mu);
+  if (configured.contains(device)) return absl::OkStatus();
+  ZERO_ASSIGN_OR_RETURN(cudaMemPool_t pool, default_pool(device));
+  uint64_t keep_nothing = 0;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_nothing));
+  configured.insert(device);
+  return absl::OkStatus();
+}
+
+absl::Status grant_pool_access(int owner, int peer) {
+  int can_access = 0;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceCanAccessPeer(&can_access, peer, owner));
+  if (can_access == 0) return absl::OkStatus();  // NCCL then goes through its own buffers
+  ZERO_ASSIGN_OR_RETURN(cudaMemPool_t pool, default_pool(owner));
+  cudaMemAccessDesc access{};
+  access.location.type = cudaMemLocationTypeDevice;
+  access.location.id = peer;
+  access.flags = cudaMemAccessFlagsProtReadWrite;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAccess(pool, &access, 1));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status share_pool_memory(int a, int b) {
+  if (a == b) return absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(grant_pool_access(a, b));
+  return grant_pool_access(b, a);
+}
+
 absl::StatusOr<void*> cuda_alloc(Device device, size_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device.index));
+  ZERO_RETURN_IF_ERROR(configure_pool(device.index));
   void* ptr = nullptr;
   const cudaError_t err = cudaMallocAsync(&ptr, nbytes, cudaStreamLegacy);
   if (err == cudaErrorMemoryAllocation) {

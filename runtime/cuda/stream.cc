@@ -18,6 +18,14 @@ int cuda_device_count() {
   return count;
 }
 
+std::string why_no_cuda_device() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  cudaGetLastError();
+  if (err != cudaSuccess) return absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(err));
+  return count == 0 ? "no CUDA device is visible" : absl::StrCat(count, " CUDA device(s) visible");
+}
+
 absl::StatusOr<CudaEvent> CudaEvent::create(int device) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
@@ -46,6 +54,13 @@ absl::Status CudaEvent::record(const CudaStream& stream) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device_));
   ZERO_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_, stream.get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaEvent::record_on_default_stream() {
+  CudaDeviceGuard guard;
+  ZERO_RETURN_IF_ERROR(guard.set(device_));
+  ZERO_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_, cudaStreamLegacy));
   return absl::OkStatus();
 }
 
@@ -107,15 +122,8 @@ absl::Status CudaStream::wait(const CudaEvent& event) {
 }
 
 absl::Status CudaStream::wait_for_default_stream(CudaEvent& marker) {
-  if (marker.device() != device_) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot order a stream of cuda:", device_,
-                                                   " with an event of cuda:", marker.device()));
-  }
-  CudaDeviceGuard guard;
-  ZERO_RETURN_IF_ERROR(guard.set(device_));
-  ZERO_CUDA_RETURN_IF_ERROR(cudaEventRecord(marker.get(), cudaStreamLegacy));
-  ZERO_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, marker.get(), 0));
-  return absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(marker.record_on_default_stream());
+  return wait(marker);
 }
 
 absl::Status CudaStream::synchronize(absl::Time deadline) {

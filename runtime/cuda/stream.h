@@ -29,6 +29,9 @@ class CudaEvent {
   int device() const { return device_; }
   // Marks the point after everything enqueued on `stream` so far.
   absl::Status record(const CudaStream& stream);
+  // Marks the point after everything enqueued so far on the device's legacy default stream, where the
+  // kernels run (they name no stream), by any thread.
+  absl::Status record_on_default_stream();
   // True once the work before the last record() finished; true also when never recorded.
   absl::StatusOr<bool> query() const;
   // Waits for the recorded work by polling (the thread stays interruptible). Returns DeadlineExceeded at
@@ -59,8 +62,7 @@ class CudaStream {
   // Later work on this stream starts after `event`'s recorded work, without blocking the host.
   absl::Status wait(const CudaEvent& event);
   // Later work on this stream starts after everything enqueued so far on the device's legacy default
-  // stream (by any thread), without blocking the host. `marker` is recorded there for it: a thread that
-  // calls this needs an event of its own.
+  // stream (by any thread), without blocking the host; `marker` is recorded there for it.
   absl::Status wait_for_default_stream(CudaEvent& marker);
   // Waits for everything enqueued so far, giving up with DeadlineExceeded at `deadline`.
   absl::Status synchronize(absl::Time deadline);
