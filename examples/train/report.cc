@@ -1,6 +1,7 @@
 #include "examples/train/report.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -28,6 +29,35 @@ PlanInput plan_of(const RunFacts& f) {
           .precision = f.precision, .optimizer_state_bytes = 4 * f.optimizer_state_floats,
           .accumulation_steps = f.accumulation_steps, .offload_optimizer = f.offload_optimizer,
           .offload_param = f.offload_param};
+}
+
+// Every rank's `mine` on rank 0 (empty elsewhere), gathered as bytes: the ranks run one binary.
+template <typename T>
+absl::StatusOr<std::vector<T>> gather_on_rank_0(Communicator& comm, T mine) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const int n = comm.world_size();
+  std::vector<T> all(n);
+  const int64_t bytes = sizeof(T);
+  ZERO_RETURN_IF_ERROR(comm.gather(Tensor(&mine, DType::kU8, {bytes}), Tensor(all.data(), DType::kU8, {n * bytes}), 0)
+                           .wait());
+  if (comm.rank() != 0) all.clear();
+  return all;
+}
+
+// Milliseconds per step of `d`, summed over `steps`.
+double ms_per_step(absl::Duration d, int64_t steps) { return absl::ToDoubleMilliseconds(d) / steps; }
+
+// "" without wall_clock_breakdown; else each rank's phases per step.
+std::string phase_table(const RunFacts& f) {
+  if (f.phases.empty()) return "";
+  ResultTable table({{"ms_per_step"}, {"forward", 1}, {"backward", 1}, {"update", 1}, {"waiting", 1}});
+  for (size_t r = 0; r < f.phases.size(); ++r) {
+    const PhaseTimes& t = f.phases[r];
+    table.add_row({absl::StrCat("rank ", r), ms_per_step(t.forward, f.steps), ms_per_step(t.backward, f.steps),
+                   ms_per_step(t.update, f.steps), ms_per_step(t.waiting, f.steps)});
+  }
+  return absl::StrCat("\ntime per step by phase (wall_clock_breakdown; waiting: blocked on communication, within "
+                      "the phases):\n", table.to_text());
 }
 
 // Rank 0's model states held in files, beside the formula's; "" when nothing is offloaded.
@@ -62,7 +92,7 @@ void Progress::step(int64_t step, const StepResult& r, float lr, double rate, do
     const int filled = static_cast<int>(width * step / steps_);
     std::printf("\r[%s%s] %s", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), text.c_str());
     open_line_ = true;
-  } else if (step == first_step_ + 1 || step == steps_ || step % log_interval_ == 0) {
+  } else if (step == first_step_ + 1 || step == steps_ || step % steps_per_print_ == 0) {
     std::printf("%s\n", text.c_str());
   }
   std::fflush(stdout);
@@ -92,15 +122,11 @@ void MetricsFile::write(const nlohmann::json& record) {
 }
 
 absl::StatusOr<std::vector<MemoryStats>> gather_peaks(Communicator& comm, const Allocator& allocator) {
-  const int n = comm.world_size();
-  MemoryStats mine = allocator.stats();
-  std::vector<MemoryStats> all(n);
-  // MemoryStats is plain integers: gathered as bytes.
-  const int64_t bytes = sizeof(MemoryStats);
-  ZERO_RETURN_IF_ERROR(comm.gather(Tensor(&mine, DType::kU8, {bytes}), Tensor(all.data(), DType::kU8, {n * bytes}), 0)
-                           .wait());
-  if (comm.rank() != 0) all.clear();
-  return all;
+  return gather_on_rank_0(comm, allocator.stats());
+}
+
+absl::StatusOr<std::vector<PhaseTimes>> gather_phase_times(Communicator& comm, const PhaseTimes& mine) {
+  return gather_on_rank_0(comm, mine);
 }
 
 std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& peaks) {
@@ -138,7 +164,8 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
                      "otherwise, as GPT-2's head reads the embedding's wte)\n"
                    : "",
       absl::StrFormat("\nstep time %.1f ms (mean of %d steps), %.0f %s/s\n", 1e3 * f.train_seconds / f.steps,
-                      f.steps, f.predictions_per_s, f.predictions));
+                      f.steps, f.predictions_per_s, f.predictions),
+      phase_table(f));
 }
 
 nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& peaks) {
@@ -152,6 +179,13 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
   }
   const ModelStateBytes formula = model_state_bytes(plan_of(f));
   const CommBytes theory = comm_bytes_per_step(plan_of(f));
+  nlohmann::json phases = nlohmann::json::array();  // per rank, with wall_clock_breakdown
+  for (const PhaseTimes& t : f.phases) {
+    phases.push_back({{"forward", ms_per_step(t.forward, f.steps)},
+                      {"backward", ms_per_step(t.backward, f.steps)},
+                      {"update", ms_per_step(t.update, f.steps)},
+                      {"waiting", ms_per_step(t.waiting, f.steps)}});
+  }
   return {{"event", "summary"},
           {"peak_bytes", ranks},
           {"formula_bytes",
@@ -166,6 +200,7 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
             {"small", f.traffic.small / f.steps}}},
           {"theory_bytes_per_step", {{"param_gather", theory.param_gather}, {"grad_reduce", theory.grad_reduce}}},
           {"step_ms", 1e3 * f.train_seconds / f.steps},
+          {"phase_ms_per_step", phases},
           {f.predictions + "_per_s", f.predictions_per_s}};
 }
 

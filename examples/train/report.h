@@ -16,13 +16,17 @@
 namespace zero::train {
 
 // Rank 0's progress: on a terminal one line rewritten in place ("\r"), otherwise a log line every
-// log_interval steps (and the first and last).
+// steps_per_print steps (and the first and last).
 class Progress {
  public:
   // A run of `steps` steps that starts after step `first_step` (0, or where a checkpoint stopped); the
   // rate is predictions per second, shown as `rate_unit` ("tok/s" for GPT-2, "samples/s" for the MLP).
-  Progress(int64_t first_step, int64_t steps, int64_t log_interval, bool tty, std::string rate_unit)
-      : first_step_(first_step), steps_(steps), log_interval_(log_interval), tty_(tty), rate_unit_(std::move(rate_unit)) {}
+  Progress(int64_t first_step, int64_t steps, int64_t steps_per_print, bool tty, std::string rate_unit)
+      : first_step_(first_step),
+        steps_(steps),
+        steps_per_print_(steps_per_print),
+        tty_(tty),
+        rate_unit_(std::move(rate_unit)) {}
   // `rate` and `elapsed_s` over the steps this process ran; ETA from their mean step time.
   void step(int64_t step, const StepResult& result, float lr, double rate, double elapsed_s);
   // A line of its own (an evaluation, the summary), after the in-place line if there is one.
@@ -31,7 +35,7 @@ class Progress {
  private:
   int64_t first_step_;
   int64_t steps_;
-  int64_t log_interval_;
+  int64_t steps_per_print_;
   bool tty_;
   std::string rate_unit_;
   bool open_line_ = false;
@@ -52,6 +56,8 @@ class MetricsFile {
 
 // Every rank's peak bytes per category, gathered on rank 0 (empty elsewhere). A collective.
 absl::StatusOr<std::vector<MemoryStats>> gather_peaks(Communicator& comm, const Allocator& allocator);
+// Every rank's phase times, likewise.
+absl::StatusOr<std::vector<PhaseTimes>> gather_phase_times(Communicator& comm, const PhaseTimes& mine);
 
 struct RunFacts {
   int stage = 0;
@@ -66,6 +72,7 @@ struct RunFacts {
   int64_t steps = 0;           // this process ran (after a resume, the steps since)
   CommVolume traffic;          // rank 0's bytes sent over those steps
   double train_seconds = 0;    // those steps
+  std::vector<PhaseTimes> phases;  // every rank's over those steps, with wall_clock_breakdown; else empty
   double predictions_per_s = 0;
   std::string predictions = "tokens";  // what a prediction is: tokens (GPT-2) or samples (the MLP)
 };

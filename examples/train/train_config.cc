@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,7 @@ constexpr char kDefaultConfig[] = R"({
                 "params": {"warmup_num_steps": 20, "warmup_type": "linear", "cos_min_ratio": 0.1}},
   "model": {"type": "gpt2", "preset": "custom", "num_layers": 2, "num_heads": 4, "channels": 64},
   "data": {"source": "addition", "addition": {"digits": 3, "examples_per_row": 4}},
+  "steps_per_print": 50,
   "backend": "local",
   "ranks": 4,
   "steps": 900,
@@ -119,6 +121,23 @@ absl::Status convert(const json& v, absl::string_view key, std::vector<double>& 
   return absl::OkStatus();
 }
 
+// DeepSpeed keys (or sections) for what zero does not have, or does one fixed way any value would change.
+const std::map<std::string, std::string, std::less<>> kDeepSpeedKeysNotTaken = {
+    {"zero_optimization.sub_group_size", "the optimizer steps one flat unit at a time (wrap_min_params sizes them)"},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save",
+     "export_path writes the full fp32 weights from any stage"},
+    {"activation_checkpointing", "model.recompute has every GPT-2 block recompute its activations in backward"},
+    {"communication_data_type", "gradients are reduced in the training precision"},
+    {"prescale_gradients", "each rank's gradient is divided by N x accumulation before the reduction, as DDP does"},
+    {"gradient_predivide_factor", "each rank's gradient is divided by N x accumulation before the reduction"},
+    {"amp", "bf16.enabled or fp16.enabled choose the precision"},
+    {"zero_allow_untested_optimizer", "every optimizer zero has is sharded"},
+    {"tensorboard", "metrics go to metrics_path as JSON lines"},
+    {"wandb", "metrics go to metrics_path as JSON lines"},
+    {"csv_monitor", "metrics go to metrics_path as JSON lines"},
+    {"flops_profiler", "there is no FLOPs profiler; wall_clock_breakdown times the phases"},
+};
+
 // Reads dotted keys out of the config, remembering each one asked for, so that whatever the file holds
 // beyond them can be named as unknown.
 class KeyReader {
@@ -141,6 +160,17 @@ class KeyReader {
     return convert(*node, key, out);
   }
 
+  // A DeepSpeed key for a choice zero always makes one way: accepted with that value, refused with the
+  // other, saying why.
+  absl::Status read_fixed(absl::string_view key, bool always, absl::string_view why) {
+    bool value = always;
+    ZERO_RETURN_IF_ERROR(read(key, value));
+    if (value == always) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " = ", value ? "true" : "false", ": zero always runs as ", always ? "true" : "false", " (",
+                     why, "); remove the key"));
+  }
+
   absl::Status check_no_unknown_keys() const { return check_object(root_, ""); }
 
  private:
@@ -148,6 +178,10 @@ class KeyReader {
     for (const auto& [name, value] : object.items()) {
       const std::string key = prefix.empty() ? name : absl::StrCat(prefix, ".", name);
       if (known_.contains(key)) continue;
+      if (const auto it = kDeepSpeedKeysNotTaken.find(key); it != kDeepSpeedKeysNotTaken.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(key, " is DeepSpeed's, and zero does not take it: ", it->second, "; remove it"));
+      }
       const bool is_parent = std::any_of(known_.begin(), known_.end(),
                                          [&](const std::string& k) { return k.starts_with(key + "."); });
       if (is_parent && value.is_object()) {
@@ -181,6 +215,8 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu));
   ZERO_RETURN_IF_ERROR(r.read("gradient_accumulation_steps", c.gradient_accumulation_steps));
   ZERO_RETURN_IF_ERROR(r.read("gradient_clipping", c.gradient_clipping));
+  ZERO_RETURN_IF_ERROR(r.read("steps_per_print", c.steps_per_print));
+  ZERO_RETURN_IF_ERROR(r.read("wall_clock_breakdown", c.wall_clock_breakdown));
   ZeroOptimization& z = c.zero_optimization;
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.stage", z.stage));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.reduce_bucket_size", z.reduce_bucket_size));
@@ -189,7 +225,20 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.stage3_max_live_parameters", z.stage3_max_live_parameters));
   ZERO_RETURN_IF_ERROR(
       r.read("zero_optimization.stage3_param_persistence_threshold", z.stage3_param_persistence_threshold));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.stage3_max_reuse_distance", z.stage3_max_reuse_distance));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.overlap_comm", z.overlap_comm));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.contiguous_gradients", true,
+                                    "backward writes every gradient into its unit's flat bucket"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.reduce_scatter", true,
+                                    "stages 1-3 reduce-scatter each unit's gradients"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.allgather_partitions", true,
+                                    "stages 1-2 allgather each unit's updated slices after the update"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.round_robin_gradients", false,
+                                    "it spreads copies to host memory for ZeRO-Offload, which zero does not have"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.offload_optimizer.pin_memory", false,
+                                    "offload goes from host memory to NVMe files, with nothing to pin"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.offload_param.pin_memory", false,
+                                    "offload goes from host memory to NVMe files, with nothing to pin"));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.device", z.offload_optimizer.device));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.nvme_path", z.offload_optimizer.nvme_path));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_param.device", z.offload_param.device));
@@ -254,7 +303,6 @@ absl::Status read_zero_train_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("steps", c.steps));
   ZERO_RETURN_IF_ERROR(r.read("eval_interval", c.eval_interval));
   ZERO_RETURN_IF_ERROR(r.read("eval_batches", c.eval_batches));
-  ZERO_RETURN_IF_ERROR(r.read("log_interval", c.log_interval));
   ZERO_RETURN_IF_ERROR(r.read("seed", c.seed));
   ZERO_RETURN_IF_ERROR(r.read("metrics_path", c.metrics_path));
   ZERO_RETURN_IF_ERROR(r.read("init_from", c.init_from));
@@ -317,6 +365,8 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
                                z.stage3_prefetch_bucket_size, "must be >= 0 elements (0 = no prefetch)"));
   ZERO_RETURN_IF_ERROR(require(z.stage3_max_live_parameters > 0, "zero_optimization.stage3_max_live_parameters",
                                z.stage3_max_live_parameters, "must be a positive number of elements"));
+  ZERO_RETURN_IF_ERROR(require(z.stage3_max_reuse_distance >= 0, "zero_optimization.stage3_max_reuse_distance",
+                               z.stage3_max_reuse_distance, "must be >= 0 elements"));
   ZERO_RETURN_IF_ERROR(require(z.stage3_param_persistence_threshold >= 0,
                                "zero_optimization.stage3_param_persistence_threshold",
                                z.stage3_param_persistence_threshold, "must be >= 0 elements"));
@@ -432,7 +482,7 @@ absl::Status validate_run(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(c.steps >= 1, "steps", c.steps, "must be at least 1"));
   ZERO_RETURN_IF_ERROR(require(c.eval_interval >= 0, "eval_interval", c.eval_interval, "must be >= 0 (0 = at the end only)"));
   ZERO_RETURN_IF_ERROR(require(c.eval_batches >= 1, "eval_batches", c.eval_batches, "must be at least 1"));
-  ZERO_RETURN_IF_ERROR(require(c.log_interval >= 1, "log_interval", c.log_interval, "must be at least 1"));
+  ZERO_RETURN_IF_ERROR(require(c.steps_per_print >= 1, "steps_per_print", c.steps_per_print, "must be at least 1"));
   const CheckpointConfig& k = c.checkpoint;
   ZERO_RETURN_IF_ERROR(require(k.interval >= 0, "checkpoint.interval", k.interval, "must be >= 0 (0 = at the end only)"));
   ZERO_RETURN_IF_ERROR(require(k.keep_last >= 0, "checkpoint.keep_last", k.keep_last, "must be >= 0 (0 = keep all)"));
@@ -539,6 +589,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   // DeepSpeed); beside it, as many of the largest sharded unit as fit in stage3_prefetch_bucket_size are
   // prefetched (none without overlap_comm), and no more than stage3_max_live_parameters allows in all.
   config.persistence_threshold = z.stage3_param_persistence_threshold;
+  config.max_reuse_distance = z.stage3_max_reuse_distance;
   int64_t largest = 1;
   for (const UnitSize& u : units) {
     if (u.numel >= config.persistence_threshold) largest = std::max(largest, u.numel);
@@ -550,6 +601,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   config.gradient_clipping = c.gradient_clipping;
   config.weight_decay = static_cast<float>(c.optimizer.weight_decay);
   config.seed = c.seed;
+  config.time_phases = c.wall_clock_breakdown;
   if (z.offload_optimizer.device == "nvme") config.offload_optimizer_path = z.offload_optimizer.nvme_path;
   if (z.offload_param.device == "nvme") config.offload_param_path = z.offload_param.nvme_path;
   ZERO_RETURN_IF_ERROR(config.validate());

@@ -30,6 +30,7 @@ struct ZeroOptimization {               // "zero_optimization"
   int64_t stage3_prefetch_bucket_size = 50'000'000;  // elements
   int64_t stage3_max_live_parameters = 1'000'000'000;  // elements
   int64_t stage3_param_persistence_threshold = 100'000;  // elements
+  int64_t stage3_max_reuse_distance = 1'000'000'000;     // elements
   bool overlap_comm = true;
   Offload offload_optimizer;            // master weights and optimizer state to files on NVMe
   Offload offload_param;                // stage 3: the parameter shards to files on NVMe
@@ -118,6 +119,8 @@ struct TrainConfig {
   std::optional<int64_t> train_micro_batch_size_per_gpu;
   std::optional<int64_t> gradient_accumulation_steps;
   double gradient_clipping = 0;
+  int64_t steps_per_print = 10;         // steps between log lines when stdout is not a terminal
+  bool wall_clock_breakdown = false;    // time forward, backward, update and waiting on communication
   ZeroOptimization zero_optimization;
   bool bf16 = false;                    // bf16.enabled
   Fp16 fp16;
@@ -133,7 +136,6 @@ struct TrainConfig {
   int64_t steps = 300;
   int64_t eval_interval = 50;           // steps between evaluations; 0 = only at the end
   int64_t eval_batches = 4;             // micro-batches per rank per evaluation
-  int64_t log_interval = 50;           // steps between log lines when stdout is not a terminal
   uint64_t seed = 1234;                 // parameter init and data order
   std::string metrics_path = "zero-train-metrics.jsonl";  // JSON lines; "" = none
   std::string init_from;                // Hugging Face GPT-2 safetensors to start from; "" = random init

@@ -238,7 +238,7 @@ class RankRun {
                                                         allocator_, plan_.zero.device));
     ZERO_ASSIGN_OR_RETURN(metrics_, MetricsFile::open(lead_ ? plan_.config.metrics_path : "", first_step_ > 0));
     const bool mlp = plan_.config.model.type == "mlp";
-    progress_ = Progress(first_step_, plan_.config.steps, plan_.config.log_interval, isatty(fileno(stdout)) == 1,
+    progress_ = Progress(first_step_, plan_.config.steps, plan_.config.steps_per_print, isatty(fileno(stdout)) == 1,
                          mlp ? "samples/s" : "tok/s");
     if (!lead_) return absl::OkStatus();
     progress_.line(describe(plan_, comm_.world_size()));
@@ -296,6 +296,10 @@ class RankRun {
 
   absl::Status summarize() {
     ZERO_ASSIGN_OR_RETURN(std::vector<MemoryStats> peaks, gather_peaks(comm_, allocator_));
+    std::vector<PhaseTimes> phases;
+    if (plan_.zero.time_phases) {
+      ZERO_ASSIGN_OR_RETURN(phases, gather_phase_times(comm_, engine_->phase_times()));
+    }
     if (!lead_) return absl::OkStatus();
     const int64_t steps_run = plan_.config.steps - first_step_;
     const RunFacts facts{.stage = plan_.zero.stage,
@@ -310,6 +314,7 @@ class RankRun {
                          .steps = steps_run,
                          .traffic = traffic_,
                          .train_seconds = train_seconds_,
+                         .phases = std::move(phases),
                          .predictions_per_s = static_cast<double>(steps_run * predictions_per_step()) / train_seconds_,
                          .predictions = prediction_name()};
     progress_.line(summary_tables(facts, peaks));

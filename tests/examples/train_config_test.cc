@@ -51,6 +51,9 @@ TEST(TrainConfigTest, AbsentKeysTakeDeepSpeedDefaults) {
   EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50'000'000);
   EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 1'000'000'000);
   EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 100'000);
+  EXPECT_EQ(c.zero_optimization.stage3_max_reuse_distance, 1'000'000'000);
+  EXPECT_EQ(c.steps_per_print, 10);
+  EXPECT_FALSE(c.wall_clock_breakdown);
   EXPECT_FALSE(c.bf16);
   EXPECT_FALSE(c.fp16.enabled);
   EXPECT_EQ(c.fp16.loss_scale, 0);
@@ -165,7 +168,32 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"zero_optimization.offload_param.device=cpu", {"offload_param.device = cpu", "is not built"}},
         BadConfig{"checkpoint.keep_last=-2", {"checkpoint.keep_last = -2"}},
         BadConfig{"checkpoint.resume=latest", {"checkpoint.resume = latest", "needs checkpoint.dir"}},
-        BadConfig{"checkpoint.every=5", {"unknown key 'checkpoint.every'", "did you mean"}}));
+        BadConfig{"checkpoint.every=5", {"unknown key 'checkpoint.every'", "did you mean"}},
+        BadConfig{"steps_per_print=0", {"steps_per_print = 0", "at least 1"}},
+        BadConfig{"zero_optimization.stage3_max_reuse_distance=-1", {"stage3_max_reuse_distance = -1"}},
+        BadConfig{"zero_optimization.contiguous_gradients=false",
+                  {"zero_optimization.contiguous_gradients = false: zero always runs as true", "flat bucket"}},
+        BadConfig{"zero_optimization.offload_param.pin_memory=true",
+                  {"offload_param.pin_memory = true: zero always runs as false", "nothing to pin"}},
+        BadConfig{"zero_optimization.sub_group_size=1e9",
+                  {"zero_optimization.sub_group_size is DeepSpeed's, and zero does not take it",
+                   "one flat unit at a time", "remove it"}},
+        BadConfig{"tensorboard={\"enabled\": true}", {"tensorboard is DeepSpeed's", "metrics_path"}}));
+
+TEST(TrainConfigTest, TakesATypicalDeepSpeedZero3Config) {
+  // DeepSpeed's own example keys for ZeRO-3 with the values zero runs as, and its timing keys.
+  const TrainConfig c = parse_ok(R"({
+    "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+    "steps_per_print": 25, "wall_clock_breakdown": true,
+    "zero_optimization": {"stage": 3, "overlap_comm": true, "contiguous_gradients": true, "reduce_scatter": true,
+                          "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e7,
+                          "stage3_param_persistence_threshold": 1e5, "stage3_max_live_parameters": 1e9,
+                          "stage3_max_reuse_distance": 2e6},
+    "model": {"preset": "tiny"}})");
+  EXPECT_EQ(c.steps_per_print, 25);
+  EXPECT_TRUE(c.wall_clock_breakdown);
+  EXPECT_EQ(c.zero_optimization.stage3_max_reuse_distance, 2'000'000);
+}
 
 TEST(TrainConfigTest, RecomputeIsGpt2sAndRefusedForTheMlp) {
   EXPECT_TRUE(parse_ok(kMinimal, {"model.recompute=true"}).model.recompute);
@@ -329,6 +357,14 @@ TEST(EngineConfigTest, PrefetchAndLiveParametersCountLargestSharedUnits) {
   EXPECT_EQ(with({"zero_optimization.stage3_prefetch_bucket_size=25000", "zero_optimization.overlap_comm=false"}), 1);
   EXPECT_EQ(with({"zero_optimization.stage3_max_live_parameters=10"}), 1);  // the unit in use is always gathered
   EXPECT_EQ(with({}), 3);  // DeepSpeed's 5e7 prefetch: every unit, no more
+}
+
+TEST(EngineConfigTest, ReuseDistanceAndWallClockBreakdownReachTheEngine) {
+  const ZeroConfig z = engine_config_ok({"zero_optimization.stage3_max_reuse_distance=1234",
+                                         "wall_clock_breakdown=true"});
+  EXPECT_EQ(z.max_reuse_distance, 1234);
+  EXPECT_TRUE(z.time_phases);
+  EXPECT_FALSE(engine_config_ok({}).time_phases);
 }
 
 TEST(EngineConfigTest, CarriesPrecisionLossScalingAndAccumulation) {

@@ -92,6 +92,30 @@ TEST_F(ZeroTrainTest, Stage3OnTwoRanksWritesMetricsAndTheLossFalls) {
   }
   // The reduce-scatters move exactly theory's bytes: one per unit per micro-batch.
   EXPECT_EQ(summary[0]["sent_bytes_per_step"]["grad_reduce"], summary[0]["theory_bytes_per_step"]["grad_reduce"]);
+  EXPECT_TRUE(summary[0]["phase_ms_per_step"].empty());  // timed only with wall_clock_breakdown
+  std::filesystem::remove(path);
+}
+
+TEST_F(ZeroTrainTest, WallClockBreakdownReportsEveryRanksPhases) {
+  const std::string path = metrics_path();
+  const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --wall_clock_breakdown=true"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("time per step by phase"));
+  const std::vector<json> summary = events(metrics_lines(path), "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  const json& phases = summary[0]["phase_ms_per_step"];
+  ASSERT_EQ(phases.size(), 2u);
+  for (const json& rank : phases) {
+    EXPECT_GT(rank["forward"].get<double>(), 0);
+    EXPECT_GT(rank["backward"].get<double>(), 0);
+    EXPECT_GT(rank["update"].get<double>(), 0);
+    EXPECT_LE(rank["waiting"].get<double>(),
+              rank["forward"].get<double>() + rank["backward"].get<double>() + rank["update"].get<double>());
+  }
+  // Rank 0's phases lie within its steps (step_ms is rank 0's), which also load the batches.
+  EXPECT_LE(phases[0]["forward"].get<double>() + phases[0]["backward"].get<double>() +
+                phases[0]["update"].get<double>(),
+            summary[0]["step_ms"].get<double>());
   std::filesystem::remove(path);
 }
 
