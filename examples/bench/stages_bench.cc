@@ -78,6 +78,7 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   config.offload_optimizer_path = o.offload_optimizer_path;
   config.offload_param_path = o.offload_param_path;
   config.persistence_threshold = o.persistence_threshold;
+  config.time_phases = true;  // on the CPU, only clock reads: how long each rank sat in Work::wait
   const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc, Device device) {
     return make_adam(AdamOptions{}, std::move(layout), alloc, device);
   };
@@ -90,6 +91,7 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   };
   for (int k = 0; k < o.reps.warmup; ++k) ZERO_RETURN_IF_ERROR(step(k));
   ZERO_RETURN_IF_ERROR(barrier(comm));
+  engine->reset_phase_times();
   const Clock::time_point start = Clock::now();
   for (int k = 0; k < o.reps.iters; ++k) ZERO_RETURN_IF_ERROR(step(o.reps.warmup + k));
   ZERO_RETURN_IF_ERROR(barrier(comm));  // the slowest rank's time
@@ -102,6 +104,7 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   const MemoryStats held = allocator.stats();
   StageRow row{.stage = stage, .world_size = comm.world_size(), .step_ms = 1e3 * seconds,
                .tokens_per_s = static_cast<double>(comm.world_size() * o.batch * o.seq_len) / seconds,
+               .wait_ms = absl::ToDoubleMilliseconds(engine->phase_times().waiting) / o.reps.iters,
                .formula_model_state = model_state_bytes(plan).total(),
                .in_files = held.in_files_total(),
                .formula_in_files = model_state_bytes(plan).in_files, .sent = engine->comm_volume(),
@@ -169,7 +172,8 @@ absl::StatusOr<std::vector<StageRow>> run_stages_bench(Communicator& comm, const
 ResultTable stages_bench_table(const std::vector<StageRow>& rows) {
   ResultTable table({{"stage"}, {"step_ms", 1}, {"tokens/s", 0}, {"vs_stage0", 3}, {"params_MiB", 2},
                      {"grads_MiB", 2}, {"master_MiB", 2}, {"optim_MiB", 2}, {"comm_MiB", 2}, {"activ_MiB", 2},
-                     {"work_MiB", 2}, {"state_MiB", 2}, {"formula_MiB", 2}, {"sent_MiB", 2}, {"theory_MiB", 2}});
+                     {"work_MiB", 2}, {"state_MiB", 2}, {"formula_MiB", 2}, {"sent_MiB", 2}, {"theory_MiB", 2},
+                     {"wait_ms", 1}});
   const double stage0_ms = !rows.empty() && rows[0].stage == 0 ? rows[0].step_ms : 0;
   for (const StageRow& r : rows) {
     const MemoryStats& m = r.memory;
@@ -178,7 +182,7 @@ ResultTable stages_bench_table(const std::vector<StageRow>& rows) {
                    mib(m.peak_of(MemoryCategory::kMasterWeights)), mib(m.peak_of(MemoryCategory::kOptimizerState)),
                    mib(m.peak_of(MemoryCategory::kCommBuffers)), mib(m.peak_of(MemoryCategory::kActivations)),
                    mib(m.peak_of(MemoryCategory::kWorkspace)), mib(r.model_state_peak()), mib(r.formula_model_state),
-                   mib(r.sent.param_gather + r.sent.grad_reduce), mib(r.formula_sent)});
+                   mib(r.sent.param_gather + r.sent.grad_reduce), mib(r.formula_sent), r.wait_ms});
   }
   return table;
 }
@@ -214,7 +218,9 @@ absl::Status stages_command() {
     const ResultTable table = stages_bench_table(rows);
     std::printf("# zero-bench stages: %s, backend %s, %d ranks, warmup %d, iters %d\n"
                 "# memory: rank 0's peak per category; state = params+grads+master+optim against shard/plan.h; "
-                "sent: rank 0's gathers + reductions in the last step against theory (tied wte adds gathers)\n",
+                "sent: rank 0's gathers + reductions in the last step against theory (tied wte adds gathers); "
+                "wait: rank 0's time per step blocked on communication (not hidden by compute, or a slower "
+                "peer)\n",
                 describe_model(options).c_str(), std::string(comm.backend_name()).c_str(), comm.world_size(),
                 options.reps.warmup, options.reps.iters);
     std::fputs(table.to_text().c_str(), stdout);

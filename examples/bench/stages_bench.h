@@ -33,6 +33,7 @@ struct StageRow {
   int world_size = 1;
   double step_ms = 0;         // timed steps / iters
   double tokens_per_s = 0;    // N·B·T per step / step time
+  double wait_ms = 0;         // rank 0's time per step blocked on communication (PhaseTimes::waiting)
   MemoryStats memory;         // rank 0's peaks over the run
   int64_t formula_model_state = 0;  // shard/plan.h's params + grads + master + optimizer in RAM for this model
   int64_t in_files = 0;             // rank 0's model states in offload files
@@ -53,7 +54,8 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
 absl::StatusOr<StagesBenchOptions> stages_options_from_flags();
 std::string describe_model(const StagesBenchOptions& options);
 
-// stage, step_ms, tokens/s, vs_stage0, per-category peaks (MiB), model state vs formula, sent vs formula.
+// stage, step_ms, tokens/s, vs_stage0, per-category peaks (MiB), model state vs formula, sent vs formula,
+// wait_ms.
 ResultTable stages_bench_table(const std::vector<StageRow>& rows);
 
 // The `stages` subcommand: reads the flags, runs on --backend, prints the table on rank 0, writes --csv

@@ -244,6 +244,8 @@ TEST_F(StagesBenchRun, OneRowPerStageWithModelStateEqualToTheFormula) {
     EXPECT_EQ(row.at("stage"), absl::StrCat(stage));
     EXPECT_GT(number(row.at("step_ms")), 0);
     EXPECT_GT(number(row.at("activ_MiB")), 0);
+    EXPECT_GE(number(row.at("wait_ms")), 0);
+    EXPECT_LE(number(row.at("wait_ms")), number(row.at("step_ms")));
   }
   EXPECT_EQ(rows[0].at("vs_stage0"), "1");
   for (int stage = 0; stage < 3; ++stage) {
