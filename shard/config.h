@@ -41,10 +41,6 @@ struct ZeroConfig {
   // fewer elements than the threshold stay gathered (DeepSpeed's stage3_param_persistence_threshold).
   int max_live_units = 2;
   int64_t persistence_threshold = 100000;
-  // Stage 3: a unit stays gathered after use when one of the next max_live_units gathers needs it again
-  // with at most this many elements gathered before (DeepSpeed's stage3_max_reuse_distance); otherwise
-  // it is freed and gathered again. 0 keeps only a unit the very next gather needs.
-  int64_t max_reuse_distance = 1000000000;
 
   // Parameters and gradients in this dtype (fp32, bf16 or fp16); with bf16/fp16 the optimizer updates
   // fp32 master weights held, like its state, only for the rank's slice (stage 0: whole).

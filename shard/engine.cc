@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "optim/square_sum.h"
@@ -29,7 +30,6 @@ absl::Status ZeroConfig::validate() const {
   if (first_bucket_cap_bytes <= 0) return bad("first_bucket_cap_bytes", first_bucket_cap_bytes, "must be positive");
   if (max_live_units < 1) return bad("max_live_units", max_live_units, "at least one gathered unit must fit");
   if (persistence_threshold < 0) return bad("persistence_threshold", persistence_threshold, "must be >= 0");
-  if (max_reuse_distance < 0) return bad("max_reuse_distance", max_reuse_distance, "must be >= 0 elements");
   if (accumulation_steps < 1) return bad("accumulation_steps", accumulation_steps, "must be >= 1");
   if (no_sync && stage >= 2) {
     return bad("no_sync", "true", "stages 2 and 3 keep only their gradient slice and reduce every micro-batch; "
@@ -370,7 +370,7 @@ Work Engine::counted(int64_t CommVolume::*purpose, F&& issue) {
 }
 
 absl::Status Engine::wait_for(Work& work) {
-  if (!config_.time_phases) return work.wait();
+  if (!phase_open_) return work.wait();  // not timing, or outside a step (evaluate, export)
   const absl::Time start = absl::Now();
   absl::Status status = work.wait();
   phase_times_.waiting += absl::Now() - start;
@@ -381,16 +381,15 @@ absl::Status Engine::start_phase() {
   if (!config_.time_phases) return absl::OkStatus();
   ZERO_RETURN_IF_ERROR(synchronize(device_));
   phase_start_ = absl::Now();
+  phase_open_ = true;
   return absl::OkStatus();
 }
 
-// Ends the phase running since start_phase or the last end_phase, adding its time, and starts the next.
 absl::Status Engine::end_phase(absl::Duration PhaseTimes::*phase) {
-  if (!config_.time_phases) return absl::OkStatus();
+  if (!phase_open_) return absl::OkStatus();
+  phase_open_ = false;
   ZERO_RETURN_IF_ERROR(synchronize(device_));
-  const absl::Time now = absl::Now();
-  phase_times_.*phase += now - phase_start_;
-  phase_start_ = now;
+  phase_times_.*phase += absl::Now() - phase_start_;
   return absl::OkStatus();
 }
 
@@ -463,23 +462,15 @@ absl::Status Engine::acquire(int i) {
 }
 
 void Engine::release(int i, std::span<const int> upcoming) {
+  // A unit among the next max_live_units gathers stays: prefetch would gather it again at once, so
+  // keeping it saves that allgather and holds no more copies (the last unit from its forward into its
+  // backward, the first unit across micro-batches, a tied owner its user reads next).
+  upcoming = upcoming.first(std::min(upcoming.size(), static_cast<size_t>(config_.max_live_units)));
   for (int owner : units_[i].needs) {
     UnitState& u = units_[owner];
-    if (u.sharded && !u.gather && !reused_soon(owner, upcoming)) u.gathered.reset();
+    const bool needed_next = std::find(upcoming.begin(), upcoming.end(), owner) != upcoming.end();
+    if (u.sharded && !u.gather && !needed_next) u.gathered.reset();
   }
-}
-
-bool Engine::reused_soon(int u, std::span<const int> upcoming) const {
-  // Prefetch would gather a unit among the next max_live_units gathers again at once, so keeping it saves
-  // that allgather and holds no more copies (the last unit from its forward into its backward, the first
-  // unit across micro-batches, a tied owner its user reads next).
-  upcoming = upcoming.first(std::min(upcoming.size(), static_cast<size_t>(config_.max_live_units)));
-  int64_t distance = 0;  // elements gathered before the reuse
-  for (int next : upcoming) {
-    if (next == u) return distance <= config_.max_reuse_distance;
-    distance += units_[next].layout.padded_numel;
-  }
-  return false;
 }
 
 // --- Gradients -------------------------------------------------------------------------------------------
@@ -562,6 +553,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
                   .loss_scale = static_cast<float>(loss_scale_)};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   ZERO_RETURN_IF_ERROR(start_phase());
+  absl::Cleanup close_phase = [this] { phase_open_ = false; };  // a failed phase adds no time
   Tensor x;
   for (size_t i = 0; i < units_.size(); ++i) {
     if (!runs[i]) continue;  // x passes through
@@ -570,6 +562,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
     release(static_cast<int>(i), upcoming_gathers());
   }
   ZERO_RETURN_IF_ERROR(end_phase(&PhaseTimes::forward));
+  ZERO_RETURN_IF_ERROR(start_phase());
   Tensor dy;
   for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
     if (runs[i]) {
@@ -731,6 +724,7 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
                                                       config_.accumulation_steps));
   }
   ZERO_RETURN_IF_ERROR(start_phase());
+  absl::Cleanup close_phase = [this] { phase_open_ = false; };  // a failed phase adds no time
   ZERO_RETURN_IF_ERROR(release_all_gathers());  // prefetches the step did not use, after an order change
   StepResult result{.loss_scale = loss_scale_};
   double clip_coefficient = 1.0;

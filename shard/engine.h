@@ -200,10 +200,8 @@ class Engine {
   absl::StatusOr<Tensor> staging_of(int u);
 
   absl::Status acquire(int u);
-  // Frees the gathered copies unit u used, but those reused_soon.
+  // Frees the gathered copies unit u used, but those among the `upcoming` gathers' first max_live_units.
   void release(int u, std::span<const int> upcoming);
-  // Whether one of the first max_live_units `upcoming` gathers needs unit u within max_reuse_distance.
-  bool reused_soon(int u, std::span<const int> upcoming) const;
   absl::Status ensure_gathered(int u);
   absl::Status gather_now(int u);
   // Waits for the unit's gather in flight, if any.
@@ -232,7 +230,7 @@ class Engine {
   Work counted(int64_t CommVolume::*purpose, F&& issue);
   // Waits for `work` on the compute thread, adding the time blocked to PhaseTimes::waiting when timing.
   absl::Status wait_for(Work& work);
-  // ZeroConfig::time_phases: a phase starts, and ends adding its time (the device synchronized at both).
+  // ZeroConfig::time_phases: a phase opens, and closes adding its time (the device synchronized at both).
   absl::Status start_phase();
   absl::Status end_phase(absl::Duration PhaseTimes::*phase);
 
@@ -246,6 +244,7 @@ class Engine {
   CommVolume volume_;
   PhaseTimes phase_times_;
   absl::Time phase_start_;
+  bool phase_open_ = false;  // waits count as PhaseTimes::waiting only while a phase is open
 
   // Stage 3 gather order: recorded on a step, replayed (with prefetch) on the next ones.
   std::vector<int> recorded_order_;

@@ -121,21 +121,12 @@ absl::Status convert(const json& v, absl::string_view key, std::vector<double>& 
   return absl::OkStatus();
 }
 
-// DeepSpeed keys (or sections) for what zero does not have, or does one fixed way any value would change.
-const std::map<std::string, std::string, std::less<>> kDeepSpeedKeysNotTaken = {
-    {"zero_optimization.sub_group_size", "the optimizer steps one flat unit at a time (wrap_min_params sizes them)"},
-    {"zero_optimization.stage3_gather_16bit_weights_on_model_save",
-     "export_path writes the full fp32 weights from any stage"},
-    {"activation_checkpointing", "model.recompute has every GPT-2 block recompute its activations in backward"},
-    {"communication_data_type", "gradients are reduced in the training precision"},
-    {"prescale_gradients", "each rank's gradient is divided by N x accumulation before the reduction, as DDP does"},
-    {"gradient_predivide_factor", "each rank's gradient is divided by N x accumulation before the reduction"},
-    {"amp", "bf16.enabled or fp16.enabled choose the precision"},
-    {"zero_allow_untested_optimizer", "every optimizer zero has is sharded"},
-    {"tensorboard", "metrics go to metrics_path as JSON lines"},
-    {"wandb", "metrics go to metrics_path as JSON lines"},
-    {"csv_monitor", "metrics go to metrics_path as JSON lines"},
-    {"flops_profiler", "there is no FLOPs profiler; wall_clock_breakdown times the phases"},
+// DeepSpeed keys for what zero does not have, refused with the reason; and zero's renamed keys.
+const std::map<std::string, std::string, std::less<>> kKeysNotTaken = {
+    {"activation_checkpointing", "DeepSpeed's; model.recompute has every GPT-2 block recompute its activations in "
+                                 "backward"},
+    {"communication_data_type", "DeepSpeed's; gradients are reduced in the training precision"},
+    {"log_interval", "renamed steps_per_print, DeepSpeed's name"},
 };
 
 // Reads dotted keys out of the config, remembering each one asked for, so that whatever the file holds
@@ -160,16 +151,27 @@ class KeyReader {
     return convert(*node, key, out);
   }
 
-  // A DeepSpeed key for a choice zero always makes one way: accepted with that value, refused with the
-  // other, saying why.
-  absl::Status read_fixed(absl::string_view key, bool always, absl::string_view why) {
-    bool value = always;
+  // A DeepSpeed key for a choice zero always makes one way: accepted with that value, refused with
+  // another, saying why.
+  template <typename T>
+  absl::Status read_fixed(absl::string_view key, const T& always, absl::string_view why) {
+    T value = always;
     ZERO_RETURN_IF_ERROR(read(key, value));
     if (value == always) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, " = ", value ? "true" : "false", ": zero always runs as ", always ? "true" : "false", " (",
-                     why, "); remove the key"));
+    return absl::InvalidArgumentError(absl::StrCat(key, " = ", json(value).dump(), ": zero always runs as ",
+                                                   json(always).dump(), " (", why, "); remove the key"));
   }
+
+  // A DeepSpeed section zero has no use for (a logger, a profiler): accepted, whatever it holds, while
+  // its `enabled` is false.
+  absl::Status read_disabled_section(absl::string_view section, absl::string_view why) {
+    ZERO_RETURN_IF_ERROR(read_fixed(absl::StrCat(section, ".enabled"), false, why));
+    known_sections_.insert(std::string(section));
+    return absl::OkStatus();
+  }
+
+  // A DeepSpeed key that changes nothing here: accepted with any value.
+  void accept(absl::string_view key) { known_.insert(std::string(key)); }
 
   absl::Status check_no_unknown_keys() const { return check_object(root_, ""); }
 
@@ -177,10 +179,9 @@ class KeyReader {
   absl::Status check_object(const json& object, const std::string& prefix) const {
     for (const auto& [name, value] : object.items()) {
       const std::string key = prefix.empty() ? name : absl::StrCat(prefix, ".", name);
-      if (known_.contains(key)) continue;
-      if (const auto it = kDeepSpeedKeysNotTaken.find(key); it != kDeepSpeedKeysNotTaken.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(key, " is DeepSpeed's, and zero does not take it: ", it->second, "; remove it"));
+      if (known_.contains(key) || known_sections_.contains(key)) continue;
+      if (const auto it = kKeysNotTaken.find(key); it != kKeysNotTaken.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("zero does not take '", key, "': ", it->second));
       }
       const bool is_parent = std::any_of(known_.begin(), known_.end(),
                                          [&](const std::string& k) { return k.starts_with(key + "."); });
@@ -208,7 +209,40 @@ class KeyReader {
 
   const json& root_;
   std::set<std::string> known_;
+  std::set<std::string> known_sections_;  // read_disabled_section's: anything inside is accepted
 };
+
+// DeepSpeed keys a config may carry that ask nothing zero does not do anyway.
+absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
+  // Choices zero always makes one way: accepted at that value.
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.contiguous_gradients", true,
+                                    "backward writes every gradient into its unit's flat bucket"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.reduce_scatter", true,
+                                    "stages 1-3 reduce-scatter each unit's gradients"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.allgather_partitions", true,
+                                    "the updated slices of every unit kept whole are allgathered after the update"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.round_robin_gradients", false,
+                                    "it spreads copies to host memory for ZeRO-Offload, which zero does not have"));
+  const absl::string_view predivided = "each rank's gradient is divided by N x accumulation before the reduction";
+  ZERO_RETURN_IF_ERROR(r.read_fixed("prescale_gradients", false, predivided));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("gradient_predivide_factor", 1.0, predivided));
+  // Loggers and profilers: metrics go to metrics_path as JSON lines, phase times with wall_clock_breakdown.
+  for (absl::string_view section : {"tensorboard", "wandb", "csv_monitor", "comms_logger", "flops_profiler", "amp"}) {
+    ZERO_RETURN_IF_ERROR(r.read_disabled_section(
+        section, section == "amp" ? "bf16.enabled or fp16.enabled choose the precision"
+                                  : "metrics go to metrics_path; wall_clock_breakdown times the phases"));
+  }
+  // Keys that change nothing here, whatever their value.
+  r.accept("zero_optimization.sub_group_size");  // the optimizer steps one flat unit's slice at a time
+  r.accept("zero_optimization.stage3_gather_16bit_weights_on_model_save");  // export_path gathers every stage
+  r.accept("zero_optimization.offload_optimizer.pin_memory");  // offload goes from host memory to files
+  r.accept("zero_optimization.offload_param.pin_memory");
+  r.accept("zero_allow_untested_optimizer");  // every optimizer zero has is sharded
+  // Gathered units alive are bounded by stage3_max_live_parameters, and a unit kept for a reuse within
+  // them holds no more copies than prefetch would: freeing it earlier would only gather it again.
+  r.accept("zero_optimization.stage3_max_reuse_distance");
+  return absl::OkStatus();
+}
 
 absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("train_batch_size", c.train_batch_size));
@@ -225,20 +259,8 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.stage3_max_live_parameters", z.stage3_max_live_parameters));
   ZERO_RETURN_IF_ERROR(
       r.read("zero_optimization.stage3_param_persistence_threshold", z.stage3_param_persistence_threshold));
-  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.stage3_max_reuse_distance", z.stage3_max_reuse_distance));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.overlap_comm", z.overlap_comm));
-  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.contiguous_gradients", true,
-                                    "backward writes every gradient into its unit's flat bucket"));
-  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.reduce_scatter", true,
-                                    "stages 1-3 reduce-scatter each unit's gradients"));
-  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.allgather_partitions", true,
-                                    "stages 1-2 allgather each unit's updated slices after the update"));
-  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.round_robin_gradients", false,
-                                    "it spreads copies to host memory for ZeRO-Offload, which zero does not have"));
-  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.offload_optimizer.pin_memory", false,
-                                    "offload goes from host memory to NVMe files, with nothing to pin"));
-  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.offload_param.pin_memory", false,
-                                    "offload goes from host memory to NVMe files, with nothing to pin"));
+  ZERO_RETURN_IF_ERROR(read_deepspeed_keys_zero_ignores(r));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.device", z.offload_optimizer.device));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.nvme_path", z.offload_optimizer.nvme_path));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_param.device", z.offload_param.device));
@@ -365,8 +387,6 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
                                z.stage3_prefetch_bucket_size, "must be >= 0 elements (0 = no prefetch)"));
   ZERO_RETURN_IF_ERROR(require(z.stage3_max_live_parameters > 0, "zero_optimization.stage3_max_live_parameters",
                                z.stage3_max_live_parameters, "must be a positive number of elements"));
-  ZERO_RETURN_IF_ERROR(require(z.stage3_max_reuse_distance >= 0, "zero_optimization.stage3_max_reuse_distance",
-                               z.stage3_max_reuse_distance, "must be >= 0 elements"));
   ZERO_RETURN_IF_ERROR(require(z.stage3_param_persistence_threshold >= 0,
                                "zero_optimization.stage3_param_persistence_threshold",
                                z.stage3_param_persistence_threshold, "must be >= 0 elements"));
@@ -470,7 +490,7 @@ absl::Status validate_run(const TrainConfig& c) {
                                "use local, mpi or nccl"));
   ZERO_RETURN_IF_ERROR(require(one_of(c.device, {"cpu", "cuda"}), "device", c.device, "use cpu or cuda"));
   ZERO_RETURN_IF_ERROR(require(c.backend != "nccl" || c.device == "cuda", "backend", c.backend,
-                               "nccl moves GPU memory: set device = cuda (one process per GPU, under mpirun)"));
+                               "nccl moves GPU memory: set device = cuda (one GPU per rank)"));
   ZERO_RETURN_IF_ERROR(require(c.backend != "mpi" || c.device == "cpu", "device", c.device,
                                "with mpi the ranks train on the CPU; use backend = nccl for one process per GPU"));
 #ifndef ZERO_HAS_CUDA
@@ -589,7 +609,6 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   // DeepSpeed); beside it, as many of the largest sharded unit as fit in stage3_prefetch_bucket_size are
   // prefetched (none without overlap_comm), and no more than stage3_max_live_parameters allows in all.
   config.persistence_threshold = z.stage3_param_persistence_threshold;
-  config.max_reuse_distance = z.stage3_max_reuse_distance;
   int64_t largest = 1;
   for (const UnitSize& u : units) {
     if (u.numel >= config.persistence_threshold) largest = std::max(largest, u.numel);

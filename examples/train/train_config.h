@@ -30,7 +30,6 @@ struct ZeroOptimization {               // "zero_optimization"
   int64_t stage3_prefetch_bucket_size = 50'000'000;  // elements
   int64_t stage3_max_live_parameters = 1'000'000'000;  // elements
   int64_t stage3_param_persistence_threshold = 100'000;  // elements
-  int64_t stage3_max_reuse_distance = 1'000'000'000;     // elements
   bool overlap_comm = true;
   Offload offload_optimizer;            // master weights and optimizer state to files on NVMe
   Offload offload_param;                // stage 3: the parameter shards to files on NVMe

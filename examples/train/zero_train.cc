@@ -5,6 +5,7 @@
 //   zero-train --model.type=mlp --data.source=blobs --model.widths=[16,64,64,4]
 //   mpirun -np 4 zero-train --backend=mpi
 //   mpirun -np 8 zero-train --backend=nccl --device=cuda     one process per GPU
+//   zero-train --backend=nccl --device=cuda --ranks 8          one process driving 8 GPUs
 //   zero-train --device=cuda --ranks 2                        two ranks sharing cuda:0
 //
 // Every key of the config (train_config.h) can be overridden as --key.path=value or --key.path value.
@@ -55,6 +56,7 @@ constexpr char kUsage[] =
     "usage: zero-train [--config FILE.json] [--key.path=value | --key.path value ...]\n"
     "       mpirun -np N zero-train --backend=mpi [...]\n"
     "       mpirun -np N zero-train --backend=nccl --device=cuda [...]   (one process per GPU)\n"
+    "       zero-train --backend=nccl --device=cuda --ranks N [...]      (one process driving N GPUs)\n"
     "Trains GPT-2 (or an MLP: --model.type=mlp --data.source=blobs) under ZeRO stage 0-3. Without --config it runs the embedded default (a small GPT-2 learning\n"
     "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same.\n";
 
@@ -409,6 +411,27 @@ absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm) {
 }
 #endif
 
+// Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMI and PMIx launchers (MPICH's, srun's) PMI_SIZE or PMIX_RANK.
+bool started_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+// backend = nccl without mpirun: this process drives config.ranks GPUs, rank r on cuda:r.
+absl::Status run_nccl_ranks_on_this_process(const TrainConfig& config) {
+#ifdef ZERO_HAS_NCCL
+  // The plan is made first, so a bad config is refused before any GPU is touched.
+  ZERO_RETURN_IF_ERROR(make_plan(config, config.ranks, Device::cuda(0)).status());
+  return root_cause(run_nccl_ranks_in_process(config.ranks, [&](Communicator& comm) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, comm.world_size(), comm.home_device()));
+    return RankRun(comm, plan).run();
+  }));
+#else
+  (void)config;
+  return absl::InvalidArgumentError("backend = nccl: this zero-train was built without NCCL; use local");
+#endif
+}
+
 absl::Status run_ranks(const TrainConfig& config) {
   // Under mpirun a failing rank prints its error and aborts the whole job inside run_mpi_launched.
   if (config.backend == "mpi") {
@@ -419,6 +442,7 @@ absl::Status run_ranks(const TrainConfig& config) {
     return absl::InvalidArgumentError("backend = mpi: this zero-train was built without MPI; use local");
 #endif
   }
+  if (config.backend == "nccl" && !started_by_mpirun()) return run_nccl_ranks_on_this_process(config);
   if (config.backend == "nccl") {
 #if defined(ZERO_HAS_NCCL) && defined(ZERO_HAS_MPI)
     const int exit_code = run_mpi_launched([] { return make_nccl_communicator_from_mpi(); },

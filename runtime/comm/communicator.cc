@@ -1,6 +1,7 @@
 #include "runtime/comm/communicator.h"
 
 #include <cstdlib>
+#include <exception>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -201,6 +202,16 @@ absl::Status Communicator::check_same_collective(const Collective& c, absl::Time
   std::vector<CollectiveFingerprint> all(world_size_);
   ZERO_RETURN_IF_ERROR(backend_->exchange_fingerprints(CollectiveFingerprint::of(c), all, deadline));
   return check_fingerprints_agree(all);
+}
+
+absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm) {
+  try {
+    return fn(comm);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("rank ", comm.rank(), " threw: ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat("rank ", comm.rank(), " threw a non-standard exception"));
+  }
 }
 
 absl::Status agree_across_ranks(Communicator& comm, const absl::Status& mine, absl::string_view task) {

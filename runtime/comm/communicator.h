@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -97,6 +98,9 @@ class Communicator {
 
   CpuStream stream_;  // last: destroyed (drained) first
 };
+
+// fn(comm), an exception turned into an InternalError naming the rank: how a rank's thread ends.
+absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm);
 
 // Every rank passes how its part of a joint task (`task`, e.g. "writing checkpoint ckpt/step-100") went;
 // every rank gets OK only when all parts did. A failed rank gets its own error back, the others one

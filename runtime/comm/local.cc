@@ -1,6 +1,5 @@
 #include "runtime/comm/local.h"
 
-#include <exception>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -209,13 +208,7 @@ std::vector<absl::Status> run_local_ranks(int world_size, const std::function<ab
       absl::Status status;
       {
         std::unique_ptr<Communicator> comm = group.communicator(r, options);
-        try {
-          status = fn(*comm);
-        } catch (const std::exception& e) {
-          status = absl::InternalError(absl::StrCat("rank ", r, " threw: ", e.what()));
-        } catch (...) {
-          status = absl::InternalError(absl::StrCat("rank ", r, " threw a non-standard exception"));
-        }
+        status = run_rank(fn, *comm);
         if (!status.ok()) group.rank_exited(r, status);  // before draining: peers must not wait on us
       }
       group.rank_exited(r, status);

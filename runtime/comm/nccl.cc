@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -414,6 +415,38 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(const Distr
   // Initialisation is collective: when it returns every rank has read the id, so the store may go.
   ZERO_ASSIGN_OR_RETURN(const int device, gpu_of_local_rank(env.rank, env.local_rank));
   return make_nccl_communicator(*store, env.rank, env.world_size, device, options);
+}
+
+std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
+                                                    const std::function<absl::Status(Communicator&)>& fn,
+                                                    CommOptions options) {
+  // Checked up front: a rank without its GPU would leave the others waiting in NCCL's initialisation.
+  if (const int visible = cuda_device_count(); visible < world_size) {
+    return std::vector<absl::Status>(world_size, absl::FailedPreconditionError(absl::StrCat(
+        "nccl in one process: ", world_size, " ranks need ", world_size, " GPUs, one each, and ", visible,
+        " CUDA device(s) are visible (", why_no_cuda_device(), "); use as many ranks as GPUs")));
+  }
+  absl::StatusOr<std::unique_ptr<TcpStore>> server =
+      TcpStore::create({.host = "127.0.0.1", .port = 0, .is_server = true, .timeout = options.timeout});
+  if (!server.ok()) return std::vector<absl::Status>(world_size, server.status());
+  std::vector<absl::Status> statuses(world_size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      statuses[r] = [&]() -> absl::Status {
+        std::unique_ptr<TcpStore> client;
+        if (r > 0) {
+          ZERO_ASSIGN_OR_RETURN(client, TcpStore::create({.host = "127.0.0.1", .port = (*server)->port(),
+                                                          .timeout = options.timeout}));
+        }
+        ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                              make_nccl_communicator(r == 0 ? **server : *client, r, world_size, r, options));
+        return run_rank(fn, *comm);
+      }();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return statuses;
 }
 
 #ifdef ZERO_HAS_MPI

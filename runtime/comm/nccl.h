@@ -1,8 +1,10 @@
 // The `nccl` backend: one rank per GPU, collectives issued by NCCL on the backend's own CUDA stream.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -42,6 +44,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(const Distr
 absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpStore& store, int rank, int world_size,
                                                                      int device, CommOptions options,
                                                                      absl::string_view key = "zero/nccl/unique_id");
+
+// One process driving `world_size` GPUs: runs fn on as many threads, rank r on cuda:r with its nccl
+// communicator, set up through a TcpStore on 127.0.0.1 that this call hosts; returns each rank's status.
+// Fails at once on every rank when fewer than world_size GPUs are visible. A rank that fails later leaves
+// its peers to fail at their next collective's deadline (options.timeout).
+std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
+                                                    const std::function<absl::Status(Communicator&)>& fn,
+                                                    CommOptions options = CommOptions::from_env());
 
 #ifdef ZERO_HAS_MPI
 // Rank and world size of MPI_COMM_WORLD; the GPU is the rank's index among the ranks of its node

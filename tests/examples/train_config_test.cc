@@ -51,7 +51,6 @@ TEST(TrainConfigTest, AbsentKeysTakeDeepSpeedDefaults) {
   EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50'000'000);
   EXPECT_EQ(c.zero_optimization.stage3_max_live_parameters, 1'000'000'000);
   EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 100'000);
-  EXPECT_EQ(c.zero_optimization.stage3_max_reuse_distance, 1'000'000'000);
   EXPECT_EQ(c.steps_per_print, 10);
   EXPECT_FALSE(c.wall_clock_breakdown);
   EXPECT_FALSE(c.bf16);
@@ -170,29 +169,30 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"checkpoint.resume=latest", {"checkpoint.resume = latest", "needs checkpoint.dir"}},
         BadConfig{"checkpoint.every=5", {"unknown key 'checkpoint.every'", "did you mean"}},
         BadConfig{"steps_per_print=0", {"steps_per_print = 0", "at least 1"}},
-        BadConfig{"zero_optimization.stage3_max_reuse_distance=-1", {"stage3_max_reuse_distance = -1"}},
         BadConfig{"zero_optimization.contiguous_gradients=false",
                   {"zero_optimization.contiguous_gradients = false: zero always runs as true", "flat bucket"}},
-        BadConfig{"zero_optimization.offload_param.pin_memory=true",
-                  {"offload_param.pin_memory = true: zero always runs as false", "nothing to pin"}},
-        BadConfig{"zero_optimization.sub_group_size=1e9",
-                  {"zero_optimization.sub_group_size is DeepSpeed's, and zero does not take it",
-                   "one flat unit at a time", "remove it"}},
-        BadConfig{"tensorboard={\"enabled\": true}", {"tensorboard is DeepSpeed's", "metrics_path"}}));
+        BadConfig{"prescale_gradients=true", {"prescale_gradients = true: zero always runs as false"}},
+        BadConfig{"gradient_predivide_factor=2", {"gradient_predivide_factor = 2", "always runs as 1.0"}},
+        BadConfig{"tensorboard={\"enabled\": true}", {"tensorboard.enabled = true", "metrics_path"}},
+        BadConfig{"activation_checkpointing={}", {"zero does not take 'activation_checkpointing'", "recompute"}},
+        BadConfig{"log_interval=10", {"zero does not take 'log_interval': renamed steps_per_print"}}));
 
 TEST(TrainConfigTest, TakesATypicalDeepSpeedZero3Config) {
-  // DeepSpeed's own example keys for ZeRO-3 with the values zero runs as, and its timing keys.
+  // The zero_optimization block of DeepSpeed's and Hugging Face's ZeRO-3 examples, with NVMe offload and
+  // disabled loggers.
   const TrainConfig c = parse_ok(R"({
     "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
-    "steps_per_print": 25, "wall_clock_breakdown": true,
+    "steps_per_print": 25, "wall_clock_breakdown": true, "prescale_gradients": false,
+    "zero_allow_untested_optimizer": true, "tensorboard": {"enabled": false, "output_path": "logs/"},
     "zero_optimization": {"stage": 3, "overlap_comm": true, "contiguous_gradients": true, "reduce_scatter": true,
-                          "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e7,
+                          "sub_group_size": 1e9, "reduce_bucket_size": 5e8, "stage3_prefetch_bucket_size": 5e7,
                           "stage3_param_persistence_threshold": 1e5, "stage3_max_live_parameters": 1e9,
-                          "stage3_max_reuse_distance": 2e6},
+                          "stage3_max_reuse_distance": 1e9, "stage3_gather_16bit_weights_on_model_save": true,
+                          "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true}},
     "model": {"preset": "tiny"}})");
   EXPECT_EQ(c.steps_per_print, 25);
   EXPECT_TRUE(c.wall_clock_breakdown);
-  EXPECT_EQ(c.zero_optimization.stage3_max_reuse_distance, 2'000'000);
+  EXPECT_EQ(c.zero_optimization.offload_param.nvme_path, "/local_nvme");
 }
 
 TEST(TrainConfigTest, RecomputeIsGpt2sAndRefusedForTheMlp) {
@@ -359,11 +359,8 @@ TEST(EngineConfigTest, PrefetchAndLiveParametersCountLargestSharedUnits) {
   EXPECT_EQ(with({}), 3);  // DeepSpeed's 5e7 prefetch: every unit, no more
 }
 
-TEST(EngineConfigTest, ReuseDistanceAndWallClockBreakdownReachTheEngine) {
-  const ZeroConfig z = engine_config_ok({"zero_optimization.stage3_max_reuse_distance=1234",
-                                         "wall_clock_breakdown=true"});
-  EXPECT_EQ(z.max_reuse_distance, 1234);
-  EXPECT_TRUE(z.time_phases);
+TEST(EngineConfigTest, WallClockBreakdownTimesTheEnginesPhases) {
+  EXPECT_TRUE(engine_config_ok({"wall_clock_breakdown=true"}).time_phases);
   EXPECT_FALSE(engine_config_ok({}).time_phases);
 }
 

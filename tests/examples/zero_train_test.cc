@@ -226,6 +226,27 @@ TEST_F(ZeroTrainTest, TwoRanksShareOneGpuAndTheLossFalls) {
   std::filesystem::remove(path);
 }
 
+TEST_F(ZeroTrainTest, NcclWithoutMpirunDrivesOneGpuPerRankFromThisProcess) {
+  const std::string path = metrics_path();
+  const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --backend=nccl --device=cuda"));
+#ifndef ZERO_HAS_NCCL
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_THAT(run.output, HasSubstr("this zero-train was built without"));  // CUDA, or NCCL
+#else
+  if (cuda_device_count() < 2) {  // refused at once, not after NCCL's initialisation timed out
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_THAT(run.output, HasSubstr("nccl in one process: 2 ranks need 2 GPUs"));
+  } else {
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_THAT(run.output, HasSubstr("2 nccl ranks"));
+    const std::vector<json> train = events(metrics_lines(path), "train");
+    ASSERT_EQ(train.size(), 12u);
+    EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
+  }
+#endif
+  std::filesystem::remove(path);
+}
+
 TEST_F(ZeroTrainTest, UnknownKeyExitsNonZeroNamingIt) {
   const RunResult run = run_zero_train("--zero_optimization.stgae=3");
   EXPECT_NE(run.exit_code, 0);

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -28,31 +27,13 @@ using testing::reference_reduce;
 
 constexpr int64_t kCount = 1009;
 
-// Runs fn on `world` threads, rank r on cuda:r, each with an nccl communicator set up through one store.
+// Runs fn on `world` threads, rank r on cuda:r, each with an nccl communicator.
 std::vector<absl::Status> run_nccl_ranks(int world, const std::function<absl::Status(Communicator&)>& fn,
                                          bool debug_collectives = false) {
   CommOptions options;
   options.timeout = absl::Seconds(120);
   options.debug_collectives = debug_collectives;
-  auto server = TcpStore::create({.host = "127.0.0.1", .port = 0, .is_server = true, .timeout = options.timeout});
-  if (!server.ok()) return std::vector<absl::Status>(world, server.status());
-  std::vector<absl::Status> statuses(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      statuses[r] = [&]() -> absl::Status {
-        std::unique_ptr<TcpStore> client;
-        if (r > 0) {
-          ZERO_ASSIGN_OR_RETURN(client, TcpStore::create({.host = "127.0.0.1", .port = (*server)->port()}));
-        }
-        ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                              make_nccl_communicator(r == 0 ? **server : *client, r, world, r, options));
-        return fn(*comm);
-      }();
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return statuses;
+  return run_nccl_ranks_in_process(world, fn, options);
 }
 
 // Rank `rank`'s input on its GPU, and the result copied back after `issue` ran on it in place.
