@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -240,12 +241,12 @@ class RankRun {
                                                         allocator_, plan_.zero.device));
     ZERO_ASSIGN_OR_RETURN(metrics_, MetricsFile::open(lead_ ? plan_.config.metrics_path : "", first_step_ > 0));
     const bool mlp = plan_.config.model.type == "mlp";
-    progress_ = Progress(first_step_, plan_.config.steps, plan_.config.steps_per_print, isatty(fileno(stdout)) == 1,
-                         mlp ? "samples/s" : "tok/s");
+    progress_.emplace(first_step_, plan_.config.steps, plan_.config.steps_per_print, isatty(fileno(stdout)) == 1,
+                      mlp ? "samples/s" : "tok/s");
     if (!lead_) return absl::OkStatus();
-    progress_.line(describe(plan_, comm_.world_size()));
+    progress_->line(describe(plan_, comm_.world_size()));
     if (first_step_ > 0) {
-      progress_.line(absl::StrFormat("resumed after step %d from a checkpoint (checkpoint.resume = %s)%s", first_step_,
+      progress_->line(absl::StrFormat("resumed after step %d from a checkpoint (checkpoint.resume = %s)%s", first_step_,
                                      plan_.config.checkpoint.resume,
                                      first_step_ >= plan_.config.steps ? "; nothing is left to train" : ""));
     }
@@ -268,7 +269,7 @@ class RankRun {
     traffic_.small += v.small;
     if (!lead_) return absl::OkStatus();
     const double rate = static_cast<double>((step - first_step_) * predictions_per_step()) / train_seconds_;
-    progress_.step(step, result, lr, rate, train_seconds_);
+    progress_->step(step, result, lr, rate, train_seconds_);
     metrics_.write({{"event", "train"}, {"step", step}, {"loss", result.loss}, {"lr", lr},
                     {"accuracy", result.predictions > 0 ? static_cast<double>(result.correct) / result.predictions : 0.0},
                     {"grad_norm", result.grad_norm}, {"skipped", result.skipped}, {prediction_name() + "_per_s", rate},
@@ -281,7 +282,7 @@ class RankRun {
     if (!lead_) return absl::OkStatus();
     const double accuracy = r.predictions > 0 ? static_cast<double>(r.correct) / r.predictions : 0.0;
     const double answers = r.answers > 0 ? static_cast<double>(r.answers_correct) / r.answers : 0.0;
-    progress_.line(eval_line(step, r, accuracy, answers));
+    progress_->line(eval_line(step, r, accuracy, answers));
     metrics_.write({{"event", "eval"}, {"step", step}, {"val_loss", r.loss}, {"val_accuracy", accuracy},
                     {"val_answer_accuracy", answers}});
     return absl::OkStatus();
@@ -319,7 +320,7 @@ class RankRun {
                          .phases = std::move(phases),
                          .predictions_per_s = static_cast<double>(steps_run * predictions_per_step()) / train_seconds_,
                          .predictions = prediction_name()};
-    progress_.line(summary_tables(facts, peaks));
+    progress_->line(summary_tables(facts, peaks));
     metrics_.write(summary_json(facts, peaks));
     return absl::OkStatus();
   }
@@ -334,7 +335,7 @@ class RankRun {
   const Plan& plan_;
   Allocator allocator_;
   LrSchedule schedule_;
-  Progress progress_{0, 0, 1, false, ""};  // set up once the first step is known
+  std::optional<Progress> progress_;  // set up once the first step is known
   const bool lead_;  // rank 0 prints and writes
   std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
