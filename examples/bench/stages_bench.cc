@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "models/data/device_batch.h"
 #include "models/gpt2.h"
 #include "optim/optimizers.h"
 #include "runtime/status.h"
@@ -21,6 +22,8 @@ ABSL_FLAG(std::string, model, "small",
 ABSL_FLAG(std::string, stages, "0,1,2,3", "stages: comma list of ZeRO stages to run, each from 0 to 3");
 ABSL_FLAG(int64_t, batch, 4, "stages: sequences per rank per step (B)");
 ABSL_FLAG(int64_t, seq, 64, "stages: tokens per sequence (T), at most the model's maxT");
+ABSL_FLAG(std::string, device, "cpu",
+          "stages: where the engines and the model run: cpu, or cuda (the local ranks share cuda:0; a CUDA build)");
 ABSL_FLAG(std::string, png, "",
           "stages: also plot peak memory per category (stacked) and step time per stage to this PNG (needs gnuplot)");
 
@@ -35,6 +38,14 @@ absl::StatusOr<Gpt2Config> gpt2_model_flag() {
   absl::StatusOr<Gpt2Config> preset = Gpt2Config::preset(name);
   if (!preset.ok()) return flag_error("model", absl::StrCat("'", name, "' is not small, tiny, d12, d24, d36 or d48"));
   return preset;
+}
+
+absl::StatusOr<Device> device_flag() {
+  const std::string name = absl::GetFlag(FLAGS_device);
+  if (name == "cpu") return Device::cpu();
+  if (name != "cuda") return flag_error("device", absl::StrCat("'", name, "' is not cpu or cuda"));
+  if (cuda_device_count() == 0) return flag_error("device", absl::StrCat("cuda needs a GPU: ", why_no_cuda_device()));
+  return Device::cuda(0);
 }
 
 absl::StatusOr<std::vector<int>> stages_flag() {
@@ -78,14 +89,17 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   config.offload_optimizer_path = o.offload_optimizer_path;
   config.offload_param_path = o.offload_param_path;
   config.persistence_threshold = o.persistence_threshold;
-  config.time_phases = true;  // on the CPU, only clock reads: how long each rank sat in Work::wait
+  config.device = o.device;
+  // On the CPU timing costs clock reads only; on a GPU it would synchronize the device between phases.
+  config.time_phases = o.device.is_cpu();
   const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc, Device device) {
     return make_adam(AdamOptions{}, std::move(layout), alloc, device);
   };
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, allocator, adamw, config));
+  data::DeviceBatch on_device(allocator, o.device);
   const auto step = [&](int k) -> absl::Status {
     TokenBatch data = random_tokens(o, comm.rank(), k);
-    const Batch batch = data.batch(o.batch, o.seq_len);
+    ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(data.batch(o.batch, o.seq_len)));
     engine->reset_comm_volume();
     return engine->train_step({&batch, 1}, 1e-4f).status();
   };
@@ -104,7 +118,9 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   const MemoryStats held = allocator.stats();
   StageRow row{.stage = stage, .world_size = comm.world_size(), .step_ms = 1e3 * seconds,
                .tokens_per_s = static_cast<double>(comm.world_size() * o.batch * o.seq_len) / seconds,
-               .wait_ms = absl::ToDoubleMilliseconds(engine->phase_times().waiting) / o.reps.iters,
+               .wait_ms = config.time_phases ? std::optional<double>(absl::ToDoubleMilliseconds(
+                                                   engine->phase_times().waiting) / o.reps.iters)
+                                             : std::nullopt,
                .formula_model_state = model_state_bytes(plan).total(),
                .in_files = held.in_files_total(),
                .formula_in_files = model_state_bytes(plan).in_files, .sent = engine->comm_volume(),
@@ -182,7 +198,8 @@ ResultTable stages_bench_table(const std::vector<StageRow>& rows) {
                    mib(m.peak_of(MemoryCategory::kMasterWeights)), mib(m.peak_of(MemoryCategory::kOptimizerState)),
                    mib(m.peak_of(MemoryCategory::kCommBuffers)), mib(m.peak_of(MemoryCategory::kActivations)),
                    mib(m.peak_of(MemoryCategory::kWorkspace)), mib(r.model_state_peak()), mib(r.formula_model_state),
-                   mib(r.sent.param_gather + r.sent.grad_reduce), mib(r.formula_sent), r.wait_ms});
+                   mib(r.sent.param_gather + r.sent.grad_reduce), mib(r.formula_sent),
+                   r.wait_ms ? Cell(*r.wait_ms) : Cell(std::string("-"))});
   }
   return table;
 }
@@ -199,15 +216,16 @@ absl::StatusOr<StagesBenchOptions> stages_options_from_flags() {
     return flag_error("seq", absl::StrCat(options.seq_len, " exceeds the model's maxT ", options.model.max_seq_len));
   }
   ZERO_ASSIGN_OR_RETURN(options.precision, dtype_flag());
+  ZERO_ASSIGN_OR_RETURN(options.device, device_flag());
   ZERO_ASSIGN_OR_RETURN(options.reps, repetitions_flags());
   return options;
 }
 
 std::string describe_model(const StagesBenchOptions& o) {
   const Gpt2Config& g = o.model;
-  return absl::StrFormat("GPT-2 L%d C%d NH%d Vp%d (%d parameters), B %d, T %d, %s, AdamW", g.num_layers, g.channels,
-                         g.num_heads, g.padded_vocab_size, g.num_parameters(), o.batch, o.seq_len,
-                         dtype_name(o.precision));
+  return absl::StrFormat("GPT-2 L%d C%d NH%d Vp%d (%d parameters), B %d, T %d, %s, AdamW, on %s", g.num_layers,
+                         g.channels, g.num_heads, g.padded_vocab_size, g.num_parameters(), o.batch, o.seq_len,
+                         dtype_name(o.precision), o.device.to_string());
 }
 
 absl::Status stages_command() {

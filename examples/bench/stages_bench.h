@@ -1,6 +1,7 @@
 // zero-bench stages: one GPT-2 trained under ZeRO stages 0-3, memory, bytes and step time beside the formulas and stage 0.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct StagesBenchOptions {
   int64_t batch = 4;    // B per rank per micro-batch
   int64_t seq_len = 64; // T
   DType precision = DType::kF32;
+  Device device = Device::cpu();  // cuda:0 for every local rank on the GPU
   Repetitions reps;
   std::string offload_optimizer_path;  // "" = optimizer state in RAM (ZeroConfig::offload_optimizer_path)
   std::string offload_param_path;      // "" = stage 3's parameter shards in RAM (ZeroConfig::offload_param_path)
@@ -33,7 +35,8 @@ struct StageRow {
   int world_size = 1;
   double step_ms = 0;         // timed steps / iters
   double tokens_per_s = 0;    // N·B·T per step / step time
-  double wait_ms = 0;         // rank 0's time per step blocked on communication (PhaseTimes::waiting)
+  // Rank 0's time per step blocked on communication (PhaseTimes::waiting); measured on the CPU only.
+  std::optional<double> wait_ms;
   MemoryStats memory;         // rank 0's peaks over the run
   int64_t formula_model_state = 0;  // shard/plan.h's params + grads + master + optimizer in RAM for this model
   int64_t in_files = 0;             // rank 0's model states in offload files

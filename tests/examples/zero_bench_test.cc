@@ -272,11 +272,21 @@ TEST(StagesBench, Stage3WaitsOnItsGathersAndReductions) {
   std::vector<double> wait_ms(2);
   const absl::Status status = root_cause(run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
     ZERO_ASSIGN_OR_RETURN(const StageRow row, run_stage(comm, options, 3));
-    wait_ms[comm.rank()] = row.wait_ms;
+    wait_ms[comm.rank()] = row.wait_ms.value_or(0);
     return absl::OkStatus();
   }));
   ASSERT_TRUE(status.ok()) << status;
   for (double ms : wait_ms) EXPECT_GT(ms, 0);
+}
+
+TEST(StagesBenchFlags, DeviceIsCpuOrAVisibleGpu) {
+  RunResult r = run_bench("stages --device=tpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--device: 'tpu' is not cpu or cuda"));
+  if (cuda_device_count() > 0) return;
+  r = run_bench("stages --device=cuda");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--device: cuda needs a GPU"));
 }
 
 TEST(StagesBench, WritesAPngWithGnuplot) {
