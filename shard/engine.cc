@@ -250,12 +250,13 @@ absl::Status Engine::initialize_params() {
 void Engine::plan_buckets() {
   // Backward order is reverse unit order. Stage 0 fills buckets up to the caps; stages 1-3 reduce-
   // scatter one unit per bucket so each rank's slice of the unit is contiguous.
+  const int64_t element_bytes = static_cast<int64_t>(dtype_size(dtype_));  // buckets hold the training dtype
   Bucket current;
   for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
     UnitState& u = units_[i];
     const int64_t cap_bytes = buckets_.empty() ? config_.first_bucket_cap_bytes : config_.bucket_cap_bytes;
     const bool full = !current.units.empty() &&
-                      (config_.stage > 0 || (current.numel + u.layout.padded_numel) * 4 > cap_bytes);
+                      (config_.stage > 0 || (current.numel + u.layout.padded_numel) * element_bytes > cap_bytes);
     if (full) {
       buckets_.push_back(std::move(current));
       current = Bucket{};

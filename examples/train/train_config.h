@@ -128,9 +128,9 @@ struct TrainConfig {
 
   ModelConfig model;
   DataConfig data;
-  std::string backend = "local";        // local (threads), mpi (mpirun -np N), nccl (mpirun -np N, one GPU each)
+  std::string backend = "local";        // local (threads), mpi (mpirun -np N), nccl (one GPU per rank)
   std::string device = "cpu";           // cpu, or cuda: local ranks share cuda:0, nccl ranks use their node's GPUs
-  int ranks = 4;                        // local backend only; under mpi the world size is mpirun's -np
+  int ranks = 4;                        // local, or nccl without mpirun; under mpirun the world size is -np
   int64_t memory_budget_mib = 0;        // per rank, over all categories; 0 = none
   int64_t steps = 300;
   int64_t eval_interval = 50;           // steps between evaluations; 0 = only at the end

@@ -323,6 +323,30 @@ TEST(PhaseTimes, NothingIsTimedUnlessAskedFor) {
   }
 }
 
+TEST(EngineBuckets, StageZeroCapsCountBytesOfTheTrainingDtype) {
+  // The toy's units in backward order hold 7, 182, 182 and 104 elements. With 1000-byte caps, fp32 needs
+  // three buckets ({head, hidden_1}, {hidden_0}, {input}); bf16's 950 bytes fit one. Each bucket is one
+  // allreduce, beside the step's metrics allreduce.
+  for (const auto& [precision, buckets] : {std::pair{DType::kF32, 3}, std::pair{DType::kBF16, 1}}) {
+    int64_t allreduces = 0;
+    const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
+      Allocator allocator;
+      ToyModel model(ToyConfig{});
+      ZeroConfig zero{.bucket_cap_bytes = 1000, .first_bucket_cap_bytes = 1000, .precision = precision};
+      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                            Engine::create(model, comm, allocator, testing::adamw_factory(), zero));
+      testing::ToyData data = testing::toy_rows(ToyConfig{}, 0, 4);
+      const Batch batch = data.batch(ToyConfig{}.features);
+      comm.reset_stats();
+      ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 0.1f).status());
+      allreduces = comm.stats().of(CollectiveOp::kAllreduce).calls;
+      return absl::OkStatus();
+    }));
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(allreduces, buckets + 1) << dtype_name(precision);
+  }
+}
+
 TEST(Engine, AnyWorldSizeMatchesSingleRankTraining) {
   // The global batch is the same; only how its mean is summed differs (per rank, then across ranks).
   // Each gradient element sums at most 48 products, so its relative rounding error is below
