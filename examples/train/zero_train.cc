@@ -467,7 +467,7 @@ int main(int argc, char** argv) {
   using namespace zero::train;
   absl::StatusOr<Command> command = parse_command_line(argc, argv);
   if (command.ok() && command->help) {
-    std::printf("%s", kUsage);
+    std::printf("%s\nThe embedded default, which --config replaces whole:\n%s", kUsage, default_config_json());
     return 0;
   }
   absl::StatusOr<TrainConfig> config = command.ok() ? load_config(*command) : command.status();

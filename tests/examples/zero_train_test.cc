@@ -247,6 +247,13 @@ TEST_F(ZeroTrainTest, NcclWithoutMpirunDrivesOneGpuPerRankFromThisProcess) {
   std::filesystem::remove(path);
 }
 
+TEST_F(ZeroTrainTest, HelpPrintsTheUsageAndTheEmbeddedDefault) {
+  const RunResult run = run_zero_train("--help");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.output, AllOf(HasSubstr("usage: zero-train"), HasSubstr("The embedded default"),
+                                HasSubstr("\"train_batch_size\": 64")));
+}
+
 TEST_F(ZeroTrainTest, UnknownKeyExitsNonZeroNamingIt) {
   const RunResult run = run_zero_train("--zero_optimization.stgae=3");
   EXPECT_NE(run.exit_code, 0);
