@@ -29,6 +29,9 @@ struct CommOptions {
   // Accounts the backend's scratch memory under MemoryCategory::kCommBuffers (and its budget); must outlive
   // the communicator. Null: the backend uses a private allocator, so the scratch counts against no budget.
   Allocator* allocator = nullptr;
+  // Polled while an nccl collective waits; an error fails the collective at once. How the ranks one
+  // process drives learn that one of them failed (run_nccl_ranks_in_process). Null: nothing to poll.
+  std::function<absl::Status()> peer_failure;
 
   // Defaults, overridden by ZERO_COMM_TIMEOUT_S (seconds) and ZERO_DEBUG_COLLECTIVES=1.
   static CommOptions from_env();

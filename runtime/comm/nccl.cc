@@ -94,6 +94,7 @@ class NcclBackend final : public Backend {
     auto backend = std::unique_ptr<NcclBackend>(
         new NcclBackend(rank, world_size, device, std::move(stream), std::move(done), std::move(allocated)));
     backend->allocator_ = options.allocator;
+    backend->peer_failure_ = options.peer_failure;
     if (backend->allocator_ == nullptr) {
       backend->own_allocator_ = std::make_unique<Allocator>(rank);
       backend->allocator_ = backend->own_allocator_.get();
@@ -331,6 +332,7 @@ class NcclBackend final : public Backend {
   absl::Status finish(absl::Time deadline) {
     ZERO_RETURN_IF_ERROR(done_.record(stream_));
     return done_.synchronize(deadline, [this]() -> absl::Status {
+      if (peer_failure_) ZERO_RETURN_IF_ERROR(peer_failure_());
       ncclResult_t state = ncclSuccess;
       if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return nccl_status(r, "", comm_);
       return nccl_status(state, "NCCL reported an asynchronous error", comm_);
@@ -357,6 +359,7 @@ class NcclBackend final : public Backend {
   std::mutex events_mu_;  // the posting thread's prepare() and the comm thread's run() share these:
   std::deque<CudaEvent> posted_;  // one per device collective prepared and not yet run, in order
   std::vector<CudaEvent> spare_;  // recycled
+  std::function<absl::Status()> peer_failure_;  // CommOptions::peer_failure
   Allocator* allocator_ = nullptr;            // CommOptions::allocator, or own_allocator_
   std::unique_ptr<Allocator> own_allocator_;  // when CommOptions names none
   Buffer scratch_;                            // device memory, (world_size + 1) fingerprints
@@ -429,6 +432,13 @@ std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
   absl::StatusOr<std::unique_ptr<TcpStore>> server =
       TcpStore::create({.host = "127.0.0.1", .port = 0, .is_server = true, .timeout = options.timeout});
   if (!server.ok()) return std::vector<absl::Status>(world_size, server.status());
+  // The first rank to fail fails its peers' waiting collectives at once, rather than at their deadline.
+  std::mutex mu;
+  absl::Status first_failure;
+  options.peer_failure = [&]() -> absl::Status {
+    std::lock_guard lock(mu);
+    return first_failure;
+  };
   std::vector<absl::Status> statuses(world_size);
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
@@ -441,7 +451,14 @@ std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
         }
         ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                               make_nccl_communicator(r == 0 ? **server : *client, r, world_size, r, options));
-        return run_rank(fn, *comm);
+        const absl::Status status = run_rank(fn, *comm);
+        if (!status.ok()) {
+          std::lock_guard lock(mu);
+          if (first_failure.ok()) {
+            first_failure = absl::AbortedError(absl::StrCat("nccl rank ", r, " failed: ", status.message()));
+          }
+        }
+        return status;
       }();
     });
   }
