@@ -228,7 +228,7 @@ class Engine {
 
   template <typename F>
   Work counted(int64_t CommVolume::*purpose, F&& issue);
-  // Waits for `work` on the compute thread, adding the time blocked to PhaseTimes::waiting when timing.
+  // Waits for `work` on the compute thread, adding the time blocked to PhaseTimes::waiting inside a phase.
   absl::Status wait_for(Work& work);
   // ZeroConfig::time_phases: a phase opens, and closes adding its time (the device synchronized at both).
   absl::Status start_phase();
