@@ -21,6 +21,16 @@ CommOptions CommOptions::from_env() {
   return options;
 }
 
+void SharedFailure::report(int rank, const absl::Status& cause) {
+  std::lock_guard lock(mu_);
+  if (first_.ok()) first_ = absl::AbortedError(absl::StrCat("rank ", rank, " failed: ", cause.message()));
+}
+
+absl::Status SharedFailure::first() const {
+  std::lock_guard lock(mu_);
+  return first_;
+}
+
 int64_t CommStats::total_sent_bytes() const {
   int64_t total = 0;
   for (const OpCounters& c : per_op) total += c.sent_bytes;

@@ -21,6 +21,19 @@ namespace zero {
 
 class Allocator;
 
+// The first failure among ranks that one process drives, each with a communicator of its own
+// (run_nccl_ranks_in_process): a rank reports its failure when it aborts or ends, and every rank's
+// waits poll it, so peers fail at once instead of at their deadline.
+class SharedFailure {
+ public:
+  void report(int rank, const absl::Status& cause);  // keeps the first, as Aborted naming the rank
+  absl::Status first() const;                          // OK until a rank reported
+
+ private:
+  mutable std::mutex mu_;
+  absl::Status first_;
+};
+
 struct CommOptions {
   // A collective that has not finished by then fails on this rank, and so on every rank.
   absl::Duration timeout = absl::Seconds(300);
@@ -29,9 +42,8 @@ struct CommOptions {
   // Accounts the backend's scratch memory under MemoryCategory::kCommBuffers (and its budget); must outlive
   // the communicator. Null: the backend uses a private allocator, so the scratch counts against no budget.
   Allocator* allocator = nullptr;
-  // Polled while an nccl collective waits; an error fails the collective at once. How the ranks one
-  // process drives learn that one of them failed (run_nccl_ranks_in_process). Null: nothing to poll.
-  std::function<absl::Status()> peer_failure;
+  // Shared by the ranks one process drives (nccl); null for ranks in processes of their own.
+  std::shared_ptr<SharedFailure> shared_failure;
 
   // Defaults, overridden by ZERO_COMM_TIMEOUT_S (seconds) and ZERO_DEBUG_COLLECTIVES=1.
   static CommOptions from_env();

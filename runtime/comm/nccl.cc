@@ -28,15 +28,18 @@ namespace {
 
 absl::Status nccl_status(ncclResult_t result, absl::string_view what, ncclComm_t comm = nullptr) {
   if (result == ncclSuccess || result == ncclInProgress) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", ncclGetErrorString(result), " (", ncclGetLastError(comm), ")"));
+  return absl::InternalError(absl::StrCat(what, ": ", ncclGetErrorString(result),
+                                          " (the last NCCL error in this process: ", ncclGetLastError(comm), ")"));
 }
 
 // The communicator is non-blocking (so initialisation can time out instead of hanging): a call may
-// answer ncclInProgress, and the next call must wait until the communicator settled.
-absl::Status settle(ncclComm_t comm, ncclResult_t issued, absl::string_view what, absl::Time deadline) {
+// answer ncclInProgress, and the next call must wait until the communicator settled. A peer's failure
+// reported to `shared` ends the wait at once.
+absl::Status settle(ncclComm_t comm, ncclResult_t issued, absl::string_view what, absl::Time deadline,
+                    const SharedFailure* shared) {
   ncclResult_t state = issued;
   while (state == ncclInProgress) {
+    if (shared != nullptr) ZERO_RETURN_IF_ERROR(shared->first());
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(what, " did not complete before the deadline"));
     }
@@ -94,7 +97,7 @@ class NcclBackend final : public Backend {
     auto backend = std::unique_ptr<NcclBackend>(
         new NcclBackend(rank, world_size, device, std::move(stream), std::move(done), std::move(allocated)));
     backend->allocator_ = options.allocator;
-    backend->peer_failure_ = options.peer_failure;
+    backend->shared_failure_ = options.shared_failure;
     if (backend->allocator_ == nullptr) {
       backend->own_allocator_ = std::make_unique<Allocator>(rank);
       backend->allocator_ = backend->own_allocator_.get();
@@ -114,21 +117,24 @@ class NcclBackend final : public Backend {
     ZERO_RETURN_IF_ERROR(settle(backend->comm_, issued,
                                 absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size,
                                              "; every rank must join)"),
-                                deadline));
+                                deadline, options.shared_failure.get()));
+    backend->initialized_ = true;
     return backend;
   }
 
   ~NcclBackend() override {
     (void)use_device_on_this_thread(Device::cuda(device_));
-    if (comm_ != nullptr && !aborted_) {
-      // Finishes outstanding work, bounded: a communicator whose peers are gone is aborted instead.
-      const bool finalized = settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize",
-                                    absl::Now() + absl::Seconds(30)).ok();
-      if (finalized) {
-        ncclCommDestroy(comm_);
-      } else {
-        ncclCommAbort(comm_);
-      }
+    if (comm_ == nullptr || aborted_) return;
+    // Finishes outstanding work, bounded: a communicator whose peers are gone, or whose initialisation
+    // never completed, is aborted instead.
+    const absl::Status finalized =
+        initialized_ ? settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize", absl::Now() + absl::Seconds(30),
+                              shared_failure_.get())
+                     : absl::AbortedError("ncclCommInitRankConfig did not complete");
+    if (finalized.ok()) {
+      ncclCommDestroy(comm_);
+    } else {
+      abort(finalized);
     }
   }
 
@@ -173,7 +179,7 @@ class NcclBackend final : public Backend {
     ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mine_on_device, &mine, kBytes, cudaMemcpyHostToDevice, stream_.get()));
     absl::Status status =
         settle(comm_, ncclAllGather(mine_on_device, all_on_device, kBytes, ncclUint8, comm_, stream_.get()),
-                                 "ncclAllGather", deadline);
+               "ncclAllGather", deadline, shared_failure_.get());
     if (status.ok()) status = finish(deadline);
     ZERO_RETURN_IF_ERROR(explain(status, "the debug check of the collective sequence"));
     ZERO_CUDA_RETURN_IF_ERROR(
@@ -182,7 +188,7 @@ class NcclBackend final : public Backend {
   }
 
   void abort(const absl::Status& cause) override {
-    (void)cause;
+    if (shared_failure_) shared_failure_->report(rank_, cause);  // before anything can block
     if (comm_ == nullptr || aborted_) return;
     aborted_ = true;
     (void)use_device_on_this_thread(Device::cuda(device_));
@@ -229,7 +235,9 @@ class NcclBackend final : public Backend {
   absl::Status enqueue(const Collective& c, absl::Time deadline) {
     const cudaStream_t s = stream_.get();
     const int64_t chunk = c.chunk_bytes();
-    const auto issued = [&](ncclResult_t r) { return settle(comm_, r, "enqueueing the NCCL call", deadline); };
+    const auto issued = [&](ncclResult_t r) {
+      return settle(comm_, r, "enqueueing the NCCL call", deadline, shared_failure_.get());
+    };
     const auto grouped = [&](auto&& calls) -> absl::Status {
       ZERO_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", comm_));
       const absl::Status status = calls();
@@ -332,7 +340,7 @@ class NcclBackend final : public Backend {
   absl::Status finish(absl::Time deadline) {
     ZERO_RETURN_IF_ERROR(done_.record(stream_));
     return done_.synchronize(deadline, [this]() -> absl::Status {
-      if (peer_failure_) ZERO_RETURN_IF_ERROR(peer_failure_());
+      if (shared_failure_) ZERO_RETURN_IF_ERROR(shared_failure_->first());
       ncclResult_t state = ncclSuccess;
       if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return nccl_status(r, "", comm_);
       return nccl_status(state, "NCCL reported an asynchronous error", comm_);
@@ -359,12 +367,13 @@ class NcclBackend final : public Backend {
   std::mutex events_mu_;  // the posting thread's prepare() and the comm thread's run() share these:
   std::deque<CudaEvent> posted_;  // one per device collective prepared and not yet run, in order
   std::vector<CudaEvent> spare_;  // recycled
-  std::function<absl::Status()> peer_failure_;  // CommOptions::peer_failure
+  std::shared_ptr<SharedFailure> shared_failure_;  // CommOptions::shared_failure
   Allocator* allocator_ = nullptr;            // CommOptions::allocator, or own_allocator_
   std::unique_ptr<Allocator> own_allocator_;  // when CommOptions names none
   Buffer scratch_;                            // device memory, (world_size + 1) fingerprints
   Buffer staging_;                            // device memory for host collectives, grown as needed
   ncclComm_t comm_ = nullptr;
+  bool initialized_ = false;  // ncclCommInitRankConfig completed
   bool aborted_ = false;
 };
 
@@ -423,6 +432,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(const Distr
 std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
                                                     const std::function<absl::Status(Communicator&)>& fn,
                                                     CommOptions options) {
+  if (world_size < 1) return {absl::InvalidArgumentError(absl::StrCat("nccl in one process: ", world_size, " ranks"))};
   // Checked up front: a rank without its GPU would leave the others waiting in NCCL's initialisation.
   if (const int visible = cuda_device_count(); visible < world_size) {
     return std::vector<absl::Status>(world_size, absl::FailedPreconditionError(absl::StrCat(
@@ -432,13 +442,8 @@ std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
   absl::StatusOr<std::unique_ptr<TcpStore>> server =
       TcpStore::create({.host = "127.0.0.1", .port = 0, .is_server = true, .timeout = options.timeout});
   if (!server.ok()) return std::vector<absl::Status>(world_size, server.status());
-  // The first rank to fail fails its peers' waiting collectives at once, rather than at their deadline.
-  std::mutex mu;
-  absl::Status first_failure;
-  options.peer_failure = [&]() -> absl::Status {
-    std::lock_guard lock(mu);
-    return first_failure;
-  };
+  // The first rank to fail, in its setup, a collective or its own work, fails its peers' waits at once.
+  options.shared_failure = std::make_shared<SharedFailure>();
   std::vector<absl::Status> statuses(world_size);
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
@@ -452,14 +457,10 @@ std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
         ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                               make_nccl_communicator(r == 0 ? **server : *client, r, world_size, r, options));
         const absl::Status status = run_rank(fn, *comm);
-        if (!status.ok()) {
-          std::lock_guard lock(mu);
-          if (first_failure.ok()) {
-            first_failure = absl::AbortedError(absl::StrCat("nccl rank ", r, " failed: ", status.message()));
-          }
-        }
+        if (!status.ok()) options.shared_failure->report(r, status);  // before the communicator drains
         return status;
       }();
+      if (!statuses[r].ok()) options.shared_failure->report(r, statuses[r]);  // a failed setup too
     });
   }
   for (std::thread& t : threads) t.join();

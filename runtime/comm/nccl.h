@@ -47,8 +47,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpStore& s
 
 // One process driving `world_size` GPUs: runs fn on as many threads, rank r on cuda:r with its nccl
 // communicator, set up through a TcpStore on 127.0.0.1 that this call hosts; returns each rank's status.
-// Fails at once on every rank when fewer than world_size GPUs are visible. A rank that fails makes its
-// peers' waiting collectives fail at once (CommOptions::peer_failure), with Aborted naming it.
+// Fails at once on every rank when fewer than world_size GPUs are visible. A rank that fails, in its
+// setup, a collective or its own work, makes its peers' waits fail at once (CommOptions::shared_failure),
+// with Aborted naming it.
 std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
                                                     const std::function<absl::Status(Communicator&)>& fn,
                                                     CommOptions options = CommOptions::from_env());

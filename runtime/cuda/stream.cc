@@ -122,6 +122,10 @@ absl::Status CudaStream::wait(const CudaEvent& event) {
 }
 
 absl::Status CudaStream::wait_for_default_stream(CudaEvent& marker) {
+  if (marker.device() != device_) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot order a stream of cuda:", device_,
+                                                   " with an event of cuda:", marker.device()));
+  }
   ZERO_RETURN_IF_ERROR(marker.record_on_default_stream());
   return wait(marker);
 }
