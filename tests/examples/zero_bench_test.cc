@@ -65,7 +65,7 @@ const std::vector<std::pair<std::string, double>> kFactorFor2Ranks = {
     {"allreduce", 1.0}, {"reduce_scatter", 0.5}, {"allgather", 0.5}, {"broadcast", 1.0}};
 const std::vector<std::string> kSizes = {"16384", "65536"};
 
-// Checks one (collective, size) row per request in order, positive numbers, and busbw = algbw x factor
+// Checks one (collective, size) row per request in order, a positive time, and busbw = algbw x factor
 // within `tolerance` per unit of bandwidth (the printing precision).
 void expect_rows(const std::vector<std::vector<std::string>>& rows, double tolerance) {
   ASSERT_EQ(rows.size(), kFactorFor2Ranks.size() * kSizes.size());
@@ -76,7 +76,10 @@ void expect_rows(const std::vector<std::vector<std::string>>& rows, double toler
     EXPECT_EQ(row[0], name);
     EXPECT_EQ(row[1], kSizes[i % kSizes.size()]);
     EXPECT_EQ(number(row[2]), number(row[1]) / 4) << "fp32 elements";
-    for (size_t c = 3; c < row.size(); ++c) EXPECT_GT(number(row[c]), 0) << kHeader[c] << " of row " << i;
+    // Bandwidths are printed to fixed decimals: on a loaded machine a small collective's can print as 0.
+    EXPECT_GT(number(row[3]), 0) << "time_us of row " << i;
+    EXPECT_GT(number(row[6]), 0) << "memcpy_GB/s of row " << i;
+    for (size_t c : {4, 5, 7}) EXPECT_GE(number(row[c]), 0) << kHeader[c] << " of row " << i;
     const double algbw = number(row[4]), busbw = number(row[5]), memcpy = number(row[6]);
     EXPECT_NEAR(busbw, algbw * factor, tolerance * (1 + factor)) << name;
     EXPECT_NEAR(number(row[7]), busbw / memcpy, tolerance + busbw / memcpy * 1e-3) << name;
