@@ -1,5 +1,6 @@
 #include "examples/train/report.h"
 
+#include <array>
 #include <cstring>
 #include <type_traits>
 
@@ -44,17 +45,24 @@ absl::StatusOr<std::vector<T>> gather_on_rank_0(Communicator& comm, T mine) {
   return all;
 }
 
-// Milliseconds per step of `d`, summed over `steps`.
-double ms_per_step(absl::Duration d, int64_t steps) { return absl::ToDoubleMilliseconds(d) / steps; }
+// A rank's phase times, summed over `steps`, in milliseconds per step, in kPhases' order (the table's
+// columns and the JSON's keys).
+constexpr std::array<const char*, 4> kPhases = {"forward", "backward", "update", "waiting"};
+std::array<double, 4> ms_per_step(const PhaseTimes& t, int64_t steps) {
+  const auto ms = [&](absl::Duration d) { return absl::ToDoubleMilliseconds(d) / steps; };
+  return {ms(t.forward), ms(t.backward), ms(t.update), ms(t.waiting)};
+}
 
 // "" without wall_clock_breakdown; else each rank's phases per step.
 std::string phase_table(const RunFacts& f) {
   if (f.phases.empty()) return "";
-  ResultTable table({{"ms_per_step"}, {"forward", 1}, {"backward", 1}, {"update", 1}, {"waiting", 1}});
+  std::vector<Column> columns = {{"ms_per_step"}};
+  for (const char* phase : kPhases) columns.push_back({phase, 1});
+  ResultTable table(columns);
   for (size_t r = 0; r < f.phases.size(); ++r) {
-    const PhaseTimes& t = f.phases[r];
-    table.add_row({absl::StrCat("rank ", r), ms_per_step(t.forward, f.steps), ms_per_step(t.backward, f.steps),
-                   ms_per_step(t.update, f.steps), ms_per_step(t.waiting, f.steps)});
+    std::vector<Cell> row = {absl::StrCat("rank ", r)};
+    for (double ms : ms_per_step(f.phases[r], f.steps)) row.push_back(ms);
+    table.add_row(std::move(row));
   }
   return absl::StrCat("\ntime per step by phase (wall_clock_breakdown; waiting: blocked on communication, within "
                       "the phases):\n", table.to_text());
@@ -181,10 +189,10 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
   const CommBytes theory = comm_bytes_per_step(plan_of(f));
   nlohmann::json phases = nlohmann::json::array();  // per rank, with wall_clock_breakdown
   for (const PhaseTimes& t : f.phases) {
-    phases.push_back({{"forward", ms_per_step(t.forward, f.steps)},
-                      {"backward", ms_per_step(t.backward, f.steps)},
-                      {"update", ms_per_step(t.update, f.steps)},
-                      {"waiting", ms_per_step(t.waiting, f.steps)}});
+    const std::array<double, 4> ms = ms_per_step(t, f.steps);
+    nlohmann::json rank;
+    for (size_t p = 0; p < kPhases.size(); ++p) rank[kPhases[p]] = ms[p];
+    phases.push_back(rank);
   }
   return {{"event", "summary"},
           {"peak_bytes", ranks},

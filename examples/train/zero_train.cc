@@ -247,8 +247,8 @@ class RankRun {
     progress_->line(describe(plan_, comm_.world_size()));
     if (first_step_ > 0) {
       progress_->line(absl::StrFormat("resumed after step %d from a checkpoint (checkpoint.resume = %s)%s", first_step_,
-                                     plan_.config.checkpoint.resume,
-                                     first_step_ >= plan_.config.steps ? "; nothing is left to train" : ""));
+                                      plan_.config.checkpoint.resume,
+                                      first_step_ >= plan_.config.steps ? "; nothing is left to train" : ""));
     }
     return absl::OkStatus();
   }
@@ -421,10 +421,11 @@ bool started_by_mpirun() {
 // backend = nccl without mpirun: this process drives config.ranks GPUs, rank r on cuda:r.
 absl::Status run_nccl_ranks_on_this_process(const TrainConfig& config) {
 #ifdef ZERO_HAS_NCCL
-  // The plan is made first, so a bad config is refused before any GPU is touched.
-  ZERO_RETURN_IF_ERROR(make_plan(config, config.ranks, Device::cuda(0)).status());
+  // The plan is made first, so a bad config is refused before any GPU is touched; ranks differ in their GPU.
+  ZERO_ASSIGN_OR_RETURN(const Plan shared, make_plan(config, config.ranks, Device::cuda(0)));
   return root_cause(run_nccl_ranks_in_process(config.ranks, [&](Communicator& comm) -> absl::Status {
-    ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, comm.world_size(), comm.home_device()));
+    Plan plan = shared;
+    plan.zero.device = comm.home_device();
     return RankRun(comm, plan).run();
   }));
 #else

@@ -448,19 +448,17 @@ std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
+      std::unique_ptr<TcpStore> client;
+      std::unique_ptr<Communicator> comm;  // outlives the report below: its drain must not keep peers waiting
       statuses[r] = [&]() -> absl::Status {
-        std::unique_ptr<TcpStore> client;
         if (r > 0) {
           ZERO_ASSIGN_OR_RETURN(client, TcpStore::create({.host = "127.0.0.1", .port = (*server)->port(),
                                                           .timeout = options.timeout}));
         }
-        ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                              make_nccl_communicator(r == 0 ? **server : *client, r, world_size, r, options));
-        const absl::Status status = run_rank(fn, *comm);
-        if (!status.ok()) options.shared_failure->report(r, status);  // before the communicator drains
-        return status;
+        ZERO_ASSIGN_OR_RETURN(comm, make_nccl_communicator(r == 0 ? **server : *client, r, world_size, r, options));
+        return run_rank(fn, *comm);
       }();
-      if (!statuses[r].ok()) options.shared_failure->report(r, statuses[r]);  // a failed setup too
+      if (!statuses[r].ok()) options.shared_failure->report(r, statuses[r]);  // in its setup or its work
     });
   }
   for (std::thread& t : threads) t.join();
