@@ -198,22 +198,30 @@ TEST_P(PlanMatchesEngine, PeakModelStateBytesPerCategory) {
 
 TEST_P(PlanMatchesEngine, BytesSentPerStep) {
   // The formula gathers every unit in every forward and backward. Stage 3 keeps a unit gathered when the
-  // next gathers need it again (Engine::release): in each micro-batch the head, from its forward into
-  // its backward, and between micro-batches the input layer, from one's backward into the next one's
-  // forward. Those allgathers are not sent; everything else is the formula's.
-  const testing::ToyConfig untied{.features = 31, .hidden = 97, .hidden_layers = 3, .tied_head = false};
+  // next gathers need it again (Engine::release), so per micro-batch of the untied model the head is
+  // gathered once, kept from its forward into its backward, and between micro-batches the input layer is
+  // kept from one's backward into the next one's forward. With the head tied to input.weight, the head's
+  // forward gathers the input unit once more and its backward finds both kept: the head once per
+  // micro-batch, the input layer once more per step than the formula. Everything else is the formula's.
   const auto one_gather = [&](int64_t numel) {  // bytes a rank sends allgathering a unit over 4 ranks
     return static_cast<int64_t>(dtype_size(precision())) * ((numel + 3) / 4) * 3;
   };
-  const int64_t head = one_gather(31 + 97 * 31), input = one_gather(97 * 31 + 97);
-  for (int accumulation : {1, 2}) {
-    for (int stage = 0; stage <= 3; ++stage) {
-      const Measured m = train_toy(untied, stage, precision(), optimizer(), accumulation);
-      CommBytes want = comm_bytes_per_step(plan(m, stage, accumulation));
-      if (stage == 3) want.param_gather -= accumulation * head + (accumulation - 1) * input;
-      const CommVolume& got = m.rank0.last_step;
-      EXPECT_EQ(got.param_gather, want.param_gather) << "stage " << stage << " A " << accumulation;
-      EXPECT_EQ(got.grad_reduce, want.grad_reduce) << "stage " << stage << " A " << accumulation;
+  const int64_t input = one_gather(97 * 31 + 97);
+  for (bool tied : {false, true}) {
+    const testing::ToyConfig model{.features = 31, .hidden = 97, .hidden_layers = 3, .tied_head = tied};
+    const int64_t head = one_gather(tied ? 31 : 31 + 97 * 31);
+    for (int accumulation : {1, 2}) {
+      for (int stage = 0; stage <= 3; ++stage) {
+        const Measured m = train_toy(model, stage, precision(), optimizer(), accumulation);
+        CommBytes want = comm_bytes_per_step(plan(m, stage, accumulation));
+        if (stage == 3) {
+          want.param_gather -= accumulation * head + (tied ? -input : (accumulation - 1) * input);
+        }
+        const CommVolume& got = m.rank0.last_step;
+        const std::string where = absl::StrCat(tied ? "tied" : "untied", " stage ", stage, " A ", accumulation);
+        EXPECT_EQ(got.param_gather, want.param_gather) << where;
+        EXPECT_EQ(got.grad_reduce, want.grad_reduce) << where;
+      }
     }
   }
 }
