@@ -90,7 +90,7 @@ absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory catego
     if (budget_ && stats_.current_total + nbytes > *budget_) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "%s on rank %d: %s asked for %s (%d bytes), but the budget is %s and %s is held (%s). "
-          "Raise the budget or use a higher ZeRO stage.",
+          "Raise the budget, or hold less per rank: a higher ZeRO stage, offload, smaller buckets or batches.",
           kOutOfMemoryTag, rank_, category_name(category), format_bytes(nbytes), nbytes, format_bytes(*budget_),
           format_bytes(stats_.current_total), held_description_locked()));
     }

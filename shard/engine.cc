@@ -138,7 +138,9 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   }
   ZERO_RETURN_IF_ERROR(initialize_params());
   plan_buckets();
-  return reserve_transient();
+  ZERO_RETURN_IF_ERROR(reserve_transient());
+  allocator_.reset_peaks();  // from here on, peaks are the steps' (initialization's workspace is gone)
+  return absl::OkStatus();
 }
 
 absl::Status Engine::place_optimizer_in_files() {
@@ -271,8 +273,10 @@ void Engine::plan_buckets() {
 }
 
 absl::Status Engine::reserve_transient() {
-  // The largest bucket, and at stage 3 the most gathered units alive at once, must fit beside what is held.
-  // A tied owner's bucket is alive through the whole backward, beside the bucket being filled.
+  // With a budget: the largest bucket, and at stage 3 the most gathered units alive at once, must fit
+  // beside what is held. A tied owner's bucket is alive through the whole backward, beside the bucket
+  // being filled.
+  if (!allocator_.budget()) return absl::OkStatus();
   std::vector<int64_t> bucket_sizes;
   for (const Bucket& b : buckets_) bucket_sizes.push_back(b.numel);
   std::sort(bucket_sizes.rbegin(), bucket_sizes.rend());
@@ -292,8 +296,6 @@ absl::Status Engine::reserve_transient() {
                         absl::StrCat(probe.status().message(), " (reserving the engine's largest gradient bucket and ",
                                      "gathered units before the first step)"));
   }
-  probe->reset();
-  allocator_.reset_peaks();  // the probe is not part of any step's peak
   return absl::OkStatus();
 }
 

@@ -80,8 +80,10 @@ class Engine {
  public:
   // Allocates parameters, gradients and optimizer state for this rank and initializes parameters from
   // their ParamSpec inits (bit-identical for every stage and world size). With an allocator budget,
-  // also reserves the largest transient buffers once, so a model that cannot fit fails here with
-  // OutOfMemory rather than in the middle of a step.
+  // also reserves the largest transient buffers once (buckets, gathered units), so a model that cannot
+  // fit fails here with OutOfMemory rather than in the middle of a step; activations depend on the
+  // batch and are not reserved (a batch too large fails in its first forward, with OutOfMemory).
+  // The allocator's peaks restart when it returns, so they measure the steps.
   static absl::StatusOr<std::unique_ptr<Engine>> create(Model& model, Communicator& comm, Allocator& allocator,
                                                         OptimizerFactory make_optimizer, ZeroConfig config);
   ~Engine();

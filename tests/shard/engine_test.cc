@@ -501,7 +501,14 @@ TEST(EngineAccounting, ModelThatDoesNotFitAtStage0TrainsAtStage3) {
   run.budget = static_cast<int64_t>(0.4 * static_cast<double>(ddp.memory[0].peak_total));
   const Outcome refused = train(run);
   EXPECT_TRUE(is_out_of_memory(refused.status)) << refused.status;
-  EXPECT_THAT(std::string(refused.status.message()), HasSubstr("Raise the budget or use a higher ZeRO stage"));
+  EXPECT_THAT(std::string(refused.status.message()), HasSubstr("Raise the budget, or hold less per rank"));
+  // Refused by Engine::create itself, before any step could run.
+  const std::vector<absl::Status> created = run_local_ranks(run.world_size, [&](Communicator& comm) {
+    Allocator allocator(comm.rank(), run.budget);
+    ToyModel model(big);
+    return Engine::create(model, comm, allocator, testing::adamw_factory(), run.zero).status();
+  });
+  for (const absl::Status& status : created) EXPECT_TRUE(is_out_of_memory(status)) << status;
   run.zero.stage = 3;
   run.zero.persistence_threshold = 0;
   const Outcome sharded = train(run);
