@@ -1,0 +1,204 @@
+// Communication overlaps compute: a collective held open until the compute thread has started the next
+// unit completes, so the engine went on computing instead of waiting for it (waiting would deadlock
+// until the communicator's deadline, failing the step).
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/comm/backend.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/status.h"
+#include "shard/engine.h"
+#include "tests/shard/toy_model.h"
+#include "tests/shard/toy_training.h"
+
+namespace zero {
+namespace {
+
+using ::testing::ElementsAre;
+
+// What the compute thread and the communication thread did, in the order they did it.
+class EventLog {
+ public:
+  void add(std::string event) {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(event));
+  }
+  std::vector<std::string> events() const {
+    std::lock_guard lock(mu_);
+    return events_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> events_;
+};
+
+// One rank (a collective is a copy), which holds the first collective `hold` selects once armed until
+// release() — or until the collective's deadline, failing it.
+class HeldBackend final : public Backend {
+ public:
+  HeldBackend(std::function<bool(const Collective&)> hold, EventLog& log) : hold_(std::move(hold)), log_(log) {}
+
+  absl::string_view name() const override { return "held"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+
+  void arm() {
+    std::lock_guard lock(mu_);
+    armed_ = true;
+  }
+  bool armed() {
+    std::lock_guard lock(mu_);
+    return armed_;
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+  absl::Status prepare(const Collective& c) override {
+    if (selected(c)) log_.add("posted held collective");
+    return absl::OkStatus();
+  }
+
+  absl::Status run(const Collective& c, absl::Time deadline) override {
+    if (selected(c)) {
+      std::unique_lock lock(mu_);
+      const auto wait = absl::ToChronoTime(deadline) - std::chrono::system_clock::now();
+      if (!cv_.wait_for(lock, wait, [&] { return released_; })) {
+        return absl::DeadlineExceededError(absl::StrCat(c.describe(), " was never released: the compute "
+                                                        "thread waited for it instead of going on"));
+      }
+      held_ = false;
+      log_.add("completed held collective");
+    }
+    // With one rank every collective's result is its input.
+    if (c.send != nullptr && c.recv != nullptr && c.send != c.recv) std::memmove(c.recv, c.send, c.chunk_bytes());
+    return absl::OkStatus();
+  }
+
+ private:
+  // The first armed collective `hold_` picks (prepare and run see the same one).
+  bool selected(const Collective& c) {
+    std::lock_guard lock(mu_);
+    if (armed_ && held_seq_ < 0 && hold_(c)) {
+      held_seq_ = static_cast<int64_t>(c.seq);
+      held_ = true;
+    }
+    return held_ && held_seq_ == static_cast<int64_t>(c.seq);
+  }
+
+  const std::function<bool(const Collective&)> hold_;
+  EventLog& log_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false;
+  bool released_ = false;
+  bool held_ = false;
+  int64_t held_seq_ = -1;
+};
+
+// A unit that logs its forward and backward (and calls `on_start` with what starts) before the wrapped one runs.
+class ObservedUnit final : public Unit {
+ public:
+  ObservedUnit(Unit& inner, std::function<void(const std::string&)> on_start)
+      : inner_(inner), on_start_(std::move(on_start)) {}
+  absl::string_view name() const override { return inner_.name(); }
+  std::vector<ParamSpec> param_specs() const override { return inner_.param_specs(); }
+  std::vector<TiedParam> tied_params() const override { return inner_.tied_params(); }
+  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
+    on_start_(absl::StrCat("forward ", name()));
+    return inner_.forward(ctx, params, x);
+  }
+  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
+                                  const Tensor& dy) override {
+    on_start_(absl::StrCat("backward ", name()));
+    return inner_.backward(ctx, params, grads, dy);
+  }
+  void release_saved() override { inner_.release_saved(); }
+
+ private:
+  Unit& inner_;
+  std::function<void(const std::string&)> on_start_;
+};
+
+class ObservedModel final : public Model {
+ public:
+  ObservedModel(Model& inner, const std::function<void(const std::string&)>& on_start) {
+    for (Unit* u : inner.units()) units_.push_back(std::make_unique<ObservedUnit>(*u, on_start));
+  }
+  std::vector<Unit*> units() override {
+    std::vector<Unit*> units;
+    for (auto& u : units_) units.push_back(u.get());
+    return units;
+  }
+
+ private:
+  std::vector<std::unique_ptr<ObservedUnit>> units_;
+};
+
+// Trains `steps` steps of the toy model (input, hidden_0, hidden_1, head) on one rank whose backend holds
+// the first collective `hold` picks from step `hold_from_step` on, until the event `release_on` starts;
+// returns the held collective's events and `release_on`'s from then on, in order.
+absl::StatusOr<std::vector<std::string>> run_holding(ZeroConfig zero, int steps, int hold_from_step,
+                                                     const std::function<bool(const Collective&)>& hold,
+                                                     const std::string& release_on) {
+  EventLog log;
+  Allocator allocator;  // outlives the model, whose units hold activations between forward and backward
+  auto backend = std::make_unique<HeldBackend>(hold, log);
+  HeldBackend& held = *backend;
+  Communicator comm(std::move(backend), CommOptions{.timeout = absl::Seconds(10)});
+  const testing::ToyConfig config{.hidden_layers = 2};
+  testing::ToyModel toy(config);
+  ObservedModel model(toy, [&](const std::string& event) {
+    if (event != release_on || !held.armed()) return;
+    log.add(event);
+    held.release();
+  });
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                        Engine::create(model, comm, allocator, testing::adamw_factory(), zero));
+  testing::ToyData data = testing::toy_rows(config, 0, 8);
+  const Batch batch = data.batch(config.features);
+  for (int step = 0; step < steps; ++step) {
+    if (step == hold_from_step) held.arm();
+    ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 0.01f).status());
+  }
+  return log.events();
+}
+
+TEST(Overlap, Stage0BucketAllreduceRunsWhileTheNextUnitComputesItsBackward) {
+  // One unit per bucket: the head's gradient is allreduced as soon as its backward wrote it, and the
+  // engine goes on to hidden_1's backward; it waits for that reduction only after launching the next.
+  const ZeroConfig zero{.stage = 0, .bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1};
+  const auto first_allreduce = [](const Collective& c) { return c.op == CollectiveOp::kAllreduce; };
+  absl::StatusOr<std::vector<std::string>> events = run_holding(zero, 1, 0, first_allreduce, "backward hidden_1");
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_THAT(*events, ElementsAre("posted held collective", "backward hidden_1", "completed held collective"));
+}
+
+TEST(Overlap, Stage3PrefetchedGatherRunsWhileTheUnitBeforeComputes) {
+  // From the second step on, the recorded order prefetches hidden_0's gather before the input layer's
+  // forward runs, and the engine waits for it only when hidden_0 needs its parameters.
+  const ZeroConfig zero{.stage = 3, .max_live_units = 2, .persistence_threshold = 0};
+  const testing::ToyConfig config{.hidden_layers = 2};
+  const int64_t hidden_numel = config.hidden * config.hidden + config.hidden;
+  const auto hidden_gather = [&](const Collective& c) {
+    return c.op == CollectiveOp::kAllgather && c.count == hidden_numel;
+  };
+  absl::StatusOr<std::vector<std::string>> events = run_holding(zero, 2, 1, hidden_gather, "forward input");
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_THAT(*events, ElementsAre("posted held collective", "forward input", "completed held collective"));
+}
+
+}  // namespace
+}  // namespace zero
