@@ -72,6 +72,7 @@ int64_t MemoryStats::in_files_total() const {
 Allocator::Allocator(int rank, std::optional<int64_t> budget_bytes) : rank_(rank), budget_(budget_bytes) {}
 
 Allocator::~Allocator() {
+  free_blocks(cache_);
   ZERO_CHECK(stats_.current_total == 0 && file_buffers_.empty(), "rank ", rank_, " allocator destroyed while ",
              format_bytes(stats_.current_total), " are still held: ", held_description_locked());
 }
@@ -79,6 +80,8 @@ Allocator::~Allocator() {
 absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory category, Device device) {
   if (nbytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation of ", nbytes, " bytes"));
   const int c = static_cast<int>(category);
+  void* reused = nullptr;
+  std::vector<CachedBlock> evicted;
   std::string file_dir;
   {
     std::lock_guard lock(mu_);
@@ -99,16 +102,48 @@ absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory catego
     stats_.current_total += nbytes;
     stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
     stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
+    most_held_ = std::max(most_held_, stats_.current_total);
+    if (device.is_cpu()) reused = take_cached_locked(nbytes);
+    evicted = evict_locked();
   }
+  free_blocks(evicted);
   Buffer buffer;
   buffer.owner_ = this;
   buffer.nbytes_ = nbytes;
   buffer.category_ = category;
   buffer.device_ = device;
+  if (reused != nullptr) {
+    buffer.data_ = reused;
+    return buffer;
+  }
   absl::StatusOr<void*> ptr = nbytes == 0 ? nullptr : device_alloc(device, static_cast<size_t>(nbytes));
   if (!ptr.ok()) return ptr.status();  // `buffer` gives the accounting back
   buffer.data_ = *ptr;
   return buffer;
+}
+
+void* Allocator::take_cached_locked(int64_t nbytes) {
+  for (auto it = cache_.rbegin(); it != cache_.rend(); ++it) {
+    if (it->nbytes != nbytes) continue;
+    void* data = it->data;
+    cache_.erase(std::next(it).base());
+    stats_.cached -= nbytes;
+    return data;
+  }
+  return nullptr;
+}
+
+std::vector<Allocator::CachedBlock> Allocator::evict_locked() {
+  const int64_t limit = budget_ ? std::min(most_held_, *budget_ - stats_.current_total) : most_held_;
+  size_t dropped = 0;
+  while (dropped < cache_.size() && stats_.cached > limit) stats_.cached -= cache_[dropped++].nbytes;
+  std::vector<CachedBlock> evicted(cache_.begin(), cache_.begin() + static_cast<ptrdiff_t>(dropped));
+  cache_.erase(cache_.begin(), cache_.begin() + static_cast<ptrdiff_t>(dropped));
+  return evicted;
+}
+
+void Allocator::free_blocks(const std::vector<CachedBlock>& blocks) {
+  for (const CachedBlock& block : blocks) device_free(Device::cpu(), block.data);
 }
 
 absl::StatusOr<Buffer> Allocator::allocate_in_file(int64_t nbytes, MemoryCategory category, const std::string& dir) {
@@ -126,6 +161,8 @@ absl::StatusOr<Buffer> Allocator::allocate_in_file(int64_t nbytes, MemoryCategor
 
 void Allocator::release(Buffer& buffer) {
   std::optional<FileBuffer> file;
+  bool kept = false;
+  std::vector<CachedBlock> evicted;
   {
     std::lock_guard lock(mu_);
     const auto it = file_buffers_.find(buffer.data_);
@@ -136,11 +173,18 @@ void Allocator::release(Buffer& buffer) {
     } else {
       stats_.current[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
       stats_.current_total -= buffer.nbytes_;
+      kept = buffer.device_.is_cpu() && buffer.nbytes_ >= kMinCachedBytes;
+      if (kept) {
+        cache_.push_back({buffer.data_, buffer.nbytes_});
+        stats_.cached += buffer.nbytes_;
+        evicted = evict_locked();
+      }
     }
   }
+  free_blocks(evicted);
   if (file) {
     file_free(file->memory, file->nbytes);
-  } else if (buffer.data_ != nullptr) {
+  } else if (!kept && buffer.data_ != nullptr) {
     device_free(buffer.device_, buffer.data_);
   }
 }
@@ -178,8 +222,13 @@ std::optional<int64_t> Allocator::budget() const {
 }
 
 void Allocator::set_budget(std::optional<int64_t> budget_bytes) {
-  std::lock_guard lock(mu_);
-  budget_ = budget_bytes;
+  std::vector<CachedBlock> evicted;
+  {
+    std::lock_guard lock(mu_);
+    budget_ = budget_bytes;
+    evicted = evict_locked();
+  }
+  free_blocks(evicted);
 }
 
 MemoryStats Allocator::stats() const {
@@ -214,6 +263,10 @@ std::string Allocator::summary() const {
   }
   absl::StrAppendFormat(&out, "%-16s %14s %14s\n", "total", format_bytes(stats_.current_total),
                         format_bytes(stats_.peak_total));
+  if (stats_.cached > 0) {
+    absl::StrAppendFormat(&out, "%-16s %14s freed, kept for reuse\n", "cached",
+                          format_bytes(stats_.cached));
+  }
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     if (stats_.in_files[c] == 0) continue;
     absl::StrAppendFormat(&out, "%-16s %14s in files (%s)\n", category_name(static_cast<MemoryCategory>(c)),
