@@ -124,7 +124,7 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
                .formula_model_state = model_state_bytes(plan).total(),
                .in_files = held.in_files_total(),
                .formula_in_files = model_state_bytes(plan).in_files, .sent = engine->comm_volume(),
-               .formula_sent = comm_bytes_per_step(plan).total()};
+               .formula_sent = comm_bytes_per_step(plan).total(), .kept_for_reuse = held.cached};
   engine.reset();
   model.reset();
   row.memory = allocator.stats();
@@ -189,17 +189,18 @@ ResultTable stages_bench_table(const std::vector<StageRow>& rows) {
   ResultTable table({{"stage"}, {"step_ms", 1}, {"tokens/s", 0}, {"vs_stage0", 3}, {"params_MiB", 2},
                      {"grads_MiB", 2}, {"master_MiB", 2}, {"optim_MiB", 2}, {"comm_MiB", 2}, {"activ_MiB", 2},
                      {"work_MiB", 2}, {"state_MiB", 2}, {"formula_MiB", 2}, {"sent_MiB", 2}, {"theory_MiB", 2},
-                     {"wait_ms", 1}});
+                     {"wait_ms", 1}, {"kept_MiB", 2}});
   const double stage0_ms = !rows.empty() && rows[0].stage == 0 ? rows[0].step_ms : 0;
   for (const StageRow& r : rows) {
     const MemoryStats& m = r.memory;
-    table.add_row({int64_t{r.stage}, r.step_ms, r.tokens_per_s, stage0_ms > 0 ? r.step_ms / stage0_ms : 0.0,
+    table.add_row({int64_t{r.stage}, r.step_ms, r.tokens_per_s,
+                   stage0_ms > 0 ? Cell(r.step_ms / stage0_ms) : Cell(std::string("-")),
                    mib(m.peak_of(MemoryCategory::kParams)), mib(m.peak_of(MemoryCategory::kGrads)),
                    mib(m.peak_of(MemoryCategory::kMasterWeights)), mib(m.peak_of(MemoryCategory::kOptimizerState)),
                    mib(m.peak_of(MemoryCategory::kCommBuffers)), mib(m.peak_of(MemoryCategory::kActivations)),
                    mib(m.peak_of(MemoryCategory::kWorkspace)), mib(r.model_state_peak()), mib(r.formula_model_state),
                    mib(r.sent.param_gather + r.sent.grad_reduce), mib(r.formula_sent),
-                   r.wait_ms ? Cell(*r.wait_ms) : Cell(std::string("-"))});
+                   r.wait_ms ? Cell(*r.wait_ms) : Cell(std::string("-")), mib(r.kept_for_reuse)});
   }
   return table;
 }
@@ -238,7 +239,7 @@ absl::Status stages_command() {
                 "# memory: rank 0's peak per category; state = params+grads+master+optim against shard/plan.h; "
                 "sent: rank 0's gathers + reductions in the last step against theory (tied wte adds gathers); "
                 "wait: rank 0's time per step blocked on communication (not hidden by compute, or a slower "
-                "peer)\n",
+                "peer); kept: freed host memory the allocator keeps for the next step (runtime/allocator.h)\n",
                 describe_model(options).c_str(), std::string(comm.backend_name()).c_str(), comm.world_size(),
                 options.reps.warmup, options.reps.iters);
     std::fputs(table.to_text().c_str(), stdout);

@@ -43,6 +43,7 @@ struct StageRow {
   int64_t formula_in_files = 0;     // shard/plan.h's
   CommVolume sent;                  // rank 0's bytes in the last step
   int64_t formula_sent = 0;         // shard/plan.h's gathers + reductions per step
+  int64_t kept_for_reuse = 0;       // rank 0's freed host blocks the allocator kept after the last step
 
   // Rank 0's peak params + grads + master weights + optimizer state in RAM, beside formula_model_state.
   int64_t model_state_peak() const;
