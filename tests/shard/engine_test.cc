@@ -1,6 +1,7 @@
 // The engine: stages 0-3 agree bit for bit, match single-rank training, and hold and send what the formulas say.
 #include "shard/engine.h"
 
+#include <atomic>
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -451,6 +452,39 @@ TEST(LossScaling, OverflowSkipsTheStepOnEveryRankAndHalvesTheScaleAfterTheHyster
   const Outcome only_skipped = train(run);
   ASSERT_TRUE(untrained.status.ok() && only_skipped.status.ok());
   EXPECT_TRUE(bitwise_equal(only_skipped.params, untrained.params));
+}
+
+TEST(LossScaling, AnOverflowInOneRanksGradientSkipsTheStepOnEveryRank) {
+  // Rank 1 writes +inf into hidden_0's first weight gradient in step 0. From stage 1 on, the reduction
+  // lands it in rank 0's shard alone, so the skip must come from the ranks agreeing, not each looking.
+  for (int stage = 0; stage <= 3; ++stage) {
+    TrainRun run{.world_size = 2, .steps = 2};
+    run.zero.stage = stage;
+    run.zero.persistence_threshold = 0;
+    run.zero.precision = DType::kF16;
+    run.zero.loss_scaling.initial_scale = 256;
+    std::atomic<bool> injected = false;  // once: a skipped step leaves ctx.step where it was
+    run.hooks.after_backward = [&](const UnitContext& ctx, absl::string_view unit, const ParamViews& grads) {
+      if (ctx.allocator.rank() != 1 || unit != "hidden_0" || injected.exchange(true)) return;
+      const Tensor& g = grads.at("weight");
+      ASSERT_EQ(g.dtype(), DType::kF16);
+      *static_cast<uint16_t*>(g.data()) = 0x7C00;  // fp16 +inf
+    };
+    const testing::LocalOutcome out = train_local(run);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    run.hooks = {};
+    run.steps = 1;
+    run.first_step = 1;
+    const Outcome only_second = train(run);  // step 1 alone, from the initial parameters and state
+    for (const testing::RankResult& rank : out.ranks) {
+      EXPECT_TRUE(rank.steps[0].skipped) << "stage " << stage << " rank " << &rank - out.ranks.data();
+      EXPECT_FALSE(rank.steps[1].skipped) << "stage " << stage;
+      EXPECT_TRUE(bitwise_equal(rank.params, out.ranks[0].params)) << "stage " << stage;
+    }
+    EXPECT_EQ(out.ranks[0].steps[1].loss_scale, 256) << "hysteresis 2: one overflow keeps the scale";
+    ASSERT_TRUE(only_second.status.ok()) << only_second.status;
+    EXPECT_TRUE(bitwise_equal(only_second.params, out.ranks[0].params)) << "stage " << stage << ": the skip left a trace";
+  }
 }
 
 TEST(LossScaling, ScaleDoublesAfterEachWindowOfGoodSteps) {

@@ -17,6 +17,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
+#include "tests/shard/hooked_model.h"
 #include "tests/shard/toy_model.h"
 #include "tests/shard/toy_training.h"
 
@@ -108,45 +109,6 @@ class HeldBackend final : public Backend {
   int64_t held_seq_ = -1;
 };
 
-// A unit that logs its forward and backward (and calls `on_start` with what starts) before the wrapped one runs.
-class ObservedUnit final : public Unit {
- public:
-  ObservedUnit(Unit& inner, std::function<void(const std::string&)> on_start)
-      : inner_(inner), on_start_(std::move(on_start)) {}
-  absl::string_view name() const override { return inner_.name(); }
-  std::vector<ParamSpec> param_specs() const override { return inner_.param_specs(); }
-  std::vector<TiedParam> tied_params() const override { return inner_.tied_params(); }
-  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
-    on_start_(absl::StrCat("forward ", name()));
-    return inner_.forward(ctx, params, x);
-  }
-  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
-                                  const Tensor& dy) override {
-    on_start_(absl::StrCat("backward ", name()));
-    return inner_.backward(ctx, params, grads, dy);
-  }
-  void release_saved() override { inner_.release_saved(); }
-
- private:
-  Unit& inner_;
-  std::function<void(const std::string&)> on_start_;
-};
-
-class ObservedModel final : public Model {
- public:
-  ObservedModel(Model& inner, const std::function<void(const std::string&)>& on_start) {
-    for (Unit* u : inner.units()) units_.push_back(std::make_unique<ObservedUnit>(*u, on_start));
-  }
-  std::vector<Unit*> units() override {
-    std::vector<Unit*> units;
-    for (auto& u : units_) units.push_back(u.get());
-    return units;
-  }
-
- private:
-  std::vector<std::unique_ptr<ObservedUnit>> units_;
-};
-
 // Trains `steps` steps of the toy model (input, hidden_0, hidden_1, head) on one rank whose backend holds
 // the first collective `hold` picks from step `hold_from_step` on, until the event `release_on` starts;
 // returns the held collective's events and `release_on`'s from then on, in order.
@@ -160,11 +122,11 @@ absl::StatusOr<std::vector<std::string>> run_holding(ZeroConfig zero, int steps,
   Communicator comm(std::move(backend), CommOptions{.timeout = absl::Seconds(10)});
   const testing::ToyConfig config{.hidden_layers = 2};
   testing::ToyModel toy(config);
-  ObservedModel model(toy, [&](const std::string& event) {
-    if (event != release_on || !held.armed()) return;
-    log.add(event);
-    held.release();
-  });
+  testing::HookedModel model(toy, {.on_start = [&](const std::string& event) {
+                                 if (event != release_on || !held.armed()) return;
+                                 log.add(event);
+                                 held.release();
+                               }});
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                         Engine::create(model, comm, allocator, testing::adamw_factory(), zero));
   testing::ToyData data = testing::toy_rows(config, 0, 8);

@@ -23,7 +23,8 @@ OptimizerFactory sgd_factory() {
 absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
   RankResult result;
   Allocator alloc(comm.rank(), run.budget);
-  ToyModel model(run.model, comm.rank());
+  ToyModel toy(run.model, comm.rank());
+  HookedModel model(toy, run.hooks);
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, run.optimizer, run.zero));
   const int micro = run.zero.accumulation_steps;
   const int64_t rows = kGlobalBatch / (comm.world_size() * micro);

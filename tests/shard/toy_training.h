@@ -11,6 +11,7 @@
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
 #include "shard/engine.h"
+#include "tests/shard/hooked_model.h"
 #include "tests/shard/toy_model.h"
 
 namespace zero::testing {
@@ -32,6 +33,7 @@ struct TrainRun {
   std::string load_checkpoint;  // loaded before the first step; "" = none
   std::string save_checkpoint;  // saved after the last step; "" = none
   bool evaluate_first = false;  // each micro-batch goes through Engine::evaluate before its step
+  UnitHooks hooks;              // around every unit's forward and backward, on every rank
 };
 
 // What one rank saw.
