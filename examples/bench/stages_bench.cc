@@ -17,8 +17,8 @@
 #include "runtime/status.h"
 #include "shard/plan.h"
 
-ABSL_FLAG(std::string, model, "small",
-          "stages: the GPT-2 shape: small (maxT 256, V 8192, L 4, NH 4, C 256) or a preset (tiny, d12, d24, d36, d48)");
+ABSL_FLAG(std::string, model, "mini",
+          "stages: the GPT-2 shape: mini (maxT 256, V 8192, L 4, NH 4, C 256: quick) or a preset (tiny, d12 = GPT-2 small 124M, d24, d36, d48)");
 ABSL_FLAG(std::string, stages, "0,1,2,3", "stages: comma list of ZeRO stages to run, each from 0 to 3");
 ABSL_FLAG(int64_t, batch, 4, "stages: sequences per rank per step (B)");
 ABSL_FLAG(int64_t, seq, 64, "stages: tokens per sequence (T), at most the model's maxT");
@@ -34,9 +34,9 @@ using Clock = std::chrono::steady_clock;
 
 absl::StatusOr<Gpt2Config> gpt2_model_flag() {
   const std::string name = absl::GetFlag(FLAGS_model);
-  if (name == "small") return Gpt2Config::make(256, 8192, 4, 4, 256);
+  if (name == "mini") return Gpt2Config::make(256, 8192, 4, 4, 256);
   absl::StatusOr<Gpt2Config> preset = Gpt2Config::preset(name);
-  if (!preset.ok()) return flag_error("model", absl::StrCat("'", name, "' is not small, tiny, d12, d24, d36 or d48"));
+  if (!preset.ok()) return flag_error("model", absl::StrCat("'", name, "' is not mini, tiny, d12, d24, d36 or d48"));
   return preset;
 }
 
