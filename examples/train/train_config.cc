@@ -1,11 +1,13 @@
 #include "examples/train/train_config.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -121,6 +123,8 @@ absl::Status convert(const json& v, absl::string_view key, std::vector<double>& 
   return absl::OkStatus();
 }
 
+constexpr std::array<absl::string_view, 4> kOptimizerTypes = {"Adam", "AdamW", "Lamb", "SGD"};
+
 // DeepSpeed keys for what zero does not have, refused with the reason; and zero's renamed keys.
 const std::map<std::string, std::string, std::less<>> kKeysNotTaken = {
     {"activation_checkpointing", "DeepSpeed's; model.recompute has every GPT-2 block recompute its activations in "
@@ -166,12 +170,13 @@ class KeyReader {
   // its `enabled` is false.
   absl::Status read_disabled_section(absl::string_view section, absl::string_view why) {
     ZERO_RETURN_IF_ERROR(read_fixed(absl::StrCat(section, ".enabled"), false, why));
-    known_sections_.insert(std::string(section));
+    accept_section(section);
     return absl::OkStatus();
   }
 
-  // A DeepSpeed key that changes nothing here: accepted with any value.
+  // A DeepSpeed key, or a whole section, that changes nothing here: accepted with any value.
   void accept(absl::string_view key) { known_.insert(std::string(key)); }
+  void accept_section(absl::string_view section) { known_sections_.insert(std::string(section)); }
 
   absl::Status check_no_unknown_keys() const { return check_object(root_, ""); }
 
@@ -238,6 +243,16 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   r.accept("zero_optimization.offload_optimizer.pin_memory");  // offload goes from host memory to files
   r.accept("zero_optimization.offload_param.pin_memory");
   r.accept("zero_allow_untested_optimizer");  // every optimizer zero has is sharded
+  // Tuning of DeepSpeed's asynchronous NVMe swapper: zero's offload maps files and pages them itself.
+  for (absl::string_view key : {"offload_param.buffer_count", "offload_param.buffer_size", "offload_param.max_in_cpu",
+                                "offload_optimizer.buffer_count", "offload_optimizer.pipeline_read",
+                                "offload_optimizer.pipeline_write", "offload_optimizer.fast_init"}) {
+    r.accept(absl::StrCat("zero_optimization.", key));
+  }
+  r.accept_section("aio");
+  ZERO_RETURN_IF_ERROR(r.read_fixed("fp16.auto_cast", false, "the model computes in the training precision itself"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("fp16.consecutive_hysteresis", false,
+                                    "hysteresis counts overflows since the scale last changed"));
   // Gathered units alive are bounded by stage3_max_live_parameters, and a unit kept for a reuse within
   // them holds no more copies than prefetch would: freeing it earlier would only gather it again.
   r.accept("zero_optimization.stage3_max_reuse_distance");
@@ -276,6 +291,9 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("fp16.min_loss_scale", c.fp16.min_loss_scale));
   OptimizerConfig& o = c.optimizer;
   ZERO_RETURN_IF_ERROR(r.read("optimizer.type", o.type));
+  for (absl::string_view name : kOptimizerTypes) {
+    if (absl::EqualsIgnoreCase(o.type, name)) o.type = std::string(name);  // DeepSpeed matches any case
+  }
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.lr", o.lr));
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.betas", o.betas));
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.eps", o.eps));
@@ -402,8 +420,8 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(f.hysteresis >= 1, "fp16.hysteresis", f.hysteresis, "must be >= 1"));
   ZERO_RETURN_IF_ERROR(require(f.min_loss_scale > 0, "fp16.min_loss_scale", f.min_loss_scale, "must be positive"));
   const OptimizerConfig& o = c.optimizer;
-  ZERO_RETURN_IF_ERROR(require(one_of(o.type, {"Adam", "AdamW", "Lamb", "SGD"}), "optimizer.type", o.type,
-                               "use Adam, AdamW, Lamb or SGD"));
+  ZERO_RETURN_IF_ERROR(require(std::find(kOptimizerTypes.begin(), kOptimizerTypes.end(), o.type) != kOptimizerTypes.end(),
+                               "optimizer.type", o.type, "use Adam, AdamW, Lamb or SGD (in any case)"));
   ZERO_RETURN_IF_ERROR(require(o.lr >= 0, "optimizer.params.lr", o.lr, "must be >= 0"));
   ZERO_RETURN_IF_ERROR(require(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 &&
                                    o.betas[1] < 1,
@@ -423,8 +441,12 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   const int64_t total = s.total_num_steps > 0 ? s.total_num_steps : c.steps;
   const bool decays = s.type == "WarmupDecayLR" || s.type == "WarmupCosineLR";
   const int64_t warmup = std::max<int64_t>(2, s.warmup_num_steps);  // DeepSpeed's floor
-  return require(!decays || total > warmup, "scheduler.params.total_num_steps", total,
-                 absl::StrCat("must exceed max(2, warmup_num_steps) = ", warmup, " for ", s.type));
+  if (!decays || total > warmup) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      s.total_num_steps > 0 ? absl::StrCat("scheduler.params.total_num_steps = ", total)
+                            : absl::StrCat("steps = ", total, " (scheduler.params.total_num_steps defaults to it)"),
+      ": ", s.type, " decays after its warmup, so it must exceed max(2, scheduler.params.warmup_num_steps = ",
+      s.warmup_num_steps, ") = ", warmup, "; raise it or shorten the warmup"));
 }
 
 absl::Status validate_gpt2(const ModelConfig& m, const DataConfig& d) {
@@ -532,15 +554,32 @@ absl::Status apply_override(json& root, absl::string_view override_arg) {
   return absl::OkStatus();
 }
 
+// `text` as a JSON object, or an error saying at which line and column it stops being one.
+absl::StatusOr<json> parse_json_object(const std::string& text) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    const size_t end = std::min(text.size(), e.byte > 0 ? e.byte - 1 : 0);
+    const size_t line_start = text.rfind('\n', end == 0 ? 0 : end - 1);
+    const int64_t line = 1 + std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(end), '\n');
+    const size_t column = end - (line_start == std::string::npos ? 0 : line_start + 1) + 1;
+    std::string what = e.what();
+    if (const size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
+    return absl::InvalidArgumentError(absl::StrCat("the config is not valid JSON at line ", line, ", column ", column,
+                                                   ": ", what));
+  }
+  if (!root.is_object()) return absl::InvalidArgumentError(absl::StrCat("the config is ", root.type_name(),
+                                                                        ", not a JSON object ({...})"));
+  return root;
+}
+
 }  // namespace
 
 const char* default_config_json() { return kDefaultConfig; }
 
 absl::StatusOr<TrainConfig> parse_train_config(const std::string& text, const std::vector<std::string>& overrides) {
-  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !root.is_object()) {
-    return absl::InvalidArgumentError("the config is not a JSON object; check its brackets, quotes and commas");
-  }
+  ZERO_ASSIGN_OR_RETURN(json root, parse_json_object(text));
   for (const std::string& o : overrides) ZERO_RETURN_IF_ERROR(apply_override(root, o));
   TrainConfig config;
   KeyReader reader(root);

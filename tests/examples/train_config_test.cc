@@ -240,12 +240,39 @@ TEST(TrainConfigTest, Bf16AndFp16TogetherAreRefusedNamingBoth) {
 
 TEST(TrainConfigTest, DecayingScheduleMustOutlastItsWarmup) {
   EXPECT_THAT(parse_error(kMinimal, {"scheduler.type=WarmupDecayLR", "scheduler.params.warmup_num_steps=100",
-                                     "steps=50"}),
-              AllOf(HasSubstr("scheduler.params.total_num_steps = 50"), HasSubstr("100")));
+                                     "scheduler.params.total_num_steps=50"}),
+              AllOf(HasSubstr("scheduler.params.total_num_steps = 50"),
+                    HasSubstr("scheduler.params.warmup_num_steps = 100")));
+  // Left out, total_num_steps is the run's steps: the error names the key the user set.
+  EXPECT_THAT(parse_error(kMinimal, {"scheduler.type=WarmupCosineLR", "scheduler.params.warmup_num_steps=20",
+                                     "steps=5"}),
+              AllOf(HasSubstr("steps = 5 (scheduler.params.total_num_steps defaults to it)"),
+                    HasSubstr("scheduler.params.warmup_num_steps = 20")));
 }
 
-TEST(TrainConfigTest, MalformedJsonIsRefused) {
-  EXPECT_THAT(parse_error("{\"steps\": 3,"), HasSubstr("not a JSON object"));
+TEST(TrainConfigTest, MalformedJsonIsRefusedAtItsLineAndColumn) {
+  EXPECT_THAT(parse_error("{\"steps\": 3,\n \"ranks\": 2,\n  \"seed\" 7}"),
+              HasSubstr("not valid JSON at line 3, column 10"));
+  EXPECT_THAT(parse_error("[1, 2]"), HasSubstr("the config is array, not a JSON object"));
+}
+
+TEST(TrainConfigTest, OptimizerTypeIsReadInAnyCase) {
+  EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=adamw"}).optimizer.type, "AdamW");
+  EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=LAMB"}).optimizer.type, "Lamb");
+  EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=sgd"}).optimizer.type, "SGD");
+}
+
+TEST(TrainConfigTest, AcceptsDeepSpeedsSwapperTuningWithNoEffect) {
+  const TrainConfig c = parse_ok(R"({"train_micro_batch_size_per_gpu": 2,
+    "aio": {"block_size": 1048576, "queue_depth": 8, "thread_count": 1, "single_submit": false, "overlap_events": true},
+    "fp16": {"auto_cast": false, "consecutive_hysteresis": false},
+    "zero_optimization": {"stage": 3,
+      "offload_param": {"buffer_count": 5, "buffer_size": 1e8, "max_in_cpu": 1e9},
+      "offload_optimizer": {"buffer_count": 4, "pipeline_read": false, "pipeline_write": false, "fast_init": false}}})");
+  EXPECT_EQ(c.zero_optimization.stage, 3);
+  EXPECT_THAT(parse_error(kMinimal, {"fp16.auto_cast=true"}), HasSubstr("fp16.auto_cast = true: zero always runs as false"));
+  EXPECT_THAT(parse_error(kMinimal, {"fp16.consecutive_hysteresis=true"}),
+              HasSubstr("fp16.consecutive_hysteresis = true: zero always runs as false"));
 }
 
 absl::StatusOr<BatchPlan> batch_of(std::optional<int64_t> global, std::optional<int64_t> micro,
