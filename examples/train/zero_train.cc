@@ -198,19 +198,39 @@ absl::Status export_weights(const Plan& plan, Engine& engine, int rank) {
   return rank == 0 ? writer.write(plan.config.export_path) : absl::OkStatus();
 }
 
+// Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMI and PMIx launchers (MPICH's, srun's) PMI_SIZE or PMIX_RANK.
+bool started_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+// A rank's allocator, with memory_budget_mib as its budget.
+Allocator rank_allocator(const TrainConfig& config, int rank) {
+  return Allocator(rank, config.memory_budget_mib > 0 ? std::optional<int64_t>(config.memory_budget_mib << 20)
+                                                     : std::nullopt);
+}
+
 // One rank's run: engine, data, the loop with periodic evaluation, the summary.
 class RankRun {
  public:
-  RankRun(Communicator& comm, const Plan& plan)
+  // `allocator` is this rank's, with the budget (rank_allocator); the communicator may account its scratch there too.
+  RankRun(Communicator& comm, const Plan& plan, Allocator& allocator)
       : comm_(comm),
         plan_(plan),
-        allocator_(comm.rank(), plan.config.memory_budget_mib > 0
-                                    ? std::optional<int64_t>(plan.config.memory_budget_mib << 20)
-                                    : std::nullopt),
+        allocator_(allocator),
         schedule_(plan.config.scheduler, plan.config.optimizer.lr, plan.config.steps),
         lead_(comm.rank() == 0) {}
 
+  // Running out of the budget, whether the engine's states or a step's activations, is the budget's fault.
   absl::Status run() {
+    const absl::Status status = setup_and_train();
+    if (!is_out_of_memory(status)) return status;
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory_budget_mib = ", plan_.config.memory_budget_mib, " is too small: ", status.message()));
+  }
+
+ private:
+  absl::Status setup_and_train() {
     ZERO_RETURN_IF_ERROR(setup());
     const int64_t steps = plan_.config.steps;
     for (int64_t step = first_step_ + 1; step <= steps; ++step) {
@@ -225,7 +245,6 @@ class RankRun {
     return first_step_ < steps ? summarize() : absl::OkStatus();
   }
 
- private:
   absl::Status setup() {
     ZERO_ASSIGN_OR_RETURN(model_, create_model(plan_));
     ZERO_ASSIGN_OR_RETURN(engine_, Engine::create(*model_, comm_, allocator_, optimizer_factory(plan_.config.optimizer),
@@ -241,7 +260,9 @@ class RankRun {
                                                         allocator_, plan_.zero.device));
     ZERO_ASSIGN_OR_RETURN(metrics_, MetricsFile::open(lead_ ? plan_.config.metrics_path : "", first_step_ > 0));
     const bool mlp = plan_.config.model.type == "mlp";
-    progress_.emplace(first_step_, plan_.config.steps, plan_.config.steps_per_print, isatty(fileno(stdout)) == 1,
+    // Open MPI gives its ranks a pseudo-terminal: a progress bar redrawn by several processes is garbled.
+    const bool terminal = isatty(fileno(stdout)) == 1 && !started_by_mpirun();
+    progress_.emplace(first_step_, plan_.config.steps, plan_.config.steps_per_print, terminal,
                       mlp ? "samples/s" : "tok/s");
     if (!lead_) return absl::OkStatus();
     progress_->line(describe(plan_, comm_.world_size()));
@@ -333,7 +354,7 @@ class RankRun {
 
   Communicator& comm_;
   const Plan& plan_;
-  Allocator allocator_;
+  Allocator& allocator_;
   LrSchedule schedule_;
   std::optional<Progress> progress_;  // set up once the first step is known
   const bool lead_;  // rank 0 prints and writes
@@ -397,7 +418,7 @@ absl::StatusOr<TrainConfig> load_config(const Command& command) {
 
 #ifdef ZERO_HAS_MPI
 // One rank of an mpirun-launched job: its plan needs the world size, and under nccl its GPU.
-absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm) {
+absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm, Allocator& allocator) {
   // mpirun starts these ranks. A launcher that starts the processes itself (torchrun sets WORLD_SIZE)
   // leaves each in an MPI world of one, where it would train alone.
   int64_t launched = 1;
@@ -408,14 +429,23 @@ absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm) {
         " rank(s); start the ranks with mpirun -np ", launched, " (torchrun-style launchers are not MPI)"));
   }
   ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, comm.world_size(), comm.home_device()));
-  return RankRun(comm, plan).run();
+  return RankRun(comm, plan, allocator).run();
+}
+
+// The rank mpirun gave this process, before MPI is initialized: only for the allocator's messages.
+int launched_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    int rank = 0;
+    if (const char* value = std::getenv(name); value != nullptr && absl::SimpleAtoi(value, &rank)) return rank;
+  }
+  return 0;
 }
 #endif
 
-// Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMI and PMIx launchers (MPICH's, srun's) PMI_SIZE or PMIX_RANK.
-bool started_by_mpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
-         std::getenv("PMIX_RANK") != nullptr;
+// A rank of this process: its own allocator, then its run.
+absl::Status train_one_rank(Communicator& comm, const Plan& plan) {
+  Allocator allocator = rank_allocator(plan.config, comm.rank());
+  return RankRun(comm, plan, allocator).run();
 }
 
 // backend = nccl without mpirun: this process drives config.ranks GPUs, rank r on cuda:r.
@@ -426,7 +456,7 @@ absl::Status run_nccl_ranks_on_this_process(const TrainConfig& config) {
   return root_cause(run_nccl_ranks_in_process(config.ranks, [&](Communicator& comm) -> absl::Status {
     Plan plan = shared;
     plan.zero.device = comm.home_device();
-    return RankRun(comm, plan).run();
+    return train_one_rank(comm, plan);
   }));
 #else
   (void)config;
@@ -438,7 +468,12 @@ absl::Status run_ranks(const TrainConfig& config) {
   // Under mpirun a failing rank prints its error and aborts the whole job inside run_mpi_launched.
   if (config.backend == "mpi") {
 #ifdef ZERO_HAS_MPI
-    const int exit_code = run_mpi_rank([&](Communicator& comm) { return run_launched_rank(config, comm); });
+    // The allocator outlives the communicator, which accounts its scratch there (CommOptions::allocator).
+    Allocator allocator = rank_allocator(config, launched_rank());
+    CommOptions options = CommOptions::from_env();
+    options.allocator = &allocator;
+    const int exit_code =
+        run_mpi_rank([&](Communicator& comm) { return run_launched_rank(config, comm, allocator); }, options);
     return exit_code == 0 ? absl::OkStatus() : absl::InternalError("an mpi rank failed");
 #else
     return absl::InvalidArgumentError("backend = mpi: this zero-train was built without MPI; use local");
@@ -448,7 +483,10 @@ absl::Status run_ranks(const TrainConfig& config) {
   if (config.backend == "nccl") {
 #if defined(ZERO_HAS_NCCL) && defined(ZERO_HAS_MPI)
     const int exit_code = run_mpi_launched([] { return make_nccl_communicator_from_mpi(); },
-                                           [&](Communicator& comm) { return run_launched_rank(config, comm); });
+                                           [&](Communicator& comm) {
+                                             Allocator allocator = rank_allocator(config, comm.rank());
+                                             return run_launched_rank(config, comm, allocator);
+                                           });
     return exit_code == 0 ? absl::OkStatus() : absl::InternalError("an nccl rank failed");
 #else
     return absl::InvalidArgumentError(
@@ -458,7 +496,12 @@ absl::Status run_ranks(const TrainConfig& config) {
   // Local ranks share one device; the plan is made before they start, so a bad config is refused first.
   const Device device = config.device == "cuda" ? Device::cuda(0) : Device::cpu();
   ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, config.ranks, device));
-  return root_cause(run_local_ranks(config.ranks, [&](Communicator& comm) { return RankRun(comm, plan).run(); }));
+  return root_cause(run_local_ranks(config.ranks, [&](Communicator& comm) { return train_one_rank(comm, plan); }));
+}
+
+// Exit status 2 is for what the user can fix in the config, flags or files; 1 for a run that failed.
+bool is_bad_input(const absl::Status& status) {
+  return absl::IsInvalidArgument(status) || absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
 }
 
 }  // namespace
@@ -478,8 +521,8 @@ int main(int argc, char** argv) {
   }
   const absl::Status status = run_ranks(*config);
   if (!status.ok()) {
-    std::fprintf(stderr, "zero-train: %s\n", status.ToString().c_str());
-    return 1;
+    std::fprintf(stderr, "zero-train: %s\n", std::string(status.message()).c_str());
+    return is_bad_input(status) ? 2 : 1;
   }
   return 0;
 }

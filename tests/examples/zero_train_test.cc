@@ -19,6 +19,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 using json = nlohmann::json;
 
 using testing::RunResult;
@@ -254,11 +255,22 @@ TEST_F(ZeroTrainTest, HelpPrintsTheUsageAndTheEmbeddedDefault) {
                                 HasSubstr("\"train_batch_size\": 64")));
 }
 
-TEST_F(ZeroTrainTest, UnknownKeyExitsNonZeroNamingIt) {
+TEST_F(ZeroTrainTest, UnknownKeyExitsTwoNamingIt) {
   const RunResult run = run_zero_train("--zero_optimization.stgae=3");
-  EXPECT_NE(run.exit_code, 0);
-  EXPECT_THAT(run.output, AllOf(HasSubstr("unknown key 'zero_optimization.stgae'"),
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output, AllOf(StartsWith("zero-train: unknown key 'zero_optimization.stgae'"),
                                 HasSubstr("did you mean 'zero_optimization.stage'")));
+}
+
+TEST_F(ZeroTrainTest, BudgetTooSmallForTheEnginesBuffersExitsTwoNamingTheKey) {
+  // 2 MiB holds the default GPT-2's model states at stage 0, 1.70 MiB (so the config-time check passes),
+  // but not its first gradient bucket, which the engine reserves before any step.
+  const RunResult run = run_zero_train(absl::StrCat(
+      tiny_run_args(""), " --model.num_layers=2 --model.channels=64 --zero_optimization.stage=0 --memory_budget_mib=2"));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("zero-train: memory_budget_mib = 2 is too small: zero: out of memory on rank"));
+  EXPECT_THAT(run.output, HasSubstr("comm_buffers asked for"));
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("RESOURCE_EXHAUSTED")));
 }
 
 TEST_F(ZeroTrainTest, BatchMismatchExitsNonZeroBeforeTraining) {
@@ -284,6 +296,8 @@ TEST_F(ZeroTrainTest, MpiBackendUnderMpiexecTrains) {
                                        absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ",
                                                     ZERO_MPIEXEC, " -n 2 --oversubscribe"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
+  // Open MPI gives its ranks a pseudo-terminal; the bar would be redrawn with '\r' by every rank.
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("\r"))) << "a progress bar under mpirun";
   const std::vector<json> train = events(metrics_lines(path), "train");
   ASSERT_EQ(train.size(), 12u);
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
