@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "optim/optimizers.h"
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
@@ -30,6 +31,8 @@ constexpr int64_t kIn = 2, kHidden = 64, kRowsPerRank = 32;
 // h = relu(x W^T + b): (B, 2) -> (B, 64). The first unit reads the batch.
 class Hidden final : public Unit {
  public:
+  // dh: where the next unit's backward leaves d(loss)/dh, freed here once read.
+  explicit Hidden(Buffer& dh) : dh_(dh) {}
   absl::string_view name() const override { return "hidden"; }
   std::vector<ParamSpec> param_specs() const override {
     return {{"weight", {kHidden, kIn}, Init::normal(1.0f)}, {"bias", {kHidden}, Init::normal(0.5f)}};
@@ -62,6 +65,7 @@ class Hidden final : public Unit {
       }
     }
     h_.reset();
+    dh_.reset();  // the last reader of the gradient frees it: held past the step, it would leak into the next
     return Tensor();  // the first unit has no input gradient
   }
 
@@ -69,11 +73,14 @@ class Hidden final : public Unit {
   const float* x_ = nullptr;
   int64_t rows_ = 0;
   Buffer h_;
+  Buffer& dh_;
 };
 
 // y = h w + b and the mean squared error against the targets: (B, 64) -> (B).
 class Output final : public Unit {
  public:
+  // dh: where backward writes d(loss)/dh for the previous unit, which frees it.
+  explicit Output(Buffer& dh) : dh_(dh) {}
   absl::string_view name() const override { return "output"; }
   std::vector<ParamSpec> param_specs() const override {
     return {{"weight", {kHidden}, Init::normal(0.1f)}, {"bias", {1}, Init::zeros()}};
@@ -112,7 +119,8 @@ class Output final : public Unit {
 
  private:
   Tensor h_;
-  Buffer err_, dh_;
+  Buffer err_;
+  Buffer& dh_;
 };
 
 class Regressor final : public Model {
@@ -120,8 +128,9 @@ class Regressor final : public Model {
   std::vector<Unit*> units() override { return {&hidden_, &output_}; }
 
  private:
-  Hidden hidden_;
-  Output output_;
+  Buffer dh_;  // d(loss)/dh, from output's backward to hidden's
+  Hidden hidden_{dh_};
+  Output output_{dh_};
 };
 
 // This rank's rows of step `step`: x uniform in [-2, 2)^2, y = sin(x0) + x1^2 / 2.
@@ -158,14 +167,32 @@ absl::Status train(Communicator& comm) {
     std::printf("stage %d, %d ranks: loss %s from %.4f to %.4f\n%s", config.stage,
                 comm.world_size(), last < first ? "fell" : "did not fall", first, last, allocator.summary().c_str());
   }
+  if (const int64_t held = allocator.stats().current_of(MemoryCategory::kActivations); held != 0) {
+    return absl::InternalError(absl::StrCat(held, " bytes of activations outlived the last step"));
+  }
   return last < first ? absl::OkStatus() : absl::InternalError("the loss did not fall");
+}
+
+// A flag's value out of range, named as the user typed it.
+absl::Status check_flags() {
+  if (const int stage = absl::GetFlag(FLAGS_stage); stage < 0 || stage > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("--stage=", stage, ": ZeRO stages are 0, 1, 2 and 3"));
+  }
+  if (const int ranks = absl::GetFlag(FLAGS_ranks); ranks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--ranks=", ranks, ": at least one rank is needed"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (const absl::Status bad = check_flags(); !bad.ok()) {
+    std::fprintf(stderr, "custom_model: %s\n", std::string(bad.message()).c_str());
+    return 2;
+  }
   const absl::Status status = zero::root_cause(zero::run_local_ranks(absl::GetFlag(FLAGS_ranks), train));
-  if (!status.ok()) std::fprintf(stderr, "custom_model: %s\n", status.ToString().c_str());
+  if (!status.ok()) std::fprintf(stderr, "custom_model: %s\n", std::string(status.message()).c_str());
   return status.ok() ? 0 : 1;
 }

@@ -199,6 +199,9 @@ absl::Status LocalGroup::meet(int rank, const Collective& c, absl::Time deadline
 
 std::vector<absl::Status> run_local_ranks(int world_size, const std::function<absl::Status(Communicator&)>& fn,
                                           CommOptions options) {
+  if (world_size < 1) {
+    return {absl::InvalidArgumentError(absl::StrCat("local ranks: at least one rank is needed, got ", world_size))};
+  }
   LocalGroup group(world_size);
   std::vector<absl::Status> statuses(world_size);
   std::vector<std::thread> threads;

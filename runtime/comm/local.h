@@ -52,6 +52,7 @@ class LocalGroup {
 
 // Runs fn on `world_size` threads, each with its rank's communicator, and returns each rank's status.
 // A rank that returns an error or throws makes the others' collectives fail instead of hanging.
+// Fewer than one rank runs nothing and returns one InvalidArgument status.
 std::vector<absl::Status> run_local_ranks(int world_size, const std::function<absl::Status(Communicator&)>& fn,
                                           CommOptions options = CommOptions::from_env());
 

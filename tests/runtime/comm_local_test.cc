@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/status.h"
 #include "tests/runtime/collective_checks.h"
 
@@ -330,6 +331,21 @@ TEST(LocalValidation, RejectsBadArgumentsWithoutCommunicating) {
     // Nothing was issued, so the sequence is still aligned and a real collective works.
     return comm.barrier().wait();
   }));
+}
+
+TEST(LocalValidation, FewerThanOneRankIsAnInvalidArgumentNotACrash) {
+  for (int world_size : {0, -2}) {
+    bool ran = false;
+    const std::vector<absl::Status> statuses = run_local_ranks(world_size, [&](Communicator&) {
+      ran = true;
+      return absl::OkStatus();
+    });
+    ASSERT_EQ(statuses.size(), 1u);
+    EXPECT_TRUE(absl::IsInvalidArgument(statuses[0]));
+    EXPECT_EQ(statuses[0].message(), absl::StrCat("local ranks: at least one rank is needed, got ", world_size));
+    EXPECT_EQ(root_cause(statuses), statuses[0]);
+    EXPECT_FALSE(ran);
+  }
 }
 
 }  // namespace
