@@ -1,7 +1,8 @@
 // zero-plan: per-rank memory by category, bytes sent per step, and the largest model that fits, for ZeRO stages 0-3.
 //
 // Model states and communication come from shard/plan.h (DESIGN.md's formulas, which plan_test holds the
-// engine's measurements to); GPT-2 activations from the model's own shapes (models/gpt2.h). With
+// engine's measurements to); GPT-2 activations from the model's own shapes (models/gpt2.h), for a preset or a
+// shape given by flags named as zero-train's model.* keys (--num_layers, --num_heads, --channels). With
 // --offload_optimizer=nvme the master weights and optimizer state leave RAM for files, and with
 // --offload_param=nvme stage 3's parameter shards, as in the engine.
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/algorithm/container.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -27,8 +29,23 @@
 #include "shard/plan.h"
 
 ABSL_FLAG(std::optional<std::string>, model, std::nullopt,
-          "GPT-2 preset: tiny, d12 (gpt2-124M), d24 (gpt2-350M), d36 (gpt2-774M), d48 (gpt2-1.5B)");
-ABSL_FLAG(std::optional<double>, params, std::nullopt, "a raw parameter count instead of --model, e.g. 7.5e9");
+          "GPT-2 preset (zero-train's model.preset): tiny, d12 (gpt2-124M), d24 (gpt2-350M), d36 (gpt2-774M), "
+          "d48 (gpt2-1.5B), or custom (the shape flags alone); the shape flags override a preset's sizes");
+// The GPT-2 shape, named as zero-train's keys (model.num_layers, model.num_heads, model.channels,
+// data.tokens.vocab_size) and Gpt2Config's fields; without --model they make a custom shape.
+ABSL_FLAG(std::optional<int64_t>, num_layers, std::nullopt,
+          "GPT-2 transformer blocks L (zero-train's model.num_layers)");
+ABSL_FLAG(std::optional<int64_t>, num_heads, std::nullopt, "GPT-2 attention heads NH (zero-train's model.num_heads)");
+ABSL_FLAG(std::optional<int64_t>, channels, std::nullopt,
+          "GPT-2 width C, a multiple of --num_heads (zero-train's model.channels)");
+ABSL_FLAG(std::optional<int64_t>, vocab_size, std::nullopt,
+          "GPT-2 vocabulary V (zero-train's data.tokens.vocab_size); wte gets V rounded up to a multiple of 128 rows. "
+          "Default: the preset's, or GPT-2's 50257");
+ABSL_FLAG(std::optional<int64_t>, max_seq_len, std::nullopt,
+          "GPT-2 positions maxT, the rows of wpe (zero-train takes it from the data's seq_len). "
+          "Default: the preset's, or GPT-2's 1024");
+ABSL_FLAG(std::optional<double>, params, std::nullopt,
+          "a raw parameter count instead of a GPT-2 (--model or the shape flags), e.g. 7.5e9");
 ABSL_FLAG(std::optional<int>, ranks, std::nullopt, "N, ranks sharing the model (or give --nodes and --gpus_per_node)");
 ABSL_FLAG(std::optional<int>, nodes, std::nullopt, "nodes; N = nodes x gpus_per_node");
 ABSL_FLAG(std::optional<int>, gpus_per_node, std::nullopt, "ranks per node");
@@ -44,7 +61,8 @@ ABSL_FLAG(std::optional<int>, batch, std::nullopt, "GPT-2 micro-batch per rank B
 ABSL_FLAG(std::optional<int>, seq, std::nullopt, "GPT-2 sequence length T, for activations (with --batch)");
 ABSL_FLAG(bool, recompute, false, "activations with every block recomputed in backward (checkpointing)");
 ABSL_FLAG(std::optional<std::string>, memory, std::nullopt,
-          "per-device memory, e.g. 80GB or 80GiB: prints whether the model fits and the largest that does");
+          "per-device memory with its unit, e.g. 80GB or 80GiB (a bare 80 is refused): prints whether the model fits "
+          "and the largest that does");
 ABSL_FLAG(std::string, units, "GB", "units of the table: B, KB, KiB, MB, MiB, GB, GiB, TB or TiB");
 ABSL_FLAG(bool, json, false, "print the figures as JSON (bytes) instead of the table");
 
@@ -83,16 +101,24 @@ absl::StatusOr<int64_t> unit_size(absl::string_view unit) {
       absl::StrCat("unknown unit '", unit, "'; use B, KB, KiB, MB, MiB, GB, GiB, TB or TiB"));
 }
 
-// "80GB", "80 GiB", "1.5e9" (bytes).
+// "80GB", "80 GiB", "1.5e9B". A bare number is refused: 80 could mean GB, GiB or bytes, and the two
+// gigabytes differ by 7%, which is the difference between fitting and not.
 absl::StatusOr<int64_t> parse_bytes(absl::string_view text) {
   const size_t split = text.find_first_not_of("0123456789.eE+- ");
   double value = 0;
-  if (!absl::SimpleAtod(text.substr(0, split), &value) || value <= 0) {
+  if (!absl::SimpleAtod(text.substr(0, split), &value) || !(value > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a positive size like 80GB or 80GiB"));
   }
-  if (split == absl::string_view::npos) return static_cast<int64_t>(value);
+  if (split == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' has no unit; add one, e.g. ", text, "GB or ", text,
+                                                   "GiB (B, KB, KiB, MB, MiB, GB, GiB, TB or TiB)"));
+  }
   ZERO_ASSIGN_OR_RETURN(const int64_t unit, unit_size(text.substr(split)));
-  return static_cast<int64_t>(value * static_cast<double>(unit));
+  const double bytes = value * static_cast<double>(unit);
+  if (!(bytes >= 1 && bytes < 9e18)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a size from 1B to 9EB"));
+  }
+  return static_cast<int64_t>(bytes);
 }
 
 absl::StatusOr<Gpt2Config> gpt2_preset(absl::string_view name) {
@@ -104,21 +130,117 @@ absl::StatusOr<Gpt2Config> gpt2_preset(absl::string_view name) {
   return Gpt2Config::preset(name);
 }
 
+// A GPT-2 shape flag: its name, which is also its Gpt2Config field's, and the field.
+struct ShapeFlag {
+  absl::string_view name;
+  const absl::Flag<std::optional<int64_t>>* flag;
+  int64_t Gpt2Config::*field;
+};
+
+const std::vector<ShapeFlag>& shape_flags() {
+  static const std::vector<ShapeFlag> kFlags = {
+      {"num_layers", &FLAGS_num_layers, &Gpt2Config::num_layers},
+      {"num_heads", &FLAGS_num_heads, &Gpt2Config::num_heads},
+      {"channels", &FLAGS_channels, &Gpt2Config::channels},
+      {"vocab_size", &FLAGS_vocab_size, &Gpt2Config::vocab_size},
+      {"max_seq_len", &FLAGS_max_seq_len, &Gpt2Config::max_seq_len}};
+  return kFlags;
+}
+
+// The flag to blame for Gpt2Config::validate()'s `error`, which names the field ("Gpt2Config.channels (768)
+// must be a multiple of num_heads (7)"). A multiple that fails on a flag the user gave for the heads alone
+// (the channels being the preset's) blames --num_heads.
+std::string flag_of_validate_error(absl::string_view error, const std::vector<std::string>& given) {
+  const auto was_given = [&](absl::string_view name) { return absl::c_linear_search(given, name); };
+  if (absl::StrContains(error, "multiple of num_heads") && !was_given("channels") && was_given("num_heads")) {
+    return "num_heads";
+  }
+  for (const ShapeFlag& shape : shape_flags()) {
+    const std::string field = absl::StrCat("Gpt2Config.", shape.name);
+    const size_t at = error.find(field);
+    if (at != absl::string_view::npos && at + field.size() < error.size() && error[at + field.size()] == ' ') {
+      return std::string(shape.name);
+    }
+  }
+  return "model";
+}
+
+// The GPT-2 shape from --model and the shape flags: a preset with the flags given overriding its sizes, or
+// with no --model (or --model custom) the flags alone. Named "d12", "d12 --num_layers=6" or "custom".
+absl::Status resolve_gpt2(Request& r, const std::optional<std::string>& model) {
+  std::vector<std::string> given;
+  std::string overrides;
+  for (const ShapeFlag& shape : shape_flags()) {
+    if (const std::optional<int64_t> value = absl::GetFlag(*shape.flag)) {
+      given.emplace_back(shape.name);
+      absl::StrAppend(&overrides, " --", shape.name, "=", *value);
+    }
+  }
+  const bool custom = !model.has_value() || *model == "custom";
+  Gpt2Config config;  // GPT-2's vocabulary and positions, for a custom shape
+  if (custom) {
+    for (const absl::string_view required : {"num_layers", "num_heads", "channels"}) {
+      if (!absl::c_linear_search(given, required)) {
+        return flag_error(required, "a custom GPT-2 shape (no --model preset) needs --num_layers, --num_heads and "
+                                    "--channels; --vocab_size and --max_seq_len default to GPT-2's 50257 and 1024");
+      }
+    }
+    r.model_name = "custom";
+  } else {
+    absl::StatusOr<Gpt2Config> preset = gpt2_preset(*model);
+    if (!preset.ok()) return flag_error("model", absl::StrCat(preset.status().message(), ", or custom"));
+    config = *preset;
+    r.model_name = absl::StrCat(*model, overrides);
+  }
+  // Beyond these sizes the count overflows, and every layer is a unit the plan pads separately.
+  constexpr int64_t kMaxLayers = 100'000, kMaxSize = int64_t{1} << 31;
+  for (const ShapeFlag& shape : shape_flags()) {
+    const std::optional<int64_t> value = absl::GetFlag(*shape.flag);
+    if (!value.has_value()) continue;
+    const int64_t most = shape.name == "num_layers" ? kMaxLayers : kMaxSize;
+    if (*value > most) {
+      return flag_error(shape.name, absl::StrCat(*value, " is above the ", most, " zero-plan plans for"));
+    }
+    config.*shape.field = *value;
+  }
+  config.padded_vocab_size = padded_vocab(config.vocab_size);
+  if (const absl::Status valid = config.validate(); !valid.ok()) {
+    return flag_error(flag_of_validate_error(valid.message(), given), valid.message());
+  }
+  const double C = static_cast<double>(config.channels);
+  const double approx = static_cast<double>(config.num_layers) * (12 * C * C + 13 * C) +
+                        static_cast<double>(config.padded_vocab_size + config.max_seq_len + 2) * C;
+  if (approx > 1e15) {
+    return flag_error(given.empty() ? "model" : given.front(),
+                      absl::StrFormat("the shape has %.3g parameters, above the 1e15 zero-plan plans for", approx));
+  }
+  r.gpt2 = config;
+  r.plan.params = config.num_parameters();
+  return absl::OkStatus();
+}
+
 absl::Status resolve_model(Request& r) {
   const std::optional<std::string> model = absl::GetFlag(FLAGS_model);
   const std::optional<double> params = absl::GetFlag(FLAGS_params);
-  if (model.has_value() == params.has_value()) return flag_error("model", "give exactly one of --model and --params");
+  const bool shape =
+      absl::c_any_of(shape_flags(), [](const ShapeFlag& s) { return absl::GetFlag(*s.flag).has_value(); });
   if (params.has_value()) {
+    if (model.has_value()) return flag_error("model", "give exactly one of --model and --params");
+    for (const ShapeFlag& s : shape_flags()) {
+      if (absl::GetFlag(*s.flag).has_value()) {
+        return flag_error(s.name,
+                          "sets a GPT-2 shape, which --params replaces with a raw count; give one or the other");
+      }
+    }
     if (!(*params >= 1 && *params < 9e18)) return flag_error("params", absl::StrCat(*params, " is not a count >= 1"));
     r.plan.params = static_cast<int64_t>(*params);
     return absl::OkStatus();
   }
-  absl::StatusOr<Gpt2Config> config = gpt2_preset(*model);
-  if (!config.ok()) return flag_error("model", config.status().message());
-  r.model_name = *model;
-  r.gpt2 = *config;
-  r.plan.params = config->num_parameters();
-  return absl::OkStatus();
+  if (!model.has_value() && !shape) {
+    return flag_error("model", "give exactly one of --model and --params (or a GPT-2 shape: --num_layers, "
+                               "--num_heads, --channels)");
+  }
+  return resolve_gpt2(r, model);
 }
 
 absl::Status resolve_world(Request& r) {
@@ -262,7 +384,13 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
                         {"optimizer", r.optimizer},
                         {"optimizer_state_bytes_per_param", r.plan.optimizer_state_bytes},
                         {"gradient_accumulation_steps", r.plan.accumulation_steps}};
-  if (r.gpt2.has_value()) out["model"] = r.model_name;
+  if (r.gpt2.has_value()) {
+    out["model"] = r.model_name;
+    const Gpt2Config& g = *r.gpt2;
+    out["gpt2"] = {{"num_layers", g.num_layers}, {"num_heads", g.num_heads}, {"channels", g.channels},
+                   {"vocab_size", g.vocab_size}, {"padded_vocab_size", g.padded_vocab_size},
+                   {"max_seq_len", g.max_seq_len}};
+  }
   if (r.batch.has_value()) out["activations"] = {{"batch", *r.batch}, {"seq", *r.seq}, {"recompute", r.recompute}};
   if (r.budget_bytes.has_value()) out["memory_bytes"] = *r.budget_bytes;
   for (const StagePlan& p : plans) {
@@ -318,7 +446,13 @@ std::string with_commas(int64_t n) {
 }
 
 std::string heading(const Request& r) {
-  const std::string model = r.gpt2.has_value() ? absl::StrCat("GPT-2 ", r.model_name, ": ") : std::string();
+  std::string model;
+  if (r.gpt2.has_value()) {
+    const Gpt2Config& g = *r.gpt2;
+    model = absl::StrCat("GPT-2 ", r.model_name, ": num_layers ", g.num_layers, ", num_heads ", g.num_heads,
+                         ", channels ", g.channels, ", vocab_size ", g.vocab_size, " (wte ", g.padded_vocab_size,
+                         " rows), max_seq_len ", g.max_seq_len, "\n");
+  }
   const std::string nodes =
       r.nodes > 1 ? absl::StrCat(" (", r.nodes, " nodes x ", r.plan.world_size / r.nodes, ")") : std::string();
   const std::string master = r.plan.precision == DType::kF32 ? "" : " + fp32 master weights";
@@ -382,7 +516,8 @@ bool is_plan_flag_file(absl::string_view filename) { return absl::StrContains(fi
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Per-rank memory by category, bytes sent per step and the largest model that fits, for ZeRO stages 0-3.\n\n"
-      "usage: zero-plan (--model d12 | --params 7.5e9) (--ranks N | --nodes A --gpus_per_node B) [--flag=value ...]");
+      "usage: zero-plan (--model d12 [--num_layers L ...] | --num_layers L --num_heads NH --channels C\n"
+      "                  | --params 7.5e9) (--ranks N | --nodes A --gpus_per_node B) [--flag=value ...]");
   absl::FlagsUsageConfig config;
   config.contains_helpshort_flags = zero::is_plan_flag_file;
   config.contains_help_flags = zero::is_plan_flag_file;

@@ -12,6 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "models/gpt2.h"
+#include "models/gpt2_config.h"
 #include "nlohmann/json.hpp"
 #include "tests/examples/run_program.h"
 
@@ -45,6 +47,19 @@ std::vector<double> table_row(const std::string& text, const std::string& name) 
   }
   ADD_FAILURE() << "no row '" << name << "' in:\n" << text;
   return {};
+}
+
+// Every parameter the GPT-2 of `config` declares, counted from its units' own specs (wte once: the head
+// ties it rather than declaring it).
+int64_t model_parameters(const Gpt2Config& config) {
+  absl::StatusOr<std::unique_ptr<Gpt2>> model = Gpt2::create(config);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return -1;
+  int64_t n = 0;
+  for (Unit* unit : (*model)->units()) {
+    for (const ParamSpec& spec : unit->param_specs()) n += shape_numel(spec.shape);
+  }
+  return n;
 }
 
 // ZeRO's 7.5B example on 64 ranks in bf16 with AdamW: 16Ψ, 4Ψ + 12Ψ/64, 2Ψ + 14Ψ/64, 16Ψ/64 bytes.
@@ -108,6 +123,93 @@ TEST(ZeroPlan, Gpt2ModelAndActivations) {
   EXPECT_EQ(run_json(args + " --recompute")["stages"][3]["bytes"]["activations"], 1'824'555'008);
   const nlohmann::json& stage3 = saving["stages"][3]["bytes"];
   EXPECT_EQ(stage3["total"], stage3["model_states"].get<int64_t>() + 4'092'624'896);
+}
+
+TEST(ZeroPlan, Gpt2ShapeFlagsCountTheModelsOwnParameters) {
+  struct Case {
+    std::string args;
+    Gpt2Config config;
+  };
+  absl::StatusOr<Gpt2Config> d12 = Gpt2Config::preset("d12");
+  ASSERT_TRUE(d12.ok());
+  Gpt2Config d12_short = *d12;  // d12 with 6 layers, 4 heads of 192 and 2,000 positions
+  d12_short.num_layers = 6;
+  d12_short.num_heads = 4;
+  d12_short.max_seq_len = 2000;
+  const Case cases[] = {
+      {"--model d12", *d12},
+      {"--model d12 --num_layers 6 --num_heads 4 --max_seq_len 2000", d12_short},
+      // No preset: the three sizes, with GPT-2's vocabulary and positions unless given.
+      {"--num_layers 3 --num_heads 6 --channels 384", Gpt2Config::make(1024, 50257, 3, 6, 384)},
+      {"--model custom --num_layers 5 --num_heads 5 --channels 320 --vocab_size 1000 --max_seq_len 77",
+       Gpt2Config::make(77, 1000, 5, 5, 320)},
+      // A vocabulary not a multiple of 128 gives wte padded rows, which zero-plan counts as the model allocates.
+      {"--model tiny --vocab_size 300 --channels 48", Gpt2Config::make(16, 300, 2, 2, 48)},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    ASSERT_TRUE(c.config.validate().ok());
+    const int64_t expected = model_parameters(c.config);
+    EXPECT_EQ(expected, c.config.num_parameters());
+    const nlohmann::json plan = run_json(c.args + " --ranks 4 --stage 3");
+    EXPECT_EQ(plan["params"], expected);
+    const nlohmann::json& shape = plan["gpt2"];
+    EXPECT_EQ(shape["num_layers"], c.config.num_layers);
+    EXPECT_EQ(shape["num_heads"], c.config.num_heads);
+    EXPECT_EQ(shape["channels"], c.config.channels);
+    EXPECT_EQ(shape["vocab_size"], c.config.vocab_size);
+    EXPECT_EQ(shape["padded_vocab_size"], c.config.padded_vocab_size);
+    EXPECT_EQ(shape["max_seq_len"], c.config.max_seq_len);
+    // The table's heading says the same count.
+    const RunResult table = run_plan(c.args + " --ranks 4");
+    ASSERT_EQ(table.exit_code, 0) << table.output;
+    const std::string digits = absl::StrCat(expected);
+    std::string commas;
+    for (size_t i = 0; i < digits.size(); ++i) {
+      if (i > 0 && (digits.size() - i) % 3 == 0) commas.push_back(',');
+      commas.push_back(digits[i]);
+    }
+    EXPECT_THAT(table.output, HasSubstr(absl::StrCat("\n", commas, " parameters"))) << table.output;
+  }
+  // The shape reaches the activations too: --seq is bounded by the --max_seq_len given.
+  EXPECT_EQ(run_plan("--model tiny --max_seq_len 64 --ranks 2 --batch 1 --seq 64").exit_code, 0);
+}
+
+TEST(ZeroPlan, BadGpt2ShapesAreRefusedNamingTheFlag) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--model d12 --num_heads 7", "--num_heads: Gpt2Config.channels (768) must be a multiple of num_heads (7)"},
+      {"--model d12 --channels 500", "--channels: Gpt2Config.channels (500) must be a multiple of num_heads (12)"},
+      {"--num_layers 2 --num_heads 3 --channels 64", "--channels: Gpt2Config.channels (64) must be a multiple of"},
+      {"--model d12 --num_layers 0", "--num_layers: Gpt2Config.num_layers is 0; it must be positive"},
+      {"--model d12 --num_heads -2", "--num_heads: Gpt2Config.num_heads is -2; it must be positive"},
+      {"--model tiny --vocab_size 0", "--vocab_size: Gpt2Config.vocab_size is 0; it must be positive"},
+      {"--model tiny --max_seq_len 0", "--max_seq_len: Gpt2Config.max_seq_len is 0; it must be positive"},
+      {"--model tiny --num_layers 1000000", "--num_layers: 1000000 is above the 100000 zero-plan plans for"},
+      {"--model tiny --channels 9999999999", "--channels: 9999999999 is above the 2147483648"},
+      {"--num_layers 2 --num_heads 4", "--channels: a custom GPT-2 shape (no --model preset) needs"},
+      {"--model custom --num_heads 4 --channels 64", "--num_layers: a custom GPT-2 shape"},
+      {"--params 1e9 --num_layers 4", "--num_layers: sets a GPT-2 shape, which --params replaces"},
+      {"--model d12 --num_layers six", "'six' specified for flag 'num_layers'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const RunResult run = run_plan(args + " --ranks 8");
+    EXPECT_NE(run.exit_code, 0) << args;
+    EXPECT_THAT(run.output, HasSubstr(message)) << args;
+  }
+  EXPECT_THAT(run_plan("--model tiny --max_seq_len 8 --ranks 2 --batch 1 --seq 9").output,
+              HasSubstr("--seq: 9 is outside 1 to the model's max_seq_len 8"));
+}
+
+TEST(ZeroPlan, MemoryWithoutAUnitIsRefusedAskingForOne) {
+  for (const std::string memory : {"80", "80.5", "8e10"}) {
+    const RunResult run = run_plan("--params 1e9 --ranks 8 --memory " + memory);
+    EXPECT_NE(run.exit_code, 0) << memory;
+    EXPECT_THAT(run.output, HasSubstr(absl::StrCat("--memory: '", memory, "' has no unit; add one, e.g. ", memory,
+                                                   "GB or ", memory, "GiB")));
+  }
+  // With a unit it is read: bytes too, spelled B.
+  EXPECT_EQ(run_json("--params 1e9 --ranks 8 --memory 80GiB")["memory_bytes"], int64_t{80} << 30);
+  EXPECT_EQ(run_json("--params 1e9 --ranks 8 --memory 8e10B")["memory_bytes"], 80'000'000'000);
 }
 
 TEST(ZeroPlan, NodesTimesGpusIsTheSameAsRanks) {
