@@ -624,6 +624,30 @@ int optimizer_state_floats(const OptimizerConfig& optimizer) {
   return 2;
 }
 
+namespace {
+
+// Elements in the largest gradient bucket the engine fills (Engine::plan_buckets): in backward order, stage 0
+// packs units up to the caps (the first bucket up to its own) and stages 1-3 take one unit each, every unit
+// padded to a multiple of the ranks.
+int64_t largest_bucket_numel(const std::vector<UnitSize>& units, const ZeroConfig& config, int world_size) {
+  const int64_t element_bytes = static_cast<int64_t>(dtype_size(config.precision));
+  int64_t largest = 0, current = 0;
+  bool first = true;
+  for (auto u = units.rbegin(); u != units.rend(); ++u) {
+    const int64_t padded = (u->numel + world_size - 1) / world_size * world_size;
+    const int64_t cap_bytes = first ? config.first_bucket_cap_bytes : config.bucket_cap_bytes;
+    if (current > 0 && (config.stage > 0 || (current + padded) * element_bytes > cap_bytes)) {
+      current = 0;
+      first = false;
+    }
+    current += padded;
+    largest = std::max(largest, current);
+  }
+  return largest;
+}
+
+}  // namespace
+
 absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& batch, int world_size,
                                          const std::vector<UnitSize>& units, Device device) {
   const ZeroOptimization& z = c.zero_optimization;
@@ -675,15 +699,17 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   const auto gathered = std::max_element(units.begin(), units.end(),
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
   const int64_t gathered_bytes = z.stage == 3 ? gathered->numel * element_bytes : 0;
+  const int64_t bucket_bytes = largest_bucket_numel(units, config, world_size) * element_bytes;
+  const int64_t needed = states.total() + gathered_bytes + bucket_bytes;
   const int64_t budget = c.memory_budget_mib << 20;
-  if (states.total() + gathered_bytes <= budget) return config;
+  if (needed <= budget) return config;
   return absl::InvalidArgumentError(absl::StrCat(
-      "memory_budget_mib = ", c.memory_budget_mib, ": a rank needs ", format_bytes(states.total() + gathered_bytes),
+      "memory_budget_mib = ", c.memory_budget_mib, ": a rank needs ", format_bytes(needed),
       " before any activation at stage ", z.stage, " on ", world_size, " ranks (params ", format_bytes(states.params),
       ", grads ", format_bytes(states.grads), ", optimizer state ", format_bytes(states.optimizer_state),
       ", master weights ", format_bytes(states.master_weights),
       z.stage == 3 ? absl::StrCat(", unit '", gathered->name, "' gathered ", format_bytes(gathered_bytes)) : "",
-      "); raise the budget, the stage or the ranks"));
+      ", largest gradient bucket ", format_bytes(bucket_bytes), "); raise the budget, the stage or the ranks"));
 }
 
 }  // namespace zero::train

@@ -169,7 +169,7 @@ struct UnitSize {
 };
 
 // The engine's knobs for a model of these units on `device`, after checking that the memory budget holds
-// the model states (shard/plan.h) and, at stage 3, the largest unit gathered.
+// the model states (shard/plan.h), the largest gradient bucket and, at stage 3, the largest unit gathered.
 absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& config, const BatchPlan& batch, int world_size,
                                          const std::vector<UnitSize>& units, Device device = Device::cpu());
 

@@ -413,6 +413,29 @@ TEST(EngineConfigTest, BudgetBelowModelStatesAndOneGatheredUnitIsRefused) {
   EXPECT_THAT(z.status().message(), AllOf(HasSubstr("memory_budget_mib = 1"), HasSubstr("unit 'h.0' gathered")));
 }
 
+TEST(EngineConfigTest, BudgetMustAlsoHoldTheLargestGradientBucket) {
+  // 1.42M parameters, fp32 AdamW, stage 0 on 4 ranks: 22,720,000 B of model states fit in 24 MiB
+  // (25,165,824 B), but not beside the bucket of h.0 and the embedding (1.4M elements, 5,600,000 B) that
+  // the engine fills after the head's first bucket.
+  const std::vector<UnitSize> units = {{"embedding", 400'000}, {"h.0", 1'000'000}, {"head", 20'000}};
+  const absl::StatusOr<ZeroConfig> refused =
+      engine_config(parse_ok(kMinimal, {"memory_budget_mib=24"}), kOneStep, 4, units);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
+  EXPECT_EQ(refused.status().message(),
+            "memory_budget_mib = 24: a rank needs 27.01 MiB before any activation at stage 0 on 4 ranks (params "
+            "5.42 MiB, grads 5.42 MiB, optimizer state 10.83 MiB, master weights 0 B, largest gradient bucket "
+            "5.34 MiB); raise the budget, the stage or the ranks");
+  EXPECT_TRUE(engine_config(parse_ok(kMinimal, {"memory_budget_mib=28"}), kOneStep, 4, units).ok());
+  // Stages 1-3 reduce-scatter one unit per bucket: h.0 alone, beside its gathered copy at stage 3.
+  const absl::StatusOr<ZeroConfig> stage3 =
+      engine_config(parse_ok(kMinimal, {"zero_optimization.stage=3", "memory_budget_mib=12"}), kOneStep, 4, units);
+  ASSERT_FALSE(stage3.ok());
+  EXPECT_THAT(stage3.status().message(),
+              AllOf(HasSubstr("unit 'h.0' gathered 3.81 MiB, largest gradient bucket 3.81 MiB"),
+                    HasSubstr("a rank needs 13.05 MiB")));
+}
+
 float lr_at(const std::vector<std::string>& overrides, int64_t step) {
   const TrainConfig c = parse_ok(kMinimal, overrides);
   return LrSchedule(c.scheduler, c.optimizer.lr, c.steps).lr(step);

@@ -263,14 +263,27 @@ TEST_F(ZeroTrainTest, UnknownKeyExitsTwoNamingIt) {
 }
 
 TEST_F(ZeroTrainTest, BudgetTooSmallForTheEnginesBuffersExitsTwoNamingTheKey) {
-  // 2 MiB holds the default GPT-2's model states at stage 0, 1.70 MiB (so the config-time check passes),
-  // but not its first gradient bucket, which the engine reserves before any step.
+  // Stage 3, C = 128 on 2 ranks: 5 MiB holds the model states, 3.20 MiB, beside one gathered unit and the
+  // largest gradient bucket (4.72 MiB: the config-time check passes), but not the two largest buckets and
+  // every unit gathered at once, which the engine reserves before any step.
+  const RunResult run = run_zero_train(
+      absl::StrCat(tiny_run_args(""), " --model.num_layers=2 --model.channels=128 --memory_budget_mib=5"));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, StartsWith("zero-train: memory_budget_mib = 5 is too small: zero: out of memory on rank "));
+  EXPECT_THAT(run.output, AllOf(HasSubstr("comm_buffers asked for 3.11 MiB (3265536 bytes), but the budget is 5.00 MiB"),
+                                HasSubstr("(reserving the engine's largest gradient bucket and gathered units")));
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("RESOURCE_EXHAUSTED")));
+}
+
+TEST_F(ZeroTrainTest, BudgetBelowStatesAndTheLargestBucketIsRefusedBeforeAnyRankStarts) {
+  // The default GPT-2 at stage 0 on 2 ranks: 1.70 MiB of model states fit in 2 MiB, but not beside its
+  // one gradient bucket (every unit fits in the first), 436 KiB.
   const RunResult run = run_zero_train(absl::StrCat(
       tiny_run_args(""), " --model.num_layers=2 --model.channels=64 --zero_optimization.stage=0 --memory_budget_mib=2"));
   EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("zero-train: memory_budget_mib = 2 is too small: zero: out of memory on rank"));
-  EXPECT_THAT(run.output, HasSubstr("comm_buffers asked for"));
-  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("RESOURCE_EXHAUSTED")));
+  EXPECT_THAT(run.output, StartsWith("zero-train: memory_budget_mib = 2: a rank needs 2.13 MiB before any activation "
+                                     "at stage 0 on 2 ranks (params 436.00 KiB, grads 436.00 KiB, optimizer state "
+                                     "872.00 KiB, master weights 0 B, largest gradient bucket 436.00 KiB)"));
 }
 
 TEST_F(ZeroTrainTest, BatchMismatchExitsNonZeroBeforeTraining) {
