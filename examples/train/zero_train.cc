@@ -44,6 +44,11 @@
 #include "runtime/status.h"
 #include "shard/engine.h"
 #ifdef ZERO_HAS_MPI
+// The C API only: Open MPI's deprecated C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
 #include "runtime/comm/mpi.h"
 #endif
 #ifdef ZERO_HAS_NCCL
@@ -261,7 +266,7 @@ class RankRun {
     ZERO_ASSIGN_OR_RETURN(metrics_, MetricsFile::open(lead_ ? plan_.config.metrics_path : "", first_step_ > 0));
     const bool mlp = plan_.config.model.type == "mlp";
     // Open MPI gives its ranks a pseudo-terminal: a progress bar redrawn by several processes is garbled.
-    const bool terminal = isatty(fileno(stdout)) == 1 && !started_by_mpirun();
+    const bool terminal = isatty(fileno(stdout)) == 1 && !started_by_mpirun() && plan_.config.backend != "mpi";
     progress_.emplace(first_step_, plan_.config.steps, plan_.config.steps_per_print, terminal,
                       mlp ? "samples/s" : "tok/s");
     if (!lead_) return absl::OkStatus();
@@ -416,9 +421,19 @@ absl::StatusOr<TrainConfig> load_config(const Command& command) {
   return config;
 }
 
+// Every error zero-train prints: "zero-train: <message>", with no status code, and the exit status for it:
+// 2 for what the user can fix in the config, flags or files, 1 for a run that failed.
+int report_failure(const absl::Status& status) {
+  std::fprintf(stderr, "zero-train: %s\n", std::string(status.message()).c_str());
+  std::fflush(stderr);
+  const bool bad_input =
+      absl::IsInvalidArgument(status) || absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
+  return bad_input ? 2 : 1;
+}
+
 #ifdef ZERO_HAS_MPI
 // One rank of an mpirun-launched job: its plan needs the world size, and under nccl its GPU.
-absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm, Allocator& allocator) {
+absl::Status train_launched_rank(const TrainConfig& config, Communicator& comm, Allocator& allocator) {
   // mpirun starts these ranks. A launcher that starts the processes itself (torchrun sets WORLD_SIZE)
   // leaves each in an MPI world of one, where it would train alone.
   int64_t launched = 1;
@@ -430,6 +445,14 @@ absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm, Al
   }
   ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, comm.world_size(), comm.home_device()));
   return RankRun(comm, plan, allocator).run();
+}
+
+// A failed rank cannot return to main while its peers wait in collectives: it reports as main does and ends
+// the job with the same exit status (run_mpi_launched would print the status code and end it with 1).
+absl::Status run_launched_rank(const TrainConfig& config, Communicator& comm, Allocator& allocator) {
+  const absl::Status status = train_launched_rank(config, comm, allocator);
+  if (!status.ok()) MPI_Abort(MPI_COMM_WORLD, report_failure(status));
+  return status;
 }
 
 // The rank mpirun gave this process, before MPI is initialized: only for the allocator's messages.
@@ -465,7 +488,7 @@ absl::Status run_nccl_ranks_on_this_process(const TrainConfig& config) {
 }
 
 absl::Status run_ranks(const TrainConfig& config) {
-  // Under mpirun a failing rank prints its error and aborts the whole job inside run_mpi_launched.
+  // Under mpirun a failing rank prints its error and aborts the whole job (run_launched_rank).
   if (config.backend == "mpi") {
 #ifdef ZERO_HAS_MPI
     // The allocator outlives the communicator, which accounts its scratch there (CommOptions::allocator).
@@ -499,11 +522,6 @@ absl::Status run_ranks(const TrainConfig& config) {
   return root_cause(run_local_ranks(config.ranks, [&](Communicator& comm) { return train_one_rank(comm, plan); }));
 }
 
-// Exit status 2 is for what the user can fix in the config, flags or files; 1 for a run that failed.
-bool is_bad_input(const absl::Status& status) {
-  return absl::IsInvalidArgument(status) || absl::IsNotFound(status) || absl::IsFailedPrecondition(status);
-}
-
 }  // namespace
 }  // namespace zero::train
 
@@ -516,13 +534,10 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<TrainConfig> config = command.ok() ? load_config(*command) : command.status();
   if (!config.ok()) {
-    std::fprintf(stderr, "zero-train: %s\n%s", std::string(config.status().message()).c_str(), kUsage);
-    return 2;
+    report_failure(config.status());
+    std::fputs(kUsage, stderr);
+    return 2;  // whatever the code: the command line or the config is at fault
   }
   const absl::Status status = run_ranks(*config);
-  if (!status.ok()) {
-    std::fprintf(stderr, "zero-train: %s\n", std::string(status.message()).c_str());
-    return is_bad_input(status) ? 2 : 1;
-  }
-  return 0;
+  return status.ok() ? 0 : report_failure(status);
 }

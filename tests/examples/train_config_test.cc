@@ -260,6 +260,10 @@ TEST(TrainConfigTest, OptimizerTypeIsReadInAnyCase) {
   EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=adamw"}).optimizer.type, "AdamW");
   EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=LAMB"}).optimizer.type, "Lamb");
   EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=sgd"}).optimizer.type, "SGD");
+  EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=ADAM"}).optimizer.type, "Adam");
+  EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=AdamW"}).optimizer.type, "AdamW");
+  EXPECT_THAT(parse_error(kMinimal, {"optimizer.type=adamax"}),
+              HasSubstr("optimizer.type = adamax: use Adam, AdamW, Lamb or SGD (in any case)"));
 }
 
 TEST(TrainConfigTest, AcceptsDeepSpeedsSwapperTuningWithNoEffect) {

@@ -231,7 +231,8 @@ TEST_F(ZeroTrainTest, NcclWithoutMpirunDrivesOneGpuPerRankFromThisProcess) {
   const std::string path = metrics_path();
   const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --backend=nccl --device=cuda"));
 #ifndef ZERO_HAS_NCCL
-  EXPECT_NE(run.exit_code, 0);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output, StartsWith("zero-train: "));
   EXPECT_THAT(run.output, HasSubstr("this zero-train was built without"));  // CUDA, or NCCL
 #else
   if (cuda_device_count() < 2) {  // refused at once, not after NCCL's initialisation timed out
@@ -286,11 +287,18 @@ TEST_F(ZeroTrainTest, BudgetBelowStatesAndTheLargestBucketIsRefusedBeforeAnyRank
                                      "872.00 KiB, master weights 0 B, largest gradient bucket 436.00 KiB)"));
 }
 
-TEST_F(ZeroTrainTest, BatchMismatchExitsNonZeroBeforeTraining) {
+TEST_F(ZeroTrainTest, BatchMismatchExitsTwoBeforeTraining) {
   const RunResult run = run_zero_train("--ranks 3 --train_batch_size=64 --train_micro_batch_size_per_gpu=16");
-  EXPECT_NE(run.exit_code, 0);
-  EXPECT_THAT(run.output, HasSubstr("train_batch_size 64 != train_micro_batch_size_per_gpu 16"));
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output, StartsWith("zero-train: train_batch_size 64 != train_micro_batch_size_per_gpu 16"));
   EXPECT_THAT(run.output, ::testing::Not(HasSubstr("step ")));
+}
+
+TEST_F(ZeroTrainTest, ARunThatFailsExitsOneWithThePlainMessage) {
+  const RunResult run = run_zero_train(
+      absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --export_path=/dev/null/model.safetensors"));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, ::testing::EndsWith("\nzero-train: cannot create /dev/null/model.safetensors\n"));
 }
 
 #ifdef ZERO_MPIEXEC
@@ -299,8 +307,9 @@ TEST_F(ZeroTrainTest, MpiRanksStartedByAnotherLauncherAreRefused) {
   const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(metrics_path()), " --backend=mpi"),
                                        absl::StrCat("WORLD_SIZE=2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ",
                                                     ZERO_MPIEXEC, " -n 1 --oversubscribe"));
-  EXPECT_NE(run.exit_code, 0);
-  EXPECT_THAT(run.output, HasSubstr("WORLD_SIZE is 2 but MPI sees 1 rank(s); start the ranks with mpirun -np 2"));
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output, HasSubstr("zero-train: backend = mpi: WORLD_SIZE is 2 but MPI sees 1 rank(s); start the "
+                                    "ranks with mpirun -np 2"));
 }
 
 TEST_F(ZeroTrainTest, MpiBackendUnderMpiexecTrains) {
@@ -315,6 +324,45 @@ TEST_F(ZeroTrainTest, MpiBackendUnderMpiexecTrains) {
   ASSERT_EQ(train.size(), 12u);
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
   std::filesystem::remove(path);
+}
+
+// The mpi backend receives into scratch buffers that the local backend (which reads its peers' memory) does
+// not need: they come from the rank's allocator, so they show in comm_buffers and count against the budget.
+TEST_F(ZeroTrainTest, MpiBackendsScratchShowsInTheMemoryReport) {
+  const std::string local_path = metrics_path() + ".local";
+  const std::string mpi_path = metrics_path() + ".mpi";
+  const RunResult local = run_zero_train(tiny_run_args(local_path));
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  const RunResult mpi = run_zero_train(absl::StrCat(tiny_run_args(mpi_path), " --backend=mpi"),
+                                       absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ",
+                                                    ZERO_MPIEXEC, " -n 2 --oversubscribe"));
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+  const std::vector<json> local_summary = events(metrics_lines(local_path), "summary");
+  const std::vector<json> mpi_summary = events(metrics_lines(mpi_path), "summary");
+  ASSERT_EQ(local_summary.size(), 1u);
+  ASSERT_EQ(mpi_summary.size(), 1u);
+  ASSERT_EQ(mpi_summary[0]["peak_bytes"].size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    const json& l = local_summary[0]["peak_bytes"][rank];
+    const json& m = mpi_summary[0]["peak_bytes"][rank];
+    EXPECT_GT(m["comm_buffers"].get<int64_t>(), l["comm_buffers"].get<int64_t>()) << "rank " << rank;
+    EXPECT_EQ(m["params"], l["params"]);
+    EXPECT_EQ(m["optimizer_state"], l["optimizer_state"]);
+  }
+  std::filesystem::remove(local_path);
+  std::filesystem::remove(mpi_path);
+}
+
+TEST_F(ZeroTrainTest, BadInputUnderMpiexecPrintsThePlainMessageAndExitsTwo) {
+  // The default batch (64 = 16 x 4) does not divide over 3 ranks: found by each rank once MPI tells the world size.
+  const RunResult run = run_zero_train("--backend=mpi --steps=30 --metrics_path=",
+                                       absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ",
+                                                    ZERO_MPIEXEC, " -n 3 --oversubscribe"));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("zero-train: train_batch_size 64 != train_micro_batch_size_per_gpu 16 * "
+                                    "gradient_accumulation_steps 1 * ranks 3 (= 48)"));
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("INVALID_ARGUMENT")));
+  EXPECT_THAT(run.output, ::testing::Not(HasSubstr("zero: rank")));
 }
 
 TEST_F(ZeroTrainTest, MpiRanksResumeALocalCheckpointToTheSameBits) {
