@@ -103,7 +103,7 @@ absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory catego
     stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
     stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
     most_held_ = std::max(most_held_, stats_.current_total);
-    if (device.is_cpu()) reused = take_cached_locked(nbytes);
+    if (cacheable(nbytes, device)) reused = take_cached_locked(nbytes);
     evicted = evict_locked();
   }
   free_blocks(evicted);
@@ -173,7 +173,7 @@ void Allocator::release(Buffer& buffer) {
     } else {
       stats_.current[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
       stats_.current_total -= buffer.nbytes_;
-      kept = buffer.device_.is_cpu() && buffer.nbytes_ >= kMinCachedBytes;
+      kept = cacheable(buffer.nbytes_, buffer.device_);
       if (kept) {
         cache_.push_back({buffer.data_, buffer.nbytes_});
         stats_.cached += buffer.nbytes_;

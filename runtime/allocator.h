@@ -131,6 +131,8 @@ class Allocator {
     int64_t nbytes;
   };
   static constexpr int64_t kMinCachedBytes = int64_t{128} << 10;  // glibc's threshold for mmap
+  // Whether a block of this size on this device is kept when freed, and so worth looking for in the cache.
+  static bool cacheable(int64_t nbytes, Device device) { return device.is_cpu() && nbytes >= kMinCachedBytes; }
 
   void release(Buffer& buffer);
   std::string held_description_locked() const;
