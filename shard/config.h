@@ -81,6 +81,11 @@ struct ZeroConfig {
 
   // InvalidArgument naming the key when a value is out of range.
   absl::Status validate() const;
+
+  // The gradient buckets of flat units of these padded element counts (in unit order), in backward
+  // order, each the indices of its units in backward order: stage 0 packs consecutive units up to the
+  // caps above, stages 1-3 take one unit per bucket. The engine's buckets (Engine::plan_buckets).
+  std::vector<std::vector<int>> gradient_buckets(const std::vector<int64_t>& padded_numels) const;
 };
 
 }  // namespace zero

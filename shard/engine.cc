@@ -58,6 +58,27 @@ absl::Status ZeroConfig::validate() const {
   return absl::OkStatus();
 }
 
+std::vector<std::vector<int>> ZeroConfig::gradient_buckets(const std::vector<int64_t>& padded_numels) const {
+  // Backward order is reverse unit order. Stages 1-3 reduce-scatter one unit per bucket so each rank's
+  // slice of the unit is contiguous.
+  const int64_t element_bytes = static_cast<int64_t>(dtype_size(precision));  // buckets hold the training dtype
+  std::vector<std::vector<int>> buckets;
+  std::vector<int> current;
+  int64_t current_numel = 0;
+  for (int i = static_cast<int>(padded_numels.size()) - 1; i >= 0; --i) {
+    const int64_t cap_bytes = buckets.empty() ? first_bucket_cap_bytes : bucket_cap_bytes;
+    if (!current.empty() && (stage > 0 || (current_numel + padded_numels[i]) * element_bytes > cap_bytes)) {
+      buckets.push_back(std::move(current));
+      current = {};
+      current_numel = 0;
+    }
+    current.push_back(i);
+    current_numel += padded_numels[i];
+  }
+  if (!current.empty()) buckets.push_back(std::move(current));
+  return buckets;
+}
+
 Engine::Engine(Model& model, Communicator& comm, Allocator& allocator, ZeroConfig config)
     : model_(model), comm_(comm), allocator_(allocator), config_(std::move(config)), dtype_(config_.precision),
       device_(config_.device) {
@@ -250,26 +271,19 @@ absl::Status Engine::initialize_params() {
 }
 
 void Engine::plan_buckets() {
-  // Backward order is reverse unit order. Stage 0 fills buckets up to the caps; stages 1-3 reduce-
-  // scatter one unit per bucket so each rank's slice of the unit is contiguous.
-  const int64_t element_bytes = static_cast<int64_t>(dtype_size(dtype_));  // buckets hold the training dtype
-  Bucket current;
-  for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
-    UnitState& u = units_[i];
-    const int64_t cap_bytes = buckets_.empty() ? config_.first_bucket_cap_bytes : config_.bucket_cap_bytes;
-    const bool full = !current.units.empty() &&
-                      (config_.stage > 0 || (current.numel + u.layout.padded_numel) * element_bytes > cap_bytes);
-    if (full) {
-      buckets_.push_back(std::move(current));
-      current = Bucket{};
+  std::vector<int64_t> padded_numels;
+  for (const UnitState& u : units_) padded_numels.push_back(u.layout.padded_numel);
+  for (std::vector<int>& members : config_.gradient_buckets(padded_numels)) {
+    Bucket bucket;
+    for (const int i : members) {
+      units_[i].bucket = static_cast<int>(buckets_.size());
+      units_[i].bucket_offset = bucket.numel;
+      bucket.numel += units_[i].layout.padded_numel;
     }
-    u.bucket = static_cast<int>(buckets_.size());
-    u.bucket_offset = current.numel;
-    current.units.push_back(i);
-    current.numel += u.layout.padded_numel;
+    bucket.remaining = static_cast<int>(members.size());
+    bucket.units = std::move(members);
+    buckets_.push_back(std::move(bucket));
   }
-  if (!current.units.empty()) buckets_.push_back(std::move(current));
-  for (Bucket& b : buckets_) b.remaining = static_cast<int>(b.units.size());
 }
 
 absl::Status Engine::reserve_transient() {

@@ -626,22 +626,16 @@ int optimizer_state_floats(const OptimizerConfig& optimizer) {
 
 namespace {
 
-// Elements in the largest gradient bucket the engine fills (Engine::plan_buckets): in backward order, stage 0
-// packs units up to the caps (the first bucket up to its own) and stages 1-3 take one unit each, every unit
+// Elements in the largest gradient bucket the engine fills (ZeroConfig::gradient_buckets), every unit
 // padded to a multiple of the ranks.
 int64_t largest_bucket_numel(const std::vector<UnitSize>& units, const ZeroConfig& config, int world_size) {
-  const int64_t element_bytes = static_cast<int64_t>(dtype_size(config.precision));
-  int64_t largest = 0, current = 0;
-  bool first = true;
-  for (auto u = units.rbegin(); u != units.rend(); ++u) {
-    const int64_t padded = (u->numel + world_size - 1) / world_size * world_size;
-    const int64_t cap_bytes = first ? config.first_bucket_cap_bytes : config.bucket_cap_bytes;
-    if (current > 0 && (config.stage > 0 || (current + padded) * element_bytes > cap_bytes)) {
-      current = 0;
-      first = false;
-    }
-    current += padded;
-    largest = std::max(largest, current);
+  std::vector<int64_t> padded;
+  for (const UnitSize& u : units) padded.push_back((u.numel + world_size - 1) / world_size * world_size);
+  int64_t largest = 0;
+  for (const std::vector<int>& bucket : config.gradient_buckets(padded)) {
+    int64_t numel = 0;
+    for (const int i : bucket) numel += padded[i];
+    largest = std::max(largest, numel);
   }
   return largest;
 }
