@@ -219,24 +219,28 @@ absl::Status resolve_gpt2(Request& r, const std::optional<std::string>& model) {
   return absl::OkStatus();
 }
 
+// The first GPT-2 shape flag on the command line, if any.
+std::optional<absl::string_view> first_shape_flag_given() {
+  for (const ShapeFlag& s : shape_flags()) {
+    if (absl::GetFlag(*s.flag).has_value()) return s.name;
+  }
+  return std::nullopt;
+}
+
 absl::Status resolve_model(Request& r) {
   const std::optional<std::string> model = absl::GetFlag(FLAGS_model);
   const std::optional<double> params = absl::GetFlag(FLAGS_params);
-  const bool shape =
-      absl::c_any_of(shape_flags(), [](const ShapeFlag& s) { return absl::GetFlag(*s.flag).has_value(); });
+  const std::optional<absl::string_view> shape_flag = first_shape_flag_given();
   if (params.has_value()) {
     if (model.has_value()) return flag_error("model", "give exactly one of --model and --params");
-    for (const ShapeFlag& s : shape_flags()) {
-      if (absl::GetFlag(*s.flag).has_value()) {
-        return flag_error(s.name,
-                          "sets a GPT-2 shape, which --params replaces with a raw count; give one or the other");
-      }
+    if (shape_flag.has_value()) {
+      return flag_error(*shape_flag, "sets a GPT-2 shape, which --params replaces with a raw count; give one or the other");
     }
     if (!(*params >= 1 && *params < 9e18)) return flag_error("params", absl::StrCat(*params, " is not a count >= 1"));
     r.plan.params = static_cast<int64_t>(*params);
     return absl::OkStatus();
   }
-  if (!model.has_value() && !shape) {
+  if (!model.has_value() && !shape_flag.has_value()) {
     return flag_error("model", "give exactly one of --model and --params (or a GPT-2 shape: --num_layers, "
                                "--num_heads, --channels)");
   }
