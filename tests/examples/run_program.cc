@@ -21,4 +21,9 @@ RunResult run_program(const std::string& binary, const std::string& args, const 
   return result;
 }
 
+std::string mpiexec_launcher(const std::string& mpiexec, int ranks) {
+  return absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ", mpiexec, " -n ", ranks,
+                      " --oversubscribe");
+}
+
 }  // namespace zero::testing

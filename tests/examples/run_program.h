@@ -13,4 +13,8 @@ struct RunResult {
 // Runs `launcher binary args` through the shell (launcher: e.g. "mpiexec -np 2", or empty).
 RunResult run_program(const std::string& binary, const std::string& args, const std::string& launcher = "");
 
+// The launcher of `ranks` processes under `mpiexec` (its path), oversubscribing the cores and allowed to run
+// as root, as in CI's containers.
+std::string mpiexec_launcher(const std::string& mpiexec, int ranks);
+
 }  // namespace zero::testing

@@ -29,6 +29,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+using testing::mpiexec_launcher;
 using testing::RunResult;
 
 RunResult run_bench(const std::string& args, const std::string& launcher = "") {
@@ -129,8 +130,7 @@ TEST(CommBenchMpi, TwoProcessesPrintOneRowPerCollectiveAndSize) {
   GTEST_SKIP() << "this build has no MPI";
 #else
   const RunResult r = run_bench("comm --backend=mpi --sizes=16K,64K --warmup=1 --iters=3",
-                                absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ", ZERO_MPIEXEC,
-                                             " -n 2 --oversubscribe"));
+                                mpiexec_launcher(ZERO_MPIEXEC, 2));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("# zero-bench comm: backend mpi, 2 ranks, fp32"));
   const auto table = records(r.output, ' ');

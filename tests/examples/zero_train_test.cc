@@ -22,6 +22,7 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using json = nlohmann::json;
 
+using testing::mpiexec_launcher;
 using testing::RunResult;
 
 RunResult run_zero_train(const std::string& args, const std::string& launcher = "") {
@@ -305,8 +306,7 @@ TEST_F(ZeroTrainTest, ARunThatFailsExitsOneWithThePlainMessage) {
 TEST_F(ZeroTrainTest, MpiRanksStartedByAnotherLauncherAreRefused) {
   // One MPI process that a torchrun-style launcher counted as one of two (WORLD_SIZE=2) would train alone.
   const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(metrics_path()), " --backend=mpi"),
-                                       absl::StrCat("WORLD_SIZE=2 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ",
-                                                    ZERO_MPIEXEC, " -n 1 --oversubscribe"));
+                                       absl::StrCat("WORLD_SIZE=2 ", mpiexec_launcher(ZERO_MPIEXEC, 1)));
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_THAT(run.output, HasSubstr("zero-train: backend = mpi: WORLD_SIZE is 2 but MPI sees 1 rank(s); start the "
                                     "ranks with mpirun -np 2"));
@@ -315,8 +315,7 @@ TEST_F(ZeroTrainTest, MpiRanksStartedByAnotherLauncherAreRefused) {
 TEST_F(ZeroTrainTest, MpiBackendUnderMpiexecTrains) {
   const std::string path = metrics_path();
   const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --backend=mpi"),
-                                       absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ",
-                                                    ZERO_MPIEXEC, " -n 2 --oversubscribe"));
+                                       mpiexec_launcher(ZERO_MPIEXEC, 2));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   // Open MPI gives its ranks a pseudo-terminal; the bar would be redrawn with '\r' by every rank.
   EXPECT_THAT(run.output, ::testing::Not(HasSubstr("\r"))) << "a progress bar under mpirun";
@@ -334,8 +333,7 @@ TEST_F(ZeroTrainTest, MpiBackendsScratchShowsInTheMemoryReport) {
   const RunResult local = run_zero_train(tiny_run_args(local_path));
   ASSERT_EQ(local.exit_code, 0) << local.output;
   const RunResult mpi = run_zero_train(absl::StrCat(tiny_run_args(mpi_path), " --backend=mpi"),
-                                       absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ",
-                                                    ZERO_MPIEXEC, " -n 2 --oversubscribe"));
+                                       mpiexec_launcher(ZERO_MPIEXEC, 2));
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   const std::vector<json> local_summary = events(metrics_lines(local_path), "summary");
   const std::vector<json> mpi_summary = events(metrics_lines(mpi_path), "summary");
@@ -356,8 +354,7 @@ TEST_F(ZeroTrainTest, MpiBackendsScratchShowsInTheMemoryReport) {
 TEST_F(ZeroTrainTest, BadInputUnderMpiexecPrintsThePlainMessageAndExitsTwo) {
   // The default batch (64 = 16 x 4) does not divide over 3 ranks: found by each rank once MPI tells the world size.
   const RunResult run = run_zero_train("--backend=mpi --steps=30 --metrics_path=",
-                                       absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ",
-                                                    ZERO_MPIEXEC, " -n 3 --oversubscribe"));
+                                       mpiexec_launcher(ZERO_MPIEXEC, 3));
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_THAT(run.output, HasSubstr("zero-train: train_batch_size 64 != train_micro_batch_size_per_gpu 16 * "
                                     "gradient_accumulation_steps 1 * ranks 3 (= 48)"));
@@ -379,7 +376,7 @@ TEST_F(ZeroTrainTest, MpiRanksResumeALocalCheckpointToTheSameBits) {
   ASSERT_EQ(local.exit_code, 0) << local.output;
   const RunResult mpi = run_zero_train(
       args("mpi", absl::StrCat("--backend=mpi --checkpoint.resume=", (dir / "ckpt" / "step-00000008").string())),
-      absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ", ZERO_MPIEXEC, " -n 2 --oversubscribe"));
+      mpiexec_launcher(ZERO_MPIEXEC, 2));
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   EXPECT_THAT(mpi.output, HasSubstr("resumed after step 8"));
   const std::string exported = file_bytes((dir / "local.safetensors").string());
