@@ -7,10 +7,12 @@
 #include <map>
 #include <set>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/types/span.h"
 #include "models/gpt2_config.h"
 #include "nlohmann/json.hpp"
 #include "runtime/allocator.h"
@@ -360,8 +362,8 @@ absl::Status require(bool cond, absl::string_view key, const T& value, absl::str
   return absl::InvalidArgumentError(absl::StrCat(key, " = ", value, ": ", rule));
 }
 
-bool one_of(const std::string& value, std::initializer_list<absl::string_view> allowed) {
-  return std::find(allowed.begin(), allowed.end(), value) != allowed.end();
+bool one_of(const std::string& value, absl::Span<const absl::string_view> allowed) {
+  return absl::c_linear_search(allowed, value);
 }
 
 // One of offload_optimizer and offload_param: "none", or "nvme" with a path, from an engine on the CPU.
@@ -420,8 +422,8 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(f.hysteresis >= 1, "fp16.hysteresis", f.hysteresis, "must be >= 1"));
   ZERO_RETURN_IF_ERROR(require(f.min_loss_scale > 0, "fp16.min_loss_scale", f.min_loss_scale, "must be positive"));
   const OptimizerConfig& o = c.optimizer;
-  ZERO_RETURN_IF_ERROR(require(std::find(kOptimizerTypes.begin(), kOptimizerTypes.end(), o.type) != kOptimizerTypes.end(),
-                               "optimizer.type", o.type, "use Adam, AdamW, Lamb or SGD (in any case)"));
+  ZERO_RETURN_IF_ERROR(
+      require(one_of(o.type, kOptimizerTypes), "optimizer.type", o.type, "use Adam, AdamW, Lamb or SGD (in any case)"));
   ZERO_RETURN_IF_ERROR(require(o.lr >= 0, "optimizer.params.lr", o.lr, "must be >= 0"));
   ZERO_RETURN_IF_ERROR(require(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 &&
                                    o.betas[1] < 1,
