@@ -1,5 +1,7 @@
 // zero-bench: comm, kernels, offload, optim and stages run end to end on tiny sizes (tables, CSV, PNG, flag errors) and their pieces.
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +37,10 @@ using testing::RunResult;
 RunResult run_bench(const std::string& args, const std::string& launcher = "") {
   return testing::run_program(ZERO_BENCH_BINARY, args, launcher);
 }
+
+// `name` in the test temporary directory, this process's own: ctest runs every test as a process of its
+// own, two at a time, and two tests writing one path read each other's output.
+std::string temp_path(absl::string_view name) { return absl::StrCat(::testing::TempDir(), "/", getpid(), "_", name); }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
@@ -91,11 +97,12 @@ void expect_rows(const std::vector<std::vector<std::string>>& rows, double toler
 class CommBenchRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    csv_path_ = new std::string(absl::StrCat(::testing::TempDir(), "/zero_bench_comm.csv"));
+    csv_path_ = new std::string(temp_path("zero_bench_comm.csv"));
     result_ = new RunResult(
         run_bench(absl::StrCat("comm --ranks=2 --sizes=16K,64K --warmup=1 --iters=3 --csv=", *csv_path_)));
   }
   static void TearDownTestSuite() {
+    std::remove(csv_path_->c_str());
     delete result_;
     delete csv_path_;
   }
@@ -163,12 +170,14 @@ TEST(OptimBench, NonPositiveNumelNamesTheFlag) {
 
 // The CSV of `zero-bench kernels <args> --tokens=4 --warmup=0 --iters=1`, as rows of fields (header first).
 std::vector<std::vector<std::string>> run_kernels_csv(const std::string& args) {
-  const std::string csv = absl::StrCat(::testing::TempDir(), "/zero_bench_kernels.csv");
+  const std::string csv = temp_path("zero_bench_kernels.csv");
   std::remove(csv.c_str());
   const RunResult r = run_bench(absl::StrCat("kernels --tokens=4 --warmup=0 --iters=1 --csv=", csv, " ", args));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("# zero-bench kernels: "));
-  return records(read_file(csv), ',');
+  const std::string text = read_file(csv);
+  std::remove(csv.c_str());
+  return records(text, ',');
 }
 
 TEST(KernelsBench, EveryKernelHasPositiveRatesBesideItsBaseline) {
@@ -228,11 +237,12 @@ std::vector<std::map<std::string, std::string>> csv_rows(const std::string& path
 class StagesBenchRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    csv_path_ = new std::string(absl::StrCat(::testing::TempDir(), "/zero_bench_stages.csv"));
+    csv_path_ = new std::string(temp_path("zero_bench_stages.csv"));
     result_ = new RunResult(run_bench(absl::StrCat(
         "stages --model=tiny --ranks=3 --batch=2 --seq=8 --warmup=1 --iters=1 --csv=", *csv_path_)));
   }
   static void TearDownTestSuite() {
+    std::remove(csv_path_->c_str());
     delete result_;
     delete csv_path_;
   }
@@ -294,20 +304,22 @@ TEST(StagesBenchFlags, DeviceIsCpuOrAVisibleGpu) {
 
 TEST(StagesBench, WritesAPngWithGnuplot) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
-  const std::string png = absl::StrCat(::testing::TempDir(), "/zero_bench_stages.png");
+  const std::string png = temp_path("zero_bench_stages.png");
   std::remove(png.c_str());
   const RunResult r = run_bench(absl::StrCat("stages --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
                                              "--stages=0,3 --png=", png));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_file(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  for (const std::string& written : {png, png + ".csv", png + ".gp"}) std::remove(written.c_str());  // plot_png's
 }
 
 TEST(OffloadBench, OffloadedRowsHoldWhatTheFormulaSaysInFiles) {
-  const std::string csv = absl::StrCat(::testing::TempDir(), "/zero_bench_offload.csv");
+  const std::string csv = temp_path("zero_bench_offload.csv");
   const RunResult r = run_bench(absl::StrCat("offload --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
                                              "--stages=0,3 --nvme_path=", ::testing::TempDir(), " --csv=", csv));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = csv_rows(csv);
+  std::remove(csv.c_str());
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"0", "none"}, {"0", "optimizer"}, {"3", "none"}, {"3", "optimizer"}, {"3", "optimizer+params"}};
   ASSERT_EQ(rows.size(), expected.size()) << r.output;
