@@ -20,6 +20,7 @@
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
+#include "shard/offload.h"
 
 namespace zero {
 
@@ -211,9 +212,7 @@ std::vector<UnitCheckpoint::Param> params_of(const std::string& unit, const Flat
 // The step count and fp16 loss scaler a checkpoint carries.
 struct EngineCounters {
   int64_t steps = 0;
-  std::optional<double> loss_scale;  // when both the checkpoint and the engine train in fp16
-  int good_steps = 0;
-  int hysteresis_left = 0;
+  std::optional<LossScaler::State> scaler;  // when both the checkpoint and the engine train in fp16
 };
 
 absl::StatusOr<EngineCounters> counters_from(const Metadata& metadata, DType precision, absl::string_view dir) {
@@ -223,9 +222,10 @@ absl::StatusOr<EngineCounters> counters_from(const Metadata& metadata, DType pre
   const bool fp16 = precision == DType::kF16 && saved_precision != metadata.end() &&
                     saved_precision->second == dtype_name(DType::kF16);
   if (!fp16) return c;
-  ZERO_ASSIGN_OR_RETURN(c.loss_scale, metadata_number<double>(metadata, "zero.loss_scale", dir));
-  ZERO_ASSIGN_OR_RETURN(c.good_steps, metadata_number<int>(metadata, "zero.good_steps", dir));
-  ZERO_ASSIGN_OR_RETURN(c.hysteresis_left, metadata_number<int>(metadata, "zero.hysteresis_left", dir));
+  LossScaler::State& scaler = c.scaler.emplace();
+  ZERO_ASSIGN_OR_RETURN(scaler.scale, metadata_number<double>(metadata, "zero.loss_scale", dir));
+  ZERO_ASSIGN_OR_RETURN(scaler.good_steps, metadata_number<int>(metadata, "zero.good_steps", dir));
+  ZERO_ASSIGN_OR_RETURN(scaler.hysteresis_left, metadata_number<int>(metadata, "zero.hysteresis_left", dir));
   return c;
 }
 
@@ -344,9 +344,7 @@ absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<Uni
 }  // namespace
 
 absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std::string, std::string>& extra) {
-  if (micro_batches_done_ != 0) {
-    return absl::FailedPreconditionError("save_checkpoint between forward_backward and step; save after step()");
-  }
+  ZERO_RETURN_IF_ERROR(require_between_steps("save_checkpoint"));
   for (const auto& [key, value] : extra) {
     if (absl::StartsWith(key, "zero.")) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata key '", key, "': zero.* keys are the engine's"));
@@ -373,13 +371,13 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::m
   const auto host_view = [&](const Tensor& t) -> absl::StatusOr<Tensor> {
     return on_host(t, allocator_, host_copies.emplace_back());
   };
-  const bool holds_pieces = config_.stage > 0 || comm_.rank() == 0;  // stage 0 ranks hold the same values
+  // Where every rank updates everything, every rank holds the same values: rank 0 saves them.
+  const bool holds_pieces = !policy_.updates_everything() || comm_.rank() == 0;
   for (const UnitState& u : holds_pieces ? std::span<const UnitState>(units_) : std::span<const UnitState>()) {
-    const auto [begin, count] = own_range(u);
-    const Tensor held = u.params.tensor(dtype_, {u.held_numel()});
+    const int64_t begin = u.own_begin;
+    const int64_t count = u.own_count;
     ZERO_ASSIGN_OR_RETURN(const Tensor values, host_view(dtype_ != DType::kF32 ? u.master.tensor(DType::kF32, {count})
-                                                         : u.sharded           ? held
-                                                                               : held.slice(begin, begin + count)));
+                                                                               : u.own_params(dtype_)));
     std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
     for (auto& [name, t] : state) {
       ZERO_ASSIGN_OR_RETURN(t, host_view(t));
@@ -406,18 +404,16 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::m
   metadata["zero.precision"] = std::string(dtype_name(dtype_));
   metadata["zero.optimizer"] = units_.empty() ? "" : std::string(units_[0].optimizer->name());
   metadata["zero.steps"] = absl::StrCat(step_count_);
-  metadata["zero.loss_scale"] = absl::StrFormat("%.17g", loss_scale_);
-  metadata["zero.good_steps"] = absl::StrCat(good_steps_);
-  metadata["zero.hysteresis_left"] = absl::StrCat(hysteresis_left_);
+  metadata["zero.loss_scale"] = absl::StrFormat("%.17g", scaler_.state().scale);
+  metadata["zero.good_steps"] = absl::StrCat(scaler_.state().good_steps);
+  metadata["zero.hysteresis_left"] = absl::StrCat(scaler_.state().hysteresis_left);
   ZERO_RETURN_IF_ERROR(write_safetensors(path, pieces, metadata));
-  for (const UnitState& u : units_) ZERO_RETURN_IF_ERROR(page_out_offloaded(u));  // reading paged them in
+  for (const UnitState& u : units_) ZERO_RETURN_IF_ERROR(page_out_offloaded(u, allocator_));  // reading paged them in
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const std::string& dir) {
-  if (micro_batches_done_ != 0) {
-    return absl::FailedPreconditionError("load_checkpoint between forward_backward and step; load before or after a step");
-  }
+  ZERO_RETURN_IF_ERROR(require_between_steps("load_checkpoint"));
   // Read and check everything first: nothing of the engine changes unless every rank read all it needs.
   absl::StatusOr<std::vector<UnitCheckpoint>> units = checkpoint_targets();
   absl::StatusOr<Metadata> metadata =
@@ -427,11 +423,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
   ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, counters.status(), absl::StrCat("loading checkpoint ", dir)));
   ZERO_RETURN_IF_ERROR(install_checkpoint(*units));
   step_count_ = counters->steps;
-  if (counters->loss_scale) {  // an fp16 run from an fp16 checkpoint carries its scaler on
-    loss_scale_ = *counters->loss_scale;
-    good_steps_ = counters->good_steps;
-    hysteresis_left_ = counters->hysteresis_left;
-  }
+  if (counters->scaler) scaler_.restore(*counters->scaler);  // an fp16 run from an fp16 checkpoint carries it on
   allocator_.reset_peaks();  // what reading needed is not part of any step's peak
   std::map<std::string, std::string> extra;
   for (const auto& [key, value] : *metadata) {
@@ -441,7 +433,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
 }
 
 std::string Engine::checkpoint_layout() const {
-  if (config_.stage == 0) return "";  // every rank updates everything: pieces are in rank 0's file
+  if (policy_.updates_everything()) return "";  // pieces are all in rank 0's file
   std::string layout = absl::StrCat(comm_.world_size(), " ranks:");
   for (const UnitState& u : units_) absl::StrAppend(&layout, " ", u.name, "/", u.layout.padded_numel);
   return layout;
@@ -451,7 +443,8 @@ absl::StatusOr<std::vector<UnitCheckpoint>> Engine::checkpoint_targets() {
   std::vector<UnitCheckpoint> units;
   for (const UnitState& u : units_) {
     UnitCheckpoint& c = units.emplace_back();
-    std::tie(c.begin, c.count) = own_range(u);
+    c.begin = u.own_begin;
+    c.count = u.own_count;
     c.params = params_of(u.name, u.layout);
     c.optimizer = std::string(u.optimizer->name());
     for (const auto& [name, t] : u.optimizer->state()) c.state_names.push_back(name);
@@ -469,20 +462,21 @@ absl::Status Engine::install_checkpoint(const std::vector<UnitCheckpoint>& units
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
     const UnitCheckpoint& c = units[i];
-    const Tensor held = u.params.tensor(dtype_, {u.held_numel()});
-    const Tensor own = u.sharded ? held : held.slice(c.begin, c.begin + c.count);
     const Tensor values = c.values.tensor(DType::kF32, {c.count});
-    ZERO_RETURN_IF_ERROR(upload(own, values));
+    ZERO_RETURN_IF_ERROR(upload(u.own_params(dtype_), values));
     if (u.master.data() != nullptr) ZERO_RETURN_IF_ERROR(upload(u.master.tensor(DType::kF32, {c.count}), values));
     const std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
     for (size_t k = 0; k < state.size(); ++k) {
       ZERO_RETURN_IF_ERROR(upload(state[k].second, c.state[k].tensor(DType::kF32, {c.count})));
     }
-    ZERO_RETURN_IF_ERROR(page_out_offloaded(u));
-    // Stages 1-3 updated only this rank's slice of a unit kept whole; the others' slices come from them.
-    if (config_.stage > 0 && !u.sharded) ZERO_RETURN_IF_ERROR(comm_.allgather(own, held).wait());
+    ZERO_RETURN_IF_ERROR(page_out_offloaded(u, allocator_));
+    // A unit kept whole where each rank updates a slice: the others' slices come from them.
+    if (!policy_.updates_everything() && !u.sharded) {
+      Work gather = gatherer_->allgather_updated(static_cast<int>(i));
+      ZERO_RETURN_IF_ERROR(meter_.wait(gather));
+    }
   }
-  recorded_order_.clear();  // prefetch records the order again
+  gatherer_->forget_recorded_order();  // prefetch records the order again
   return absl::OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
 
@@ -79,8 +80,9 @@ struct ZeroConfig {
   // costs the overlap across phases; on the CPU reading the clock is all it costs.
   bool time_phases = false;
 
-  // InvalidArgument naming the key when a value is out of range.
-  absl::Status validate() const;
+  // InvalidArgument naming the field, as `key_prefix` + its name, when a value is out of range or two
+  // values contradict each other (a tool passes the section its keys live in).
+  absl::Status validate(absl::string_view key_prefix = "ZeroConfig.") const;
 
   // The gradient buckets of flat units of these padded element counts (in unit order), in backward
   // order, each the indices of its units in backward order: stage 0 packs consecutive units up to the

@@ -682,7 +682,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   config.time_phases = c.wall_clock_breakdown;
   if (z.offload_optimizer.device == "nvme") config.offload_optimizer_path = z.offload_optimizer.nvme_path;
   if (z.offload_param.device == "nvme") config.offload_param_path = z.offload_param.nvme_path;
-  ZERO_RETURN_IF_ERROR(config.validate());
+  ZERO_RETURN_IF_ERROR(config.validate("zero_optimization."));
   if (c.memory_budget_mib == 0) return config;
 
   int64_t num_params = 0;

@@ -1,0 +1,72 @@
+// ZeroConfig: the checks of its values, and the gradient-bucket rule the engine and the tools share.
+#include "shard/config.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "shard/stage.h"
+
+namespace zero {
+
+absl::Status ZeroConfig::validate(absl::string_view key_prefix) const {
+  const auto bad = [&](absl::string_view key, auto value, absl::string_view rule) {
+    return absl::InvalidArgumentError(absl::StrCat(key_prefix, key, " = ", value, ": ", rule));
+  };
+  if (!StagePolicy::valid(stage)) return bad("stage", stage, "the stage is 0, 1, 2 or 3");
+  const StagePolicy policy(stage);
+  if (wrap_min_params < 0) return bad("wrap_min_params", wrap_min_params, "must be >= 0 (0 = one flat unit per unit)");
+  if (bucket_cap_bytes <= 0) return bad("bucket_cap_bytes", bucket_cap_bytes, "must be positive");
+  if (first_bucket_cap_bytes <= 0) return bad("first_bucket_cap_bytes", first_bucket_cap_bytes, "must be positive");
+  if (max_live_units < 1) return bad("max_live_units", max_live_units, "at least one gathered unit must fit");
+  if (persistence_threshold < 0) return bad("persistence_threshold", persistence_threshold, "must be >= 0");
+  if (accumulation_steps < 1) return bad("accumulation_steps", accumulation_steps, "must be >= 1");
+  if (no_sync && policy.partitions_gradients()) {
+    return bad("no_sync", "true", "stages 2 and 3 keep only their gradient slice and reduce every micro-batch; "
+                                  "use stage 0 or 1, or turn no_sync off");
+  }
+  if (gradient_clipping < 0) return bad("gradient_clipping", gradient_clipping, "must be >= 0 (0 = off)");
+  for (const auto& [key, path] : {std::pair{"offload_optimizer_path", &offload_optimizer_path},
+                                   {"offload_param_path", &offload_param_path}}) {
+    if (!path->empty() && !device.is_cpu()) {
+      return bad(key, *path, absl::StrCat("offloading from ", device.to_string(), " is not built (ZeRO-Offload's host "
+                                          "optimizer); train on the CPU, or keep the states on the device"));
+    }
+  }
+  if (!offload_param_path.empty() && !policy.partitions_params()) {
+    return bad("offload_param_path", offload_param_path,
+               absl::StrCat("stage ", stage, " keeps every parameter whole on every rank, and offload_param moves "
+                            "the shards of stage 3; use stage 3, or offload the optimizer instead"));
+  }
+  if (!is_floating(precision)) return bad("precision", dtype_name(precision), "use fp32, bf16 or fp16");
+  if (loss_scaling.initial_scale <= 0 || loss_scaling.min_scale <= 0 || loss_scaling.static_scale < 0 ||
+      loss_scaling.window < 1 || loss_scaling.hysteresis < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key_prefix, "loss_scaling: static_scale must be >= 0 (0 means dynamic), and initial_scale, min_scale, window "
+                    "and hysteresis positive"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::vector<int>> ZeroConfig::gradient_buckets(const std::vector<int64_t>& padded_numels) const {
+  // Backward order is reverse unit order. A bucket spans units only where every rank updates everything:
+  // a reduce-scatter of one unit per bucket gives each rank a contiguous slice of it.
+  const bool spans_units = StagePolicy(stage).updates_everything();
+  const int64_t element_bytes = static_cast<int64_t>(dtype_size(precision));  // buckets hold the training dtype
+  std::vector<std::vector<int>> buckets;
+  std::vector<int> current;
+  int64_t current_numel = 0;
+  for (int i = static_cast<int>(padded_numels.size()) - 1; i >= 0; --i) {
+    const int64_t cap_bytes = buckets.empty() ? first_bucket_cap_bytes : bucket_cap_bytes;
+    if (!current.empty() && (!spans_units || (current_numel + padded_numels[i]) * element_bytes > cap_bytes)) {
+      buckets.push_back(std::move(current));
+      current = {};
+      current_numel = 0;
+    }
+    current.push_back(i);
+    current_numel += padded_numels[i];
+  }
+  if (!current.empty()) buckets.push_back(std::move(current));
+  return buckets;
+}
+
+}  // namespace zero

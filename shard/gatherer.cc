@@ -1,0 +1,125 @@
+// ParamGatherer: gathered copies, gathers in flight, recorded and planned orders, prefetch within max_live_units.
+#include "shard/gatherer.h"
+
+#include <algorithm>
+
+#include "runtime/status.h"
+#include "shard/offload.h"
+
+namespace zero {
+
+ParamGatherer::ParamGatherer(std::vector<UnitState>& units, Communicator& comm, Allocator& allocator,
+                             CommMeter& meter, DType dtype, Device device, int max_live_units)
+    : units_(units), comm_(comm), allocator_(allocator), meter_(meter), dtype_(dtype), device_(device),
+      max_live_units_(max_live_units), gathered_(units.size()), flight_(units.size()) {}
+
+ParamGatherer::~ParamGatherer() {
+  for (std::optional<Work>& gather : flight_) {
+    if (gather) (void)gather->wait();
+  }
+}
+
+void ParamGatherer::begin_recorded_pass() {
+  plan_ = recorded_;
+  taken_.clear();
+  follows_plan_ = !plan_.empty();
+  recording_ = true;
+}
+
+void ParamGatherer::begin_planned_pass(std::vector<int> plan) {
+  plan_ = std::move(plan);
+  taken_.clear();
+  follows_plan_ = true;
+  recording_ = false;
+}
+
+absl::Status ParamGatherer::end_pass() {
+  for (size_t i = 0; i < units_.size(); ++i) {
+    if (!units_[i].sharded) continue;
+    ZERO_RETURN_IF_ERROR(finish_gather(static_cast<int>(i)));  // prefetches the pass did not use
+    gathered_[i].reset();
+  }
+  if (recording_ && !follows_plan_) recorded_ = taken_;
+  return absl::OkStatus();
+}
+
+absl::Status ParamGatherer::acquire(std::span<const int> owners) {
+  for (const int i : owners) {
+    if (!units_[i].sharded) continue;
+    const size_t position = taken_.size();
+    taken_.push_back(i);
+    follows_plan_ = follows_plan_ && position < plan_.size() && plan_[position] == i;
+    if (gathered_[i].data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(i));
+    ZERO_RETURN_IF_ERROR(finish_gather(i));
+  }
+  return prefetch();
+}
+
+void ParamGatherer::release(std::span<const int> owners) {
+  std::span<const int> next = upcoming();
+  next = next.first(std::min(next.size(), static_cast<size_t>(max_live_units_)));
+  for (const int i : owners) {
+    const bool needed_next = std::find(next.begin(), next.end(), i) != next.end();
+    if (units_[i].sharded && !flight_[i] && !needed_next) gathered_[i].reset();
+  }
+}
+
+Tensor ParamGatherer::full_params(int i) const {
+  const UnitState& u = units_[i];
+  return (u.sharded ? gathered_[i] : u.params).tensor(dtype_, {u.layout.padded_numel});
+}
+
+Work ParamGatherer::allgather_updated(int i) {
+  const UnitState& u = units_[i];
+  const Tensor held = u.held_params(dtype_);
+  return meter_.counted(&CommVolume::param_gather, [&] { return comm_.allgather(u.own_params(dtype_), held); });
+}
+
+int64_t ParamGatherer::most_live_numel() const {
+  std::vector<int64_t> sizes;
+  for (const UnitState& u : units_) {
+    if (u.sharded) sizes.push_back(u.layout.padded_numel);
+  }
+  std::sort(sizes.rbegin(), sizes.rend());
+  int64_t live = 0;
+  for (size_t i = 0; i < sizes.size() && static_cast<int>(i) < max_live_units_; ++i) live += sizes[i];
+  return live;
+}
+
+absl::Status ParamGatherer::start_gather(int i) {
+  const UnitState& u = units_[i];
+  ZERO_ASSIGN_OR_RETURN(gathered_[i], allocator_.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(dtype_)),
+                                                          MemoryCategory::kCommBuffers, device_));
+  const Tensor shard = u.held_params(dtype_);
+  const Tensor full = gathered_[i].tensor(dtype_, {u.layout.padded_numel});
+  flight_[i] = meter_.counted(&CommVolume::param_gather, [&] { return comm_.allgather(shard, full); });
+  return absl::OkStatus();
+}
+
+absl::Status ParamGatherer::finish_gather(int i) {
+  if (!flight_[i]) return absl::OkStatus();
+  absl::Status s = meter_.wait(*flight_[i]);
+  flight_[i].reset();
+  s.Update(allocator_.page_out(units_[i].params.data()));  // offload_param: the shard has been read
+  return s;
+}
+
+std::span<const int> ParamGatherer::upcoming() const {
+  if (!follows_plan_) return {};
+  return std::span<const int>(plan_).subspan(taken_.size());
+}
+
+absl::Status ParamGatherer::prefetch() {
+  // Every rank follows the same plan, so every rank issues the same collectives.
+  for (const int next : upcoming()) {
+    if (live_copies() >= max_live_units_) break;
+    if (gathered_[next].data() == nullptr) ZERO_RETURN_IF_ERROR(start_gather(next));
+  }
+  return absl::OkStatus();
+}
+
+int ParamGatherer::live_copies() const {
+  return static_cast<int>(std::count_if(gathered_.begin(), gathered_.end(), [](const Buffer& b) { return b.data() != nullptr; }));
+}
+
+}  // namespace zero

@@ -1,0 +1,67 @@
+// Flat unit states: layouts, held and updated ranges, tied-parameter owners, and the cross-rank check.
+#include "shard/unit_state.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/status.h"
+#include "shard/init.h"
+
+namespace zero {
+
+absl::StatusOr<std::vector<UnitState>> flat_unit_states(const std::vector<Unit*>& units, StagePolicy policy,
+                                                        int64_t persistence_threshold, int rank, int world_size) {
+  std::vector<UnitState> states(units.size());
+  for (size_t i = 0; i < units.size(); ++i) {
+    UnitState& u = states[i];
+    u.unit = units[i];
+    u.name = std::string(units[i]->name());
+    u.layout = FlatLayout::of(units[i]->param_specs(), world_size);
+    u.slice_begin = u.layout.shard_begin(rank);
+    u.sharded = policy.shards_params(u.layout.numel, persistence_threshold);
+    u.held_begin = u.sharded ? u.slice_begin : 0;
+    u.held_numel = u.sharded ? u.layout.shard_numel : u.layout.padded_numel;
+    u.own_begin = policy.updates_everything() ? 0 : u.slice_begin;
+    u.own_count = policy.updates_everything() ? u.layout.numel : u.layout.shard_numel;
+    u.grads_sliced = policy.partitions_gradients();
+    u.grads_numel = u.grads_sliced ? u.layout.shard_numel : u.layout.padded_numel;
+    u.needs = {static_cast<int>(i)};
+    for (const TiedParam& tied : units[i]->tied_params()) {
+      const auto owner = std::find_if(states.begin(), states.begin() + i,
+                                      [&](const UnitState& o) { return o.name == tied.owner_unit; });
+      if (owner == states.begin() + i || owner->layout.find(tied.param) < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("unit '", u.name, "' ties to '", tied.owner_unit, ".",
+                                                       tied.param, "', which no earlier unit declares"));
+      }
+      const int owner_index = static_cast<int>(owner - states.begin());
+      u.needs.push_back(owner_index);
+      u.tied_owner[tied.param] = owner_index;
+    }
+  }
+  return states;
+}
+
+absl::Status check_same_units_on_every_rank(const std::vector<Unit*>& units, Communicator& comm) {
+  std::string layout;  // "unit:param(shape),param(shape);unit:..." in order
+  for (Unit* u : units) {
+    absl::StrAppend(&layout, u->name(), ":");
+    for (const ParamSpec& spec : u->param_specs()) absl::StrAppend(&layout, spec.name, shape_string(spec.shape), ",");
+    absl::StrAppend(&layout, ";");
+  }
+  const uint64_t fingerprint = param_key(layout, "");  // FNV-1a: the same in every process
+  const int n = comm.world_size();
+  int32_t mine[2] = {static_cast<int32_t>(fingerprint), static_cast<int32_t>(fingerprint >> 32)};
+  std::vector<int32_t> all(2 * n);
+  ZERO_RETURN_IF_ERROR(comm.allgather(Tensor(mine, DType::kI32, {2}), Tensor(all.data(), DType::kI32, {2 * n})).wait());
+  std::vector<int> differ;
+  for (int r = 1; r < n; ++r) {
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) differ.push_back(r);
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the model differs across ranks: rank(s) ", absl::StrJoin(differ, ", "),
+      " declare units, parameters or sizes other than rank 0's; build the same model on every rank"));
+}
+
+}  // namespace zero
