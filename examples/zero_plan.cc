@@ -27,6 +27,7 @@
 #include "runtime/status.h"
 #include "shard/flat_unit.h"
 #include "shard/plan.h"
+#include "shard/stage.h"
 
 ABSL_FLAG(std::optional<std::string>, model, std::nullopt,
           "GPT-2 preset (zero-train's model.preset): tiny, d12 (gpt2-124M), d24 (gpt2-350M), d36 (gpt2-774M), "
@@ -370,7 +371,7 @@ std::vector<StagePlan> plan_stages(const Request& r) {
   for (int stage : r.stages) {
     PlanInput input = r.plan;
     input.stage = stage;
-    input.offload_param = r.offload_param && stage == 3;
+    input.offload_param = r.offload_param && StagePolicy(stage).partitions_params();
     StagePlan p{.stage = stage, .model_states = model_state_bytes(input), .activations = activations,
                 .sent = comm_bytes_per_step(input)};
     if (r.budget_bytes.has_value()) p.largest_params = largest_params_that_fit(input, *r.budget_bytes);

@@ -11,7 +11,6 @@
 #include "optim/square_sum.h"
 #include "runtime/device_memory.h"
 #include "runtime/status.h"
-#include "shard/init.h"
 #include "shard/offload.h"
 
 namespace zero {
@@ -74,17 +73,7 @@ absl::Status Engine::initialize_params() {
   for (UnitState& u : units_) {
     ZERO_ASSIGN_OR_RETURN(Buffer values, allocator_.allocate(u.held_numel * 4, MemoryCategory::kWorkspace));
     float* held = static_cast<float*>(values.data());
-    std::memset(held, 0, u.held_numel * 4);  // padding stays zero
-    const std::vector<ParamSpec> specs = u.unit->param_specs();
-    for (size_t p = 0; p < specs.size(); ++p) {
-      const FlatParam& fp = u.layout.params[p];
-      const int64_t begin = std::max(fp.offset, u.held_begin);
-      const int64_t end = std::min(fp.offset + fp.numel, u.held_begin + u.held_numel);
-      if (begin >= end) continue;
-      const auto [unit, param] = model_param_name(u.name, specs[p].name);
-      init_values(specs[p].init, config_.seed, param_key(unit, param), begin - fp.offset, end - fp.offset,
-                  held + (begin - u.held_begin));
-    }
+    initial_held_values(u, config_.seed, held);
     ZERO_RETURN_IF_ERROR(assign_params(u, held, u.held_begin));
   }
   return absl::OkStatus();

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/status.h"
+#include "shard/stage.h"
 
 namespace zero {
 namespace {
@@ -21,7 +22,7 @@ int64_t master_bytes(DType precision) { return precision == DType::kF32 ? 0 : 4;
 absl::Status PlanInput::validate() const {
   if (params < 0) return invalid("params", params, "the parameter count must be >= 0");
   if (world_size < 1) return invalid("world_size", world_size, "need at least 1 rank");
-  if (stage < 0 || stage > 3) return invalid("stage", stage, "ZeRO stages are 0, 1, 2 and 3");
+  if (!StagePolicy::valid(stage)) return invalid("stage", stage, "ZeRO stages are 0, 1, 2 and 3");
   if (precision != DType::kF32 && precision != DType::kBF16 && precision != DType::kF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("plan: precision = ", dtype_name(precision), "; use fp32, bf16 or fp16"));
@@ -29,7 +30,7 @@ absl::Status PlanInput::validate() const {
   if (optimizer_state_bytes < 0) {
     return invalid("optimizer_state_bytes", optimizer_state_bytes, "bytes per parameter must be >= 0");
   }
-  if (offload_param && stage != 3) {
+  if (offload_param && !StagePolicy(stage).partitions_params()) {
     return invalid("stage", stage, "offload_param moves the parameter shards of stage 3; use stage 3");
   }
   if (accumulation_steps < 1) return invalid("accumulation_steps", accumulation_steps, "need at least 1");
@@ -50,9 +51,10 @@ ModelStateBytes model_state_bytes(const PlanInput& input) {
   const int64_t p = param_bytes(input.precision);
   const int64_t full = input.padded();
   const int64_t shard = full / input.world_size;
-  const int64_t updated = input.stage == 0 ? input.params : shard;
-  ModelStateBytes bytes{.params = p * (input.stage == 3 ? shard : full),
-                        .grads = p * (input.stage >= 2 ? shard : full),
+  const StagePolicy policy(input.stage);
+  const int64_t updated = policy.updates_everything() ? input.params : shard;
+  ModelStateBytes bytes{.params = p * (policy.partitions_params() ? shard : full),
+                        .grads = p * (policy.partitions_gradients() ? shard : full),
                         .master_weights = master_bytes(input.precision) * updated,
                         .optimizer_state = input.optimizer_state_bytes * updated};
   if (input.offload_optimizer) {
@@ -71,11 +73,13 @@ CommBytes comm_bytes_per_step(const PlanInput& input) {
   // One reduce-scatter or allgather of the padded model: pS(N - 1) bytes sent.
   const int64_t one_pass = param_bytes(input.precision) * (input.padded() / input.world_size) * (input.world_size - 1);
   const int64_t a = input.accumulation_steps;
-  switch (input.stage) {
-    case 0: return {.param_gather = 0, .grad_reduce = 2 * a * one_pass};
-    case 3: return {.param_gather = 2 * a * one_pass, .grad_reduce = a * one_pass};
-    default: return {.param_gather = one_pass, .grad_reduce = a * one_pass};
-  }
+  const StagePolicy policy(input.stage);
+  // An allreduce is a reduce-scatter and an allgather. Where each rank updates its slice, gradients are
+  // reduce-scattered per micro-batch and the updated slices allgathered once; partitioned parameters are
+  // gathered for every forward and every backward instead.
+  if (policy.updates_everything()) return {.param_gather = 0, .grad_reduce = 2 * a * one_pass};
+  if (policy.partitions_params()) return {.param_gather = 2 * a * one_pass, .grad_reduce = a * one_pass};
+  return {.param_gather = one_pass, .grad_reduce = a * one_pass};
 }
 
 int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, int64_t other_bytes) {
@@ -87,7 +91,7 @@ int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, in
   };
   if (!fits(0)) return 0;
   // A rank holds at least 2 bytes (a bf16 value) per parameter, or per parameter of its 1/N at stage 3.
-  int64_t fit = 0, no_fit = (budget_bytes / 2 + 1) * (input.stage == 3 ? input.world_size : 1);
+  int64_t fit = 0, no_fit = (budget_bytes / 2 + 1) * (StagePolicy(input.stage).partitions_params() ? input.world_size : 1);
   while (no_fit - fit > 1) {  // model states grow with Ψ: bisect the boundary
     const int64_t mid = fit + (no_fit - fit) / 2;
     (fits(mid) ? fit : no_fit) = mid;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/status.h"
 #include "shard/init.h"
+#include "shard/wrap.h"
 
 namespace zero {
 
@@ -40,6 +41,20 @@ absl::StatusOr<std::vector<UnitState>> flat_unit_states(const std::vector<Unit*>
     }
   }
   return states;
+}
+
+void initial_held_values(const UnitState& u, uint64_t seed, float* held) {
+  std::fill(held, held + u.held_numel, 0.0f);  // padding stays zero
+  const std::vector<ParamSpec> specs = u.unit->param_specs();
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const FlatParam& fp = u.layout.params[p];
+    const int64_t begin = std::max(fp.offset, u.held_begin);
+    const int64_t end = std::min(fp.offset + fp.numel, u.held_begin + u.held_numel);
+    if (begin >= end) continue;
+    const auto [unit, param] = model_param_name(u.name, specs[p].name);
+    init_values(specs[p].init, seed, param_key(unit, param), begin - fp.offset, end - fp.offset,
+                held + (begin - u.held_begin));
+  }
 }
 
 absl::Status check_same_units_on_every_rank(const std::vector<Unit*>& units, Communicator& comm) {

@@ -65,6 +65,11 @@ struct UnitState {
 absl::StatusOr<std::vector<UnitState>> flat_unit_states(const std::vector<Unit*>& units, StagePolicy policy,
                                                         int64_t persistence_threshold, int rank, int world_size);
 
+// The initial fp32 values of the params `u` holds (held_numel of them, padding zero) from its ParamSpec
+// inits: a function of (seed, unit and parameter name, element), so bit-identical for every stage and
+// world size.
+void initial_held_values(const UnitState& u, uint64_t seed, float* held);
+
 // InvalidArgument naming the ranks whose units (names, parameters, shapes) differ from rank 0's. A
 // collective: every collective of a step is sized by the units, so ranks with different models would
 // exchange mismatched data, or hang.

@@ -11,6 +11,7 @@
 #include "examples/bench/bench_common.h"
 #include "examples/bench/stages_bench.h"
 #include "runtime/status.h"
+#include "shard/stage.h"
 
 ABSL_FLAG(std::string, nvme_path, std::filesystem::temp_directory_path().string(),
           "offload: directory for the offloaded states' files (a fast local drive)");
@@ -87,7 +88,7 @@ absl::Status offload_command() {
     std::vector<OffloadRow> rows;
     for (int stage : options.stages) {
       for (Offloaded offload : {Offloaded::kNone, Offloaded::kOptimizer, Offloaded::kOptimizerAndParams}) {
-        if (offload == Offloaded::kOptimizerAndParams && stage != 3) continue;  // stages 0-2 keep params whole
+        if (offload == Offloaded::kOptimizerAndParams && !StagePolicy(stage).partitions_params()) continue;
         ZERO_ASSIGN_OR_RETURN(OffloadRow row, run_one(comm, options, stage, offload));
         rows.push_back(row);
       }

@@ -16,6 +16,7 @@
 #include "optim/optimizers.h"
 #include "runtime/status.h"
 #include "shard/plan.h"
+#include "shard/stage.h"
 
 ABSL_FLAG(std::string, model, "mini",
           "stages: the GPT-2 shape: mini (maxT 256, V 8192, L 4, NH 4, C 256: quick) or a preset (tiny, d12 = GPT-2 small 124M, d24, d36, d48)");
@@ -52,7 +53,7 @@ absl::StatusOr<std::vector<int>> stages_flag() {
   std::vector<int> stages;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_stages), ',')) {
     int stage = -1;
-    if (!absl::SimpleAtoi(s, &stage) || stage < 0 || stage > 3) {
+    if (!absl::SimpleAtoi(s, &stage) || !StagePolicy::valid(stage)) {
       return flag_error("stages", absl::StrCat("'", s, "' is not a ZeRO stage (0, 1, 2 or 3)"));
     }
     stages.push_back(stage);
@@ -190,7 +191,8 @@ ResultTable stages_bench_table(const std::vector<StageRow>& rows) {
                      {"grads_MiB", 2}, {"master_MiB", 2}, {"optim_MiB", 2}, {"comm_MiB", 2}, {"activ_MiB", 2},
                      {"work_MiB", 2}, {"state_MiB", 2}, {"formula_MiB", 2}, {"sent_MiB", 2}, {"theory_MiB", 2},
                      {"wait_ms", 1}, {"kept_MiB", 2}});
-  const double stage0_ms = !rows.empty() && rows[0].stage == 0 ? rows[0].step_ms : 0;
+  const bool ddp_first = !rows.empty() && StagePolicy(rows[0].stage).updates_everything();  // stage 0
+  const double stage0_ms = ddp_first ? rows[0].step_ms : 0;
   for (const StageRow& r : rows) {
     const MemoryStats& m = r.memory;
     table.add_row({int64_t{r.stage}, r.step_ms, r.tokens_per_s,

@@ -17,6 +17,7 @@
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
+#include "shard/stage.h"
 
 ABSL_FLAG(int, stage, 3, "ZeRO stage: 0, 1, 2 or 3");
 ABSL_FLAG(int, ranks, 4, "in-process ranks");
@@ -175,7 +176,7 @@ absl::Status train(Communicator& comm) {
 
 // A flag's value out of range, named as the user typed it.
 absl::Status check_flags() {
-  if (const int stage = absl::GetFlag(FLAGS_stage); stage < 0 || stage > 3) {
+  if (const int stage = absl::GetFlag(FLAGS_stage); !StagePolicy::valid(stage)) {
     return absl::InvalidArgumentError(absl::StrCat("--stage=", stage, ": ZeRO stages are 0, 1, 2 and 3"));
   }
   if (const int ranks = absl::GetFlag(FLAGS_ranks); ranks < 1) {

@@ -9,6 +9,7 @@
 #include "examples/bench/result_table.h"
 #include "runtime/status.h"
 #include "shard/plan.h"
+#include "shard/stage.h"
 
 namespace zero::train {
 
@@ -167,7 +168,7 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
       dtype_name(f.precision), ", Ψ = ", f.padded_params, " (padded per unit):\n", memory.to_text(),
       offload_line(f, formula, peaks),
       "\nbytes sent by rank 0 per step vs theory (ring collectives: (N-1)/N of each buffer):\n", traffic.to_text(),
-      f.stage == 3 ? "  (theory gathers every unit in every forward and backward; stage 3 keeps a unit gathered while the "
+      StagePolicy(f.stage).partitions_params() ? "  (theory gathers every unit in every forward and backward; stage 3 keeps a unit gathered while the "
                      "next max_live_units gathers need it, and gathers a tied owner again for a unit that reads it "
                      "otherwise, as GPT-2's head reads the embedding's wte)\n"
                    : "",

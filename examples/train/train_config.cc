@@ -18,6 +18,7 @@
 #include "runtime/allocator.h"
 #include "runtime/status.h"
 #include "shard/plan.h"
+#include "shard/stage.h"
 
 namespace zero::train {
 
@@ -384,7 +385,7 @@ absl::Status validate_offload(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(
       validate_offload_target("zero_optimization.offload_optimizer", z.offload_optimizer, c.device));
   ZERO_RETURN_IF_ERROR(validate_offload_target("zero_optimization.offload_param", z.offload_param, c.device));
-  return require(z.offload_param.device == "none" || z.stage == 3, "zero_optimization.offload_param.device",
+  return require(z.offload_param.device == "none" || StagePolicy(z.stage).partitions_params(), "zero_optimization.offload_param.device",
                  z.offload_param.device,
                  absl::StrCat("offload_param moves the parameter shards of stage 3, and stage ", z.stage,
                               " keeps every parameter whole; use zero_optimization.stage = 3, or none"));
@@ -398,7 +399,7 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   }
   ZERO_RETURN_IF_ERROR(require(c.gradient_clipping >= 0, "gradient_clipping", c.gradient_clipping, "must be >= 0 (0 = off)"));
   const ZeroOptimization& z = c.zero_optimization;
-  ZERO_RETURN_IF_ERROR(require(z.stage >= 0 && z.stage <= 3, "zero_optimization.stage", z.stage, "the stage is 0, 1, 2 or 3"));
+  ZERO_RETURN_IF_ERROR(require(StagePolicy::valid(z.stage), "zero_optimization.stage", z.stage, "the stage is 0, 1, 2 or 3"));
   ZERO_RETURN_IF_ERROR(require(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size", z.reduce_bucket_size,
                                "must be a positive number of elements"));
   ZERO_RETURN_IF_ERROR(require(z.allgather_bucket_size > 0, "zero_optimization.allgather_bucket_size",
@@ -694,7 +695,8 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
                          .offload_param = !config.offload_param_path.empty()});
   const auto gathered = std::max_element(units.begin(), units.end(),
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
-  const int64_t gathered_bytes = z.stage == 3 ? gathered->numel * element_bytes : 0;
+  const bool gathers = StagePolicy(z.stage).partitions_params();
+  const int64_t gathered_bytes = gathers ? gathered->numel * element_bytes : 0;
   const int64_t bucket_bytes = largest_bucket_numel(units, config, world_size) * element_bytes;
   const int64_t needed = states.total() + gathered_bytes + bucket_bytes;
   const int64_t budget = c.memory_budget_mib << 20;
@@ -704,7 +706,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
       " before any activation at stage ", z.stage, " on ", world_size, " ranks (params ", format_bytes(states.params),
       ", grads ", format_bytes(states.grads), ", optimizer state ", format_bytes(states.optimizer_state),
       ", master weights ", format_bytes(states.master_weights),
-      z.stage == 3 ? absl::StrCat(", unit '", gathered->name, "' gathered ", format_bytes(gathered_bytes)) : "",
+      gathers ? absl::StrCat(", unit '", gathered->name, "' gathered ", format_bytes(gathered_bytes)) : "",
       ", largest gradient bucket ", format_bytes(bucket_bytes), "); raise the budget, the stage or the ranks"));
 }
 
