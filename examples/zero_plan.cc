@@ -1,6 +1,6 @@
 // zero-plan: per-rank memory by category, bytes sent per step, and the largest model that fits, for ZeRO stages 0-3.
 //
-// Model states and communication come from shard/plan.h (DESIGN.md's formulas, which plan_test holds the
+// Model states and communication come from shard/plan.h (the ZeRO formulas, which plan_test holds the
 // engine's measurements to); GPT-2 activations from the model's own shapes (models/gpt2.h), for a preset or a
 // shape given by flags named as zero-train's model.* keys (--num_layers, --num_heads, --channels). With
 // --offload_optimizer=nvme the master weights and optimizer state leave RAM for files, and with

@@ -39,7 +39,7 @@ class ShardLayout {
   static absl::StatusOr<ShardLayout> create(std::vector<FlatParam> params, std::vector<ParamGroup> groups,
                                             int64_t shard_begin, int64_t shard_end);
   // Rank `rank` of `world_size` over a flat buffer of `flat_numel` elements padded to a multiple of
-  // world_size: the shard is [rank*S, (rank+1)*S) with S = padded / world_size (DESIGN.md).
+  // world_size: the shard is [rank*S, (rank+1)*S) with S = padded / world_size (docs/architecture.md).
   static absl::StatusOr<ShardLayout> for_rank(std::vector<FlatParam> params, std::vector<ParamGroup> groups,
                                               int64_t flat_numel, int rank, int world_size);
 

@@ -1,4 +1,4 @@
-// Per-rank memory and communication of ZeRO stages 0-3 by DESIGN.md's formulas: the one place they are computed.
+// Per-rank memory and communication of ZeRO stages 0-3 by the ZeRO formulas: the one place they are computed.
 #pragma once
 
 // For Ψ parameters padded to Ψp (a multiple of N) over N ranks, shard S = Ψp/N, with p = 4 (fp32) or 2
@@ -9,7 +9,7 @@
 //   1      pΨp     pΨp    (m+k)S
 //   2      pΨp     pS     (m+k)S
 //   3      pS      pS     (m+k)S
-// which for Ψp = Ψ is DESIGN's 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N under bf16 + AdamW. The engine pads each
+// which for Ψp = Ψ is the familiar 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N under bf16 + AdamW. The engine pads each
 // flat unit to a multiple of N (Engine::num_padded_params); knowing only Ψ, ceil(Ψ/N)·N is the padding of
 // one flat buffer, at most N - 1 per unit below the engine's.
 //
@@ -18,7 +18,7 @@
 //   stage 0    grads: A allreduces                                    2A·pS(N-1)
 //   stage 1-2  grads: A reduce-scatters; params: 1 allgather          A·pS(N-1) + pS(N-1)
 //   stage 3    grads: A reduce-scatters; params: 2A allgathers        3A·pS(N-1)
-// (DESIGN's 2Ψ(N-1)/N and 3Ψ(N-1)/N elements at A = 1). Stage 3 assumes every unit is gathered for each
+// (the ZeRO paper's 2Ψ(N-1)/N and 3Ψ(N-1)/N elements at A = 1). Stage 3 assumes every unit is gathered for each
 // forward and backward; the engine sends less where it keeps a unit the next gathers need again, and
 // more where a unit that reads tied parameters gathers their owner again. Units kept whole
 // (ZeroConfig::persistence_threshold) are not gathered at all.

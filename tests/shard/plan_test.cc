@@ -1,4 +1,4 @@
-// The planner's formulas: DESIGN's figures by hand, the largest model a budget holds, and the engine's measured bytes.
+// The planner's formulas: the ZeRO papers' figures by hand, the largest model a budget holds, and the engine's measured bytes.
 #include "shard/plan.h"
 
 #include <string>
