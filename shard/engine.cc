@@ -136,7 +136,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
-  ZERO_RETURN_IF_ERROR(forward(ctx, runs));
+  ZERO_RETURN_IF_ERROR(forward(ctx, runs, /*evaluation=*/false).status());
   ZERO_RETURN_IF_ERROR(meter_.close_phase(&PhaseTimes::forward));
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
   ZERO_RETURN_IF_ERROR(backward(ctx, runs));
@@ -148,16 +148,19 @@ absl::Status Engine::forward_backward(const Batch& batch) {
   return absl::OkStatus();
 }
 
-absl::Status Engine::forward(UnitContext& ctx, const std::vector<bool>& runs) {
+absl::StatusOr<Tensor> Engine::forward(UnitContext& ctx, const std::vector<bool>& runs, bool evaluation) {
   Tensor x;
+  Unit* previous = nullptr;  // the last unit that ran
   for (int i = 0; i < static_cast<int>(units_.size()); ++i) {
     if (!runs[i]) continue;  // x passes through
     ZERO_RETURN_IF_ERROR(gatherer_->acquire(units_[i].needs));
     ZERO_ASSIGN_OR_RETURN(const ParamViews params, param_views(i));
     ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, params, x));
     gatherer_->release(units_[i].needs);
+    if (evaluation && previous != nullptr) previous->release_saved();  // no backward will read it
+    previous = units_[i].unit;
   }
-  return absl::OkStatus();
+  return x;
 }
 
 absl::Status Engine::backward(UnitContext& ctx, const std::vector<bool>& runs) {
@@ -189,19 +192,9 @@ absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
     }
   }
   gatherer_->begin_planned_pass(std::move(plan));
-  Tensor x;
-  Unit* previous = nullptr;  // the last unit that ran: what it saved is freed once the next has read x
-  for (int i = 0; i < static_cast<int>(units_.size()); ++i) {
-    if (!runs[i]) continue;
-    ZERO_RETURN_IF_ERROR(gatherer_->acquire(units_[i].needs));
-    ZERO_ASSIGN_OR_RETURN(const ParamViews params, param_views(i));
-    ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, params, x));
-    gatherer_->release(units_[i].needs);
-    if (previous != nullptr) previous->release_saved();
-    previous = units_[i].unit;
-  }
-  if (on_output) ZERO_RETURN_IF_ERROR(on_output(x));
-  if (previous != nullptr) previous->release_saved();
+  ZERO_ASSIGN_OR_RETURN(const Tensor output, forward(ctx, runs, /*evaluation=*/true));
+  if (on_output) ZERO_RETURN_IF_ERROR(on_output(output));
+  units_.back().unit->release_saved();  // the last unit always runs
   ZERO_RETURN_IF_ERROR(gatherer_->end_pass());
   return Evaluation{.loss = ctx.loss, .correct = ctx.correct, .predictions = ctx.predictions};
 }

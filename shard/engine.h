@@ -150,7 +150,9 @@ class Engine {
   // Which units take part in this micro-batch (Unit::runs); an error if the first or last would not.
   absl::StatusOr<std::vector<bool>> units_that_run(const UnitContext& ctx) const;
   absl::StatusOr<ParamViews> param_views(int i) const;
-  absl::Status forward(UnitContext& ctx, const std::vector<bool>& runs);
+  // The units that run, forward: the last one's output. An evaluation frees what each unit saved once
+  // the next has read its output (Unit::release_saved).
+  absl::StatusOr<Tensor> forward(UnitContext& ctx, const std::vector<bool>& runs, bool evaluation);
   absl::Status backward(UnitContext& ctx, const std::vector<bool>& runs);
   absl::StatusOr<double> global_grad_norm();
   absl::Status update(float lr, double clip_coefficient);
