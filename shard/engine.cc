@@ -130,10 +130,10 @@ absl::StatusOr<ParamViews> Engine::param_views(int i) const {
 }
 
 absl::Status Engine::forward_backward(const Batch& batch) {
-  if (micro_batches_done_ == 0) gatherer_->begin_recorded_pass();
   UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_, .step = step_count_,
                   .loss_scale = static_cast<float>(scaler_.scale())};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
+  if (micro_batches_done_ == 0) gatherer_->begin_recorded_pass();
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
   ZERO_RETURN_IF_ERROR(forward(ctx, runs, /*evaluation=*/false).status());
