@@ -39,9 +39,10 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   ZERO_RETURN_IF_ERROR(place_optimizer_in_files(allocator_, config_.offload_optimizer_path));
   for (UnitState& u : units_) ZERO_RETURN_IF_ERROR(allocate_unit(u, make_optimizer));
   ZERO_RETURN_IF_ERROR(initialize_params());
-  gatherer_ = std::make_unique<ParamGatherer>(units_, comm_, allocator_, meter_, dtype_, device_,
-                                              config_.max_live_units);
-  reducer_ = std::make_unique<GradientReducer>(units_, comm_, allocator_, meter_, config_);
+  const RankContext rank{.units = units_, .comm = comm_, .allocator = allocator_, .meter = meter_, .dtype = dtype_,
+                         .device = device_};
+  gatherer_ = std::make_unique<ParamGatherer>(rank, config_.max_live_units);
+  reducer_ = std::make_unique<GradientReducer>(rank, config_);
   ZERO_RETURN_IF_ERROR(reserve_transient());
   allocator_.reset_peaks();  // from here on, peaks are the steps' (initialization's workspace is gone)
   return absl::OkStatus();

@@ -8,10 +8,9 @@
 
 namespace zero {
 
-ParamGatherer::ParamGatherer(std::vector<UnitState>& units, Communicator& comm, Allocator& allocator,
-                             CommMeter& meter, DType dtype, Device device, int max_live_units)
-    : units_(units), comm_(comm), allocator_(allocator), meter_(meter), dtype_(dtype), device_(device),
-      max_live_units_(max_live_units), gathered_(units.size()), flight_(units.size()) {}
+ParamGatherer::ParamGatherer(const RankContext& rank, int max_live_units)
+    : rank_(rank), units_(rank.units), max_live_units_(max_live_units), gathered_(units_.size()),
+      flight_(units_.size()) {}
 
 ParamGatherer::~ParamGatherer() {
   for (std::optional<Work>& gather : flight_) {
@@ -66,13 +65,13 @@ void ParamGatherer::release(std::span<const int> owners) {
 
 Tensor ParamGatherer::full_params(int i) const {
   const UnitState& u = units_[i];
-  return (u.sharded ? gathered_[i] : u.params).tensor(dtype_, {u.layout.padded_numel});
+  return (u.sharded ? gathered_[i] : u.params).tensor(rank_.dtype, {u.layout.padded_numel});
 }
 
 Work ParamGatherer::allgather_updated(int i) {
   const UnitState& u = units_[i];
-  const Tensor held = u.held_params(dtype_);
-  return meter_.counted(&CommVolume::param_gather, [&] { return comm_.allgather(u.own_params(dtype_), held); });
+  const Tensor held = u.held_params(rank_.dtype);
+  return rank_.meter.counted(&CommVolume::param_gather, [&] { return rank_.comm.allgather(u.own_params(rank_.dtype), held); });
 }
 
 int64_t ParamGatherer::most_live_numel() const {
@@ -88,19 +87,19 @@ int64_t ParamGatherer::most_live_numel() const {
 
 absl::Status ParamGatherer::start_gather(int i) {
   const UnitState& u = units_[i];
-  ZERO_ASSIGN_OR_RETURN(gathered_[i], allocator_.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(dtype_)),
-                                                          MemoryCategory::kCommBuffers, device_));
-  const Tensor shard = u.held_params(dtype_);
-  const Tensor full = gathered_[i].tensor(dtype_, {u.layout.padded_numel});
-  flight_[i] = meter_.counted(&CommVolume::param_gather, [&] { return comm_.allgather(shard, full); });
+  ZERO_ASSIGN_OR_RETURN(gathered_[i], rank_.allocator.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(rank_.dtype)),
+                                                          MemoryCategory::kCommBuffers, rank_.device));
+  const Tensor shard = u.held_params(rank_.dtype);
+  const Tensor full = gathered_[i].tensor(rank_.dtype, {u.layout.padded_numel});
+  flight_[i] = rank_.meter.counted(&CommVolume::param_gather, [&] { return rank_.comm.allgather(shard, full); });
   return absl::OkStatus();
 }
 
 absl::Status ParamGatherer::finish_gather(int i) {
   if (!flight_[i]) return absl::OkStatus();
-  absl::Status s = meter_.wait(*flight_[i]);
+  absl::Status s = rank_.meter.wait(*flight_[i]);
   flight_[i].reset();
-  s.Update(allocator_.page_out(units_[i].params.data()));  // offload_param: the shard has been read
+  s.Update(rank_.allocator.page_out(units_[i].params.data()));  // offload_param: the shard has been read
   return s;
 }
 

@@ -23,11 +23,10 @@ namespace zero {
 //   full visits     the plan is every sharded unit in order (export, visit_full_params)
 //
 // Every rank must make the same calls in the same order: each gather is a collective. Used from the
-// compute thread only. The units, communicator, allocator and meter must outlive it.
+// compute thread only.
 class ParamGatherer {
  public:
-  ParamGatherer(std::vector<UnitState>& units, Communicator& comm, Allocator& allocator, CommMeter& meter,
-                DType dtype, Device device, int max_live_units);
+  ParamGatherer(const RankContext& rank, int max_live_units);
   ~ParamGatherer();  // waits for the gathers in flight: none may write into freed memory
 
   // A training step's pass, which replays and (if it departs from it) re-records the order.
@@ -66,12 +65,8 @@ class ParamGatherer {
   absl::Status prefetch();
   int live_copies() const;
 
-  std::vector<UnitState>& units_;
-  Communicator& comm_;
-  Allocator& allocator_;
-  CommMeter& meter_;
-  const DType dtype_;
-  const Device device_;
+  const RankContext rank_;
+  std::vector<UnitState>& units_;  // rank_.units
   const int max_live_units_;
   std::vector<Buffer> gathered_;             // per unit: (P) while gathered, else empty
   std::vector<std::optional<Work>> flight_;  // per unit: its gather in flight

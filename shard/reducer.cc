@@ -9,11 +9,9 @@
 
 namespace zero {
 
-GradientReducer::GradientReducer(std::vector<UnitState>& units, Communicator& comm, Allocator& allocator,
-                                 CommMeter& meter, const ZeroConfig& config)
-    : units_(units), comm_(comm), allocator_(allocator), meter_(meter), dtype_(config.precision),
-      device_(config.device), allreduce_(StagePolicy(config.stage).updates_everything()),
-      accumulation_steps_(config.accumulation_steps), no_sync_(config.no_sync), places_(units.size()) {
+GradientReducer::GradientReducer(const RankContext& rank, const ZeroConfig& config)
+    : rank_(rank), units_(rank.units), allreduce_(StagePolicy(config.stage).updates_everything()),
+      accumulation_steps_(config.accumulation_steps), no_sync_(config.no_sync), places_(units_.size()) {
   std::vector<int64_t> padded_numels;
   for (const UnitState& u : units_) padded_numels.push_back(u.layout.padded_numel);
   for (std::vector<int>& members : config.gradient_buckets(padded_numels)) {
@@ -40,7 +38,7 @@ absl::StatusOr<ParamViews> GradientReducer::grad_views(int i) {
   // (P) per unit: its bucket's staging, or under no_sync the held gradients (stages 0-1 hold all of them).
   return unit_views(units_, i, [&](int owner) -> absl::StatusOr<Tensor> {
     if (reducing_) return staging_of(owner);
-    return units_[owner].held_grads(dtype_);
+    return units_[owner].held_grads(rank_.dtype);
   });
 }
 
@@ -83,54 +81,54 @@ absl::StatusOr<Tensor> GradientReducer::staging_of(int i) {
   const Place place = places_[i];
   Bucket& b = buckets_[place.bucket];
   if (b.staging.data() == nullptr && b.numel > 0) {
-    const int64_t bytes = b.numel * static_cast<int64_t>(dtype_size(dtype_));
-    ZERO_ASSIGN_OR_RETURN(b.staging, allocator_.allocate(bytes, MemoryCategory::kCommBuffers, device_));
-    const Tensor staging = b.staging.tensor(dtype_, {b.numel});
+    const int64_t bytes = b.numel * static_cast<int64_t>(dtype_size(rank_.dtype));
+    ZERO_ASSIGN_OR_RETURN(b.staging, rank_.allocator.allocate(bytes, MemoryCategory::kCommBuffers, rank_.device));
+    const Tensor staging = b.staging.tensor(rank_.dtype, {b.numel});
     ZERO_RETURN_IF_ERROR(kernels::fill_zero(staging));
     // no_sync: the micro-batches so far accumulated in the held gradients; they join the reduction.
     if (no_sync_) {
       for (const int k : b.units) {
         const int64_t offset = places_[k].offset;
-        const Tensor grads = units_[k].held_grads(dtype_);
+        const Tensor grads = units_[k].held_grads(rank_.dtype);
         ZERO_RETURN_IF_ERROR(kernels::cast(staging.slice(offset, offset + units_[k].layout.padded_numel), grads));
         ZERO_RETURN_IF_ERROR(kernels::fill_zero(grads));
       }
     }
   }
-  return b.staging.tensor(dtype_, {b.numel}).slice(place.offset, place.offset + u.layout.padded_numel);
+  return b.staging.tensor(rank_.dtype, {b.numel}).slice(place.offset, place.offset + u.layout.padded_numel);
 }
 
 absl::Status GradientReducer::launch(Bucket& b) {
   if (b.numel == 0) return absl::OkStatus();
-  const Tensor all = b.staging.tensor(dtype_, {b.numel});
-  ZERO_RETURN_IF_ERROR(kernels::divide_by(all, static_cast<float>(comm_.world_size() * accumulation_steps_)));
+  const Tensor all = b.staging.tensor(rank_.dtype, {b.numel});
+  ZERO_RETURN_IF_ERROR(kernels::divide_by(all, static_cast<float>(rank_.comm.world_size() * accumulation_steps_)));
   if (allreduce_) {
-    b.reduction = meter_.counted(&CommVolume::grad_reduce, [&] { return comm_.allreduce(all, ReduceOp::kSum); });
+    b.reduction = rank_.meter.counted(&CommVolume::grad_reduce, [&] { return rank_.comm.allreduce(all, ReduceOp::kSum); });
     return absl::OkStatus();
   }
   // One unit per bucket: reduce-scatter in place, each rank's slice landing where it was.
   const UnitState& u = units_[b.units[0]];
   const Tensor slice = all.slice(u.slice_begin, u.slice_begin + u.layout.shard_numel);
-  b.reduction = meter_.counted(&CommVolume::grad_reduce, [&] { return comm_.reduce_scatter(all, slice, ReduceOp::kSum); });
+  b.reduction = rank_.meter.counted(&CommVolume::grad_reduce, [&] { return rank_.comm.reduce_scatter(all, slice, ReduceOp::kSum); });
   return absl::OkStatus();
 }
 
 absl::Status GradientReducer::finish(Bucket& b) {
   if (!b.reduction) return absl::OkStatus();
-  absl::Status s = meter_.wait(*b.reduction);
+  absl::Status s = rank_.meter.wait(*b.reduction);
   b.reduction.reset();
   ZERO_RETURN_IF_ERROR(s);
-  const Tensor staging = b.staging.tensor(dtype_, {b.numel});
+  const Tensor staging = b.staging.tensor(rank_.dtype, {b.numel});
   for (const int i : b.units) {
     const UnitState& u = units_[i];
     const int64_t offset = places_[i].offset;
     const Tensor reduced = staging.slice(offset, offset + u.layout.padded_numel);
     // Where every rank updates everything, all of the reduced gradient; else this rank's slice of it.
     if (allreduce_) {
-      ZERO_RETURN_IF_ERROR(kernels::add_into(u.held_grads(dtype_), reduced));
+      ZERO_RETURN_IF_ERROR(kernels::add_into(u.held_grads(rank_.dtype), reduced));
     } else {
       const Tensor slice = reduced.slice(u.slice_begin, u.slice_begin + u.layout.shard_numel);
-      ZERO_RETURN_IF_ERROR(kernels::add_into(u.grad_slice(dtype_), slice));
+      ZERO_RETURN_IF_ERROR(kernels::add_into(u.grad_slice(rank_.dtype), slice));
     }
   }
   b.staging.reset();

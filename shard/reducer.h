@@ -22,11 +22,10 @@ namespace zero {
 // gradients directly, and the last one's staging starts from them.
 //
 // Every rank must make the same calls: each reduction is a collective. Used from the compute thread
-// only. The units, communicator, allocator and meter must outlive it.
+// only.
 class GradientReducer {
  public:
-  GradientReducer(std::vector<UnitState>& units, Communicator& comm, Allocator& allocator, CommMeter& meter,
-                  const ZeroConfig& config);
+  GradientReducer(const RankContext& rank, const ZeroConfig& config);
   ~GradientReducer();  // waits for the reductions in flight: none may write into freed memory
 
   // Before a micro-batch's backward: whether it is the step's last (under no_sync, the one reduced).
@@ -64,12 +63,8 @@ class GradientReducer {
   absl::Status launch(Bucket& b);
   absl::Status finish(Bucket& b);
 
-  std::vector<UnitState>& units_;
-  Communicator& comm_;
-  Allocator& allocator_;
-  CommMeter& meter_;
-  const DType dtype_;
-  const Device device_;
+  const RankContext rank_;
+  std::vector<UnitState>& units_;  // rank_.units
   const bool allreduce_;  // StagePolicy::updates_everything
   const int accumulation_steps_;
   const bool no_sync_;

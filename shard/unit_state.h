@@ -13,6 +13,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/tensor.h"
 #include "shard/flat_unit.h"
+#include "shard/meter.h"
 #include "shard/module.h"
 #include "shard/stage.h"
 
@@ -58,6 +59,18 @@ struct UnitState {
   Tensor own_grads(DType dtype) const {
     return grads_sliced ? held_grads(dtype) : held_grads(dtype).slice(own_begin, own_begin + own_count);
   }
+};
+
+// What the gatherer and the reducer share: a rank's flat units, the communicator and allocator their
+// collectives and buffers go through, the meter that counts them, and the training dtype and device.
+// Everything it refers to must outlive its users.
+struct RankContext {
+  std::vector<UnitState>& units;
+  Communicator& comm;
+  Allocator& allocator;
+  CommMeter& meter;
+  DType dtype;
+  Device device;
 };
 
 // The flat units of `units` on rank `rank` of `world_size`, buffers not yet allocated. Fails naming the

@@ -24,7 +24,7 @@ constexpr int kMaxLive = 2;
 // sharded at stage 3. Rank r fills the params it holds with values that say which element of which rank.
 struct RankUnits {
   RankUnits(Communicator& comm, int stage)
-      : model(testing::ToyConfig{}), allocator(comm.rank()), meter(comm, Device::cpu(), false) {
+      : model(testing::ToyConfig{}), allocator(comm.rank()), meter(comm, Device::cpu(), /*time_phases=*/false) {
     units = *flat_unit_states(model.units(), StagePolicy(stage), /*persistence_threshold=*/0, comm.rank(),
                               comm.world_size());
     for (UnitState& u : units) {
@@ -32,6 +32,8 @@ struct RankUnits {
       float* held = static_cast<float*>(u.params.data());
       for (int64_t k = 0; k < u.held_numel; ++k) held[k] = value(comm.rank(), u.held_begin + k);
     }
+    gatherer = std::make_unique<ParamGatherer>(
+        RankContext{units, comm, allocator, meter, DType::kF32, Device::cpu()}, kMaxLive);
   }
   static float value(int rank, int64_t element) { return static_cast<float>(1000 * (rank + 1) + element); }
 
@@ -39,6 +41,7 @@ struct RankUnits {
   Allocator allocator;
   CommMeter meter;
   std::vector<UnitState> units;
+  std::unique_ptr<ParamGatherer> gatherer;
 };
 
 int64_t gather_bytes(const std::vector<UnitState>& units, const std::vector<int>& gathers) {
@@ -64,22 +67,37 @@ int64_t comm_buffers_peak(const Allocator& allocator) {
 }
 
 // Acquires and releases `order` one unit at a time, checking each gathered copy holds every rank's slice.
-absl::Status walk(ParamGatherer& gatherer, const std::vector<UnitState>& units, const std::vector<int>& order) {
+absl::Status walk(RankUnits& r, const std::vector<int>& order) {
   for (const int i : order) {
     const int unit[] = {i};
-    ZERO_RETURN_IF_ERROR(gatherer.acquire(unit));
-    const Tensor full = gatherer.full_params(i);
-    const UnitState& u = units[i];
+    ZERO_RETURN_IF_ERROR(r.gatherer->acquire(unit));
+    const Tensor full = r.gatherer->full_params(i);
+    const UnitState& u = r.units[i];
     for (int64_t k = 0; k < u.layout.padded_numel; ++k) {
       const int owner = static_cast<int>(k / u.layout.shard_numel);
       if (full.data_as<float>()[k] != RankUnits::value(owner, k)) {
         return absl::InternalError(absl::StrCat("unit ", i, " element ", k, " was not gathered from rank ", owner));
       }
     }
-    gatherer.release(unit);
+    r.gatherer->release(unit);
   }
   return absl::OkStatus();
 }
+
+// One pass over `order`, measured from zero: a recorded one (a training step's), or one planned as `order`.
+absl::Status pass(RankUnits& r, const std::vector<int>& order, bool recorded) {
+  r.meter.reset_volume();
+  r.allocator.reset_peaks();
+  if (recorded) {
+    r.gatherer->begin_recorded_pass();
+  } else {
+    r.gatherer->begin_planned_pass(order);
+  }
+  ZERO_RETURN_IF_ERROR(walk(r, order));
+  return r.gatherer->end_pass();
+}
+absl::Status recorded_pass(RankUnits& r, const std::vector<int>& order) { return pass(r, order, true); }
+absl::Status planned_pass(RankUnits& r, const std::vector<int>& plan) { return pass(r, plan, false); }
 
 void expect_all_ok(const std::vector<absl::Status>& statuses) {
   for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
@@ -88,11 +106,8 @@ void expect_all_ok(const std::vector<absl::Status>& statuses) {
 TEST(ParamGatherer, PlannedPassSendsExactlyThePlannedGathersWithAtMostMaxLiveCopies) {
   expect_all_ok(run_local_ranks(kRanks, [](Communicator& comm) -> absl::Status {
     RankUnits r(comm, 3);
-    ParamGatherer gatherer(r.units, comm, r.allocator, r.meter, DType::kF32, Device::cpu(), kMaxLive);
     const std::vector<int> plan = {0, 1, 2, 3};
-    gatherer.begin_planned_pass(plan);
-    ZERO_RETURN_IF_ERROR(walk(gatherer, r.units, plan));
-    ZERO_RETURN_IF_ERROR(gatherer.end_pass());
+    ZERO_RETURN_IF_ERROR(planned_pass(r, plan));
     EXPECT_EQ(r.meter.volume().param_gather, gather_bytes(r.units, plan));
     EXPECT_EQ(comm_buffers_peak(r.allocator), prefetched_peak(r.units, plan));
     EXPECT_EQ(r.allocator.stats().current[static_cast<int>(MemoryCategory::kCommBuffers)], 0);
@@ -103,20 +118,13 @@ TEST(ParamGatherer, PlannedPassSendsExactlyThePlannedGathersWithAtMostMaxLiveCop
 TEST(ParamGatherer, FirstRecordedPassGathersOnDemandAndTheNextPrefetchesAlongTheRecord) {
   expect_all_ok(run_local_ranks(kRanks, [](Communicator& comm) -> absl::Status {
     RankUnits r(comm, 3);
-    ParamGatherer gatherer(r.units, comm, r.allocator, r.meter, DType::kF32, Device::cpu(), kMaxLive);
     const std::vector<int> order = {0, 1, 2, 3};
-    gatherer.begin_recorded_pass();
-    ZERO_RETURN_IF_ERROR(walk(gatherer, r.units, order));
-    ZERO_RETURN_IF_ERROR(gatherer.end_pass());
+    ZERO_RETURN_IF_ERROR(recorded_pass(r, order));
     int64_t largest = 0;
     for (const UnitState& u : r.units) largest = std::max(largest, u.layout.padded_numel * 4);
     EXPECT_EQ(comm_buffers_peak(r.allocator), largest) << "no record yet: one copy at a time, no prefetch";
 
-    r.allocator.reset_peaks();
-    r.meter.reset_volume();
-    gatherer.begin_recorded_pass();
-    ZERO_RETURN_IF_ERROR(walk(gatherer, r.units, order));
-    ZERO_RETURN_IF_ERROR(gatherer.end_pass());
+    ZERO_RETURN_IF_ERROR(recorded_pass(r, order));
     EXPECT_EQ(comm_buffers_peak(r.allocator), prefetched_peak(r.units, order));
     EXPECT_EQ(r.meter.volume().param_gather, gather_bytes(r.units, order)) << "prefetch gathers nothing extra";
     return absl::OkStatus();
@@ -126,25 +134,14 @@ TEST(ParamGatherer, FirstRecordedPassGathersOnDemandAndTheNextPrefetchesAlongThe
 TEST(ParamGatherer, PassThatLeavesTheRecordStopsPrefetchingAndIsRecordedInstead) {
   expect_all_ok(run_local_ranks(kRanks, [](Communicator& comm) -> absl::Status {
     RankUnits r(comm, 3);
-    ParamGatherer gatherer(r.units, comm, r.allocator, r.meter, DType::kF32, Device::cpu(), kMaxLive);
     const std::vector<int> full = {0, 1, 2, 3};
     const std::vector<int> skips_1 = {0, 2, 3};
-    gatherer.begin_recorded_pass();
-    ZERO_RETURN_IF_ERROR(walk(gatherer, r.units, full));
-    ZERO_RETURN_IF_ERROR(gatherer.end_pass());
-
-    r.meter.reset_volume();
-    gatherer.begin_recorded_pass();
-    ZERO_RETURN_IF_ERROR(walk(gatherer, r.units, skips_1));
-    ZERO_RETURN_IF_ERROR(gatherer.end_pass());
+    ZERO_RETURN_IF_ERROR(recorded_pass(r, full));
+    ZERO_RETURN_IF_ERROR(recorded_pass(r, skips_1));
     // Acquiring 0 prefetched 1 along the record; the pass then left it, so that gather was wasted.
     EXPECT_EQ(r.meter.volume().param_gather, gather_bytes(r.units, {0, 1, 2, 3}));
 
-    r.meter.reset_volume();
-    r.allocator.reset_peaks();
-    gatherer.begin_recorded_pass();
-    ZERO_RETURN_IF_ERROR(walk(gatherer, r.units, skips_1));
-    ZERO_RETURN_IF_ERROR(gatherer.end_pass());
+    ZERO_RETURN_IF_ERROR(recorded_pass(r, skips_1));
     EXPECT_EQ(r.meter.volume().param_gather, gather_bytes(r.units, skips_1)) << "the new order was recorded";
     EXPECT_EQ(comm_buffers_peak(r.allocator), prefetched_peak(r.units, skips_1));
     return absl::OkStatus();
@@ -154,11 +151,8 @@ TEST(ParamGatherer, PassThatLeavesTheRecordStopsPrefetchingAndIsRecordedInstead)
 TEST(ParamGatherer, ReleaseKeepsACopyThePlanNeedsWithinMaxLiveGathers) {
   expect_all_ok(run_local_ranks(kRanks, [](Communicator& comm) -> absl::Status {
     RankUnits r(comm, 3);
-    ParamGatherer gatherer(r.units, comm, r.allocator, r.meter, DType::kF32, Device::cpu(), kMaxLive);
     const std::vector<int> plan = {3, 0, 3};  // the head, its tied owner, the head again
-    gatherer.begin_planned_pass(plan);
-    ZERO_RETURN_IF_ERROR(walk(gatherer, r.units, plan));
-    ZERO_RETURN_IF_ERROR(gatherer.end_pass());
+    ZERO_RETURN_IF_ERROR(planned_pass(r, plan));
     EXPECT_EQ(r.meter.volume().param_gather, gather_bytes(r.units, {3, 0})) << "the head's copy was kept";
     return absl::OkStatus();
   }));
@@ -167,12 +161,11 @@ TEST(ParamGatherer, ReleaseKeepsACopyThePlanNeedsWithinMaxLiveGathers) {
 TEST(ParamGatherer, AllgatherUpdatedBringsEveryRanksUpdatedSliceToEveryRank) {
   expect_all_ok(run_local_ranks(kRanks, [](Communicator& comm) -> absl::Status {
     RankUnits r(comm, 1);  // held whole, each rank updating its slice
-    ParamGatherer gatherer(r.units, comm, r.allocator, r.meter, DType::kF32, Device::cpu(), kMaxLive);
     const UnitState& u = r.units[1];
     EXPECT_FALSE(u.sharded);
     const Tensor own = u.own_params(DType::kF32);
     for (int64_t k = 0; k < own.numel(); ++k) own.data_as<float>()[k] = static_cast<float>(-(comm.rank() + 1));
-    Work gather = gatherer.allgather_updated(1);
+    Work gather = r.gatherer->allgather_updated(1);
     ZERO_RETURN_IF_ERROR(r.meter.wait(gather));
     const Tensor held = u.held_params(DType::kF32);
     for (int64_t k = 0; k < u.layout.padded_numel; ++k) {
