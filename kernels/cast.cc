@@ -6,7 +6,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel.h"
-#include "optim/element_math.h"  // header-only: the stochastic rounding the optimizers' half copy uses
+#include "runtime/rounding.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -25,8 +25,8 @@ void to_half(const float* x, uint16_t* y, int64_t begin, int64_t end, DType t, c
     return;
   }
   for (int64_t i = begin; i < end; ++i) {
-    const uint32_t r = optim::rounding_bits(sr->seed, sr->step, sr->index_offset + i);
-    y[i] = bf16 ? optim::bf16_stochastic(x[i], r) : optim::fp16_stochastic(x[i], r);
+    const uint32_t r = rounding_bits(sr->seed, sr->step, sr->index_offset + i);
+    y[i] = bf16 ? bf16_stochastic(x[i], r) : fp16_stochastic(x[i], r);
   }
 }
 

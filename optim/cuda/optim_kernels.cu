@@ -9,6 +9,7 @@
 #include "kernels/cuda/half.cuh"
 #include "kernels/dtype_dispatch.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/rounding.h"
 #include "runtime/status.h"
 
 namespace zero::optim {
