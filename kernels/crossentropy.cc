@@ -8,7 +8,7 @@
 #include "kernels/fast_math.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
-#include "kernels/parallel.h"
+#include "runtime/parallel.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -119,7 +119,7 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
     return finish(counted, s.loss, s.correct);
   }
 #endif
-  const RowSums sums = detail::ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
+  const RowSums sums = ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
     RowSums s;
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = logits.data_as<float>() + r * padded;

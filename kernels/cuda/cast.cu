@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/half.cuh"
+#include "runtime/cuda/half.cuh"
 #include "runtime/rounding.h"
 
 namespace zero::kernels::cuda {
