@@ -99,7 +99,7 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
     return absl::InvalidArgumentError(absl::StrCat(op, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));
   }
   std::vector<int32_t> host_copy;
-  ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, detail::int32_on_host(targets, host_copy));
+  ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, int32_on_host(targets, host_copy));
   int64_t counted = 0;
   for (int64_t r = 0; r < n; ++r) {
     if (tgt[r] == kIgnoreIndex) continue;

@@ -40,7 +40,7 @@ absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor
   if (d.t > d.max_t) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": sequence length ", d.t, " exceeds wpe's ", d.max_t, " positions"));
   }
-  ZERO_ASSIGN_OR_RETURN(d.host_tokens, detail::int32_on_host(tokens, host_copy));
+  ZERO_ASSIGN_OR_RETURN(d.host_tokens, int32_on_host(tokens, host_copy));
   const int32_t* tok = d.host_tokens;
   for (int64_t i = 0; i < d.b * d.t; ++i) {
     if (tok[i] < 0 || tok[i] >= d.vocab) {
