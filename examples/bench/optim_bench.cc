@@ -6,7 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "examples/bench/bench_common.h"
-#include "examples/bench/result_table.h"
+#include "examples/common/result_table.h"
 #include "optim/bench.h"
 #include "runtime/status.h"
 
