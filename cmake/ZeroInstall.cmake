@@ -2,7 +2,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(zero_exported runtime kernels optim shard plan models data)
+set(zero_exported runtime kernels optim module shard plan models data)
 set(zero_export_targets "")
 foreach(name IN LISTS zero_exported)
   set_target_properties(zero_${name} PROPERTIES EXPORT_NAME ${name})  # zero_shard -> zero::shard

@@ -8,7 +8,7 @@
 #include "kernels/fast_math.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
-#include "kernels/parallel.h"
+#include "runtime/parallel.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -60,7 +60,7 @@ HeadView head_view(const float* inp, const AttentionDims& d, int64_t b, int64_t 
 // fn(b, h) for every (batch, head), split statically over the threads; each task owns its rows.
 template <typename Fn>
 void for_each_head(const AttentionDims& d, Fn&& fn) {
-  detail::for_blocks(d.b * d.nh, 1, [&](int64_t i, int64_t) { fn(i / d.nh, i % d.nh); });
+  for_blocks(d.b * d.nh, 1, [&](int64_t i, int64_t) { fn(i / d.nh, i % d.nh); });
 }
 
 // C (m, n) = op(A) op(B) for row-major operands with row strides lda, ldb, ldc, on the calling thread.

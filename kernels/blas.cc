@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "kernels/parallel.h"
+#include "runtime/parallel.h"
 
 namespace zero::kernels::detail {
 namespace {

@@ -4,9 +4,9 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/dtype_dispatch.h"
 #include "kernels/kernels.h"
-#include "kernels/parallel.h"
+#include "runtime/dtype_dispatch.h"
+#include "runtime/parallel.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -27,7 +27,7 @@ absl::Status check_floating(absl::string_view op, absl::string_view name, const 
 template <DType T, typename Fn>
 void update_elements(const Tensor& x, Fn fn) {
   void* p = x.data();
-  detail::for_blocks(x.numel(), kBlock, [&](int64_t begin, int64_t end) {
+  for_blocks(x.numel(), kBlock, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) store_from_float(p, T, i, fn(load_as_float(p, T, i), i));
   });
 }

@@ -5,8 +5,8 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
-#include "kernels/parallel.h"
-#include "optim/element_math.h"  // header-only: the stochastic rounding the optimizers' half copy uses
+#include "runtime/parallel.h"
+#include "runtime/rounding.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -25,8 +25,8 @@ void to_half(const float* x, uint16_t* y, int64_t begin, int64_t end, DType t, c
     return;
   }
   for (int64_t i = begin; i < end; ++i) {
-    const uint32_t r = optim::rounding_bits(sr->seed, sr->step, sr->index_offset + i);
-    y[i] = bf16 ? optim::bf16_stochastic(x[i], r) : optim::fp16_stochastic(x[i], r);
+    const uint32_t r = rounding_bits(sr->seed, sr->step, sr->index_offset + i);
+    y[i] = bf16 ? bf16_stochastic(x[i], r) : fp16_stochastic(x[i], r);
   }
 }
 
@@ -54,11 +54,11 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
   if (from == to) {
     std::memcpy(out.data(), inp.data(), inp.nbytes());
   } else if (narrowing) {
-    detail::for_blocks(n, kBlock, [&](int64_t b, int64_t e) {
+    for_blocks(n, kBlock, [&](int64_t b, int64_t e) {
       to_half(inp.data_as<float>(), out.data_as<uint16_t>(), b, e, to, stochastic);
     });
   } else if (is_half(from) && to == DType::kF32) {
-    detail::for_blocks(n, kBlock, [&](int64_t b, int64_t e) {
+    for_blocks(n, kBlock, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) out.data_as<float>()[i] = load_as_float(inp.data(), from, i);
     });
   } else {
@@ -75,7 +75,7 @@ absl::StatusOr<double> squared_norm(const Tensor& x) {
   if (x.device().is_cuda()) return cuda::squared_norm(x.device().index, x.data_as<float>(), x.numel());
 #endif
   const float* p = x.data_as<float>();
-  return detail::ordered_block_sum<double>(x.numel(), kNormBlock, [&](int64_t begin, int64_t end) {
+  return ordered_block_sum<double>(x.numel(), kNormBlock, [&](int64_t begin, int64_t end) {
     double lane[kNormLanes] = {};
     int64_t i = begin;
     for (; i + kNormLanes <= end; i += kNormLanes) {

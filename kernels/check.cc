@@ -2,9 +2,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernels.h"
 #include "runtime/status.h"
 
-namespace zero::kernels::detail {
+namespace zero::kernels {
+namespace detail {
 
 int64_t last_dim(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(t.dim() - 1); }
 
@@ -43,16 +45,6 @@ absl::Status check_like(absl::string_view op, absl::string_view name, const Tens
   return check_matrix(op, name, t, DType::kF32, like.device(), num_rows(like), last_dim(like));
 }
 
-absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_t>& copy) {
-  if (t.device().is_cpu()) return t.data_as<int32_t>();
-  ZERO_RETURN_IF_ERROR(check_backend("int32_on_host", t.device()));
-#if ZERO_HAS_CUDA
-  copy.resize(static_cast<size_t>(t.numel()));
-  ZERO_RETURN_IF_ERROR(cuda::copy_to_host(t.device().index, copy.data(), t.data(), static_cast<int64_t>(t.nbytes())));
-#endif
-  return copy.data();
-}
-
 absl::Status check_backend(absl::string_view op, Device device) {
 #if ZERO_HAS_CUDA
   constexpr bool kHasCuda = true;
@@ -64,4 +56,16 @@ absl::Status check_backend(absl::string_view op, Device device) {
       absl::StrCat(op, ": tensors on ", device.to_string(), " but zero was built without CUDA (ZERO_WITH_CUDA=OFF)"));
 }
 
-}  // namespace zero::kernels::detail
+}  // namespace detail
+
+absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_t>& copy) {
+  if (t.device().is_cpu()) return t.data_as<int32_t>();
+  ZERO_RETURN_IF_ERROR(detail::check_backend("int32_on_host", t.device()));
+#if ZERO_HAS_CUDA
+  copy.resize(static_cast<size_t>(t.numel()));
+  ZERO_RETURN_IF_ERROR(cuda::copy_to_host(t.device().index, copy.data(), t.data(), static_cast<int64_t>(t.nbytes())));
+#endif
+  return copy.data();
+}
+
+}  // namespace zero::kernels

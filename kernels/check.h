@@ -2,10 +2,8 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "runtime/tensor.h"
 
@@ -29,9 +27,6 @@ absl::Status check_numel(absl::string_view op, absl::string_view name, const Ten
 absl::Status check_dims(absl::string_view op, absl::string_view name, const Tensor& t, int64_t dims);
 // `t` is contiguous fp32 on `device` with the same shape as `like`.
 absl::Status check_like(absl::string_view op, absl::string_view name, const Tensor& t, const Tensor& like);
-// An int32 tensor's elements readable on the host: its own data on the CPU; for a CUDA tensor a copy into
-// `copy`, which waits for the work queued before it on the device.
-absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_t>& copy);
 // OK on the CPU, and on CUDA when built with it (kernels/cuda/); FailedPrecondition for a CUDA tensor in a
 // build without CUDA.
 absl::Status check_backend(absl::string_view op, Device device);

@@ -8,7 +8,7 @@
 #include "kernels/fast_math.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
-#include "kernels/parallel.h"
+#include "runtime/parallel.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -99,7 +99,7 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
     return absl::InvalidArgumentError(absl::StrCat(op, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));
   }
   std::vector<int32_t> host_copy;
-  ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, detail::int32_on_host(targets, host_copy));
+  ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, int32_on_host(targets, host_copy));
   int64_t counted = 0;
   for (int64_t r = 0; r < n; ++r) {
     if (tgt[r] == kIgnoreIndex) continue;
@@ -119,7 +119,7 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
     return finish(counted, s.loss, s.correct);
   }
 #endif
-  const RowSums sums = detail::ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
+  const RowSums sums = ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
     RowSums s;
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = logits.data_as<float>() + r * padded;

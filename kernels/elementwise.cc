@@ -5,7 +5,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
-#include "kernels/parallel.h"
+#include "runtime/parallel.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -22,7 +22,7 @@ absl::Status check_elementwise(absl::string_view op, std::initializer_list<std::
 
 template <typename Fn>
 void for_each_element(int64_t n, Fn&& fn) {
-  detail::for_blocks(n, kBlock, [&](int64_t begin, int64_t end) {
+  for_blocks(n, kBlock, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) fn(i);
   });
 }

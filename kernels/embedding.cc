@@ -5,7 +5,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
-#include "kernels/parallel.h"
+#include "runtime/parallel.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -40,7 +40,7 @@ absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor
   if (d.t > d.max_t) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": sequence length ", d.t, " exceeds wpe's ", d.max_t, " positions"));
   }
-  ZERO_ASSIGN_OR_RETURN(d.host_tokens, detail::int32_on_host(tokens, host_copy));
+  ZERO_ASSIGN_OR_RETURN(d.host_tokens, int32_on_host(tokens, host_copy));
   const int32_t* tok = d.host_tokens;
   for (int64_t i = 0; i < d.b * d.t; ++i) {
     if (tok[i] < 0 || tok[i] >= d.vocab) {
@@ -63,7 +63,7 @@ absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Te
   }
 #endif
   const int32_t* tok = d.host_tokens;
-  detail::for_blocks(d.b * d.t, kRowBlock, [&](int64_t r0, int64_t r1) {
+  for_blocks(d.b * d.t, kRowBlock, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* te = wte.data_as<float>() + tok[r] * d.c;
       const float* pe = wpe.data_as<float>() + (r % d.t) * d.c;
@@ -89,7 +89,7 @@ absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Te
   float* dte = dwte.data_as<float>();
   float* dpe = dwpe.data_as<float>();
   // Threads own column blocks; within a block, rows add in order, so repeated tokens sum deterministically.
-  detail::for_blocks(d.c, kColBlock, [&](int64_t c0, int64_t c1) {
+  for_blocks(d.c, kColBlock, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < d.b * d.t; ++r) {
       const float* gr = g + r * d.c;
       float* te = dte + tok[r] * d.c;

@@ -15,6 +15,7 @@
 //   runs in a fixed order, so the same inputs give the same bits under any set_kernel_threads().
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -85,6 +86,10 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
 absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
 // dwte[tokens[b, t]] += dout[b, t]; dwpe[t] += sum_b dout[b, t]. dwte (V, C), dwpe (maxT, C).
 absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+
+// An int32 tensor's elements (tokens, targets) readable on the host: its own data on the CPU; for a CUDA
+// tensor a copy into `copy`, which waits for the work queued before it on the device.
+absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_t>& copy);
 
 // ---- Softmax cross-entropy ------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
-#include "kernels/parallel.h"
+#include "runtime/parallel.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -84,7 +84,7 @@ absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tens
 #endif
   const float* w = weight.data_as<float>();
   const float* b = bias.data_as<float>();
-  detail::for_blocks(detail::num_rows(inp), kRowBlock, [&](int64_t r0, int64_t r1) {
+  for_blocks(detail::num_rows(inp), kRowBlock, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = inp.data_as<float>() + r * c;
       float* y = out.data_as<float>() + r * c;
@@ -125,15 +125,15 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
   float* dx = dinp.data_as<float>();
   // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row; dweight and
   // dbias from the same pass: fp64 column sums per block of kParamRows rows (in row order), then the blocks in order.
-  const int64_t blocks = detail::ceil_div(n, kParamRows);
+  const int64_t blocks = ceil_div(n, kParamRows);
   std::vector<double> partial(static_cast<size_t>(blocks * 2 * c), 0.0);  // per block: dweight's c, then dbias's c
-  detail::for_blocks(n, kParamRows, [=, &partial](int64_t r0, int64_t r1) {
+  for_blocks(n, kParamRows, [=, &partial](int64_t r0, int64_t r1) {
     double* acc = partial.data() + r0 / kParamRows * 2 * c;
     for (int64_t r = r0; r < r1; ++r) row_backward(dx + r * c, acc, acc + c, g + r * c, x + r * c, w, mu[r], rs[r], c);
   });
   float* dw = dweight.data_as<float>();
   float* db = dbias.data_as<float>();
-  detail::for_blocks(c, kParamCols, [&](int64_t c0, int64_t c1) {
+  for_blocks(c, kParamCols, [&](int64_t c0, int64_t c1) {
     for (int64_t i = c0; i < c1; ++i) {
       double sum_dweight = 0, sum_dbias = 0;
       for (int64_t b = 0; b < blocks; ++b) {

@@ -6,7 +6,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
-#include "kernels/parallel.h"
+#include "runtime/parallel.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -73,7 +73,7 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
   float* o = out.data_as<float>();
   if (given(bias)) {
     const float* b = bias.data_as<float>();
-    detail::for_blocks(d.n, kRowBlock, [&](int64_t r0, int64_t r1) {
+    for_blocks(d.n, kRowBlock, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) std::copy(b, b + d.oc, o + r * d.oc);
     });
   }
@@ -118,7 +118,7 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
                        .b = inp.data_as<float>(), .ldb = d.c, .beta = 1.0f, .c = dweight.data_as<float>(),
                        .ldc = d.c});
   if (given(dbias)) {
-    detail::add_column_sums(d.n, d.oc, dbias.data_as<float>(), [&](int64_t r, int64_t c) { return g[r * d.oc + c]; });
+    add_column_sums(d.n, d.oc, dbias.data_as<float>(), [&](int64_t r, int64_t c) { return g[r * d.oc + c]; });
   }
   return absl::OkStatus();
 }

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/check.h"
 #include "kernels/kernels.h"
 #include "runtime/status.h"
 
@@ -35,7 +34,7 @@ absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens, Device
                                                    " tokens per row or raise max_seq_len"));
   }
   std::vector<int32_t> host_copy;
-  ZERO_ASSIGN_OR_RETURN(const int32_t* token, kernels::detail::int32_on_host(tokens, host_copy));
+  ZERO_ASSIGN_OR_RETURN(const int32_t* token, kernels::int32_on_host(tokens, host_copy));
   for (int64_t i = 0; i < tokens.numel(); ++i) {
     if (token[i] < 0 || token[i] >= config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("GPT-2 token ", token[i], " at (", i / tokens.size(1), ", ",

@@ -6,6 +6,7 @@
 #include "optim/element_math.h"
 #include "optim/optimizer.h"
 #include "runtime/dtype.h"
+#include "runtime/rounding.h"
 
 namespace zero::optim {
 

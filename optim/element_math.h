@@ -2,14 +2,8 @@
 #pragma once
 
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 
-#if defined(__CUDACC__)
-#define ZERO_HD __host__ __device__ __forceinline__
-#else
-#define ZERO_HD inline
-#endif
+#include "runtime/host_device.h"
 
 namespace zero::optim {
 
@@ -94,63 +88,6 @@ struct LarsCoeffs {
 ZERO_HD float lars_element(float p, float g, float& v, float momentum, float scaled_lr, float weight_decay) {
   v = momentum * v + scaled_lr * (g + weight_decay * p);
   return p - v;
-}
-
-// Counter-based random bits for stochastic rounding: a function of (seed, step, flat index) only, so
-// any sharding and thread count draws the same number for the same element (splitmix64 finaliser).
-ZERO_HD uint32_t rounding_bits(uint64_t seed, int64_t step, int64_t index) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(step + 1) +
-               0xD1B54A32D192ED03ull * static_cast<uint64_t>(index);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<uint32_t>((z ^ (z >> 31)) >> 32);
-}
-
-ZERO_HD uint32_t bits_of(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-
-ZERO_HD float float_of(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
-
-// bf16 with stochastic rounding: rounds away from zero with probability equal to the distance from the
-// truncated value in bf16 ulps (random low 16 bits added, then truncated). NaN and infinity stay so.
-ZERO_HD uint16_t bf16_stochastic(float x, uint32_t r) {
-  const uint32_t u = bits_of(x);
-  if ((u & 0x7fffffffu) >= 0x7f800000u) return static_cast<uint16_t>((u >> 16) | ((u & 0x7fffffu) ? 0x40u : 0u));
-  return static_cast<uint16_t>((u + (r & 0xffffu)) >> 16);
-}
-
-// fp16 with stochastic rounding, the same rule as bf16: normal halves keep 10 of fp32's 23 mantissa bits,
-// subnormal halves are multiples of 2^-24. Values that round past 65504 become infinity.
-ZERO_HD uint16_t fp16_stochastic(float x, uint32_t r) {
-  const uint32_t u = bits_of(x);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00u;
-  if (a >= 0x38800000u) {  // |x| >= 2^-14: normal half unless it overflows
-    a = (a + (r & 0x1fffu)) & ~0x1fffu;
-    if (a >= 0x47800000u) return sign | 0x7c00u;
-    return sign | static_cast<uint16_t>((a - 0x38000000u) >> 13);
-  }
-  const float scaled = float_of(a) * 16777216.0f;  // |x| * 2^24, exact: scaling by a power of two
-  const uint32_t whole = static_cast<uint32_t>(scaled);
-  const float frac = scaled - static_cast<float>(whole);
-  const float draw = static_cast<float>(r >> 8) * (1.0f / 16777216.0f);  // uniform in [0, 1), 24 bits
-  return sign | static_cast<uint16_t>(whole + (draw < frac ? 1u : 0u));
 }
 
 }  // namespace zero::optim

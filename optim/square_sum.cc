@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/dtype_dispatch.h"
-#include "kernels/parallel.h"
+#include "runtime/dtype_dispatch.h"
+#include "runtime/parallel.h"
 #include "runtime/status.h"
 #if ZERO_HAS_CUDA
 #include "optim/cuda/optim_kernels.h"
@@ -91,9 +91,9 @@ absl::StatusOr<SquareSum> exact_square_sum(const Tensor& x, float divisor) {
 #endif
   }
   constexpr int64_t kChunk = SquareBins::kMaxBinnedValues;
-  std::vector<SquareSum> chunks(static_cast<size_t>(kernels::detail::ceil_div(x.numel(), kChunk)));
-  kernels::visit_floating(x.dtype(), [&](auto t) {
-    kernels::detail::for_blocks(x.numel(), kChunk, [&](int64_t begin, int64_t end) {
+  std::vector<SquareSum> chunks(static_cast<size_t>(ceil_div(x.numel(), kChunk)));
+  visit_floating(x.dtype(), [&](auto t) {
+    for_blocks(x.numel(), kChunk, [&](int64_t begin, int64_t end) {
       SquareBins bins;
       for (int64_t i = begin; i < end; ++i) bins.add(load_as_float(x.data(), decltype(t)::value, i) / divisor);
       chunks[begin / kChunk].add(bins);

@@ -14,7 +14,8 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "optim/element_math.h"
+#include "runtime/dtype.h"
+#include "runtime/host_device.h"
 #include "runtime/tensor.h"
 
 namespace zero {
@@ -26,7 +27,7 @@ inline constexpr int kNanSlot = 256;
 inline constexpr int kInfSlot = 257;
 inline constexpr int kSquareSlots = 258;
 ZERO_HD int square_slot(float x, uint64_t& amount) {
-  const uint32_t u = optim::bits_of(x);
+  const uint32_t u = float_bits(x);
   const uint32_t e = (u >> 23) & 0xffu;
   const uint64_t m = (u & 0x7fffffu) | (e != 0 ? 0x800000u : 0u);
   if (e == 0xffu) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ostream>
 #include "absl/strings/string_view.h"
+#include "runtime/host_device.h"
 
 namespace zero {
 
@@ -45,8 +46,25 @@ template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kI32
 template <> struct DTypeOf<uint16_t> { static constexpr DType value = DType::kU16; };
 template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
 
-inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+// The bits of an fp32 and back, on the host and on CUDA devices.
+ZERO_HD uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+ZERO_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
 
 // bf16 is the top half of an fp32; rounding is to nearest, ties to even; NaN stays NaN.
 inline uint16_t float_to_bf16(float f) {

@@ -2,16 +2,11 @@
 
 #include <cmath>
 
+#include "runtime/splitmix64.h"
+
 namespace zero {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // A standard normal for element i: Box-Muller on two uniforms drawn from the element's counter.
 float normal_at(uint64_t seed, uint64_t key, int64_t i) {

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "examples/bench/result_table.h"
+#include "examples/common/result_table.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/dtype.h"
 

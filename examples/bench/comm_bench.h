@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "examples/bench/bench_common.h"
-#include "examples/bench/result_table.h"
+#include "examples/common/result_table.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/collective.h"
 #include "runtime/comm/communicator.h"

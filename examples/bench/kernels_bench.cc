@@ -19,7 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "examples/bench/bench_common.h"
-#include "examples/bench/result_table.h"
+#include "examples/common/result_table.h"
 #include "kernels/kernels.h"
 #include "runtime/status.h"
 

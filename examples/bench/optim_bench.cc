@@ -5,9 +5,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "examples/bench/adamw_bench.h"
 #include "examples/bench/bench_common.h"
-#include "examples/bench/result_table.h"
-#include "optim/bench.h"
+#include "examples/common/result_table.h"
 #include "runtime/status.h"
 
 ABSL_FLAG(int64_t, numel, 100'000'000, "optim: fp32 parameters in the AdamW shard (the issue's 100M by default)");

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "examples/bench/bench_common.h"
-#include "examples/bench/result_table.h"
+#include "examples/common/result_table.h"
 #include "models/gpt2_config.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "examples/bench/result_table.h"
+#include "examples/common/result_table.h"
 #include "runtime/status.h"
 #include "shard/plan.h"
 #include "shard/stage.h"

@@ -1,8 +1,8 @@
 // The engine's flat buffer arithmetic on CUDA, bit for bit the CPU's: +=, / and * in fp32, rounded once; zero fill.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/half.cuh"
-#include "kernels/dtype_dispatch.h"
+#include "runtime/cuda/half.cuh"
+#include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/half.cuh"
-#include "optim/element_math.h"  // the stochastic rounding the CPU cast and the optimizers' half copy use
+#include "runtime/cuda/half.cuh"
+#include "runtime/rounding.h"
 
 namespace zero::kernels::cuda {
 namespace {
@@ -22,8 +22,8 @@ struct Stochastic {
 __global__ void narrow_kernel(uint16_t* out, const float* inp, int64_t n, bool bf16, Stochastic sr) {
   ZERO_GRID_STRIDE(i, n) {
     if (sr.enabled) {
-      const uint32_t r = optim::rounding_bits(sr.seed, sr.step, sr.index_offset + i);
-      out[i] = bf16 ? optim::bf16_stochastic(inp[i], r) : optim::fp16_stochastic(inp[i], r);
+      const uint32_t r = rounding_bits(sr.seed, sr.step, sr.index_offset + i);
+      out[i] = bf16 ? bf16_stochastic(inp[i], r) : fp16_stochastic(inp[i], r);
     } else {
       out[i] = bf16 ? to_bf16(inp[i]) : to_fp16(inp[i]);
     }

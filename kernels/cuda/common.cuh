@@ -47,7 +47,7 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-// out[col] += sum over rows of term(r, col), accumulated in fp64 like the CPU's detail::add_column_sums. Block
+// out[col] += sum over rows of term(r, col), accumulated in fp64 like runtime/parallel.h's add_column_sums. Block
 // (kWarp, kSumRows): lane x owns a column, row group y sums rows y, y + kSumRows, ... in order, then the
 // groups are added in order: no atomics, the same bits on every run.
 inline constexpr int kSumRows = 8;

@@ -3,15 +3,9 @@
 
 #include <cstdint>
 
-namespace zero::data {
+#include "runtime/splitmix64.h"
 
-// The splitmix64 finaliser: a bijective 64-bit mix, so distinct inputs never collide.
-constexpr uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+namespace zero::data {
 
 // A sequential generator: the n-th draw is splitmix64(splitmix64(key) + n), fixed by the key alone. The key is
 // mixed first so that nearby keys (seed ^ epoch, seed + example) start far-apart, non-overlapping streams.

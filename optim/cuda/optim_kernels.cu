@@ -6,9 +6,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/half.cuh"
-#include "kernels/dtype_dispatch.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/half.cuh"
+#include "runtime/dtype_dispatch.h"
+#include "runtime/rounding.h"
 #include "runtime/status.h"
 
 namespace zero::optim {
@@ -64,7 +65,7 @@ __device__ void write_half(const HalfOut& h, int64_t i, float x) {
     const uint32_t r = rounding_bits(h.seed, h.step, h.flat_begin + i);
     h.out[i] = h.bf16 ? bf16_stochastic(x, r) : fp16_stochastic(x, r);
   } else {
-    h.out[i] = h.bf16 ? kernels::cuda::to_bf16(x) : kernels::cuda::to_fp16(x);  // NaN bits as the CPU's
+    h.out[i] = h.bf16 ? to_bf16(x) : to_fp16(x);  // NaN bits as the CPU's
   }
 }
 
@@ -150,7 +151,7 @@ __global__ void square_bins_kernel(const void* x, float divisor, int64_t n, int6
   const int64_t end = n - begin < SquareBins::kMaxBinnedValues ? n : begin + SquareBins::kMaxBinnedValues;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     uint64_t amount;
-    const int slot = square_slot(kernels::cuda::load_float<T>(x, i) / divisor, amount);
+    const int slot = square_slot(load_float<T>(x, i) / divisor, amount);
     atomicAdd(&local[slot], static_cast<unsigned long long>(amount));
   }
   __syncthreads();
@@ -328,7 +329,7 @@ absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, const void* x, DType
   ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&bins, host.size() * sizeof(uint64_t), 0));
   // Bins chunks [first, first + count) on the device and adds them to `sum`.
   const auto add_chunks = [&](int64_t first, int64_t count) -> absl::Status {
-    kernels::visit_floating(dtype, [&](auto t) {
+    visit_floating(dtype, [&](auto t) {
       square_bins_kernel<decltype(t)::value><<<static_cast<unsigned>(count), kThreads>>>(x, divisor, n, first, bins);
     });
     ZERO_CUDA_RETURN_IF_ERROR(cudaGetLastError());

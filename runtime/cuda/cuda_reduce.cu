@@ -1,13 +1,11 @@
 // The local backend's data movement on CUDA memory: fixed-order reduction and copies, several ranks on one GPU.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <span>
 
 #include "runtime/comm/collective.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/half.cuh"
 #include "runtime/status.h"
 
 namespace zero {
@@ -19,33 +17,6 @@ constexpr int kMaxInputs = 64;
 struct Inputs {
   const void* ptr[kMaxInputs];
 };
-
-// Conversions with the bits of runtime/dtype.h: the hardware conversions round to nearest even like the
-// CPU ones, but canonicalise NaN, so NaNs take the CPU's path (sign and top payload kept, quiet bit set).
-template <DType D> __device__ float load(const void* p, int64_t i);
-template <> __device__ float load<DType::kF32>(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
-template <> __device__ float load<DType::kBF16>(const void* p, int64_t i) {
-  return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16);
-}
-template <> __device__ float load<DType::kF16>(const void* p, int64_t i) {
-  const uint16_t h = static_cast<const uint16_t*>(p)[i];
-  if ((h & 0x7fffu) > 0x7c00u) {
-    return __uint_as_float((static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
-  }
-  return __half2float(__ushort_as_half(h));
-}
-
-template <DType D> __device__ void store(void* p, int64_t i, float v);
-template <> __device__ void store<DType::kF32>(void* p, int64_t i, float v) { static_cast<float*>(p)[i] = v; }
-template <> __device__ void store<DType::kBF16>(void* p, int64_t i, float v) {
-  const uint32_t u = __float_as_uint(v);
-  static_cast<uint16_t*>(p)[i] =
-      isnan(v) ? static_cast<uint16_t>((u >> 16) | 0x40u) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-template <> __device__ void store<DType::kF16>(void* p, int64_t i, float v) {
-  const uint16_t sign = static_cast<uint16_t>((__float_as_uint(v) >> 16) & 0x8000u);
-  static_cast<uint16_t*>(p)[i] = isnan(v) ? static_cast<uint16_t>(sign | 0x7e00u) : __half_as_ushort(__float2half_rn(v));
-}
 
 __device__ float combine(float a, float b, ReduceOp op) {
   if (op == ReduceOp::kMax) return isnan(a) ? a : (a > b ? a : b);
@@ -63,10 +34,10 @@ __device__ int32_t combine(int32_t a, int32_t b, ReduceOp op) {
 template <DType D>
 __global__ void reduce_float_kernel(Inputs in, int n, void* out, int64_t count, ReduceOp op) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
-    float acc = load<D>(in.ptr[0], i);
-    for (int k = 1; k < n; ++k) acc = combine(acc, load<D>(in.ptr[k], i), op);
+    float acc = load_float<D>(in.ptr[0], i);
+    for (int k = 1; k < n; ++k) acc = combine(acc, load_float<D>(in.ptr[k], i), op);
     if (op == ReduceOp::kAvg) acc = __fdiv_rn(acc, static_cast<float>(n));
-    store<D>(out, i, acc);
+    store_float<D>(out, i, acc);
   }
 }
 

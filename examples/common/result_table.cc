@@ -1,4 +1,4 @@
-#include "examples/bench/result_table.h"
+#include "examples/common/result_table.h"
 
 #include <algorithm>
 

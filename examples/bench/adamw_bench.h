@@ -17,7 +17,7 @@ struct AdamWBenchResult {
 };
 
 // Times `iterations` AdamW steps (after one warm-up step) on a `numel`-element shard, and the best of
-// `iterations` parallel memcpys of a same-sized buffer. zero-bench can call this for `zero-bench optim`.
+// `iterations` parallel memcpys of a same-sized buffer, for `zero-bench optim`.
 absl::StatusOr<AdamWBenchResult> bench_adamw_cpu(int64_t numel, int iterations);
 
 }  // namespace zero

@@ -1,11 +1,12 @@
 // OpenMP loops with a fixed split: work is cut into blocks whose bounds never depend on the thread count.
+// Header-only; the loops run in parallel in targets built with OpenMP (kernels, optim).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-namespace zero::kernels::detail {
+namespace zero {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -43,4 +44,4 @@ void add_column_sums(int64_t rows, int64_t cols, float* out, Term&& term) {
   });
 }
 
-}  // namespace zero::kernels::detail
+}  // namespace zero

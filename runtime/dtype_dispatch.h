@@ -6,7 +6,7 @@
 #include "runtime/dtype.h"
 #include "runtime/status.h"
 
-namespace zero::kernels {
+namespace zero {
 
 template <DType T>
 using DTypeConstant = std::integral_constant<DType, T>;
@@ -23,4 +23,4 @@ decltype(auto) visit_floating(DType t, Fn&& fn) {
   }
 }
 
-}  // namespace zero::kernels
+}  // namespace zero

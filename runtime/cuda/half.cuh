@@ -8,7 +8,7 @@
 
 #include "runtime/dtype.h"
 
-namespace zero::kernels::cuda {
+namespace zero {
 
 // Nearest-even as runtime/dtype.h's float_to_bf16 / float_to_fp16: the hardware conversion rounds the
 // same way but canonicalises NaN, so NaNs take the CPU's path (bf16: payload kept, quiet bit set; fp16:
@@ -45,4 +45,4 @@ __device__ __forceinline__ void store_float(void* p, int64_t i, float v) {
   else static_cast<float*>(p)[i] = v;
 }
 
-}  // namespace zero::kernels::cuda
+}  // namespace zero

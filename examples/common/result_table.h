@@ -1,4 +1,4 @@
-// A zero-bench results table: the same rows aligned for people (stdout) and as CSV for tools (--csv).
+// A results table, aligned for people (stdout) and as CSV for tools: zero-bench's results and zero-train's reports.
 #pragma once
 
 #include <cstdint>

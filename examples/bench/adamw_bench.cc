@@ -1,4 +1,4 @@
-#include "optim/bench.h"
+#include "examples/bench/adamw_bench.h"
 
 #include <omp.h>
 
