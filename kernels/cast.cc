@@ -1,4 +1,4 @@
-// Dtype casts between fp32 and bf16/fp16 (nearest-even or stochastic) and the deterministic squared norm.
+// Dtype casts between fp32 and bf16/fp16 (nearest-even or stochastic).
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -13,8 +13,6 @@ namespace zero::kernels {
 namespace {
 
 constexpr int64_t kBlock = 1 << 14;
-constexpr int64_t kNormBlock = 4096;
-constexpr int kNormLanes = 8;
 
 bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
@@ -65,27 +63,6 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
     return absl::InvalidArgumentError(absl::StrCat(op, ": no cast from ", from, " to ", to));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<double> squared_norm(const Tensor& x) {
-  constexpr absl::string_view op = "squared_norm";
-  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "x", x, DType::kF32, x.device(), detail::num_rows(x), detail::last_dim(x)));
-  ZERO_RETURN_IF_ERROR(detail::check_backend(op, x.device()));
-#if ZERO_HAS_CUDA
-  if (x.device().is_cuda()) return cuda::squared_norm(x.device().index, x.data_as<float>(), x.numel());
-#endif
-  const float* p = x.data_as<float>();
-  return ordered_block_sum<double>(x.numel(), kNormBlock, [&](int64_t begin, int64_t end) {
-    double lane[kNormLanes] = {};
-    int64_t i = begin;
-    for (; i + kNormLanes <= end; i += kNormLanes) {
-      for (int l = 0; l < kNormLanes; ++l) lane[l] += static_cast<double>(p[i + l]) * p[i + l];
-    }
-    for (; i < end; ++i) lane[i % kNormLanes] += static_cast<double>(p[i]) * p[i];
-    double s = 0.0;
-    for (double l : lane) s += l;
-    return s;
-  });
 }
 
 }  // namespace zero::kernels

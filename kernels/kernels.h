@@ -136,10 +136,6 @@ struct StochasticRounding {
 // if `stochastic` is given), bf16/fp16 -> fp32 (exact), or a copy between equal dtypes.
 absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding* stochastic = nullptr);
 
-// sum x^2 over an fp32 buffer (any shape), accumulated in fp64 in fixed 4096-element blocks (8 interleaved partial
-// sums each) whose results are added in order: the same bits under any thread count.
-absl::StatusOr<double> squared_norm(const Tensor& x);
-
 // ---- Flat buffer arithmetic (the engine's gradients) ------------------------------------------------
 
 // Each takes contiguous fp32, bf16 or fp16 tensors of any shape, computes in fp32 and rounds once to the

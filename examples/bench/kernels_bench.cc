@@ -48,7 +48,7 @@ struct Case {
 
 constexpr const char* kKernels[] = {
     "matmul_forward", "matmul_backward", "gelu_forward", "gelu_backward", "residual_forward", "residual_backward",
-    "cast_fp32_bf16", "cast_fp32_bf16_stochastic", "squared_norm", "layernorm_forward", "layernorm_backward",
+    "cast_fp32_bf16", "cast_fp32_bf16_stochastic", "layernorm_forward", "layernorm_backward",
     "crossentropy", "attention_forward", "attention_backward"};
 
 struct Buffers {  // keeps every case's data alive, at stable addresses, for the whole run
@@ -129,7 +129,6 @@ void elementwise_cases(std::vector<Case>& cases, Buffers& buf, int64_t tokens) {
   static const kernels::StochasticRounding sr{.seed = 1};
   add("cast_fp32_bf16_stochastic", 6,
       [&, n] { return kernels::cast(Tensor(h.data(), DType::kBF16, {n}), f32(x, {n}), &sr); });
-  add("squared_norm", 4, [&, n] { return kernels::squared_norm(f32(x, {n})).status(); });
 }
 
 void layernorm_cases(std::vector<Case>& cases, Buffers& buf, int64_t rows) {

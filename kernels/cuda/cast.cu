@@ -1,9 +1,4 @@
-// Dtype casts on CUDA with the CPU's exact bits (nearest-even and stochastic), the squared norm via Thrust, device-to-host copies.
-#include <thrust/execution_policy.h>
-#include <thrust/functional.h>
-#include <thrust/system_error.h>
-#include <thrust/transform_reduce.h>
-
+// Dtype casts on CUDA with the CPU's exact bits (nearest-even and stochastic), device-to-host copies.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "runtime/cuda/half.cuh"
@@ -36,11 +31,6 @@ __global__ void widen_kernel(float* out, const uint16_t* inp, int64_t n, bool bf
 
 bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
-// x^2 in fp64: exact for an fp32 x (48 significant bits), so only the summation order can differ from the CPU.
-struct SquareAsDouble {
-  __device__ double operator()(float x) const { return static_cast<double>(x) * x; }
-};
-
 }  // namespace
 
 absl::Status cast(int device, void* out, DType to, const void* inp, DType from, int64_t n,
@@ -66,16 +56,6 @@ absl::Status cast(int device, void* out, DType to, const void* inp, DType from, 
     return launched("widen_kernel");
   }
   return absl::InvalidArgumentError(absl::StrCat("cast: no CUDA cast from ", dtype_name(from), " to ", dtype_name(to)));
-}
-
-absl::StatusOr<double> squared_norm(int device, const float* x, int64_t n) {
-  CudaDeviceGuard guard;
-  ZERO_RETURN_IF_ERROR(guard.set(device));
-  try {
-    return thrust::transform_reduce(thrust::cuda::par.on(0), x, x + n, SquareAsDouble{}, 0.0, thrust::plus<double>());
-  } catch (const thrust::system_error& e) {  // Thrust reports CUDA errors by throwing
-    return absl::InternalError(absl::StrCat("squared_norm: ", e.what()));
-  }
 }
 
 absl::Status copy_to_host(int device, void* host, const void* src, int64_t nbytes) {

@@ -3,7 +3,7 @@
 
 // Every launcher makes `device` current, enqueues its kernels on that device's legacy default stream (the
 // nccl backend orders each collective after the work there with an event) and returns without waiting,
-// except where it returns host values (crossentropy, squared_norm), which it waits for.
+// except where it returns host values (crossentropy), which it waits for.
 // Shapes and semantics are those of the kernels.h function of the same name.
 
 #include <cstdint>
@@ -70,7 +70,6 @@ absl::Status attention_backward(int device, float* dinp, const float* dout, cons
 // fp32 -> bf16/fp16 (nearest even, or stochastic when `stochastic` is not null), bf16/fp16 -> fp32, or a copy.
 absl::Status cast(int device, void* out, DType to, const void* inp, DType from, int64_t n,
                   const StochasticRounding* stochastic);
-absl::StatusOr<double> squared_norm(int device, const float* x, int64_t n);
 
 // dst += src, x /= divisor, x *= factor over n elements of a floating dtype, in fp32 and rounded once to it;
 // fill_zero clears nbytes.

@@ -1,9 +1,6 @@
 // zero-bench: comm, kernels, offload, optim and stages run end to end on tiny sizes (tables, CSV, PNG, flag errors) and their pieces.
 
-#include <unistd.h>
-
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <fstream>
@@ -24,6 +21,7 @@
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
 #include "tests/examples/run_program.h"
+#include "tests/temp_dir.h"
 
 namespace zero {
 namespace {
@@ -33,14 +31,11 @@ using ::testing::HasSubstr;
 
 using testing::mpiexec_launcher;
 using testing::RunResult;
+using testing::ScopedTempDir;
 
 RunResult run_bench(const std::string& args, const std::string& launcher = "") {
   return testing::run_program(ZERO_BENCH_BINARY, args, launcher);
 }
-
-// `name` in the test temporary directory, this process's own: ctest runs every test as a process of its
-// own, two at a time, and two tests writing one path read each other's output.
-std::string temp_path(absl::string_view name) { return absl::StrCat(::testing::TempDir(), "/", getpid(), "_", name); }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
@@ -97,19 +92,19 @@ void expect_rows(const std::vector<std::vector<std::string>>& rows, double toler
 class CommBenchRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    csv_path_ = new std::string(temp_path("zero_bench_comm.csv"));
+    dir_ = new ScopedTempDir;
     result_ = new RunResult(
-        run_bench(absl::StrCat("comm --ranks=2 --sizes=16K,64K --warmup=1 --iters=3 --csv=", *csv_path_)));
+        run_bench(absl::StrCat("comm --ranks=2 --sizes=16K,64K --warmup=1 --iters=3 --csv=", csv_path())));
   }
   static void TearDownTestSuite() {
-    std::remove(csv_path_->c_str());
     delete result_;
-    delete csv_path_;
+    delete dir_;
   }
-  static std::string* csv_path_;
+  static std::string csv_path() { return dir_->file("comm.csv"); }
+  static ScopedTempDir* dir_;
   static RunResult* result_;
 };
-std::string* CommBenchRun::csv_path_ = nullptr;
+ScopedTempDir* CommBenchRun::dir_ = nullptr;
 RunResult* CommBenchRun::result_ = nullptr;
 
 TEST_F(CommBenchRun, ExitsCleanly) { EXPECT_EQ(result_->exit_code, 0) << result_->output; }
@@ -122,8 +117,8 @@ TEST_F(CommBenchRun, TableHasTheColumnsAndOneRowPerCollectiveAndSize) {
 }
 
 TEST_F(CommBenchRun, CsvHasTheSameColumnsAndRows) {
-  const auto csv = records(read_file(*csv_path_), ',');
-  ASSERT_FALSE(csv.empty()) << "no CSV at " << *csv_path_;
+  const auto csv = records(read_file(csv_path()), ',');
+  ASSERT_FALSE(csv.empty()) << "no CSV at " << csv_path();
   EXPECT_EQ(csv[0], kHeader);
   expect_rows({csv.begin() + 1, csv.end()}, 1e-6);
 }
@@ -170,14 +165,12 @@ TEST(OptimBench, NonPositiveNumelNamesTheFlag) {
 
 // The CSV of `zero-bench kernels <args> --tokens=4 --warmup=0 --iters=1`, as rows of fields (header first).
 std::vector<std::vector<std::string>> run_kernels_csv(const std::string& args) {
-  const std::string csv = temp_path("zero_bench_kernels.csv");
-  std::remove(csv.c_str());
+  const ScopedTempDir dir;
+  const std::string csv = dir.file("kernels.csv");
   const RunResult r = run_bench(absl::StrCat("kernels --tokens=4 --warmup=0 --iters=1 --csv=", csv, " ", args));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("# zero-bench kernels: "));
-  const std::string text = read_file(csv);
-  std::remove(csv.c_str());
-  return records(text, ',');
+  return records(read_file(csv), ',');
 }
 
 TEST(KernelsBench, EveryKernelHasPositiveRatesBesideItsBaseline) {
@@ -195,20 +188,20 @@ TEST(KernelsBench, EveryKernelHasPositiveRatesBesideItsBaseline) {
   }
   EXPECT_EQ(seen["matmul_forward"], 2) << "both GPT-2 MLP shapes";
   EXPECT_EQ(seen["matmul_backward"], 2);
-  for (const char* kernel : {"gelu_forward", "residual_backward", "cast_fp32_bf16_stochastic", "squared_norm",
-                             "layernorm_backward", "crossentropy", "attention_forward", "attention_backward"}) {
+  for (const char* kernel : {"gelu_forward", "residual_backward", "cast_fp32_bf16_stochastic", "layernorm_backward",
+                             "crossentropy", "attention_forward", "attention_backward"}) {
     EXPECT_EQ(seen[kernel], 1) << kernel;
   }
-  EXPECT_EQ(rows.size(), 17u) << "header + 16 kernel rows";
+  EXPECT_EQ(rows.size(), 16u) << "header + 15 kernel rows";
 }
 
 TEST(KernelsBench, KernelsFlagPicksTheRows) {
-  const auto rows = run_kernels_csv("--kernels=squared_norm,matmul_forward");
+  const auto rows = run_kernels_csv("--kernels=cast_fp32_bf16,matmul_forward");
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[1][0], "matmul_forward");
   EXPECT_EQ(rows[1][1], "4x768x3072");
   EXPECT_EQ(rows[2][0], "matmul_forward");
-  EXPECT_EQ(rows[3][0], "squared_norm");
+  EXPECT_EQ(rows[3][0], "cast_fp32_bf16");
   EXPECT_EQ(rows[3][5], "memcpy");
 }
 
@@ -237,24 +230,24 @@ std::vector<std::map<std::string, std::string>> csv_rows(const std::string& path
 class StagesBenchRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    csv_path_ = new std::string(temp_path("zero_bench_stages.csv"));
+    dir_ = new ScopedTempDir;
     result_ = new RunResult(run_bench(absl::StrCat(
-        "stages --model=tiny --ranks=3 --batch=2 --seq=8 --warmup=1 --iters=1 --csv=", *csv_path_)));
+        "stages --model=tiny --ranks=3 --batch=2 --seq=8 --warmup=1 --iters=1 --csv=", csv_path())));
   }
   static void TearDownTestSuite() {
-    std::remove(csv_path_->c_str());
     delete result_;
-    delete csv_path_;
+    delete dir_;
   }
-  static std::string* csv_path_;
+  static std::string csv_path() { return dir_->file("stages.csv"); }
+  static ScopedTempDir* dir_;
   static RunResult* result_;
 };
-std::string* StagesBenchRun::csv_path_ = nullptr;
+ScopedTempDir* StagesBenchRun::dir_ = nullptr;
 RunResult* StagesBenchRun::result_ = nullptr;
 
 TEST_F(StagesBenchRun, OneRowPerStageWithModelStateEqualToTheFormula) {
   ASSERT_EQ(result_->exit_code, 0) << result_->output;
-  const auto rows = csv_rows(*csv_path_);
+  const auto rows = csv_rows(csv_path());
   ASSERT_EQ(rows.size(), 4u) << result_->output;
   for (int stage = 0; stage < 4; ++stage) {
     const auto& row = rows[stage];
@@ -304,22 +297,21 @@ TEST(StagesBenchFlags, DeviceIsCpuOrAVisibleGpu) {
 
 TEST(StagesBench, WritesAPngWithGnuplot) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
-  const std::string png = temp_path("zero_bench_stages.png");
-  std::remove(png.c_str());
+  const ScopedTempDir dir;
+  const std::string png = dir.file("stages.png");
   const RunResult r = run_bench(absl::StrCat("stages --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
                                              "--stages=0,3 --png=", png));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_file(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
-  for (const std::string& written : {png, png + ".csv", png + ".gp"}) std::remove(written.c_str());  // plot_png's
 }
 
 TEST(OffloadBench, OffloadedRowsHoldWhatTheFormulaSaysInFiles) {
-  const std::string csv = temp_path("zero_bench_offload.csv");
+  const ScopedTempDir dir;  // holds the CSV and the offloaded files
+  const std::string csv = dir.file("offload.csv");
   const RunResult r = run_bench(absl::StrCat("offload --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
-                                             "--stages=0,3 --nvme_path=", ::testing::TempDir(), " --csv=", csv));
+                                             "--stages=0,3 --nvme_path=", dir.path().string(), " --csv=", csv));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = csv_rows(csv);
-  std::remove(csv.c_str());
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"0", "none"}, {"0", "optimizer"}, {"3", "none"}, {"3", "optimizer"}, {"3", "optimizer+params"}};
   ASSERT_EQ(rows.size(), expected.size()) << r.output;

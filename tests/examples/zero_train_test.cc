@@ -1,6 +1,5 @@
 // zero-train run end to end: a few stage-3 steps on 2 ranks write parseable metrics with a falling loss; bad keys exit non-zero.
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/examples/run_program.h"
 #include "tests/skip_without_gpu.h"
+#include "tests/temp_dir.h"
 
 namespace zero::train {
 namespace {
@@ -61,11 +61,9 @@ std::string tiny_run_args(const std::string& metrics_path) {
 
 class ZeroTrainTest : public ::testing::Test {
  protected:
-  std::string metrics_path() const {
-    return (std::filesystem::temp_directory_path() /
-            absl::StrCat("zero_train_test_", ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".jsonl"))
-        .string();
-  }
+  std::string metrics_path() const { return dir_.file("metrics.jsonl"); }
+
+  const testing::ScopedTempDir dir_;  // the test's metrics, exports and checkpoints
 };
 
 TEST_F(ZeroTrainTest, Stage3OnTwoRanksWritesMetricsAndTheLossFalls) {
@@ -95,7 +93,6 @@ TEST_F(ZeroTrainTest, Stage3OnTwoRanksWritesMetricsAndTheLossFalls) {
   // The reduce-scatters move exactly theory's bytes: one per unit per micro-batch.
   EXPECT_EQ(summary[0]["sent_bytes_per_step"]["grad_reduce"], summary[0]["theory_bytes_per_step"]["grad_reduce"]);
   EXPECT_TRUE(summary[0]["phase_ms_per_step"].empty());  // timed only with wall_clock_breakdown
-  std::filesystem::remove(path);
 }
 
 TEST_F(ZeroTrainTest, WallClockBreakdownReportsEveryRanksPhases) {
@@ -118,7 +115,6 @@ TEST_F(ZeroTrainTest, WallClockBreakdownReportsEveryRanksPhases) {
   EXPECT_LE(phases[0]["forward"].get<double>() + phases[0]["backward"].get<double>() +
                 phases[0]["update"].get<double>(),
             summary[0]["step_ms"].get<double>());
-  std::filesystem::remove(path);
 }
 
 TEST_F(ZeroTrainTest, RecomputingBlocksLowersTheActivationPeakAndNotTheTraining) {
@@ -126,7 +122,7 @@ TEST_F(ZeroTrainTest, RecomputingBlocksLowersTheActivationPeakAndNotTheTraining)
   // and the same parameters train to the same losses.
   std::vector<std::vector<json>> train, summary;
   for (const std::string recompute : {"false", "true"}) {
-    const std::string path = metrics_path();
+    const std::string path = dir_.file(absl::StrCat("recompute_", recompute, ".jsonl"));
     const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --model.num_layers=2 --eval_interval=0",
                                                       " --model.recompute=", recompute));
     ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -134,7 +130,6 @@ TEST_F(ZeroTrainTest, RecomputingBlocksLowersTheActivationPeakAndNotTheTraining)
     train.push_back(events(records, "train"));
     summary.push_back(events(records, "summary"));
     ASSERT_EQ(summary.back().size(), 1u);
-    std::filesystem::remove(path);
   }
   EXPECT_EQ(train[1].back()["loss"], train[0].back()["loss"]);
   for (size_t r = 0; r < 2; ++r) {
@@ -164,7 +159,6 @@ TEST_F(ZeroTrainTest, MlpOnBlobsAtStage2LearnsAboveChance) {
   const std::vector<json> eval = events(records, "eval");
   ASSERT_EQ(eval.size(), 2u);  // steps 10 and 20
   EXPECT_GT(eval.back()["val_accuracy"].get<double>(), 0.5);  // chance is 1 in 4
-  std::filesystem::remove(path);
 }
 
 std::string file_bytes(const std::string& path) {
@@ -173,9 +167,7 @@ std::string file_bytes(const std::string& path) {
 }
 
 TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "zero_train_test_resume";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path& dir = dir_.path();
   const std::string ckpt = (dir / "ckpt").string();
   const auto run = [&](const std::string& name, const std::string& more) {
     return run_zero_train(absl::StrCat(tiny_run_args((dir / (name + ".jsonl")).string()), " --export_path=",
@@ -213,7 +205,6 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
                                                           "/step-00000008"));
   EXPECT_NE(other_model.exit_code, 0);
   EXPECT_THAT(other_model.output, HasSubstr("was it saved from another model?"));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ZeroTrainTest, TwoRanksShareOneGpuAndTheLossFalls) {
@@ -225,7 +216,6 @@ TEST_F(ZeroTrainTest, TwoRanksShareOneGpuAndTheLossFalls) {
   const std::vector<json> train = events(metrics_lines(path), "train");
   ASSERT_EQ(train.size(), 12u);
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
-  std::filesystem::remove(path);
 }
 
 TEST_F(ZeroTrainTest, NcclWithoutMpirunDrivesOneGpuPerRankFromThisProcess) {
@@ -247,7 +237,6 @@ TEST_F(ZeroTrainTest, NcclWithoutMpirunDrivesOneGpuPerRankFromThisProcess) {
     EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
   }
 #endif
-  std::filesystem::remove(path);
 }
 
 TEST_F(ZeroTrainTest, HelpPrintsTheUsageAndTheEmbeddedDefault) {
@@ -322,14 +311,13 @@ TEST_F(ZeroTrainTest, MpiBackendUnderMpiexecTrains) {
   const std::vector<json> train = events(metrics_lines(path), "train");
   ASSERT_EQ(train.size(), 12u);
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
-  std::filesystem::remove(path);
 }
 
 // The mpi backend receives into scratch buffers that the local backend (which reads its peers' memory) does
 // not need: they come from the rank's allocator, so they show in comm_buffers and count against the budget.
 TEST_F(ZeroTrainTest, MpiBackendsScratchShowsInTheMemoryReport) {
-  const std::string local_path = metrics_path() + ".local";
-  const std::string mpi_path = metrics_path() + ".mpi";
+  const std::string local_path = dir_.file("local.jsonl");
+  const std::string mpi_path = dir_.file("mpi.jsonl");
   const RunResult local = run_zero_train(tiny_run_args(local_path));
   ASSERT_EQ(local.exit_code, 0) << local.output;
   const RunResult mpi = run_zero_train(absl::StrCat(tiny_run_args(mpi_path), " --backend=mpi"),
@@ -347,8 +335,6 @@ TEST_F(ZeroTrainTest, MpiBackendsScratchShowsInTheMemoryReport) {
     EXPECT_EQ(m["params"], l["params"]);
     EXPECT_EQ(m["optimizer_state"], l["optimizer_state"]);
   }
-  std::filesystem::remove(local_path);
-  std::filesystem::remove(mpi_path);
 }
 
 TEST_F(ZeroTrainTest, BadInputUnderMpiexecPrintsThePlainMessageAndExitsTwo) {
@@ -365,9 +351,7 @@ TEST_F(ZeroTrainTest, BadInputUnderMpiexecPrintsThePlainMessageAndExitsTwo) {
 TEST_F(ZeroTrainTest, MpiRanksResumeALocalCheckpointToTheSameBits) {
   // Saved by 2 local ranks at step 8 of 12, finished by 2 MPI processes: the mpi backend reduces in the
   // local backend's rank order, so the export equals the local run's that never stopped.
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "zero_train_test_mpi_resume";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path& dir = dir_.path();
   const auto args = [&](const std::string& name, const std::string& more) {
     return absl::StrCat(tiny_run_args(""), " --export_path=", (dir / (name + ".safetensors")).string(), " ", more);
   };
@@ -382,7 +366,6 @@ TEST_F(ZeroTrainTest, MpiRanksResumeALocalCheckpointToTheSameBits) {
   const std::string exported = file_bytes((dir / "local.safetensors").string());
   ASSERT_FALSE(exported.empty());
   EXPECT_TRUE(file_bytes((dir / "mpi.safetensors").string()) == exported);
-  std::filesystem::remove_all(dir);
 }
 #endif
 

@@ -86,26 +86,5 @@ TEST(Cast, StochasticWideningIsInvalidArgument) {
   EXPECT_EQ(cast(view(out, {4}), Tensor(h.data(), DType::kBF16, {4}), &sr).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(SquaredNorm, MatchesFp64SumOfSquares) {
-  std::vector<float> x = random_floats(100003, 3);
-  double want = 0;
-  for (float v : x) want += double{v} * v;
-  // fp64 accumulation of 1e5 terms below 1: relative error <= 1e5 * 2^-53 ~ 1e-11.
-  EXPECT_NEAR(*squared_norm(view(x, {100003})), want, 1e-11 * want);
-}
-
-TEST(SquaredNorm, SameBitsUnderAnyThreadCount) {
-  std::vector<float> x = random_floats(100003, 4);
-  set_kernel_threads(1);
-  const double one = *squared_norm(view(x, {100003}));
-  set_kernel_threads(2);
-  const double two = *squared_norm(view(x, {100003}));
-  set_kernel_threads(3);
-  const double three = *squared_norm(view(x, {100003}));
-  set_kernel_threads(1);
-  EXPECT_EQ(one, two);
-  EXPECT_EQ(one, three);
-}
-
 }  // namespace
 }  // namespace zero::kernels

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
+#include "tests/temp_dir.h"
 
 namespace zero {
 namespace {
@@ -21,8 +22,6 @@ namespace {
 const std::string kFixture = ZERO_FIXTURES_DIR "/gpt2_tiny.safetensors";
 
 Gpt2Config tiny() { return *Gpt2Config::preset("tiny"); }
-
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/gpt2_weights_test_" + name; }
 
 // Every parameter of the tiny config in zero's layout, NaN until filled.
 struct Params {
@@ -65,15 +64,15 @@ Params load_fixture() {
   return params;
 }
 
-// The fixture's tensors with `edit` applied to the list, written to a temporary file.
-std::string edited_fixture(const std::string& name,
+// The fixture's tensors with `edit` applied to the list, written to `name` in `dir`.
+std::string edited_fixture(const testing::ScopedTempDir& dir, const std::string& name,
                            const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(kFixture);
   EXPECT_TRUE(file.ok()) << file.status();
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const SafetensorsEntry& e : file->entries()) tensors.emplace_back(e.name, *file->get(e.name));
   edit(tensors);
-  const std::string path = temp_path(name);
+  const std::string path = dir.file(name);
   EXPECT_TRUE(write_safetensors(path, tensors).ok());
   return path;
 }
@@ -112,7 +111,8 @@ TEST(Gpt2Weights, SaveOfLoadedWeightsReproducesFile) {
   Params params = load_fixture();
   Gpt2HfWriter writer(tiny());
   ASSERT_TRUE(params.for_each([&](const std::string& u, const std::string& p, const Tensor& v) { return writer.add(u, p, v); }).ok());
-  const std::string path = temp_path("roundtrip.safetensors");
+  const testing::ScopedTempDir dir;
+  const std::string path = dir.file("roundtrip.safetensors");
   ASSERT_TRUE(writer.write(path).ok());
 
   SafetensorsFile want = *SafetensorsFile::read(kFixture);
@@ -128,7 +128,8 @@ TEST(Gpt2Weights, SaveOfLoadedWeightsReproducesFile) {
 }
 
 TEST(Gpt2Weights, MissingTensorIsNamed) {
-  std::string path = edited_fixture("missing.safetensors", [](auto& tensors) {
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "missing.safetensors", [](auto& tensors) {
     std::erase_if(tensors, [](const auto& t) { return t.first == "h.1.attn.c_proj.bias"; });
   });
   expect_open_error_names(path, tiny(), "h.1.attn.c_proj.bias");
@@ -136,7 +137,8 @@ TEST(Gpt2Weights, MissingTensorIsNamed) {
 
 TEST(Gpt2Weights, WrongShapeIsNamed) {
   std::vector<float> bigger(33, 1.0f);
-  std::string path = edited_fixture("shape.safetensors", [&](auto& tensors) {
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "shape.safetensors", [&](auto& tensors) {
     for (auto& [name, t] : tensors) {
       if (name == "ln_f.weight") t = Tensor(bigger.data(), DType::kF32, {33});
     }
@@ -147,7 +149,8 @@ TEST(Gpt2Weights, WrongShapeIsNamed) {
 // A file saved as (out, in) instead of Conv1D's (in, out) has the wrong shape for a non-square weight.
 TEST(Gpt2Weights, UntransposedConv1DWeightIsNamed) {
   std::vector<float> out_in(96 * 32, 0.0f);
-  std::string path = edited_fixture("untransposed.safetensors", [&](auto& tensors) {
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "untransposed.safetensors", [&](auto& tensors) {
     for (auto& [name, t] : tensors) {
       if (name == "h.0.attn.c_attn.weight") t = Tensor(out_in.data(), DType::kF32, {96, 32});
     }
@@ -157,7 +160,8 @@ TEST(Gpt2Weights, UntransposedConv1DWeightIsNamed) {
 
 TEST(Gpt2Weights, WrongDtypeIsNamed) {
   std::vector<int32_t> ints(32, 1);
-  std::string path = edited_fixture("dtype.safetensors", [&](auto& tensors) {
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "dtype.safetensors", [&](auto& tensors) {
     for (auto& [name, t] : tensors) {
       if (name == "h.0.ln_2.bias") t = Tensor(ints.data(), DType::kI32, {32});
     }
@@ -169,7 +173,8 @@ TEST(Gpt2Weights, WrongDtypeIsNamed) {
 TEST(Gpt2Weights, TruncatedFileNamesTheCutTensor) {
   std::ifstream in(kFixture, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string path = temp_path("truncated.safetensors");
+  const testing::ScopedTempDir dir;
+  const std::string path = dir.file("truncated.safetensors");
   std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() - 8);
   expect_open_error_names(path, tiny(), "ln_f.bias");
 }
@@ -189,7 +194,8 @@ TEST(Gpt2Weights, VocabMismatchIsNamed) {
 // Hugging Face files carry causal-mask buffers (h.{i}.attn.bias); they are not parameters.
 TEST(Gpt2Weights, AttentionMaskBuffersAreSkipped) {
   std::vector<float> mask(16 * 16, 1.0f);
-  std::string path = edited_fixture("mask.safetensors", [&](auto& tensors) {
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "mask.safetensors", [&](auto& tensors) {
     tensors.emplace_back("h.0.attn.bias", Tensor(mask.data(), DType::kF32, {1, 1, 16, 16}));
   });
   EXPECT_TRUE(Gpt2HfReader::open(path, tiny()).ok());
@@ -219,10 +225,11 @@ TEST(Gpt2Weights, WriteNamesParameterNeverAdded) {
   ASSERT_TRUE(params.for_each([&](const std::string& u, const std::string& p, const Tensor& v) {
     return p == "ln_2.weight" && u == "h.1" ? absl::OkStatus() : writer.add(u, p, v);
   }).ok());
-  absl::Status s = writer.write(temp_path("incomplete.safetensors"));
+  const testing::ScopedTempDir dir;
+  absl::Status s = writer.write(dir.file("incomplete.safetensors"));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("ln_2.weight"), absl::string_view::npos) << s;
-  EXPECT_FALSE(std::filesystem::exists(temp_path("incomplete.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("incomplete.safetensors")));
 }
 
 }  // namespace

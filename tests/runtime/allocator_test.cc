@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/device_memory.h"
+#include "tests/temp_dir.h"
 
 namespace zero {
 namespace {
@@ -192,16 +193,9 @@ TEST(Allocator, CudaMemoryWithoutCudaIsAClearError) {
 #endif
 }
 
-// A fresh directory for one test's offload files.
-std::string offload_dir(absl::string_view name) {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / absl::StrCat("allocator_test_", name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
 TEST(AllocatorFiles, CategoryPlacedInFilesKeepsItsValuesAcrossPageOutAndCountsOutsideTheBudget) {
-  const std::string dir = offload_dir("values");
+  const testing::ScopedTempDir offload;
+  const std::string dir = offload.path().string();
   Allocator alloc(0, 64 << 10);
   ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, dir).ok());
   constexpr int64_t kFloats = 1 << 16;  // 256 KiB: four times the budget
@@ -225,7 +219,8 @@ TEST(AllocatorFiles, CategoryPlacedInFilesKeepsItsValuesAcrossPageOutAndCountsOu
 }
 
 TEST(AllocatorFiles, PageOutDropsTheBytesFromRamUntilTheyAreTouched) {
-  const std::string dir = offload_dir("resident");
+  const testing::ScopedTempDir offload;
+  const std::string dir = offload.path().string();
   if (files_stay_in_ram(dir)) GTEST_SKIP() << dir << " is in RAM (tmpfs): paging out frees nothing there";
   Allocator alloc;
   ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, dir).ok());
@@ -241,7 +236,8 @@ TEST(AllocatorFiles, PageOutDropsTheBytesFromRamUntilTheyAreTouched) {
 }
 
 TEST(AllocatorFiles, MoreThanTheDriveHoldsIsRefusedWhenAllocatedNamingTheDirectory) {
-  const std::string dir = offload_dir("full");
+  const testing::ScopedTempDir offload;
+  const std::string dir = offload.path().string();
   const std::filesystem::space_info space = std::filesystem::space(dir);
   Allocator alloc;
   ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, dir).ok());

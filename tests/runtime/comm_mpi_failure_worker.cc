@@ -1,12 +1,10 @@
 // One failing mpi job per scenario, launched under mpirun by comm_mpi_failure_test; see the cases below.
 #include <unistd.h>
 
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "runtime/comm/mpi.h"
@@ -20,19 +18,20 @@ absl::Status allreduce_floats(Communicator& comm, int64_t count) {
   return comm.allreduce(Tensor(buf.data(), DType::kF32, {count}), ReduceOp::kSum).wait();
 }
 
-// Rank 2 kills itself while the others are inside an allreduce.
+// Rank 2 kills itself instead of joining the allreduce the others are in, or entering: they wait on it
+// either way, until mpirun ends the job.
 absl::Status kill(Communicator& comm) {
-  if (comm.rank() == 2) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    std::raise(SIGKILL);
-  }
+  if (comm.rank() == 2) std::raise(SIGKILL);
   return allreduce_floats(comm, 100);
 }
 
-// After one allreduce, the last rank stops answering (for longer than any test waits).
+// After one allreduce, the last rank stops answering: it waits for a signal, which only the end of the job
+// (the peers' timeout, then mpirun) sends.
 absl::Status stall(Communicator& comm) {
   ZERO_RETURN_IF_ERROR(allreduce_floats(comm, 10));
-  if (comm.rank() == comm.world_size() - 1) std::this_thread::sleep_for(std::chrono::seconds(600));
+  if (comm.rank() == comm.world_size() - 1) {
+    for (;;) pause();
+  }
   return allreduce_floats(comm, 10);
 }
 

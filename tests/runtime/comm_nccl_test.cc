@@ -16,6 +16,7 @@
 #include "runtime/cuda/stream.h"
 #include "runtime/status.h"
 #include "tests/runtime/comm_test_util.h"
+#include "tests/runtime/stream_hold.h"
 #include "tests/skip_without_gpu.h"
 
 namespace zero {
@@ -178,9 +179,6 @@ TEST(CommNcclTest, HostBuffersAreStagedThroughTheGpu) {
   }
 }
 
-// Host callback that keeps the default stream busy.
-void CUDART_CB sleep_300_ms(void*) { absl::SleepFor(absl::Milliseconds(300)); }
-
 TEST(CommNcclTest, ACollectiveReadsWhatTheKernelsEnqueuedBeforeItsPostWrote) {
   ZERO_SKIP_WITHOUT_GPU();
   for (const absl::Status& s : run_nccl_ranks(1, [](Communicator& comm) -> absl::Status {
@@ -189,13 +187,16 @@ TEST(CommNcclTest, ACollectiveReadsWhatTheKernelsEnqueuedBeforeItsPostWrote) {
          ZERO_ASSIGN_OR_RETURN(Buffer output, allocator.allocate(4096, MemoryCategory::kCommBuffers, comm.home_device()));
          ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(input.data(), 0, 4096));
          ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-         // The input is written late on the default stream, where the kernels run; NCCL's stream runs beside
-         // it, so without the ordering at post the allgather would copy the zeros.
-         ZERO_CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(cudaStreamLegacy, sleep_300_ms, nullptr));
+         // The input is written on the default stream, where the kernels run, held until the allgather is
+         // posted; NCCL's stream runs beside it, so without the ordering at post the allgather would copy the
+         // zeros.
+         testing::StreamHold hold(cudaStreamLegacy);
+         ZERO_CUDA_RETURN_IF_ERROR(hold.launched());
          ZERO_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(input.data(), 0x33, 4096, cudaStreamLegacy));
-         ZERO_RETURN_IF_ERROR(comm.allgather(Tensor(input.data(), DType::kU8, {4096}, comm.home_device()),
-                                             Tensor(output.data(), DType::kU8, {4096}, comm.home_device()))
-                                  .wait());
+         Work allgather = comm.allgather(Tensor(input.data(), DType::kU8, {4096}, comm.home_device()),
+                                         Tensor(output.data(), DType::kU8, {4096}, comm.home_device()));
+         hold.release();
+         ZERO_RETURN_IF_ERROR(allgather.wait());
          std::vector<uint8_t> host(4096);
          ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), output.data(), 4096, cudaMemcpyDeviceToHost));
          if (host != std::vector<uint8_t>(4096, 0x33)) {

@@ -12,16 +12,14 @@
 #include "runtime/cuda/stream.h"
 #include "runtime/device_memory.h"
 #include "runtime/status.h"
+#include "tests/runtime/stream_hold.h"
 #include "tests/skip_without_gpu.h"
 
 namespace zero {
 namespace {
 
 using ::testing::HasSubstr;
-
-
-// Host callback that keeps a stream busy for `ms` milliseconds.
-void CUDART_CB sleep_ms(void* ms) { absl::SleepFor(absl::Milliseconds(*static_cast<int*>(ms))); }
+using testing::StreamHold;
 
 TEST(CudaRuntimeTest, StreamOnADeviceThatIsNotThereIsAnError) {
   const int missing = cuda_device_count();
@@ -96,8 +94,8 @@ TEST(CudaRuntimeTest, EventCompletesAfterTheWorkRecordedBeforeIt) {
   EXPECT_EQ(host, std::vector<uint8_t>(4096, 0x5a));
 }
 
-// Fills a buffer with `value` late (300 ms on) on `producer`, has `order` order `consumer` after that,
-// copies the buffer there and returns the copy: all zeros if the order did not hold.
+// Fills a buffer with `value` on `producer`, held until `order` has ordered `consumer` after the fill and
+// a copy of the buffer is enqueued there; returns the copy: all zeros if the order did not hold.
 absl::StatusOr<std::vector<uint8_t>> copy_after_late_fill(cudaStream_t producer, uint8_t value, CudaStream& consumer,
                                                           const std::function<absl::Status()>& order) {
   Allocator allocator;
@@ -105,11 +103,12 @@ absl::StatusOr<std::vector<uint8_t>> copy_after_late_fill(cudaStream_t producer,
   ZERO_ASSIGN_OR_RETURN(Buffer dst, allocator.allocate(1024, MemoryCategory::kWorkspace, Device::cuda(0)));
   ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(src.data(), 0, 1024));
   ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-  static int delay_ms = 300;
-  ZERO_CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(producer, sleep_ms, &delay_ms));
+  StreamHold hold(producer);
+  ZERO_CUDA_RETURN_IF_ERROR(hold.launched());
   ZERO_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(src.data(), value, 1024, producer));
   ZERO_RETURN_IF_ERROR(order());
   ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), src.data(), 1024, cudaMemcpyDeviceToDevice, consumer.get()));
+  hold.release();
   ZERO_RETURN_IF_ERROR(consumer.synchronize(absl::Now() + absl::Seconds(60)));
   std::vector<uint8_t> host(1024);
   ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), dst.data(), 1024, cudaMemcpyDeviceToHost));
@@ -145,10 +144,11 @@ TEST(CudaRuntimeTest, OwnStreamRunsBesideTheDefaultStream) {
   ZERO_SKIP_WITHOUT_GPU();
   auto stream = CudaStream::create(0);
   ASSERT_TRUE(stream.ok());
-  static int delay_ms = 3000;  // the default stream stays busy; a blocking stream would wait it out
-  ASSERT_EQ(cudaLaunchHostFunc(cudaStreamLegacy, sleep_ms, &delay_ms), cudaSuccess);
-  const absl::Status own = stream->synchronize(absl::Now() + absl::Seconds(1));
+  StreamHold busy(cudaStreamLegacy);  // the default stream stays busy; a blocking stream would wait for it
+  ASSERT_EQ(busy.launched(), cudaSuccess);
+  const absl::Status own = stream->synchronize(absl::Now() + absl::Seconds(60));
   EXPECT_TRUE(own.ok()) << own;
+  busy.release();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
@@ -156,10 +156,11 @@ TEST(CudaRuntimeTest, SynchronizeGivesUpAtTheDeadline) {
   ZERO_SKIP_WITHOUT_GPU();
   auto stream = CudaStream::create(0);
   ASSERT_TRUE(stream.ok());
-  static int delay_ms = 2000;
-  ASSERT_EQ(cudaLaunchHostFunc(stream->get(), sleep_ms, &delay_ms), cudaSuccess);
+  StreamHold hold(stream->get());
+  ASSERT_EQ(hold.launched(), cudaSuccess);
   const absl::Status early = stream->synchronize(absl::Now() + absl::Milliseconds(50));
   EXPECT_TRUE(absl::IsDeadlineExceeded(early)) << early;
+  hold.release();
   EXPECT_TRUE(stream->synchronize(absl::Now() + absl::Seconds(60)).ok());
 }
 
@@ -168,12 +169,13 @@ TEST(CudaRuntimeTest, SynchronizeReturnsTheErrorItsCheckReports) {
   auto stream = CudaStream::create(0);
   auto event = CudaEvent::create(0);
   ASSERT_TRUE(stream.ok() && event.ok());
-  static int delay_ms = 1000;
-  ASSERT_EQ(cudaLaunchHostFunc(stream->get(), sleep_ms, &delay_ms), cudaSuccess);
+  StreamHold hold(stream->get());
+  ASSERT_EQ(hold.launched(), cudaSuccess);
   ASSERT_TRUE(event->record(*stream).ok());
   const absl::Status status = event->synchronize(absl::Now() + absl::Seconds(60),
                                                  [] { return absl::AbortedError("peer 3 failed"); });
   EXPECT_EQ(status, absl::AbortedError("peer 3 failed"));
+  hold.release();
   EXPECT_TRUE(stream->synchronize(absl::Now() + absl::Seconds(60)).ok());
 }
 

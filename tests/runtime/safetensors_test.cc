@@ -1,12 +1,12 @@
 #include "runtime/safetensors.h"
 
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace zero {
 namespace {
@@ -68,18 +68,19 @@ TEST(Safetensors, DataSectionIsAlignedForEveryHeaderLength) {
 
 TEST(Safetensors, WritesAndReadsAFile) {
   std::vector<float> v = {1.0f, 2.0f, 3.0f};
-  const std::string path = ::testing::TempDir() + "/safetensors_test.safetensors";
+  const testing::ScopedTempDir dir;
+  const std::string path = dir.file("x.safetensors");
   ASSERT_TRUE(write_safetensors(path, {{"x", Tensor(v.data(), DType::kF32, {3})}}).ok());
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(path);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(file->get("x")->data_as<float>()[2], 3.0f);
-  std::remove(path.c_str());
 }
 
 TEST(Safetensors, AReadFileIsMappedCopyOnWrite) {
   // Views are aligned for their dtype, and writing through one changes this reader's copy, not the file.
   std::vector<float> v = {1.0f, 2.0f, 3.0f};
-  const std::string path = ::testing::TempDir() + "/safetensors_cow.safetensors";
+  const testing::ScopedTempDir dir;
+  const std::string path = dir.file("ab.safetensors");
   ASSERT_TRUE(write_safetensors(path, {{"ab", Tensor(v.data(), DType::kF32, {3})}}).ok());
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(path);
   ASSERT_TRUE(file.ok()) << file.status();
@@ -88,7 +89,6 @@ TEST(Safetensors, AReadFileIsMappedCopyOnWrite) {
   x.data_as<float>()[1] = 20.0f;
   EXPECT_EQ(file->get("ab")->data_as<float>()[1], 20.0f);
   EXPECT_EQ(SafetensorsFile::read(path)->get("ab")->data_as<float>()[1], 2.0f);
-  std::remove(path.c_str());
 }
 
 TEST(Safetensors, ReadsAHandWrittenFileInDataOrder) {

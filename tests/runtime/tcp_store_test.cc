@@ -119,7 +119,8 @@ TEST(TcpStoreTest, WaitReturnsOnceEveryKeyExists) {
 
 TEST(TcpStoreTest, GetOfAMissingKeyTimesOutNamingKeyAndAddress) {
   auto server = start_server();
-  auto client = connect_to(server->port(), absl::Milliseconds(300));
+  // The timeout also bounds the reconnecting get at the end, which the server's threads must answer.
+  auto client = connect_to(server->port(), absl::Seconds(2));
   auto got = client->get("never");
   EXPECT_TRUE(absl::IsDeadlineExceeded(got.status())) << got.status();
   EXPECT_THAT(got.status().message(), HasSubstr("'never'"));
@@ -135,7 +136,8 @@ TEST(TcpStoreTest, ClientStartedBeforeTheServerConnectsOnceItListens) {
   std::thread early([&] {
     client = TcpStore::create({.host = "127.0.0.1", .port = port, .timeout = absl::Seconds(30)});
   });
-  absl::SleepFor(absl::Milliseconds(300));  // the client is retrying meanwhile
+  // The client is retrying meanwhile, most likely; one that starts later connects at once: same result.
+  absl::SleepFor(absl::Milliseconds(300));
   auto server = TcpStore::create({.host = "127.0.0.1", .port = port, .is_server = true});
   ASSERT_TRUE(server.ok()) << server.status();
   early.join();
@@ -155,14 +157,15 @@ TEST(TcpStoreTest, ServerThatGoesAwayFailsAPendingGetInsteadOfHanging) {
   auto server = start_server(absl::Seconds(120));
   auto client = connect_to(server->port(), absl::Seconds(120));
   absl::StatusOr<std::string> got;
-  const absl::Time start = absl::Now();
   std::thread getter([&] { got = client->get("never"); });
+  // The get is parked on the server by now, most likely; one sent after the server closed the connection
+  // loses it the same way.
   absl::SleepFor(absl::Milliseconds(200));
   server.reset();
   getter.join();
+  // Unavailable, not DeadlineExceeded: it did not hang until the 120 s timeout.
   EXPECT_TRUE(absl::IsUnavailable(got.status())) << got.status();
   EXPECT_THAT(got.status().message(), HasSubstr("lost the connection"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(60));  // did not hang until the 120 s timeout
 }
 
 TEST(TcpStoreTest, ListeningOnAPortInUseFailsSayingSo) {

@@ -13,6 +13,7 @@
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
 #include "tests/shard/toy_training.h"
+#include "tests/temp_dir.h"
 
 namespace zero {
 namespace {
@@ -23,14 +24,6 @@ using testing::LocalOutcome;
 using testing::TrainRun;
 using testing::bitwise_equal;
 using testing::train_local;
-
-// A fresh directory for one test's checkpoints.
-std::string scratch_dir(absl::string_view name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("checkpoint_test_", name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
 
 // Trains `run` from step `first` for `steps` steps, loading and saving as given.
 LocalOutcome train_span(TrainRun run, int first, int steps, std::string load = "", std::string save = "") {
@@ -60,7 +53,8 @@ class Resume : public ::testing::TestWithParam<std::tuple<int, int, DType>> {};
 TEST_P(Resume, IsBitwiseIdenticalToNotStopping) {
   const auto [world_size, stage, precision] = GetParam();
   const TrainRun run = small_run(world_size, stage, precision);
-  const std::string dir = scratch_dir(absl::StrCat("resume_", world_size, "_", stage, "_", dtype_name(precision)));
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   const LocalOutcome straight = train_span(run, 0, 6);
   const LocalOutcome first_half = train_span(run, 0, 3, "", dir + "/step-3");
   const LocalOutcome second_half = train_span(run, 3, 3, dir + "/step-3");
@@ -93,7 +87,8 @@ INSTANTIATE_TEST_SUITE_P(WorldSizesStagesPrecisions, Resume,
 TEST(Checkpoint, LoadsUnderAnotherWorldSizeStageAndWrapPolicyWithoutChangingABit) {
   // Saved by 2 ranks at stage 1, passed through 3 ranks at stage 3 with merged units (load, save), and
   // back: training on from the round trip equals training on from the original.
-  const std::string dir = scratch_dir("reshard");
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   const TrainRun two = small_run(2, 1, DType::kBF16);
   TrainRun three = small_run(3, 3, DType::kBF16);
   three.zero.wrap_min_params = 150;
@@ -116,7 +111,8 @@ TEST(Checkpoint, LoadsUnderAnotherWorldSizeStageAndWrapPolicyWithoutChangingABit
 }
 
 TEST(Checkpoint, AnOffloadedEngineSavesAndLoadsAsOneInRam) {
-  const std::string dir = scratch_dir("offload");
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   const TrainRun in_ram = small_run(2, 3, DType::kBF16);
   TrainRun offloaded = in_ram;
   offloaded.zero.offload_optimizer_path = dir;
@@ -132,7 +128,8 @@ TEST(Checkpoint, AnOffloadedEngineSavesAndLoadsAsOneInRam) {
 }
 
 TEST(Checkpoint, MissingOrIncompleteCheckpointsAreRefusedNamingWhatIsMissing) {
-  const std::string dir = scratch_dir("missing");
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   const TrainRun run = small_run(3, 2, DType::kF32);
   const LocalOutcome absent = train_span(run, 0, 1, dir + "/never-saved");
   EXPECT_TRUE(absl::IsNotFound(absent.status)) << absent.status;
@@ -150,7 +147,8 @@ TEST(Checkpoint, MissingOrIncompleteCheckpointsAreRefusedNamingWhatIsMissing) {
 }
 
 TEST(Checkpoint, AnotherModelOrOptimizerIsRefusedNamingTheParameterOrState) {
-  const std::string dir = scratch_dir("mismatch");
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   const TrainRun run = small_run(2, 3, DType::kF32);
   ASSERT_TRUE(train_span(run, 0, 1, "", dir + "/adamw").status.ok());
 
@@ -168,7 +166,8 @@ TEST(Checkpoint, AnotherModelOrOptimizerIsRefusedNamingTheParameterOrState) {
 }
 
 TEST(Checkpoint, SavingOverAnEarlierCheckpointReplacesItAndAFailedSaveLeavesNothingBehind) {
-  const std::string dir = scratch_dir("overwrite");
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   const TrainRun run = small_run(2, 2, DType::kF32);
   ASSERT_TRUE(train_span(run, 0, 1, "", dir + "/ckpt").status.ok());
   fs::create_directories(dir + "/ckpt.partial/leftover");  // as a save that was killed would leave it
@@ -190,7 +189,8 @@ TEST(Checkpoint, SavingOverAnEarlierCheckpointReplacesItAndAFailedSaveLeavesNoth
 }
 
 TEST(Checkpoint, CallerMetadataRoundTripsAndTheLatestTagPointsAtTheNewest) {
-  const std::string dir = scratch_dir("metadata");
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   using Metadata = std::map<std::string, std::string>;
   Metadata loaded;
   const std::vector<absl::Status> statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {

@@ -13,6 +13,7 @@
 #include "runtime/file_memory.h"
 #include "runtime/status.h"
 #include "tests/shard/toy_training.h"
+#include "tests/temp_dir.h"
 
 namespace zero {
 namespace {
@@ -552,7 +553,8 @@ TEST(EngineAccounting, ModelThatDoesNotFitAtStage0TrainsAtStage3) {
 }
 
 TEST(EngineAccounting, OffloadedOptimizerTrainsBitIdenticallyWithItsStateInFiles) {
-  const std::string dir = ::testing::TempDir();
+  const testing::ScopedTempDir files;
+  const std::string dir = files.path().string();
   for (int stage : {0, 1, 3}) {
     TrainRun run{.world_size = 3};
     run.zero.stage = stage;
@@ -583,8 +585,9 @@ TEST(EngineAccounting, OffloadedParametersTrainBitIdenticallyWithTheShardsInFile
     run.zero.precision = precision;
     run.zero.persistence_threshold = 150;
     const testing::LocalOutcome in_ram = train_local(run);
-    run.zero.offload_param_path = ::testing::TempDir();
-    run.zero.offload_optimizer_path = ::testing::TempDir();
+    const testing::ScopedTempDir files;
+    run.zero.offload_param_path = files.path().string();
+    run.zero.offload_optimizer_path = files.path().string();
     const testing::LocalOutcome offloaded = train_local(run);
     ASSERT_TRUE(in_ram.status.ok() && offloaded.status.ok()) << offloaded.status;
     const int64_t p = static_cast<int64_t>(dtype_size(precision));
@@ -605,9 +608,10 @@ TEST(EngineAccounting, OffloadedShardsAreDroppedFromRamOnceGatheredOrUpdated) {
   TrainRun run{.world_size = 2, .evaluate_first = true};
   run.zero.stage = 3;
   run.zero.persistence_threshold = 0;
-  run.zero.offload_param_path = ::testing::TempDir();
-  run.zero.offload_optimizer_path = ::testing::TempDir();
-  if (files_stay_in_ram(::testing::TempDir())) GTEST_SKIP() << ::testing::TempDir() << " is in RAM (tmpfs)";
+  const testing::ScopedTempDir files;
+  run.zero.offload_param_path = files.path().string();
+  run.zero.offload_optimizer_path = files.path().string();
+  if (files_stay_in_ram(files.path().string())) GTEST_SKIP() << files.path().string() << " is in RAM (tmpfs)";
   const testing::LocalOutcome out = train_local(run);
   ASSERT_TRUE(out.status.ok()) << out.status;
   for (const testing::RankResult& rank : out.ranks) {
@@ -623,8 +627,9 @@ TEST(EngineAccounting, EachOffloadFitsABudgetThatTrainingWithoutItDoesNot) {
   TrainRun run{.model = big, .world_size = 2, .steps = 1};
   run.zero.stage = 3;
   run.zero.persistence_threshold = 0;
-  run.zero.offload_param_path = ::testing::TempDir();
-  run.zero.offload_optimizer_path = ::testing::TempDir();
+  const testing::ScopedTempDir files;
+  run.zero.offload_param_path = files.path().string();
+  run.zero.offload_optimizer_path = files.path().string();
   for (std::string* path : {&run.zero.offload_param_path, &run.zero.offload_optimizer_path}) {
     run.budget.reset();
     const Outcome offloaded = train(run);

@@ -119,7 +119,9 @@ absl::StatusOr<std::vector<std::string>> run_holding(ZeroConfig zero, int steps,
   Allocator allocator;  // outlives the model, whose units hold activations between forward and backward
   auto backend = std::make_unique<HeldBackend>(hold, log);
   HeldBackend& held = *backend;
-  Communicator comm(std::move(backend), CommOptions{.timeout = absl::Seconds(10)});
+  // Generous: a correct engine releases the held collective as soon as its compute thread gets there, so
+  // the timeout only bounds how long a broken one takes to fail.
+  Communicator comm(std::move(backend), CommOptions{.timeout = absl::Seconds(60)});
   const testing::ToyConfig config{.hidden_layers = 2};
   testing::ToyModel toy(config);
   testing::HookedModel model(toy, {.on_start = [&](const std::string& event) {

@@ -11,6 +11,7 @@
 
 #include "runtime/status.h"
 #include "tests/shard/toy_training.h"
+#include "tests/temp_dir.h"
 
 namespace zero {
 namespace {
@@ -144,8 +145,9 @@ struct Offload {
 Measured train_toy(const testing::ToyConfig& model, int stage, DType precision, OptimizerFactory optimizer,
                    int accumulation, Offload offload = {}) {
   testing::TrainRun run{.model = model, .world_size = 4, .steps = 2, .optimizer = std::move(optimizer)};
-  run.zero.offload_optimizer_path = offload.optimizer ? ::testing::TempDir() : "";
-  run.zero.offload_param_path = offload.params ? ::testing::TempDir() : "";
+  const testing::ScopedTempDir files;
+  run.zero.offload_optimizer_path = offload.optimizer ? files.path().string() : "";
+  run.zero.offload_param_path = offload.params ? files.path().string() : "";
   run.zero.stage = stage;
   run.zero.precision = precision;
   run.zero.accumulation_steps = accumulation;

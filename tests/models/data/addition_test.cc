@@ -1,6 +1,5 @@
 #include "models/data/addition.h"
 
-#include <filesystem>
 #include <set>
 #include <string>
 #include <utility>
@@ -12,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "models/data/token_shard.h"
 #include "runtime/status.h"
+#include "tests/temp_dir.h"
 
 namespace zero::data {
 namespace {
@@ -145,7 +145,8 @@ TEST(AdditionDataset, TrainAndValPartitionEveryProblem) {
 }
 
 TEST(AdditionDataset, ShardHoldsTheSameSequencesUnmasked) {
-  const std::string path = ::testing::TempDir() + "/addition_shard_test.bin";
+  const testing::ScopedTempDir dir;
+  const std::string path = dir.file("addition.bin");
   const AdditionConfig config{.digits = 2, .examples_per_row = 3, .rows = 20, .seed = 9};
   ASSERT_TRUE(write_addition_shard(config, path).ok());
   const AdditionDataset dataset = make(config);
@@ -158,7 +159,6 @@ TEST(AdditionDataset, ShardHoldsTheSameSequencesUnmasked) {
     EXPECT_EQ(inputs, read_row(dataset, i).inputs) << "row " << i;
     EXPECT_EQ(targets.back(), dataset.example_tokens((i + 1) * 3)[0]) << "row " << i;
   }
-  std::filesystem::remove(path);
 }
 
 // Logits (B, T, V) putting the largest value on each position's target (token 0 where ignored).

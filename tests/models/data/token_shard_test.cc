@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -10,22 +9,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace zero::data {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// A fresh, empty directory for one test.
-std::string test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / "token_shard_test" / info->name();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -44,7 +34,8 @@ void patch_header(const std::string& path, int index, int32_t value) {
 }
 
 TEST(TokenShard, WriteThenOpenRoundTripsHeaderAndTokens) {
-  const std::string path = test_dir() + "/a.bin";
+  const testing::ScopedTempDir temp;
+  const std::string path = temp.file("a.bin");
   ASSERT_TRUE(write_token_shard(path, std::vector<uint16_t>{7, 65535, 0, 42}).ok());
 
   const std::string bytes = read_bytes(path);
@@ -62,7 +53,8 @@ TEST(TokenShard, WriteThenOpenRoundTripsHeaderAndTokens) {
 }
 
 TEST(TokenShard, EmptyShardIsValid) {
-  const std::string path = test_dir() + "/empty.bin";
+  const testing::ScopedTempDir temp;
+  const std::string path = temp.file("empty.bin");
   ASSERT_TRUE(write_token_shard(path, {}).ok());
   absl::StatusOr<TokenShard> shard = TokenShard::open(path);
   ASSERT_TRUE(shard.ok()) << shard.status();
@@ -70,7 +62,8 @@ TEST(TokenShard, EmptyShardIsValid) {
 }
 
 TEST(TokenShard, TruncatedHeaderNamesFileAndSizes) {
-  const std::string path = test_dir() + "/short.bin";
+  const testing::ScopedTempDir temp;
+  const std::string path = temp.file("short.bin");
   write_bytes(path, std::string(10, '\0'));
   absl::StatusOr<TokenShard> shard = TokenShard::open(path);
   EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
@@ -79,7 +72,8 @@ TEST(TokenShard, TruncatedHeaderNamesFileAndSizes) {
 }
 
 TEST(TokenShard, WrongMagicNamesExpectedAndFound) {
-  const std::string path = test_dir() + "/magic.bin";
+  const testing::ScopedTempDir temp;
+  const std::string path = temp.file("magic.bin");
   ASSERT_TRUE(write_token_shard(path, std::vector<uint16_t>{1, 2}).ok());
   patch_header(path, 0, 20240521);
   absl::StatusOr<TokenShard> shard = TokenShard::open(path);
@@ -89,7 +83,8 @@ TEST(TokenShard, WrongMagicNamesExpectedAndFound) {
 }
 
 TEST(TokenShard, WrongVersionNamesExpectedAndFound) {
-  const std::string path = test_dir() + "/version.bin";
+  const testing::ScopedTempDir temp;
+  const std::string path = temp.file("version.bin");
   ASSERT_TRUE(write_token_shard(path, std::vector<uint16_t>{1, 2}).ok());
   patch_header(path, 1, 2);
   absl::StatusOr<TokenShard> shard = TokenShard::open(path);
@@ -98,7 +93,8 @@ TEST(TokenShard, WrongVersionNamesExpectedAndFound) {
 }
 
 TEST(TokenShard, CountDisagreeingWithFileSizeNamesBoth) {
-  const std::string path = test_dir() + "/count.bin";
+  const testing::ScopedTempDir temp;
+  const std::string path = temp.file("count.bin");
   ASSERT_TRUE(write_token_shard(path, std::vector<uint16_t>{1, 2, 3, 4}).ok());
   write_bytes(path, read_bytes(path).substr(0, 1031));  // one byte of the last token lost
   absl::StatusOr<TokenShard> shard = TokenShard::open(path);
@@ -109,20 +105,23 @@ TEST(TokenShard, CountDisagreeingWithFileSizeNamesBoth) {
 }
 
 TEST(TokenShard, MissingFileIsNotFound) {
-  absl::StatusOr<TokenShard> shard = TokenShard::open(test_dir() + "/absent.bin");
+  const testing::ScopedTempDir temp;
+  absl::StatusOr<TokenShard> shard = TokenShard::open(temp.file("absent.bin"));
   EXPECT_EQ(shard.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(shard.status().message(), HasSubstr("absent.bin"));
 }
 
 TEST(TokenShard, WriteIntoAMissingDirectoryNamesThePathAndWhy) {
-  const std::string path = test_dir() + "/no_such_dir/a.bin";
+  const testing::ScopedTempDir temp;
+  const std::string path = temp.file("no_such_dir/a.bin");
   const absl::Status status = write_token_shard(path, std::vector<uint16_t>{1});
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr(path + ": No such file or directory"));
 }
 
 TEST(GlobShards, ReturnsMatchesSortedByPath) {
-  const std::string dir = test_dir();
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   for (const char* name : {"s_02.bin", "s_00.bin", "s_01.bin", "other.bin"}) {
     ASSERT_TRUE(write_token_shard(dir + "/" + name, {}).ok());
   }
@@ -132,7 +131,8 @@ TEST(GlobShards, ReturnsMatchesSortedByPath) {
 }
 
 TEST(GlobShards, NoMatchIsNotFound) {
-  absl::StatusOr<std::vector<std::string>> paths = glob_shards(test_dir() + "/none_*.bin");
+  const testing::ScopedTempDir temp;
+  absl::StatusOr<std::vector<std::string>> paths = glob_shards(temp.file("none_*.bin"));
   EXPECT_EQ(paths.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(paths.status().message(), HasSubstr("none_*.bin"));
 }
@@ -144,7 +144,8 @@ std::vector<uint16_t> iota_tokens(uint16_t first, int count) {
 }
 
 TEST(TokenShardDataset, CutsOverlappingWindowsPerShardInPathOrder) {
-  const std::string dir = test_dir();
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   ASSERT_TRUE(write_token_shard(dir + "/d_1.bin", iota_tokens(100, 5)).ok());  // 1 window of T + 1 = 4
   ASSERT_TRUE(write_token_shard(dir + "/d_0.bin", iota_tokens(0, 11)).ok());   // 3 windows, token 10 unused
   absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(dir + "/d_*.bin", 3);
@@ -166,7 +167,8 @@ TEST(TokenShardDataset, CutsOverlappingWindowsPerShardInPathOrder) {
 }
 
 TEST(TokenShardDataset, NoFullSequenceIsAnError) {
-  const std::string path = test_dir() + "/tiny.bin";
+  const testing::ScopedTempDir temp;
+  const std::string path = temp.file("tiny.bin");
   ASSERT_TRUE(write_token_shard(path, iota_tokens(0, 4)).ok());
   absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(path, 4);
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
@@ -174,7 +176,8 @@ TEST(TokenShardDataset, NoFullSequenceIsAnError) {
 }
 
 TEST(TokenShardDataset, InvalidShardFailsTheWholeOpen) {
-  const std::string dir = test_dir();
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
   ASSERT_TRUE(write_token_shard(dir + "/d_0.bin", iota_tokens(0, 9)).ok());
   write_bytes(dir + "/d_1.bin", "junk");
   absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(dir + "/d_*.bin", 2);
