@@ -1,11 +1,11 @@
 // A handle to an asynchronous collective: wait for it, or ask whether it finished.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 namespace zero {
 
@@ -17,10 +17,9 @@ class WorkState {
   bool is_completed();
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  absl::Status status_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 class Work {
