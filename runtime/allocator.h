@@ -52,7 +52,8 @@ struct MemoryStats {
 
 class Allocator;
 
-// Owns one allocation; returns it (and its accounting) to the allocator on destruction. Move-only.
+// Owns one allocation; returns it (and its accounting) to the allocator on destruction or reset(), which may
+// happen on any thread. Move-only; a Buffer itself is not for concurrent use from several threads.
 class Buffer {
  public:
   Buffer() = default;
@@ -80,7 +81,10 @@ class Buffer {
   Device device_ = Device::cpu();
 };
 
-// One per rank. Thread-safe: compute and communication threads of a rank may both allocate.
+// One per rank. Thread-safe: every method may be called from any thread (a rank's compute and
+// communication threads both allocate). It must outlive every Buffer it handed out, and so whatever holds
+// them (models, engines, a communicator given it as CommOptions::allocator): destroying it while bytes are
+// still held aborts, naming them.
 // The budget, when set, bounds the sum over all categories.
 // CPU memory is 64-byte aligned. A freed host block of at least kMinCachedBytes is kept for the next
 // allocation of the same size: every step frees and allocates the same gathered units, buckets and

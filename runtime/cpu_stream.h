@@ -12,6 +12,9 @@
 
 namespace zero {
 
+// Thread-safe: submit and synchronize may be called from any threads; tasks run one at a time on the
+// stream's own thread, in the order their submits took the lock. Nothing may be submitted once the
+// destructor has begun.
 class CpuStream {
  public:
   explicit CpuStream(std::string name);

@@ -24,7 +24,7 @@ class Allocator;
 
 // The first failure among ranks that one process drives, each with a communicator of its own
 // (run_nccl_ranks_in_process): a rank reports its failure when it aborts or ends, and every rank's
-// waits poll it, so peers fail at once instead of at their deadline.
+// waits poll it, so peers fail at once instead of at their deadline. Thread-safe.
 class SharedFailure {
  public:
   void report(int rank, const absl::Status& cause);  // keeps the first, as Aborted naming the rank
@@ -68,6 +68,13 @@ struct CommStats {
 // Tensors must be contiguous and on a device the backend supports; input and output share a dtype.
 // reduce_scatter and allgather move equal chunks: padding a buffer to a multiple of the world size is
 // the caller's job (the engine pads its flat units).
+//
+// Collectives: allreduce through barrier, and agree_across_ranks below: every rank makes each call, in the
+// same order. The accessors, stats() and reset_stats() are local to the rank.
+// Threads: every call is safe from several threads at once (not alongside the destructor), but as the
+// order must match across ranks, a rank issues its collectives from one thread or orders its threads itself.
+// Lifetimes: a collective's buffers must stay valid until its Work finished; CommOptions::allocator (and a
+// local communicator's LocalGroup) must outlive the communicator; its Work handles may outlive it.
 class Communicator {
  public:
   Communicator(std::unique_ptr<Backend> backend, CommOptions options);

@@ -18,6 +18,8 @@ namespace zero {
 // buffers and meets the others; each rank computes its own part reading the peers' buffers directly
 // (rank r reduces element chunk r in order 0..N-1, so allreduce equals reduce_scatter + allgather bit
 // for bit); everyone meets again before anyone returns. Mismatched collectives are always caught here.
+// Thread-safe: each rank's thread (and its communicator's) calls in concurrently. It must outlive the
+// communicators it made.
 class LocalGroup {
  public:
   explicit LocalGroup(int world_size);

@@ -9,7 +9,7 @@
 
 namespace zero {
 
-// Shared between the Work handles and the thread that completes the operation.
+// Shared between the Work handles and the thread that completes the operation. Thread-safe.
 class WorkState {
  public:
   void complete(absl::Status status);
@@ -22,6 +22,10 @@ class WorkState {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// Copies share one operation; any copy may be waited on or polled, from any thread, any number of times.
+// A Work may outlive its Communicator: destroying the communicator finishes pending work first, so a
+// later wait() returns at once. Dropping a Work does not cancel the operation: its buffers must stay valid
+// until it has run (at the latest, until the communicator's destructor returned).
 class Work {
  public:
   // An already finished operation with `status`.
