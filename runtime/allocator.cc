@@ -84,12 +84,12 @@ absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory catego
   std::vector<CachedBlock> evicted;
   std::string file_dir;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (device.is_cpu()) file_dir = file_dirs_[c];
   }
   if (!file_dir.empty() && nbytes > 0) return allocate_in_file(nbytes, category, file_dir);
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (budget_ && stats_.current_total + nbytes > *budget_) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "%s on rank %d: %s asked for %s (%d bytes), but the budget is %s and %s is held (%s). "
@@ -148,7 +148,7 @@ void Allocator::free_blocks(const std::vector<CachedBlock>& blocks) {
 
 absl::StatusOr<Buffer> Allocator::allocate_in_file(int64_t nbytes, MemoryCategory category, const std::string& dir) {
   ZERO_ASSIGN_OR_RETURN(const FileMemory memory, file_alloc(dir, static_cast<size_t>(nbytes)));
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   stats_.in_files[static_cast<int>(category)] += nbytes;
   file_buffers_[memory.data] = {memory, static_cast<size_t>(nbytes)};
   Buffer buffer;
@@ -164,7 +164,7 @@ void Allocator::release(Buffer& buffer) {
   bool kept = false;
   std::vector<CachedBlock> evicted;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     const auto it = file_buffers_.find(buffer.data_);
     if (it != file_buffers_.end()) {
       file = it->second;
@@ -191,7 +191,7 @@ void Allocator::release(Buffer& buffer) {
 
 absl::Status Allocator::place_in_files(MemoryCategory category, const std::string& dir) {
   ZERO_RETURN_IF_ERROR(check_file_dir(dir));
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   file_dirs_[static_cast<int>(category)] = dir;
   return absl::OkStatus();
 }
@@ -199,7 +199,7 @@ absl::Status Allocator::place_in_files(MemoryCategory category, const std::strin
 absl::Status Allocator::page_out(const void* buffer_data) {
   FileBuffer file;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     const auto it = file_buffers_.find(buffer_data);
     if (it == file_buffers_.end()) return absl::OkStatus();
     file = it->second;
@@ -208,7 +208,7 @@ absl::Status Allocator::page_out(const void* buffer_data) {
 }
 
 int64_t Allocator::file_bytes_in_ram() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   int64_t in_ram = 0;
   for (const auto& [data, file] : file_buffers_) {
     in_ram += static_cast<int64_t>(file_resident_bytes(file.memory, file.nbytes));
@@ -217,14 +217,14 @@ int64_t Allocator::file_bytes_in_ram() const {
 }
 
 std::optional<int64_t> Allocator::budget() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return budget_;
 }
 
 void Allocator::set_budget(std::optional<int64_t> budget_bytes) {
   std::vector<CachedBlock> evicted;
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     budget_ = budget_bytes;
     evicted = evict_locked();
   }
@@ -232,12 +232,12 @@ void Allocator::set_budget(std::optional<int64_t> budget_bytes) {
 }
 
 MemoryStats Allocator::stats() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return stats_;
 }
 
 void Allocator::reset_peaks() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   stats_.peak = stats_.current;
   stats_.peak_total = stats_.current_total;
 }
@@ -253,7 +253,7 @@ std::string Allocator::held_description_locked() const {
 }
 
 std::string Allocator::summary() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::string out = absl::StrFormat("rank %d memory%s\n%-16s %14s %14s\n", rank_,
                                     budget_ ? absl::StrCat(" (budget ", format_bytes(*budget_), ")") : "",
                                     "category", "current", "peak");

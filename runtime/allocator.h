@@ -3,16 +3,16 @@
 
 #include <array>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "runtime/device.h"
 #include "runtime/file_memory.h"
 #include "runtime/tensor.h"
@@ -52,7 +52,8 @@ struct MemoryStats {
 
 class Allocator;
 
-// Owns one allocation; returns it (and its accounting) to the allocator on destruction. Move-only.
+// Owns one allocation; returns it (and its accounting) to the allocator on destruction or reset(), which may
+// happen on any thread. Move-only; a Buffer itself is not for concurrent use from several threads.
 class Buffer {
  public:
   Buffer() = default;
@@ -80,7 +81,10 @@ class Buffer {
   Device device_ = Device::cpu();
 };
 
-// One per rank. Thread-safe: compute and communication threads of a rank may both allocate.
+// One per rank. Thread-safe: every method may be called from any thread (a rank's compute and
+// communication threads both allocate). It must outlive every Buffer it handed out, and so whatever holds
+// them (models, engines, a communicator given it as CommOptions::allocator): destroying it while bytes are
+// still held aborts, naming them.
 // The budget, when set, bounds the sum over all categories.
 // CPU memory is 64-byte aligned. A freed host block of at least kMinCachedBytes is kept for the next
 // allocation of the same size: every step frees and allocates the same gathered units, buckets and
@@ -135,26 +139,26 @@ class Allocator {
   static bool cacheable(int64_t nbytes, Device device) { return device.is_cpu() && nbytes >= kMinCachedBytes; }
 
   void release(Buffer& buffer);
-  std::string held_description_locked() const;
+  std::string held_description_locked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The newest kept block of exactly `nbytes`, taken out of the cache; nullptr if none.
-  void* take_cached_locked(int64_t nbytes);
+  void* take_cached_locked(int64_t nbytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the oldest kept blocks until they fit within the most held, and held plus kept within the
   // budget; returns them, to be freed outside the lock.
-  std::vector<CachedBlock> evict_locked();
+  std::vector<CachedBlock> evict_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void free_blocks(const std::vector<CachedBlock>& blocks);
 
   const int rank_;
-  mutable std::mutex mu_;
-  std::optional<int64_t> budget_;
-  MemoryStats stats_;
-  std::array<std::string, kNumMemoryCategories> file_dirs_;  // "" = RAM
+  mutable absl::Mutex mu_;
+  std::optional<int64_t> budget_ ABSL_GUARDED_BY(mu_);
+  MemoryStats stats_ ABSL_GUARDED_BY(mu_);
+  std::array<std::string, kNumMemoryCategories> file_dirs_ ABSL_GUARDED_BY(mu_);  // "" = RAM
   struct FileBuffer {
     FileMemory memory;
     size_t nbytes;
   };
-  absl::flat_hash_map<const void*, FileBuffer> file_buffers_;  // by data()
-  std::vector<CachedBlock> cache_;  // oldest first
-  int64_t most_held_ = 0;           // the largest current_total so far; reset_peaks leaves it
+  absl::flat_hash_map<const void*, FileBuffer> file_buffers_ ABSL_GUARDED_BY(mu_);  // by data()
+  std::vector<CachedBlock> cache_ ABSL_GUARDED_BY(mu_);  // oldest first
+  int64_t most_held_ ABSL_GUARDED_BY(mu_) = 0;  // the largest current_total so far; reset_peaks leaves it
 };
 
 // True for the status Allocator::allocate returns when a budget is exceeded.

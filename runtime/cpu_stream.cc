@@ -10,40 +10,39 @@ CpuStream::CpuStream(std::string name) : name_(std::move(name)), thread_([this] 
 
 CpuStream::~CpuStream() {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
   thread_.join();
 }
 
 void CpuStream::submit(std::function<void()> task) {
-  {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(task));
-    ++submitted_;
-  }
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(task));
+  ++submitted_;
 }
 
 void CpuStream::synchronize() {
-  std::unique_lock lock(mu_);
+  absl::MutexLock lock(&mu_);
   const uint64_t target = submitted_;
-  cv_.wait(lock, [&] { return finished_ >= target; });
+  const auto caught_up = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_ >= target; };
+  mu_.Await(absl::Condition(&caught_up));
 }
 
 void CpuStream::loop() {
-  std::unique_lock lock(mu_);
-  while (true) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and everything ran
-    std::function<void()> task = std::move(queue_.front());
-    queue_.pop_front();
-    lock.unlock();
+  for (;;) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &CpuStream::has_task_or_stopping));
+      if (queue_.empty()) return;  // stopping, and everything ran
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
     task();
-    lock.lock();
+    task = nullptr;  // what it captured goes before synchronize() can return
+    absl::MutexLock lock(&mu_);
     ++finished_;
-    cv_.notify_all();
   }
 }
 

@@ -22,12 +22,12 @@ CommOptions CommOptions::from_env() {
 }
 
 void SharedFailure::report(int rank, const absl::Status& cause) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (first_.ok()) first_ = absl::AbortedError(absl::StrCat("rank ", rank, " failed: ", cause.message()));
 }
 
 absl::Status SharedFailure::first() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return first_;
 }
 
@@ -116,12 +116,12 @@ Work Communicator::scatter(Tensor input, Tensor output, int root) {
 Work Communicator::barrier() { return submit({.op = CollectiveOp::kBarrier}); }
 
 CommStats Communicator::stats() const {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return stats_;
 }
 
 void Communicator::reset_stats() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   stats_ = CommStats{};
 }
 
@@ -171,9 +171,9 @@ absl::Status Communicator::validate(CollectiveOp op, const Tensor* input, const 
 
 Work Communicator::submit(Collective c) {
   auto state = std::make_shared<WorkState>();
-  std::lock_guard post(post_mu_);  // numbered, prepared and queued in one order
+  absl::MutexLock post(&post_mu_);  // numbered, prepared and queued in one order
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return Work::completed(failure_);
     c.seq = next_seq_++;
     OpCounters& counters = stats_.per_op[static_cast<int>(c.op)];
@@ -189,7 +189,7 @@ Work Communicator::submit(Collective c) {
 
 absl::Status Communicator::execute(const Collective& c) {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
   }
   const absl::Time deadline = absl::Now() + options_.timeout;
@@ -200,7 +200,7 @@ absl::Status Communicator::execute(const Collective& c) {
 
 absl::Status Communicator::fail(const absl::Status& status) {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;  // the backend was aborted with it already
     failure_ = status;
   }

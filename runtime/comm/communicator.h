@@ -5,11 +5,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include "absl/strings/string_view.h"
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/comm/backend.h"
 #include "runtime/comm/collective.h"
@@ -23,15 +24,15 @@ class Allocator;
 
 // The first failure among ranks that one process drives, each with a communicator of its own
 // (run_nccl_ranks_in_process): a rank reports its failure when it aborts or ends, and every rank's
-// waits poll it, so peers fail at once instead of at their deadline.
+// waits poll it, so peers fail at once instead of at their deadline. Thread-safe.
 class SharedFailure {
  public:
   void report(int rank, const absl::Status& cause);  // keeps the first, as Aborted naming the rank
   absl::Status first() const;                          // OK until a rank reported
 
  private:
-  mutable std::mutex mu_;
-  absl::Status first_;
+  mutable absl::Mutex mu_;
+  absl::Status first_ ABSL_GUARDED_BY(mu_);
 };
 
 struct CommOptions {
@@ -67,6 +68,13 @@ struct CommStats {
 // Tensors must be contiguous and on a device the backend supports; input and output share a dtype.
 // reduce_scatter and allgather move equal chunks: padding a buffer to a multiple of the world size is
 // the caller's job (the engine pads its flat units).
+//
+// Collectives: allreduce through barrier, and agree_across_ranks below: every rank makes each call, in the
+// same order. The accessors, stats() and reset_stats() are local to the rank.
+// Threads: every call is safe from several threads at once (not alongside the destructor), but as the
+// order must match across ranks, a rank issues its collectives from one thread or orders its threads itself.
+// Lifetimes: a collective's buffers must stay valid until its Work finished; CommOptions::allocator (and a
+// local communicator's LocalGroup) must outlive the communicator; its Work handles may outlive it.
 class Communicator {
  public:
   Communicator(std::unique_ptr<Backend> backend, CommOptions options);
@@ -95,9 +103,10 @@ class Communicator {
  private:
   absl::Status validate(CollectiveOp op, const Tensor* input, const Tensor* output, int root,
                         std::optional<ReduceOp> reduce_op) const;
-  Work submit(Collective c);
-  absl::Status execute(const Collective& c);
-  absl::Status fail(const absl::Status& status);  // makes `status` the sticky failure and aborts the backend
+  Work submit(Collective c) ABSL_LOCKS_EXCLUDED(post_mu_, mu_);
+  absl::Status execute(const Collective& c) ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes `status` the sticky failure and aborts the backend.
+  absl::Status fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status check_same_collective(const Collective& c, absl::Time deadline);
 
   const std::unique_ptr<Backend> backend_;
@@ -105,11 +114,12 @@ class Communicator {
   const int rank_;
   const int world_size_;
 
-  std::mutex post_mu_;  // submit: the backend is prepared for collectives in the order they run
-  mutable std::mutex mu_;
-  uint64_t next_seq_ = 0;
-  CommStats stats_;
-  absl::Status failure_;  // the first failure; sticky
+  // Held across submit, so collectives are numbered, prepared (Backend::prepare) and queued in one order.
+  absl::Mutex post_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  CommStats stats_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // the first failure; sticky
 
   CpuStream stream_;  // last: destroyed (drained) first
 };

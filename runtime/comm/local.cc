@@ -126,23 +126,17 @@ std::unique_ptr<Communicator> LocalGroup::communicator(int rank, CommOptions opt
 }
 
 void LocalGroup::rank_exited(int rank, const absl::Status& status) {
-  {
-    std::lock_guard lock(mu_);
-    exited_[rank] = true;
-    if (!status.ok() && failure_.ok()) {
-      failure_ = absl::AbortedError(absl::StrCat("rank ", rank, " failed: ", status.message()));
-    }
+  absl::MutexLock lock(&mu_);
+  exited_[rank] = true;
+  if (!status.ok() && failure_.ok()) {
+    failure_ = absl::AbortedError(absl::StrCat("rank ", rank, " failed: ", status.message()));
   }
-  cv_.notify_all();
 }
 
 void LocalGroup::abort(int rank, const absl::Status& cause) {
-  {
-    std::lock_guard lock(mu_);
-    if (!failure_.ok()) return;
-    failure_ = absl::AbortedError(absl::StrCat("rank ", rank, " failed: ", cause.message()));
-  }
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) return;
+  failure_ = absl::AbortedError(absl::StrCat("rank ", rank, " failed: ", cause.message()));
 }
 
 absl::Status LocalGroup::failure_for(int rank, const Collective& c) const {
@@ -151,50 +145,57 @@ absl::Status LocalGroup::failure_for(int rank, const Collective& c) const {
 
 absl::Status LocalGroup::post_and_meet(int rank, const Collective& c, absl::Time deadline) {
   {
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     posted_[rank] = c;
   }
   return meet(rank, c, deadline);
 }
 
+std::vector<int> LocalGroup::missing_from(uint64_t generation) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size_; ++r) {
+    if (arrived_at_[r] != generation) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+bool LocalGroup::meeting_settled(uint64_t generation) const {
+  if (generation_ != generation || !failure_.ok()) return true;
+  for (int r = 0; r < world_size_; ++r) {
+    if (arrived_at_[r] != generation && exited_[r]) return true;
+  }
+  return false;
+}
+
 absl::Status LocalGroup::meet(int rank, const Collective& c, absl::Time deadline) {
-  std::unique_lock lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return failure_for(rank, c);
   const uint64_t generation = generation_;
   arrived_at_[rank] = generation;
   if (++arrived_ == world_size_) {
     arrived_ = 0;
     ++generation_;
-    cv_.notify_all();
     return absl::OkStatus();
   }
-  const auto missing = [&] {
-    std::vector<int> ranks;
-    for (int r = 0; r < world_size_; ++r) {
-      if (arrived_at_[r] != generation) ranks.push_back(r);
-    }
-    return ranks;
+  // Every change to the group is made under mu_, and Await re-checks the condition after each.
+  const auto settled = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return meeting_settled(generation);
   };
-  while (generation_ == generation) {
-    if (!failure_.ok()) return failure_for(rank, c);
-    for (int r : missing()) {
-      if (exited_[r]) {
-        failure_ = absl::AbortedError(absl::StrCat("rank ", r, " finished its work without joining ", c.describe()));
-        cv_.notify_all();
-        return failure_for(rank, c);
-      }
-    }
-    if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout && generation_ == generation &&
-        failure_.ok()) {
-      const std::vector<int> late = missing();
-      failure_ = absl::DeadlineExceededError(
-          absl::StrCat("timed out in ", c.describe(), " waiting for ", late.size() == 1 ? "rank " : "ranks ",
-                       absl::StrJoin(late, ", "), "; a rank stopped answering or issued fewer collectives"));
-      cv_.notify_all();
-      return failure_;
+  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (generation_ != generation) return absl::OkStatus();
+  if (!failure_.ok()) return failure_for(rank, c);
+  const std::vector<int> missing = missing_from(generation);
+  for (int r : missing) {
+    if (exited_[r]) {
+      failure_ = absl::AbortedError(absl::StrCat("rank ", r, " finished its work without joining ", c.describe()));
+      return failure_for(rank, c);
     }
   }
-  return absl::OkStatus();
+  // Not settled, so the deadline passed.
+  failure_ = absl::DeadlineExceededError(
+      absl::StrCat("timed out in ", c.describe(), " waiting for ", missing.size() == 1 ? "rank " : "ranks ",
+                   absl::StrJoin(missing, ", "), "; a rank stopped answering or issued fewer collectives"));
+  return failure_;
 }
 
 std::vector<absl::Status> run_local_ranks(int world_size, const std::function<absl::Status(Communicator&)>& fn,

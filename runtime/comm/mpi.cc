@@ -10,13 +10,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/reduce.h"
@@ -284,8 +284,8 @@ void finalize_at_exit() {
 
 // Initialises MPI once per process (MPI_THREAD_MULTIPLE) unless the program did, and checks its thread level.
 absl::Status init_mpi() {
-  static std::mutex mu;
-  std::lock_guard lock(mu);
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  absl::MutexLock lock(&mu);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

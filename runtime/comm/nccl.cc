@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/memory_pool.h"
@@ -71,9 +72,9 @@ ncclRedOp_t reduce_op(ReduceOp op) {
 // Every GPU the nccl ranks of this process use reaches the others' pool memory, which NCCL reads directly
 // between the GPUs of one process.
 absl::Status share_pool_memory_with_this_process_gpus(int device) {
-  static std::mutex mu;
-  static std::vector<int> devices;
-  std::lock_guard lock(mu);
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  static std::vector<int> devices ABSL_GUARDED_BY(mu);
+  absl::MutexLock lock(&mu);
   if (std::find(devices.begin(), devices.end(), device) != devices.end()) return absl::OkStatus();
   for (int other : devices) ZERO_RETURN_IF_ERROR(share_pool_memory(device, other));
   devices.push_back(device);
@@ -155,7 +156,7 @@ class NcclBackend final : public Backend {
     if (!c.device.is_cuda()) return absl::OkStatus();
     ZERO_ASSIGN_OR_RETURN(CudaEvent posted, spare_event());
     ZERO_RETURN_IF_ERROR(posted.record_on_default_stream());
-    std::lock_guard lock(events_mu_);
+    absl::MutexLock lock(&events_mu_);
     posted_.push_back(std::move(posted));
     return absl::OkStatus();
   }
@@ -210,7 +211,7 @@ class NcclBackend final : public Backend {
 
   absl::StatusOr<CudaEvent> spare_event() {
     {
-      std::lock_guard lock(events_mu_);
+      absl::MutexLock lock(&events_mu_);
       if (!spare_.empty()) {
         CudaEvent event = std::move(spare_.back());
         spare_.pop_back();
@@ -222,7 +223,7 @@ class NcclBackend final : public Backend {
 
   // Makes the stream wait for the event prepare() recorded when `c` was posted.
   absl::Status wait_for_post(const Collective& c) {
-    std::lock_guard lock(events_mu_);
+    absl::MutexLock lock(&events_mu_);
     if (posted_.empty()) return absl::InternalError(absl::StrCat(c.describe(), " was not prepared when posted"));
     CudaEvent posted = std::move(posted_.front());
     posted_.pop_front();
@@ -364,9 +365,9 @@ class NcclBackend final : public Backend {
   CudaStream stream_;     // every NCCL call and staging copy, from the comm thread
   CudaEvent done_;        // finish()
   CudaEvent allocated_;   // ordering the stream after new device memory: the scratch, then staging
-  std::mutex events_mu_;  // the posting thread's prepare() and the comm thread's run() share these:
-  std::deque<CudaEvent> posted_;  // one per device collective prepared and not yet run, in order
-  std::vector<CudaEvent> spare_;  // recycled
+  absl::Mutex events_mu_;  // the posting thread's prepare() and the comm thread's run() share these:
+  std::deque<CudaEvent> posted_ ABSL_GUARDED_BY(events_mu_);  // one per device collective prepared, not yet run
+  std::vector<CudaEvent> spare_ ABSL_GUARDED_BY(events_mu_);  // recycled
   std::shared_ptr<SharedFailure> shared_failure_;  // CommOptions::shared_failure
   Allocator* allocator_ = nullptr;            // CommOptions::allocator, or own_allocator_
   std::unique_ptr<Allocator> own_allocator_;  // when CommOptions names none

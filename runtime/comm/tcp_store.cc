@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -241,17 +240,21 @@ class TcpStoreServer {
 
   ~TcpStoreServer() {
     {
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       stopping_ = true;
       for (int fd : connections_) shutdown(fd, SHUT_RDWR);  // wakes their threads; each closes its own fd
     }
-    cv_.notify_all();
     if (acceptor_.joinable()) {
       const char byte = 0;
       (void)!write(wake_[1], &byte, 1);
       acceptor_.join();
     }
-    for (std::thread& t : threads_) t.join();
+    std::vector<std::thread> threads;  // joined without the lock, which each takes as it ends
+    {
+      absl::MutexLock lock(&mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
     for (int fd : {listen_fd_, wake_[0], wake_[1]}) {
       if (fd >= 0) close(fd);
     }
@@ -272,7 +275,7 @@ class TcpStoreServer {
       if (fd < 0) continue;
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      std::lock_guard lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stopping_) {
         close(fd);
         return;
@@ -285,7 +288,7 @@ class TcpStoreServer {
   void serve(int fd) {
     while (serve_one(fd).ok()) {
     }
-    std::lock_guard lock(mu_);
+    absl::MutexLock lock(&mu_);
     connections_.erase(fd);
     close(fd);
   }
@@ -303,20 +306,24 @@ class TcpStoreServer {
   }
 
   absl::StatusOr<std::string> handle(int fd, uint8_t command, const std::string& key, std::string payload) {
-    std::unique_lock lock(mu_);
+    absl::MutexLock lock(&mu_);
     switch (command) {
       case kSet:
         data_[key] = std::move(payload);
-        cv_.notify_all();
         return std::string();
       case kGet:
-      case kWait:
-        // Parked until the key appears; the client bounds the wait by its timeout and hangs up.
+      case kWait: {
+        // Parked until the key appears; the client bounds the wait by its timeout and hangs up, which is
+        // polled for every 100 ms.
+        const auto key_set_or_stopping = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || data_.contains(key);
+        };
         while (!data_.contains(key)) {
           if (stopping_ || peer_hung_up(fd)) return absl::CancelledError("client gone");
-          cv_.wait_for(lock, std::chrono::milliseconds(100));
+          mu_.AwaitWithTimeout(absl::Condition(&key_set_or_stopping), absl::Milliseconds(100));
         }
         return command == kGet ? data_[key] : std::string();
+      }
       case kAdd: {
         ZERO_ASSIGN_OR_RETURN(const int64_t delta, decode_int64(payload));
         int64_t value = 0;
@@ -326,7 +333,6 @@ class TcpStoreServer {
         }
         value += delta;
         data_[key] = absl::StrCat(value);
-        cv_.notify_all();
         return encode_int64(value);
       }
     }
@@ -337,12 +343,11 @@ class TcpStoreServer {
   const int port_;
   int wake_[2] = {-1, -1};
   std::thread acceptor_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::string> data_;
-  std::set<int> connections_;
-  std::vector<std::thread> threads_;
-  bool stopping_ = false;
+  absl::Mutex mu_;
+  std::map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
+  std::set<int> connections_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);  // one per connection, serving it
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::create(Options options) {
@@ -354,7 +359,7 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::create(Options options) {
   }
   auto store = std::unique_ptr<TcpStore>(new TcpStore(std::move(options), std::move(server), port));
   {
-    std::lock_guard lock(store->mu_);
+    absl::MutexLock lock(&store->mu_);
     ZERO_RETURN_IF_ERROR(store->connect_locked(absl::Now() + store->options_.timeout));
   }
   return store;
@@ -396,14 +401,15 @@ absl::Status TcpStore::connect_locked(absl::Time deadline) {
 
 absl::StatusOr<std::string> TcpStore::call(uint8_t command, absl::string_view key, absl::string_view payload,
                                            absl::Time deadline) {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (fd_ < 0) ZERO_RETURN_IF_ERROR(connect_locked(deadline));
+  const int fd = fd_;
   const auto exchange = [&]() -> absl::StatusOr<std::string> {
-    ZERO_RETURN_IF_ERROR(send_value<uint8_t>(fd_, command, deadline));
-    ZERO_RETURN_IF_ERROR(send_bytes<uint32_t>(fd_, key, deadline));
-    ZERO_RETURN_IF_ERROR(send_bytes<uint64_t>(fd_, payload, deadline));
-    ZERO_ASSIGN_OR_RETURN(const uint8_t reply, recv_value<uint8_t>(fd_, deadline));
-    ZERO_ASSIGN_OR_RETURN(std::string body, recv_bytes<uint64_t>(fd_, deadline));
+    ZERO_RETURN_IF_ERROR(send_value<uint8_t>(fd, command, deadline));
+    ZERO_RETURN_IF_ERROR(send_bytes<uint32_t>(fd, key, deadline));
+    ZERO_RETURN_IF_ERROR(send_bytes<uint64_t>(fd, payload, deadline));
+    ZERO_ASSIGN_OR_RETURN(const uint8_t reply, recv_value<uint8_t>(fd, deadline));
+    ZERO_ASSIGN_OR_RETURN(std::string body, recv_bytes<uint64_t>(fd, deadline));
     if (reply != kReplyOk) return absl::FailedPreconditionError(body);
     return body;
   };

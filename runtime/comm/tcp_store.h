@@ -3,13 +3,14 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace zero {
@@ -65,15 +66,15 @@ class TcpStore {
   // Sends one request and reads its reply, connecting first if needed; on failure the connection is
   // dropped so the next call starts clean.
   absl::StatusOr<std::string> call(uint8_t command, absl::string_view key, absl::string_view payload,
-                                   absl::Time deadline);
+                                   absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Time deadline() const;  // now + the timeout
-  absl::Status connect_locked(absl::Time deadline);
+  absl::Status connect_locked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   std::unique_ptr<TcpStoreServer> server_;
   const int port_;
-  std::mutex mu_;
-  int fd_ = -1;
+  absl::Mutex mu_;
+  int fd_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace zero

@@ -3,22 +3,19 @@
 namespace zero {
 
 void WorkState::complete(absl::Status status) {
-  {
-    std::lock_guard lock(mu_);
-    status_ = std::move(status);
-    done_ = true;
-  }
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  status_ = std::move(status);
+  done_ = true;
 }
 
 absl::Status WorkState::wait() {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
   return status_;
 }
 
 bool WorkState::is_completed() {
-  std::lock_guard lock(mu_);
+  absl::MutexLock lock(&mu_);
   return done_;
 }
 

@@ -1,15 +1,15 @@
 // A handle to an asynchronous collective: wait for it, or ask whether it finished.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 namespace zero {
 
-// Shared between the Work handles and the thread that completes the operation.
+// Shared between the Work handles and the thread that completes the operation. Thread-safe.
 class WorkState {
  public:
   void complete(absl::Status status);
@@ -17,12 +17,15 @@ class WorkState {
   bool is_completed();
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  absl::Status status_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// Copies share one operation; any copy may be waited on or polled, from any thread, any number of times.
+// A Work may outlive its Communicator: destroying the communicator finishes pending work first, so a
+// later wait() returns at once. Dropping a Work does not cancel the operation: its buffers must stay valid
+// until it has run (at the latest, until the communicator's destructor returned).
 class Work {
  public:
   // An already finished operation with `status`.
