@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/algorithm/container.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -93,8 +93,9 @@ struct Request {
 
 absl::StatusOr<int64_t> unit_size(absl::string_view unit) {
   constexpr std::pair<absl::string_view, int64_t> kUnits[] = {
-      {"B", 1},       {"KB", 1'000},           {"KiB", 1LL << 10}, {"MB", 1'000'000},           {"MiB", 1LL << 20},
-      {"GB", 1'000'000'000}, {"GiB", 1LL << 30}, {"TB", 1'000'000'000'000}, {"TiB", 1LL << 40}};
+      {"B", 1},           {"KB", 1'000},         {"KiB", 1LL << 10}, {"MB", 1'000'000},
+      {"MiB", 1LL << 20}, {"GB", 1'000'000'000}, {"GiB", 1LL << 30}, {"TB", 1'000'000'000'000},
+      {"TiB", 1LL << 40}};
   for (const auto& [name, bytes] : kUnits) {
     if (name == unit) return bytes;
   }
@@ -139,12 +140,11 @@ struct ShapeFlag {
 };
 
 const std::vector<ShapeFlag>& shape_flags() {
-  static const std::vector<ShapeFlag> kFlags = {
-      {"num_layers", &FLAGS_num_layers, &Gpt2Config::num_layers},
-      {"num_heads", &FLAGS_num_heads, &Gpt2Config::num_heads},
-      {"channels", &FLAGS_channels, &Gpt2Config::channels},
-      {"vocab_size", &FLAGS_vocab_size, &Gpt2Config::vocab_size},
-      {"max_seq_len", &FLAGS_max_seq_len, &Gpt2Config::max_seq_len}};
+  static const std::vector<ShapeFlag> kFlags = {{"num_layers", &FLAGS_num_layers, &Gpt2Config::num_layers},
+                                                {"num_heads", &FLAGS_num_heads, &Gpt2Config::num_heads},
+                                                {"channels", &FLAGS_channels, &Gpt2Config::channels},
+                                                {"vocab_size", &FLAGS_vocab_size, &Gpt2Config::vocab_size},
+                                                {"max_seq_len", &FLAGS_max_seq_len, &Gpt2Config::max_seq_len}};
   return kFlags;
 }
 
@@ -182,8 +182,9 @@ absl::Status resolve_gpt2(Request& r, const std::optional<std::string>& model) {
   if (custom) {
     for (const absl::string_view required : {"num_layers", "num_heads", "channels"}) {
       if (!absl::c_linear_search(given, required)) {
-        return flag_error(required, "a custom GPT-2 shape (no --model preset) needs --num_layers, --num_heads and "
-                                    "--channels; --vocab_size and --max_seq_len default to GPT-2's 50257 and 1024");
+        return flag_error(required,
+                          "a custom GPT-2 shape (no --model preset) needs --num_layers, --num_heads and "
+                          "--channels; --vocab_size and --max_seq_len default to GPT-2's 50257 and 1024");
       }
     }
     r.model_name = "custom";
@@ -235,15 +236,17 @@ absl::Status resolve_model(Request& r) {
   if (params.has_value()) {
     if (model.has_value()) return flag_error("model", "give exactly one of --model and --params");
     if (shape_flag.has_value()) {
-      return flag_error(*shape_flag, "sets a GPT-2 shape, which --params replaces with a raw count; give one or the other");
+      return flag_error(*shape_flag,
+                        "sets a GPT-2 shape, which --params replaces with a raw count; give one or the other");
     }
     if (!(*params >= 1 && *params < 9e18)) return flag_error("params", absl::StrCat(*params, " is not a count >= 1"));
     r.plan.params = static_cast<int64_t>(*params);
     return absl::OkStatus();
   }
   if (!model.has_value() && !shape_flag.has_value()) {
-    return flag_error("model", "give exactly one of --model and --params (or a GPT-2 shape: --num_layers, "
-                               "--num_heads, --channels)");
+    return flag_error("model",
+                      "give exactly one of --model and --params (or a GPT-2 shape: --num_layers, "
+                      "--num_heads, --channels)");
   }
   return resolve_gpt2(r, model);
 }
@@ -290,15 +293,23 @@ absl::Status resolve_training(Request& r) {
     return flag_error("stage", absl::StrCat("'", stage, "' is not 0, 1, 2, 3 or all"));
   }
   const std::string precision = absl::GetFlag(FLAGS_precision);
-  if (precision == "fp32") r.plan.precision = DType::kF32;
-  else if (precision == "bf16") r.plan.precision = DType::kBF16;
-  else if (precision == "fp16") r.plan.precision = DType::kF16;
-  else return flag_error("precision", absl::StrCat("'", precision, "' is not fp32, bf16 or fp16"));
+  if (precision == "fp32")
+    r.plan.precision = DType::kF32;
+  else if (precision == "bf16")
+    r.plan.precision = DType::kBF16;
+  else if (precision == "fp16")
+    r.plan.precision = DType::kF16;
+  else
+    return flag_error("precision", absl::StrCat("'", precision, "' is not fp32, bf16 or fp16"));
   r.optimizer = absl::GetFlag(FLAGS_optimizer);
-  if (r.optimizer == "adamw") r.plan.optimizer_state_bytes = 8;
-  else if (r.optimizer == "sgd") r.plan.optimizer_state_bytes = 0;
-  else if (r.optimizer == "sgd_momentum") r.plan.optimizer_state_bytes = 4;
-  else return flag_error("optimizer", absl::StrCat("'", r.optimizer, "' is not adamw, sgd or sgd_momentum"));
+  if (r.optimizer == "adamw")
+    r.plan.optimizer_state_bytes = 8;
+  else if (r.optimizer == "sgd")
+    r.plan.optimizer_state_bytes = 0;
+  else if (r.optimizer == "sgd_momentum")
+    r.plan.optimizer_state_bytes = 4;
+  else
+    return flag_error("optimizer", absl::StrCat("'", r.optimizer, "' is not adamw, sgd or sgd_momentum"));
   ZERO_ASSIGN_OR_RETURN(r.plan.offload_optimizer, offload_to_nvme("offload_optimizer", FLAGS_offload_optimizer));
   ZERO_ASSIGN_OR_RETURN(r.offload_param, offload_to_nvme("offload_param", FLAGS_offload_param));
   if (r.offload_param && r.stages.size() == 1 && r.stages[0] != 3) {
@@ -372,7 +383,9 @@ std::vector<StagePlan> plan_stages(const Request& r) {
     PlanInput input = r.plan;
     input.stage = stage;
     input.offload_param = r.offload_param && StagePolicy(stage).partitions_params();
-    StagePlan p{.stage = stage, .model_states = model_state_bytes(input), .activations = activations,
+    StagePlan p{.stage = stage,
+                .model_states = model_state_bytes(input),
+                .activations = activations,
                 .sent = comm_bytes_per_step(input)};
     if (r.budget_bytes.has_value()) p.largest_params = largest_params_that_fit(input, *r.budget_bytes);
     plans.push_back(p);
@@ -392,8 +405,11 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
   if (r.gpt2.has_value()) {
     out["model"] = r.model_name;
     const Gpt2Config& g = *r.gpt2;
-    out["gpt2"] = {{"num_layers", g.num_layers}, {"num_heads", g.num_heads}, {"channels", g.channels},
-                   {"vocab_size", g.vocab_size}, {"padded_vocab_size", g.padded_vocab_size},
+    out["gpt2"] = {{"num_layers", g.num_layers},
+                   {"num_heads", g.num_heads},
+                   {"channels", g.channels},
+                   {"vocab_size", g.vocab_size},
+                   {"padded_vocab_size", g.padded_vocab_size},
                    {"max_seq_len", g.max_seq_len}};
   }
   if (r.batch.has_value()) out["activations"] = {{"batch", *r.batch}, {"seq", *r.seq}, {"recompute", r.recompute}};
@@ -402,9 +418,15 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
     const ModelStateBytes& m = p.model_states;
     nlohmann::json stage = {
         {"stage", p.stage},
-        {"bytes", {{"params", m.params}, {"grads", m.grads}, {"master_weights", m.master_weights},
-                   {"optimizer_state", m.optimizer_state}, {"in_files", m.in_files}, {"model_states", m.total()},
-                   {"activations", p.activations}, {"total", p.total()}}},
+        {"bytes",
+         {{"params", m.params},
+          {"grads", m.grads},
+          {"master_weights", m.master_weights},
+          {"optimizer_state", m.optimizer_state},
+          {"in_files", m.in_files},
+          {"model_states", m.total()},
+          {"activations", p.activations},
+          {"total", p.total()}}},
         {"comm_bytes_per_step",
          {{"param_gather", p.sent.param_gather}, {"grad_reduce", p.sent.grad_reduce}, {"total", p.sent.total()}}}};
     if (r.budget_bytes.has_value()) {
@@ -426,8 +448,8 @@ std::string aligned(const std::vector<std::vector<std::string>>& rows) {
   std::string text;
   for (const auto& row : rows) {
     for (size_t c = 0; c < row.size(); ++c) {
-      absl::StrAppend(&text, c == 0 ? absl::StrFormat("%-*s", width[c], row[c])
-                                    : absl::StrFormat("  %*s", width[c], row[c]));
+      absl::StrAppend(&text,
+                      c == 0 ? absl::StrFormat("%-*s", width[c], row[c]) : absl::StrFormat("  %*s", width[c], row[c]));
     }
     absl::StrAppend(&text, "\n");
   }
@@ -462,8 +484,8 @@ std::string heading(const Request& r) {
       r.nodes > 1 ? absl::StrCat(" (", r.nodes, " nodes x ", r.plan.world_size / r.nodes, ")") : std::string();
   const std::string master = r.plan.precision == DType::kF32 ? "" : " + fp32 master weights";
   return absl::StrCat(model, with_commas(r.plan.params), " parameters (", with_commas(r.plan.padded()),
-                      " padded) over ", r.plan.world_size, " ranks", nodes, "\n", dtype_name(r.plan.precision),
-                      master, ", ", r.optimizer, " (", r.plan.optimizer_state_bytes,
+                      " padded) over ", r.plan.world_size, " ranks", nodes, "\n", dtype_name(r.plan.precision), master,
+                      ", ", r.optimizer, " (", r.plan.optimizer_state_bytes,
                       " bytes of state per parameter), gradient accumulation ", r.plan.accumulation_steps, "\n\n");
 }
 
@@ -499,9 +521,8 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
   if (r.budget_bytes.has_value()) {
     rows.push_back(row(absl::StrCat("fits in ", r.memory),
                        [&](const StagePlan& p) { return p.total() <= *r.budget_bytes ? "yes" : "no"; }));
-    rows.push_back(row(absl::StrCat("largest model in ", r.memory), [](const StagePlan& p) {
-      return count_text(*p.largest_params);
-    }));
+    rows.push_back(row(absl::StrCat("largest model in ", r.memory),
+                       [](const StagePlan& p) { return count_text(*p.largest_params); }));
   }
   std::string notes =
       "\nStage 3 gathers every unit once per forward and once per backward (persistence_threshold 0); the\n"
@@ -538,8 +559,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::vector<zero::StagePlan> plans = zero::plan_stages(*request);
-  const std::string out = absl::GetFlag(FLAGS_json) ? zero::to_json(*request, plans).dump(2) + "\n"
-                                                    : zero::to_text(*request, plans);
+  const std::string out =
+      absl::GetFlag(FLAGS_json) ? zero::to_json(*request, plans).dump(2) + "\n" : zero::to_text(*request, plans);
   std::fputs(out.c_str(), stdout);
   return 0;
 }

@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/blas.h"
 #include "kernels/check.h"
-#include "kernels/fast_math.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/fast_math.h"
 #include "kernels/kernels.h"
 #include "runtime/parallel.h"
 #include "runtime/status.h"
@@ -20,10 +20,10 @@ struct AttentionDims {
   int64_t b = 0, t = 0, c = 0, nh = 0, hs = 0;
 };
 
-absl::StatusOr<AttentionDims> check_attention(
-    absl::string_view op, const Tensor& inp, const Tensor& lse, int64_t num_heads,
-    std::initializer_list<std::pair<const char*, const Tensor*>> rows_c,
-    std::initializer_list<std::pair<const char*, const Tensor*>> rows_3c) {
+absl::StatusOr<AttentionDims> check_attention(absl::string_view op, const Tensor& inp, const Tensor& lse,
+                                              int64_t num_heads,
+                                              std::initializer_list<std::pair<const char*, const Tensor*>> rows_c,
+                                              std::initializer_list<std::pair<const char*, const Tensor*>> rows_3c) {
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "inp", inp, 3));
   const int64_t b = inp.size(0), t = inp.size(1), c3 = inp.size(2);
   if (num_heads < 1 || c3 % (3 * num_heads) != 0) {
@@ -66,8 +66,17 @@ void for_each_head(const AttentionDims& d, Fn&& fn) {
 // C (m, n) = op(A) op(B) for row-major operands with row strides lda, ldb, ldc, on the calling thread.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
           int64_t ldb, float* c, int64_t ldc) {
-  detail::tiled_sgemm({.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b,
-                       .ldb = ldb, .c = c, .ldc = ldc});
+  detail::tiled_sgemm({.trans_a = trans_a,
+                       .trans_b = trans_b,
+                       .m = m,
+                       .n = n,
+                       .k = k,
+                       .a = a,
+                       .lda = lda,
+                       .b = b,
+                       .ldb = ldb,
+                       .c = c,
+                       .ldc = ldc});
 }
 
 // p (T, T) = exp(scale q k^T - lse) with the future (j > i) zeroed: softmax rows, given each row's lse.
@@ -87,8 +96,8 @@ absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tenso
                         check_attention("attention_forward", inp, lse, num_heads, {{"out", &out}}, {}));
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
-    return cuda::attention_forward(inp.device().index, out.data_as<float>(), lse.data_as<float>(),
-                                   inp.data_as<float>(), d.b, d.t, d.nh, d.hs);
+    return cuda::attention_forward(inp.device().index, out.data_as<float>(), lse.data_as<float>(), inp.data_as<float>(),
+                                   d.b, d.t, d.nh, d.hs);
   }
 #endif
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
@@ -120,12 +129,12 @@ absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tenso
 }
 
 // With P = softmax(S), S = scale q k^T (causal), O = P v and D_i = dO_i · O_i:
-// dv_j = sum_i P_ij dO_i;  dS_ij = P_ij (dO_i · v_j - D_i);  dq_i = scale sum_j dS_ij k_j;  dk_j = scale sum_i dS_ij q_i.
+// dv_j = sum_i P_ij dO_i;  dS_ij = P_ij (dO_i · v_j - D_i);  dq_i = scale sum_j dS_ij k_j;  dk_j = scale sum_i dS_ij
+// q_i.
 absl::Status attention_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp, const Tensor& out,
                                 const Tensor& lse, int64_t num_heads) {
-  ZERO_ASSIGN_OR_RETURN(const AttentionDims d,
-                        check_attention("attention_backward", inp, lse, num_heads,
-                                        {{"dout", &dout}, {"out", &out}}, {{"dinp", &dinp}}));
+  ZERO_ASSIGN_OR_RETURN(const AttentionDims d, check_attention("attention_backward", inp, lse, num_heads,
+                                                               {{"dout", &dout}, {"out", &out}}, {{"dinp", &dinp}}));
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
     return cuda::attention_backward(inp.device().index, dinp.data_as<float>(), dout.data_as<float>(),
@@ -143,7 +152,7 @@ absl::Status attention_backward(const Tensor& dinp, const Tensor& dout, const Te
     const float* o = out.data_as<float>() + b * d.t * d.c + h * d.hs;
     std::vector<float> p(static_cast<size_t>(d.t * d.t)), ds(static_cast<size_t>(d.t * d.t));  // (T, T) each
     causal_probabilities(hv, d, scale, lse.data_as<float>() + (b * d.nh + h) * d.t, p.data());
-    gemm(true, false, d.t, d.hs, d.t, p.data(), d.t, d_o, d.c, dv, hv.stride);  // dv = p^T dO
+    gemm(true, false, d.t, d.hs, d.t, p.data(), d.t, d_o, d.c, dv, hv.stride);     // dv = p^T dO
     gemm(false, true, d.t, d.t, d.hs, d_o, d.c, hv.v, hv.stride, ds.data(), d.t);  // dP = dO v^T
     for (int64_t i = 0; i < d.t; ++i) {
       float di = 0.0f;  // dO_i . O_i

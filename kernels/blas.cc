@@ -32,8 +32,8 @@ void tiled_sgemm(const Gemm& g) {
     const float* a = g.a + (g.trans_a ? i0 : i0 * g.lda);
     const float* b = g.b + (g.trans_b ? j0 * g.ldb : j0);
     cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
-                static_cast<int>(m), static_cast<int>(n), static_cast<int>(g.k), 1.0f, a, static_cast<int>(g.lda),
-                b, static_cast<int>(g.ldb), g.beta, g.c + i0 * g.ldc + j0, static_cast<int>(g.ldc));
+                static_cast<int>(m), static_cast<int>(n), static_cast<int>(g.k), 1.0f, a, static_cast<int>(g.lda), b,
+                static_cast<int>(g.ldb), g.beta, g.c + i0 * g.ldc + j0, static_cast<int>(g.ldc));
   });
 }
 

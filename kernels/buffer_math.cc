@@ -39,7 +39,8 @@ absl::Status add_into(const Tensor& dst, const Tensor& src) {
   ZERO_RETURN_IF_ERROR(check_floating(op, "dst", dst));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "src", src, dst.dtype(), dst.device(), dst.numel()));
 #if ZERO_HAS_CUDA
-  if (dst.device().is_cuda()) return cuda::add_into(dst.device().index, dst.data(), src.data(), dst.dtype(), dst.numel());
+  if (dst.device().is_cuda())
+    return cuda::add_into(dst.device().index, dst.data(), src.data(), dst.dtype(), dst.numel());
 #endif
   const void* s = src.data();
   visit_floating(dst.dtype(), [&](auto t) {

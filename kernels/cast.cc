@@ -33,18 +33,20 @@ void to_half(const float* x, uint16_t* y, int64_t begin, int64_t end, DType t, c
 absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding* stochastic) {
   constexpr absl::string_view op = "cast";
   const int64_t n = inp.numel();
-  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "inp", inp, inp.dtype(), inp.device(), detail::num_rows(inp),
-                                            detail::last_dim(inp)));
-  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "out", out, out.dtype(), inp.device(), detail::num_rows(out),
-                                            detail::last_dim(out)));
+  ZERO_RETURN_IF_ERROR(
+      detail::check_matrix(op, "inp", inp, inp.dtype(), inp.device(), detail::num_rows(inp), detail::last_dim(inp)));
+  ZERO_RETURN_IF_ERROR(
+      detail::check_matrix(op, "out", out, out.dtype(), inp.device(), detail::num_rows(out), detail::last_dim(out)));
   if (out.numel() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": out ", out.to_string(), " and inp ", inp.to_string(), " differ in numel"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": out ", out.to_string(), " and inp ", inp.to_string(), " differ in numel"));
   }
   ZERO_RETURN_IF_ERROR(detail::check_backend(op, inp.device()));
   const DType from = inp.dtype(), to = out.dtype();
   const bool narrowing = from == DType::kF32 && is_half(to);
   if (stochastic != nullptr && !narrowing) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": stochastic rounding needs fp32 -> bf16/fp16, got ", from, " -> ", to));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": stochastic rounding needs fp32 -> bf16/fp16, got ", from, " -> ", to));
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) return cuda::cast(inp.device().index, out.data(), to, inp.data(), from, n, stochastic);

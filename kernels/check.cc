@@ -10,13 +10,13 @@ namespace detail {
 
 int64_t last_dim(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(t.dim() - 1); }
 
-absl::Status check_matrix(absl::string_view op, absl::string_view name, const Tensor& t, DType dtype,
-                          Device device, int64_t rows, int64_t cols) {
+absl::Status check_matrix(absl::string_view op, absl::string_view name, const Tensor& t, DType dtype, Device device,
+                          int64_t rows, int64_t cols) {
   if (t.dtype() != dtype || !t.is_contiguous() || t.device() != device || last_dim(t) != cols ||
       t.numel() != rows * cols) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be a contiguous ", dtype_name(dtype), " (",
-                                              rows, ", ", cols, ") tensor on ", device.to_string(), ", got ",
-                                              t.to_string(), t.is_contiguous() ? "" : " (not contiguous)"));
+                                                   rows, ", ", cols, ") tensor on ", device.to_string(), ", got ",
+                                                   t.to_string(), t.is_contiguous() ? "" : " (not contiguous)"));
   }
   return absl::OkStatus();
 }
@@ -24,8 +24,7 @@ absl::Status check_matrix(absl::string_view op, absl::string_view name, const Te
 absl::Status check_numel(absl::string_view op, absl::string_view name, const Tensor& t, DType dtype, Device device,
                          int64_t n) {
   if (t.numel() != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name, " must hold ", n, " elements, got ", t.to_string()));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must hold ", n, " elements, got ", t.to_string()));
   }
   return check_matrix(op, name, t, dtype, device, num_rows(t), last_dim(t));
 }

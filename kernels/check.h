@@ -18,8 +18,8 @@ inline int64_t num_rows(const Tensor& t) { return last_dim(t) == 0 ? 0 : t.numel
 
 // `t` is a contiguous `dtype` tensor on `device` whose last dim is `cols` and that holds rows × cols
 // elements: (rows, cols) or any shape flattening to it. Messages name the op and the argument.
-absl::Status check_matrix(absl::string_view op, absl::string_view name, const Tensor& t, DType dtype,
-                          Device device, int64_t rows, int64_t cols);
+absl::Status check_matrix(absl::string_view op, absl::string_view name, const Tensor& t, DType dtype, Device device,
+                          int64_t rows, int64_t cols);
 // `t` is a contiguous `dtype` tensor on `device` of `n` elements, any shape (mean (N) may be (B, T)).
 absl::Status check_numel(absl::string_view op, absl::string_view name, const Tensor& t, DType dtype, Device device,
                          int64_t n);

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
-#include "kernels/fast_math.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/fast_math.h"
 #include "kernels/kernels.h"
 #include "runtime/parallel.h"
 #include "runtime/status.h"
@@ -60,8 +60,8 @@ ZERO_VECTOR_CLONES int64_t first_equal(const float* x, int64_t n, float value) {
 
 // One row: writes dlogits = scale * (softmax - onehot(target)) over [0, vocab) and 0 over the padding;
 // returns the row's -log p(target) and whether the argmax is the target. x and d may alias.
-ZERO_VECTOR_CLONES RowSums row_forward_backward(const float* x, float* d, int64_t vocab, int64_t padded,
-                                                int32_t target, float scale) {
+ZERO_VECTOR_CLONES RowSums row_forward_backward(const float* x, float* d, int64_t vocab, int64_t padded, int32_t target,
+                                                float scale) {
   // The largest logit, then the first column holding it (a NaN x[0]: column 0).
   const float max = max_of(x, vocab);
   int64_t argmax = first_equal(x, vocab, max);
@@ -96,7 +96,8 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "targets", targets, DType::kI32, dev, n));
   ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
   if (vocab < 1 || vocab > padded) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));
   }
   std::vector<int32_t> host_copy;
   ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, int32_on_host(targets, host_copy));
@@ -112,10 +113,10 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
   const float scale = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
 #if ZERO_HAS_CUDA
   if (dev.is_cuda()) {
-    ZERO_ASSIGN_OR_RETURN(const cuda::CrossEntropySums s,
-                          cuda::crossentropy_forward_backward(dev.index, dlogits.data_as<float>(),
-                                                              logits.data_as<float>(), targets.data_as<int32_t>(), n,
-                                                              vocab, padded, scale));
+    ZERO_ASSIGN_OR_RETURN(
+        const cuda::CrossEntropySums s,
+        cuda::crossentropy_forward_backward(dev.index, dlogits.data_as<float>(), logits.data_as<float>(),
+                                            targets.data_as<int32_t>(), n, vocab, padded, scale));
     return finish(counted, s.loss, s.correct);
   }
 #endif

@@ -14,7 +14,8 @@ namespace {
 constexpr int64_t kBlock = 1 << 14;  // elements per thread block: 64 KiB of fp32
 
 // Every argument has `first`'s shape, is contiguous fp32, and all live on the CPU.
-absl::Status check_elementwise(absl::string_view op, std::initializer_list<std::pair<const char*, const Tensor*>> args) {
+absl::Status check_elementwise(absl::string_view op,
+                               std::initializer_list<std::pair<const char*, const Tensor*>> args) {
   const Tensor& first = *args.begin()->second;
   for (const auto& [name, t] : args) ZERO_RETURN_IF_ERROR(detail::check_like(op, name, *t, first));
   return detail::check_backend(op, first.device());

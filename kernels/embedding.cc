@@ -35,10 +35,12 @@ absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor
   ZERO_RETURN_IF_ERROR(check_matrix(op, "tokens", tokens, DType::kI32, dev, d.b, d.t));
   ZERO_RETURN_IF_ERROR(check_matrix(op, "wte", wte, DType::kF32, dev, d.vocab, d.c));
   ZERO_RETURN_IF_ERROR(check_matrix(op, "wpe", wpe, DType::kF32, dev, d.max_t, d.c));
-  for (const auto& [name, t] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, d.b * d.t, d.c));
+  for (const auto& [name, t] : rows_c)
+    ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, d.b * d.t, d.c));
   ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
   if (d.t > d.max_t) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": sequence length ", d.t, " exceeds wpe's ", d.max_t, " positions"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": sequence length ", d.t, " exceeds wpe's ", d.max_t, " positions"));
   }
   ZERO_ASSIGN_OR_RETURN(d.host_tokens, int32_on_host(tokens, host_copy));
   const int32_t* tok = d.host_tokens;

@@ -1,8 +1,10 @@
-// The math models run in forward and backward: GEMM, GELU, LayerNorm, residual, embedding, cross-entropy, attention, casts, norms; the engine's buffer arithmetic.
+// The math models run in forward and backward: GEMM, GELU, LayerNorm, residual, embedding, cross-entropy, attention,
+// casts, norms; the engine's buffer arithmetic.
 #pragma once
 
 // Conventions, as llm.c:
-// - Free functions on Tensor views; all float tensors are fp32 (but see matmul) and contiguous, all on one device. A shape
+// - Free functions on Tensor views; all float tensors are fp32 (but see matmul) and contiguous, all on one device. A
+// shape
 //   written (N, C) also accepts any shape whose last dim is C, leading dims flattened into N rows.
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
 //   can make. CPU tensors run here; CUDA tensors run the CUDA versions (kernels/cuda/, dispatched on
@@ -96,9 +98,9 @@ absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_
 inline constexpr int32_t kIgnoreIndex = -1;
 
 struct CrossEntropyResult {
-  float loss = 0;         // mean of -log softmax(logits)[target] over the counted targets; 0 if none
-  int64_t counted = 0;    // targets != kIgnoreIndex
-  int64_t correct = 0;    // counted targets equal to the argmax over the real vocab (ties: lowest index)
+  float loss = 0;       // mean of -log softmax(logits)[target] over the counted targets; 0 if none
+  int64_t counted = 0;  // targets != kIgnoreIndex
+  int64_t correct = 0;  // counted targets equal to the argmax over the real vocab (ties: lowest index)
 };
 
 // Softmax cross-entropy and its gradient in one pass. logits (N, Vp) with the real vocab in columns

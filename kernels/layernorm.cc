@@ -107,8 +107,7 @@ absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tens
 absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                 const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
   ZERO_RETURN_IF_ERROR(check_layernorm("layernorm_backward", inp, weight, mean, rstd,
-                                       {{"dout", &dout}, {"dinp", &dinp}},
-                                       {{"dweight", &dweight}, {"dbias", &dbias}}));
+                                       {{"dout", &dout}, {"dinp", &dinp}}, {{"dweight", &dweight}, {"dbias", &dbias}}));
   const int64_t n = detail::num_rows(inp), c = detail::last_dim(inp);
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {

@@ -1,4 +1,5 @@
-// matmul_forward / matmul_backward: GEMMs through OpenBLAS (kernels/blas.h) or cuBLAS (fp32, bf16, fp16), bias and its gradient here.
+// matmul_forward / matmul_backward: GEMMs through OpenBLAS (kernels/blas.h) or cuBLAS (fp32, bf16, fp16), bias and its
+// gradient here.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -78,9 +79,18 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
     });
   }
   // out (N, OC) = inp (N, C) · weight^T (C, OC) [+ out holding the bias]
-  detail::tiled_sgemm({.trans_a = false, .trans_b = true, .m = d.n, .n = d.oc, .k = d.c,
-                       .a = inp.data_as<float>(), .lda = d.c, .b = weight.data_as<float>(), .ldb = d.c,
-                       .beta = given(bias) ? 1.0f : 0.0f, .c = o, .ldc = d.oc});
+  detail::tiled_sgemm({.trans_a = false,
+                       .trans_b = true,
+                       .m = d.n,
+                       .n = d.oc,
+                       .k = d.c,
+                       .a = inp.data_as<float>(),
+                       .lda = d.c,
+                       .b = weight.data_as<float>(),
+                       .ldb = d.c,
+                       .beta = given(bias) ? 1.0f : 0.0f,
+                       .c = o,
+                       .ldc = d.oc});
   return absl::OkStatus();
 }
 
@@ -98,8 +108,8 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
 #if ZERO_HAS_CUDA
   if (dev.is_cuda() && d.operands != DType::kF32) {
     return cuda::matmul_backward_half(dev.index, dinp.data(), dinp.dtype(), dweight.data(), dweight.dtype(),
-                                      dbias.data(), dbias.dtype(), dout.data(), inp.data(), weight.data(),
-                                      d.operands, d.n, d.c, d.oc);
+                                      dbias.data(), dbias.dtype(), dout.data(), inp.data(), weight.data(), d.operands,
+                                      d.n, d.c, d.oc);
   }
   if (dev.is_cuda()) {
     return cuda::matmul_backward(dev.index, dinp.data_as<float>(), dweight.data_as<float>(), dbias.data_as<float>(),
@@ -109,13 +119,31 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
   const float* g = dout.data_as<float>();
   if (given(dinp)) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)
-    detail::tiled_sgemm({.trans_a = false, .trans_b = false, .m = d.n, .n = d.c, .k = d.oc, .a = g, .lda = d.oc,
-                         .b = weight.data_as<float>(), .ldb = d.c, .beta = 0.0f, .c = dinp.data_as<float>(),
+    detail::tiled_sgemm({.trans_a = false,
+                         .trans_b = false,
+                         .m = d.n,
+                         .n = d.c,
+                         .k = d.oc,
+                         .a = g,
+                         .lda = d.oc,
+                         .b = weight.data_as<float>(),
+                         .ldb = d.c,
+                         .beta = 0.0f,
+                         .c = dinp.data_as<float>(),
                          .ldc = d.c});
   }
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
-  detail::tiled_sgemm({.trans_a = true, .trans_b = false, .m = d.oc, .n = d.c, .k = d.n, .a = g, .lda = d.oc,
-                       .b = inp.data_as<float>(), .ldb = d.c, .beta = 1.0f, .c = dweight.data_as<float>(),
+  detail::tiled_sgemm({.trans_a = true,
+                       .trans_b = false,
+                       .m = d.oc,
+                       .n = d.c,
+                       .k = d.n,
+                       .a = g,
+                       .lda = d.oc,
+                       .b = inp.data_as<float>(),
+                       .ldb = d.c,
+                       .beta = 1.0f,
+                       .c = dweight.data_as<float>(),
                        .ldc = d.c});
   if (given(dbias)) {
     add_column_sums(d.n, d.oc, dbias.data_as<float>(), [&](int64_t r, int64_t c) { return g[r * d.oc + c]; });

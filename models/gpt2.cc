@@ -28,10 +28,9 @@ absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens, Device
         absl::StrCat("GPT-2 takes int32 tokens of shape (B, T); got ", tokens.to_string()));
   }
   if (tokens.size(1) > config.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("GPT-2 sequence length T = ", tokens.size(1),
-                                                   " exceeds max_seq_len ", config.max_seq_len,
-                                                   "; cut the batch to at most ", config.max_seq_len,
-                                                   " tokens per row or raise max_seq_len"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPT-2 sequence length T = ", tokens.size(1), " exceeds max_seq_len ", config.max_seq_len,
+                     "; cut the batch to at most ", config.max_seq_len, " tokens per row or raise max_seq_len"));
   }
   std::vector<int32_t> host_copy;
   ZERO_ASSIGN_OR_RETURN(const int32_t* token, kernels::int32_on_host(tokens, host_copy));
@@ -93,11 +92,8 @@ class Gpt2Embedding final : public Unit {
 class Gpt2Block final : public Unit {
  public:
   Gpt2Block(const Gpt2Config& config, int64_t layer, GradRelay& relay)
-      : config_(config),
-        name_(gpt2_block_unit(layer)),
-        specs_(unit_specs(config, layer + 1)),
-        names_(view_names(specs_)),
-        relay_(relay) {}
+      : config_(config), name_(gpt2_block_unit(layer)), specs_(unit_specs(config, layer + 1)),
+        names_(view_names(specs_)), relay_(relay) {}
 
   absl::string_view name() const override { return name_; }
   std::vector<ParamSpec> param_specs() const override { return specs_; }
@@ -107,8 +103,8 @@ class Gpt2Block final : public Unit {
     ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
     const ParamViews& p = p32.views();
     x_ = x;
-    ZERO_ASSIGN_OR_RETURN(out_buffer_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
-                                                        {{&out_, x.shape()}}));
+    ZERO_ASSIGN_OR_RETURN(
+        out_buffer_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device, {{&out_, x.shape()}}));
     ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
     // y (B, T, C) = x2 + fc_gelu · mlp.c_proj^T + b
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(out_, a_.fc_gelu, p.at("mlp.c_proj.weight"), p.at("mlp.c_proj.bias")));
@@ -171,7 +167,7 @@ class Gpt2Block final : public Unit {
     Tensor atty, lse;                // (B, T, C), (B, NH, T)
     Tensor x2;                       // (B, T, C): x + attention
     Tensor ln2, ln2_mean, ln2_rstd;
-    Tensor fc, fc_gelu;              // (B, T, 4C)
+    Tensor fc, fc_gelu;  // (B, T, 4C)
   };
 
   // Allocates and computes everything up to the MLP's hidden activation, from x_.
@@ -190,14 +186,14 @@ class Gpt2Block final : public Unit {
                                                     {&a_.ln2_rstd, {B, T}},
                                                     {&a_.fc, {B, T, 4 * C}},
                                                     {&a_.fc_gelu, {B, T, 4 * C}}}));
-    ZERO_RETURN_IF_ERROR(kernels::layernorm_forward(a_.ln1, a_.ln1_mean, a_.ln1_rstd, x_, p.at("ln_1.weight"),
-                                                    p.at("ln_1.bias")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::layernorm_forward(a_.ln1, a_.ln1_mean, a_.ln1_rstd, x_, p.at("ln_1.weight"), p.at("ln_1.bias")));
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(a_.qkv, a_.ln1, p.at("attn.c_attn.weight"), p.at("attn.c_attn.bias")));
     ZERO_RETURN_IF_ERROR(kernels::attention_forward(a_.atty, a_.lse, a_.qkv, config_.num_heads));
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(a_.x2, a_.atty, p.at("attn.c_proj.weight"), p.at("attn.c_proj.bias")));
     ZERO_RETURN_IF_ERROR(kernels::residual_forward(a_.x2, x_, a_.x2));
-    ZERO_RETURN_IF_ERROR(kernels::layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x2, p.at("ln_2.weight"),
-                                                    p.at("ln_2.bias")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x2, p.at("ln_2.weight"), p.at("ln_2.bias")));
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(a_.fc, a_.ln2, p.at("mlp.c_fc.weight"), p.at("mlp.c_fc.bias")));
     return kernels::gelu_forward(a_.fc_gelu, a_.fc);
   }
@@ -208,9 +204,9 @@ class Gpt2Block final : public Unit {
   const std::vector<std::string> names_;
   GradRelay& relay_;
   bool recompute_ = false;
-  Tensor x_;                 // (B, T, C): the previous unit's output, valid until after this backward
+  Tensor x_;  // (B, T, C): the previous unit's output, valid until after this backward
   Buffer out_buffer_;
-  Tensor out_;               // (B, T, C)
+  Tensor out_;  // (B, T, C)
   Buffer saved_;
   Activations a_;
 };
@@ -219,25 +215,23 @@ class Gpt2Block final : public Unit {
 class Gpt2Head final : public Unit {
  public:
   Gpt2Head(const Gpt2Config& config, GradRelay& relay)
-      : config_(config),
-        specs_(unit_specs(config, config.num_layers + 1)),
-        names_(view_names(specs_, tied_params())),
+      : config_(config), specs_(unit_specs(config, config.num_layers + 1)), names_(view_names(specs_, tied_params())),
         relay_(relay) {}
 
   absl::string_view name() const override { return kGpt2HeadUnit; }
   std::vector<ParamSpec> param_specs() const override { return specs_; }
-  std::vector<TiedParam> tied_params() const override {
-    return {{std::string(kGpt2EmbeddingUnit), "wte.weight"}};
-  }
+  std::vector<TiedParam> tied_params() const override { return {{std::string(kGpt2EmbeddingUnit), "wte.weight"}}; }
 
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
     ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
     const ParamViews& p = p32.views();
     x_ = x;
     const int64_t B = x.size(0), T = x.size(1), C = config_.channels, Vp = config_.padded_vocab_size;
-    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
-                                                   {{&lnf_, {B, T, C}}, {&mean_, {B, T}}, {&rstd_, {B, T}},
-                                                    {&logits_, {B, T, Vp}}, {&dlogits_, {B, T, Vp}}}));
+    ZERO_ASSIGN_OR_RETURN(
+        saved_,
+        allocate_tensors(
+            ctx.allocator, MemoryCategory::kActivations, ctx.device,
+            {{&lnf_, {B, T, C}}, {&mean_, {B, T}}, {&rstd_, {B, T}}, {&logits_, {B, T, Vp}}, {&dlogits_, {B, T, Vp}}}));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_forward(lnf_, mean_, rstd_, x, p.at("ln_f.weight"), p.at("ln_f.bias")));
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(logits_, lnf_, p.at("wte.weight"), Tensor()));
     ZERO_RETURN_IF_ERROR(classifier_loss(ctx, dlogits_, logits_, config_.vocab_size));
@@ -253,8 +247,8 @@ class Gpt2Head final : public Unit {
     const ParamViews& p = p32.views();
     const ParamViews& g = g32.views();
     Tensor dlnf;
-    ZERO_ASSIGN_OR_RETURN(Buffer scratch, allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, ctx.device,
-                                                           {{&dlnf, x_.shape()}}));
+    ZERO_ASSIGN_OR_RETURN(
+        Buffer scratch, allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, ctx.device, {{&dlnf, x_.shape()}}));
     ZERO_RETURN_IF_ERROR(
         kernels::matmul_backward(dlnf, g.at("wte.weight"), Tensor(), dlogits_, lnf_, p.at("wte.weight")));
     ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape()));
@@ -282,8 +276,7 @@ int64_t gpt2_peak_activation_bytes(const Gpt2Config& config, int64_t B, int64_t 
   const int64_t block_saved = 15 * btc + 4 * bt + B * config.num_heads * T;
   const int64_t head = btc + 2 * bt + 2 * bt * config.padded_vocab_size;
   const int64_t outputs = (layers + 1) * btc;  // the embedding's and every block's
-  const int64_t floats =
-      recompute ? outputs + std::max(block_saved, head) : outputs + layers * block_saved + head;
+  const int64_t floats = recompute ? outputs + std::max(block_saved, head) : outputs + layers * block_saved + head;
   return 4 * floats;
 }
 
@@ -293,8 +286,7 @@ absl::StatusOr<std::unique_ptr<Gpt2>> Gpt2::create(const Gpt2Config& config) {
 }
 
 Gpt2::Gpt2(const Gpt2Config& config)
-    : config_(config),
-      embedding_(std::make_unique<Gpt2Embedding>(config, relay_)),
+    : config_(config), embedding_(std::make_unique<Gpt2Embedding>(config, relay_)),
       head_(std::make_unique<Gpt2Head>(config, relay_)) {
   for (int64_t l = 0; l < config.num_layers; ++l) blocks_.push_back(std::make_unique<Gpt2Block>(config, l, relay_));
 }

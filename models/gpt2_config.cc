@@ -23,20 +23,23 @@ absl::StatusOr<Gpt2Config> Gpt2Config::preset(absl::string_view name) {
   if (name == "d24") return make(1024, 50257, 24, 16, 1024);
   if (name == "d36") return make(1024, 50257, 36, 20, 1280);
   if (name == "d48") return make(1024, 50257, 48, 25, 1600);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown GPT-2 preset '", name, "'; use one of tiny, d12 (124M), d24 (350M), d36 (774M), d48 (1.5B)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown GPT-2 preset '", name,
+                                                 "'; use one of tiny, d12 (124M), d24 (350M), d36 (774M), d48 (1.5B)"));
 }
 
 absl::Status Gpt2Config::validate() const {
-  const std::pair<const char*, int64_t> sizes[] = {{"max_seq_len", max_seq_len}, {"vocab_size", vocab_size},
-                                                  {"num_layers", num_layers},   {"num_heads", num_heads},
-                                                  {"channels", channels}};
+  const std::pair<const char*, int64_t> sizes[] = {{"max_seq_len", max_seq_len},
+                                                   {"vocab_size", vocab_size},
+                                                   {"num_layers", num_layers},
+                                                   {"num_heads", num_heads},
+                                                   {"channels", channels}};
   for (const auto& [field, value] : sizes) {
-    if (value <= 0) return absl::InvalidArgumentError(absl::StrCat("Gpt2Config.", field, " is ", value, "; it must be positive"));
+    if (value <= 0)
+      return absl::InvalidArgumentError(absl::StrCat("Gpt2Config.", field, " is ", value, "; it must be positive"));
   }
   if (channels % num_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Gpt2Config.channels (", channels, ") must be a multiple of num_heads (",
-                                                   num_heads, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gpt2Config.channels (", channels, ") must be a multiple of num_heads (", num_heads, ")"));
   }
   if (padded_vocab_size < vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("Gpt2Config.padded_vocab_size (", padded_vocab_size,
@@ -85,8 +88,8 @@ std::vector<Gpt2UnitParams> gpt2_unit_params(const Gpt2Config& config) {
                       {"mlp.c_proj.weight", {C, 4 * C}, Init::normal(residual_std)},
                       {"mlp.c_proj.bias", {C}, Init::zeros()}}});
   }
-  units.push_back({std::string(kGpt2HeadUnit),
-                   {{"ln_f.weight", {C}, Init::ones()}, {"ln_f.bias", {C}, Init::zeros()}}});
+  units.push_back(
+      {std::string(kGpt2HeadUnit), {{"ln_f.weight", {C}, Init::ones()}, {"ln_f.bias", {C}, Init::zeros()}}});
   return units;
 }
 

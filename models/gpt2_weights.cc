@@ -36,7 +36,8 @@ std::map<std::string, Gpt2HfTensor> by_hf_name(const std::vector<Gpt2HfTensor>& 
 }
 
 bool is_attention_mask(absl::string_view name) {
-  return absl::StartsWith(name, "h.") && (absl::EndsWith(name, ".attn.bias") || absl::EndsWith(name, ".attn.masked_bias"));
+  return absl::StartsWith(name, "h.") &&
+         (absl::EndsWith(name, ".attn.bias") || absl::EndsWith(name, ".attn.masked_bias"));
 }
 
 // dst (cols, rows) = src (rows, cols)^T.
@@ -57,7 +58,8 @@ absl::StatusOr<const Gpt2HfTensor*> find_param(const std::map<std::string, Gpt2H
 
 absl::Status check_param_view(const Gpt2HfTensor& t, const Tensor& view) {
   if (view.dtype() != DType::kF32 || view.shape() != t.shape || !view.is_contiguous() || !view.device().is_cpu()) {
-    return absl::InvalidArgumentError(absl::StrCat("parameter '", t.param, "' of unit '", t.unit, "' must be a contiguous fp32 CPU tensor of shape ",
+    return absl::InvalidArgumentError(absl::StrCat("parameter '", t.param, "' of unit '", t.unit,
+                                                   "' must be a contiguous fp32 CPU tensor of shape ",
                                                    shape_string(t.shape), "; got ", view.to_string()));
   }
   return absl::OkStatus();
@@ -72,7 +74,8 @@ absl::StatusOr<Gpt2HfReader> Gpt2HfReader::open(const std::string& path, const G
   for (const auto& [name, t] : tensors) {
     if (!file.contains(name)) {
       return absl::InvalidArgumentError(absl::StrCat(path, " has no tensor '", name, "' (", shape_string(t.hf_shape),
-                                                     "); is it a GPT-2 checkpoint with ", config.num_layers, " layers?"));
+                                                     "); is it a GPT-2 checkpoint with ", config.num_layers,
+                                                     " layers?"));
     }
     ZERO_RETURN_IF_ERROR(file.get(name, DType::kF32, t.hf_shape).status());
   }
@@ -124,8 +127,8 @@ absl::Status Gpt2HfWriter::write(const std::string& path) const {
     std::string name = gpt2_hf_name(t.unit, t.param);
     auto it = data_.find(name);
     if (it == data_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot write ", path, ": parameter '", t.param, "' of unit '",
-                                                        t.unit, "' was never added"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write ", path, ": parameter '", t.param, "' of unit '", t.unit, "' was never added"));
     }
     tensors.emplace_back(name, Tensor(const_cast<float*>(it->second.data()), DType::kF32, t.hf_shape));
   }

@@ -24,10 +24,10 @@ namespace zero {
 
 // One parameter as both sides store it.
 struct Gpt2HfTensor {
-  std::string unit;   // zero's unit ("h.0")
-  std::string param;  // its name in the unit ("attn.c_attn.weight")
-  Shape shape;        // zero's layout
-  Shape hf_shape;     // Hugging Face's layout
+  std::string unit;         // zero's unit ("h.0")
+  std::string param;        // its name in the unit ("attn.c_attn.weight")
+  Shape shape;              // zero's layout
+  Shape hf_shape;           // Hugging Face's layout
   bool transposed = false;  // a Conv1D weight
 };
 

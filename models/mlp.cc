@@ -30,8 +30,8 @@ class MlpLayer final : public Unit {
     x_ = first_ ? ctx.batch.inputs : x;
     if (first_) ZERO_RETURN_IF_ERROR(check_on_device(x_, ctx.device, "the MLP's inputs (ctx.batch.inputs)"));
     if (x_.dtype() != DType::kF32 || x_.dim() != 2 || x_.size(1) != in_) {
-      return absl::InvalidArgumentError(absl::StrCat("MLP layer ", name_, " takes fp32 (B, ", in_, ") inputs; got ",
-                                                     x_.to_string()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("MLP layer ", name_, " takes fp32 (B, ", in_, ") inputs; got ", x_.to_string()));
     }
     ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, ctx.device, params, kNames));
     const int64_t B = x_.size(0);
@@ -60,8 +60,8 @@ class MlpLayer final : public Unit {
     if (!first_) {
       ZERO_ASSIGN_OR_RETURN(dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape()));
     }
-    ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dx, g.views().at("weight"), g.views().at("bias"), act_, x_,
-                                                  p.views().at("weight")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::matmul_backward(dx, g.views().at("weight"), g.views().at("bias"), act_, x_, p.views().at("weight")));
     ZERO_RETURN_IF_ERROR(g.round_back());
     saved_.reset();
     relay_.hand_off();
@@ -73,15 +73,15 @@ class MlpLayer final : public Unit {
   const bool first_, last_;
   const int64_t in_, out_;
   GradRelay& relay_;
-  Tensor x_;          // (B, in): the batch's inputs or the previous layer's output
+  Tensor x_;  // (B, in): the batch's inputs or the previous layer's output
   Buffer saved_;
   Tensor pre_, act_;  // (B, out)
 };
 
 absl::StatusOr<std::unique_ptr<Mlp>> Mlp::create(std::vector<int64_t> widths) {
   if (widths.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("an MLP needs at least two widths (inputs and classes); got ",
-                                                   widths.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an MLP needs at least two widths (inputs and classes); got ", widths.size()));
   }
   for (size_t i = 0; i < widths.size(); ++i) {
     if (widths[i] <= 0) {

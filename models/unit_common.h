@@ -1,4 +1,5 @@
-// What model units share: accounted activation carving, fp32 views of half parameters, the input-gradient relay, the loss.
+// What model units share: accounted activation carving, fp32 views of half parameters, the input-gradient relay, the
+// loss.
 #pragma once
 
 // Everything here runs on the device a unit is told to (UnitContext::device): buffers are allocated there and

@@ -23,8 +23,8 @@ class Adam final : public Optimizer {
   absl::Status update(const StepArgs& a) override {
     std::vector<optim::AdamCoeffs> coeffs;
     for (const ParamGroup& g : layout().groups()) {
-      coeffs.push_back(optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps,
-                                          options_.decoupled_weight_decay, a, g));
+      coeffs.push_back(
+          optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps, options_.decoupled_weight_decay, a, g));
     }
     float* exp_avg = state_data(0);
     float* exp_avg_sq = state_data(1);

@@ -37,19 +37,20 @@ ZERO_HD float sgd_element(float p, float g, float& buf, const SgdCoeffs& c) {
 }
 
 struct AdamCoeffs {
-  float l2 = 0;         // Adam: weight decay added to the gradient (coupled)
-  float decay = 1;      // AdamW: 1 - lr * weight_decay, applied to the parameter first (decoupled)
+  float l2 = 0;     // Adam: weight decay added to the gradient (coupled)
+  float decay = 1;  // AdamW: 1 - lr * weight_decay, applied to the parameter first (decoupled)
   float one_minus_beta1 = 0.1f;
   float beta2 = 0.999f;
   float one_minus_beta2 = 0.001f;
-  float neg_step_size = 0;  // -lr / (1 - beta1^t)
+  float neg_step_size = 0;     // -lr / (1 - beta1^t)
   float bias_correction1 = 1;  // 1 - beta1^t (LAMB)
   float bias_correction2 = 1;  // 1 - beta2^t (LAMB)
   float bias_correction2_sqrt = 1;
   float eps = 1e-8f;
 };
 
-// The moment updates of torch.optim.Adam: exp_avg.lerp_(g, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(g, g, 1 - beta2).
+// The moment updates of torch.optim.Adam: exp_avg.lerp_(g, 1 - beta1); exp_avg_sq.mul_(beta2).addcmul_(g, g, 1 -
+// beta2).
 ZERO_HD void adam_moments(float g, float& m, float& v, const AdamCoeffs& c) {
   m = m + c.one_minus_beta1 * (g - m);  // torch's lerp for weights < 0.5
   v = v * c.beta2 + c.one_minus_beta2 * g * g;

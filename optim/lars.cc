@@ -28,7 +28,8 @@ class Lars final : public Optimizer {
  private:
   absl::Status update(const StepArgs& a) override {
     std::vector<optim::LarsCoeffs> coeffs;
-    for (const ParamGroup& g : layout().groups()) coeffs.push_back({static_cast<float>(options_.momentum), g.weight_decay});
+    for (const ParamGroup& g : layout().groups())
+      coeffs.push_back({static_cast<float>(options_.momentum), g.weight_decay});
     ZERO_ASSIGN_OR_RETURN(ChunkSums sums, square_sums(a, coeffs));
     using Norms = std::vector<std::array<double, 2>>;
     ZERO_ASSIGN_OR_RETURN(Norms norms, whole_param_norms(sums, a.comm));
@@ -36,9 +37,8 @@ class Lars final : public Optimizer {
     for (size_t i = 0; i < norms.size(); ++i) {
       const auto [p_norm, g_norm] = norms[i];
       const ParamGroup& group = layout().group_of(static_cast<int>(i));
-      const double local_lr = p_norm > 0 && g_norm > 0
-                                  ? options_.trust_coefficient * p_norm / (g_norm + group.weight_decay * p_norm)
-                                  : 1.0;
+      const double local_lr =
+          p_norm > 0 && g_norm > 0 ? options_.trust_coefficient * p_norm / (g_norm + group.weight_decay * p_norm) : 1.0;
       scaled_lr[i] = static_cast<float>(a.lr * group.lr_scale * local_lr);
     }
     return apply(a, coeffs, scaled_lr);
@@ -92,7 +92,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> make_lars(const LarsOptions& options,
                                                      Allocator& allocator, Device device) {
   if (!(options.momentum >= 0 && options.trust_coefficient > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("LARS momentum ", options.momentum, " and trust coefficient ",
-                                                   options.trust_coefficient, ": need momentum >= 0 and a positive "
+                                                   options.trust_coefficient,
+                                                   ": need momentum >= 0 and a positive "
                                                    "trust coefficient"));
   }
   ZERO_RETURN_IF_ERROR(optim::check_device(device, "LARS", /*has_cuda_kernel=*/true));

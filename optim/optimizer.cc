@@ -13,10 +13,11 @@ namespace zero {
 namespace {
 
 absl::Status check_shard_tensor(const Tensor& t, absl::string_view what, DType dtype, int64_t numel, Device device) {
-  if (t.dtype() != dtype || t.numel() != numel || !t.is_contiguous() || !(t.device() == device) || t.data() == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is ", t.to_string(), " but the optimizer's shard needs a contiguous ",
-                                                   dtype_name(dtype), " tensor of ", numel, " elements on ",
-                                                   device.to_string()));
+  if (t.dtype() != dtype || t.numel() != numel || !t.is_contiguous() || !(t.device() == device) ||
+      t.data() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is ", t.to_string(),
+                                                   " but the optimizer's shard needs a contiguous ", dtype_name(dtype),
+                                                   " tensor of ", numel, " elements on ", device.to_string()));
   }
   return absl::OkStatus();
 }
@@ -30,8 +31,8 @@ absl::Status optim::check_device(Device device, absl::string_view optimizer, boo
   return absl::UnimplementedError(absl::StrCat(optimizer, " has no CUDA kernel yet; keep its shard on the CPU"));
 #else
   (void)has_cuda_kernel;
-  return absl::FailedPreconditionError(absl::StrCat(optimizer, " on ", device.to_string(),
-                                                    ": zero was built without CUDA; reconfigure with -DZERO_WITH_CUDA=ON"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      optimizer, " on ", device.to_string(), ": zero was built without CUDA; reconfigure with -DZERO_WITH_CUDA=ON"));
 #endif
 }
 

@@ -20,8 +20,8 @@ struct SgdOptions {
   double dampening = 0.0;
   bool nesterov = false;
 };
-absl::StatusOr<std::unique_ptr<Optimizer>> make_sgd(const SgdOptions& options, ShardLayout layout,
-                                                    Allocator& allocator, Device device = Device::cpu());
+absl::StatusOr<std::unique_ptr<Optimizer>> make_sgd(const SgdOptions& options, ShardLayout layout, Allocator& allocator,
+                                                    Device device = Device::cpu());
 
 // torch.optim.Adam (decoupled_weight_decay = false: wd*p added to the gradient) and torch.optim.AdamW
 // (true: p *= 1 - lr*wd first). Bias correction on both moments; eps is added to sqrt(v)/sqrt(1-beta2^t)

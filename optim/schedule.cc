@@ -13,8 +13,8 @@ absl::StatusOr<ScheduleKind> schedule_kind_from_name(absl::string_view name) {
   if (name == "warmup_cosine") return ScheduleKind::kWarmupCosine;
   if (name == "warmup_linear") return ScheduleKind::kWarmupLinear;
   if (name == "large_batch") return ScheduleKind::kLargeBatch;
-  return absl::InvalidArgumentError(absl::StrCat("unknown schedule '", name,
-                                                 "'; use constant, warmup_cosine, warmup_linear or large_batch"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown schedule '", name, "'; use constant, warmup_cosine, warmup_linear or large_batch"));
 }
 
 absl::StatusOr<Schedule> Schedule::create(ScheduleOptions o) {
@@ -35,10 +35,10 @@ absl::StatusOr<Schedule> Schedule::create(ScheduleOptions o) {
 
 double Schedule::decay(int64_t step, double peak) const {
   const ScheduleOptions& o = options_;
-  const double progress =
-      std::clamp(static_cast<double>(step - o.warmup_steps) / static_cast<double>(o.total_steps - o.warmup_steps), 0.0, 1.0);
-  const double shape = o.kind == ScheduleKind::kWarmupCosine ? 0.5 * (1.0 + std::cos(std::numbers::pi * progress))
-                                                             : 1.0 - progress;
+  const double progress = std::clamp(
+      static_cast<double>(step - o.warmup_steps) / static_cast<double>(o.total_steps - o.warmup_steps), 0.0, 1.0);
+  const double shape =
+      o.kind == ScheduleKind::kWarmupCosine ? 0.5 * (1.0 + std::cos(std::numbers::pi * progress)) : 1.0 - progress;
   return o.min_lr + (peak - o.min_lr) * shape;
 }
 

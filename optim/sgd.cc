@@ -55,8 +55,8 @@ class Sgd final : public Optimizer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Optimizer>> make_sgd(const SgdOptions& options, ShardLayout layout,
-                                                    Allocator& allocator, Device device) {
+absl::StatusOr<std::unique_ptr<Optimizer>> make_sgd(const SgdOptions& options, ShardLayout layout, Allocator& allocator,
+                                                    Device device) {
   if (options.momentum < 0 || (options.nesterov && (options.momentum <= 0 || options.dampening != 0))) {
     return absl::InvalidArgumentError(absl::StrCat("SGD momentum ", options.momentum, ", dampening ", options.dampening,
                                                    ": momentum must be >= 0, and Nesterov needs momentum > 0 and "

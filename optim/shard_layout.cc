@@ -21,8 +21,8 @@ absl::StatusOr<ShardLayout> ShardLayout::create(std::vector<FlatParam> params, s
                                                      p.numel, "; both must be non-negative"));
     }
     if (p.group < 0 || p.group >= static_cast<int>(groups.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter '", p.name, "' is in group ", p.group, " but there are ",
-                                                     groups.size(), " groups"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", p.name, "' is in group ", p.group, " but there are ", groups.size(), " groups"));
     }
     order[i] = static_cast<int>(i);
   }
@@ -72,9 +72,12 @@ std::vector<std::string> default_no_decay_patterns() { return {"*bias", "*ln_*",
 std::vector<ParamGroup> assign_decay_groups(std::vector<FlatParam>& params, float weight_decay,
                                             const std::vector<std::string>& no_decay_patterns) {
   for (FlatParam& p : params) {
-    p.group = std::any_of(no_decay_patterns.begin(), no_decay_patterns.end(), [&](const std::string& pattern) {
-      return fnmatch(pattern.c_str(), p.name.c_str(), FNM_CASEFOLD) == 0;
-    }) ? 1 : 0;
+    p.group = std::any_of(no_decay_patterns.begin(), no_decay_patterns.end(),
+                          [&](const std::string& pattern) {
+                            return fnmatch(pattern.c_str(), p.name.c_str(), FNM_CASEFOLD) == 0;
+                          })
+                  ? 1
+                  : 0;
   }
   return {ParamGroup{1.0f, weight_decay}, ParamGroup{1.0f, 0.0f}};
 }

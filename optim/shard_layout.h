@@ -14,7 +14,7 @@ struct FlatParam {
   std::string name;
   int64_t offset = 0;  // first element in the flat buffer
   int64_t numel = 0;
-  int group = 0;       // index into the layout's groups
+  int group = 0;  // index into the layout's groups
 };
 
 // Per-group hyper-parameters: the learning rate is the step's lr times lr_scale.
@@ -66,8 +66,8 @@ std::vector<std::string> default_no_decay_patterns();
 
 // Two groups, 0 = {1, weight_decay} and 1 = {1, 0}; each parameter whose name matches a pattern goes to
 // group 1, the rest to group 0. Returns the groups.
-std::vector<ParamGroup> assign_decay_groups(std::vector<FlatParam>& params, float weight_decay,
-                                            const std::vector<std::string>& no_decay_patterns =
-                                                default_no_decay_patterns());
+std::vector<ParamGroup> assign_decay_groups(
+    std::vector<FlatParam>& params, float weight_decay,
+    const std::vector<std::string>& no_decay_patterns = default_no_decay_patterns());
 
 }  // namespace zero

@@ -58,8 +58,8 @@ struct SquareBins {
 
 class SquareSum {
  public:
-  static constexpr int kLimbs = 22;                  // 32-bit limbs: 704 bits cover 2^-298 .. beyond any sum
-  static constexpr int kWireInts = 2 * kLimbs + 2;   // 16-bit limbs, then NaN and infinity flags
+  static constexpr int kLimbs = 22;                 // 32-bit limbs: 704 bits cover 2^-298 .. beyond any sum
+  static constexpr int kWireInts = 2 * kLimbs + 2;  // 16-bit limbs, then NaN and infinity flags
 
   void add(const SquareBins& bins);
   void merge(const SquareSum& other);

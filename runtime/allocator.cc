@@ -16,13 +16,20 @@ constexpr absl::string_view kOutOfMemoryTag = "zero: out of memory";
 
 absl::string_view category_name(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::kParams: return "params";
-    case MemoryCategory::kGrads: return "grads";
-    case MemoryCategory::kOptimizerState: return "optimizer_state";
-    case MemoryCategory::kMasterWeights: return "master_weights";
-    case MemoryCategory::kCommBuffers: return "comm_buffers";
-    case MemoryCategory::kActivations: return "activations";
-    case MemoryCategory::kWorkspace: return "workspace";
+    case MemoryCategory::kParams:
+      return "params";
+    case MemoryCategory::kGrads:
+      return "grads";
+    case MemoryCategory::kOptimizerState:
+      return "optimizer_state";
+    case MemoryCategory::kMasterWeights:
+      return "master_weights";
+    case MemoryCategory::kCommBuffers:
+      return "comm_buffers";
+    case MemoryCategory::kActivations:
+      return "activations";
+    case MemoryCategory::kWorkspace:
+      return "workspace";
   }
   return "?";
 }
@@ -51,8 +58,8 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 }
 
 Tensor Buffer::tensor(DType dtype, Shape shape) const {
-  ZERO_CHECK(shape_numel(shape) * static_cast<int64_t>(dtype_size(dtype)) <= nbytes_, "tensor ",
-             shape_string(shape), " of ", dtype_name(dtype), " does not fit a buffer of ", nbytes_, " bytes");
+  ZERO_CHECK(shape_numel(shape) * static_cast<int64_t>(dtype_size(dtype)) <= nbytes_, "tensor ", shape_string(shape),
+             " of ", dtype_name(dtype), " does not fit a buffer of ", nbytes_, " bytes");
   return Tensor(data_, dtype, std::move(shape), device_);
 }
 
@@ -255,8 +262,8 @@ std::string Allocator::held_description_locked() const {
 std::string Allocator::summary() const {
   absl::MutexLock lock(&mu_);
   std::string out = absl::StrFormat("rank %d memory%s\n%-16s %14s %14s\n", rank_,
-                                    budget_ ? absl::StrCat(" (budget ", format_bytes(*budget_), ")") : "",
-                                    "category", "current", "peak");
+                                    budget_ ? absl::StrCat(" (budget ", format_bytes(*budget_), ")") : "", "category",
+                                    "current", "peak");
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     absl::StrAppendFormat(&out, "%-16s %14s %14s\n", category_name(static_cast<MemoryCategory>(c)),
                           format_bytes(stats_.current[c]), format_bytes(stats_.peak[c]));
@@ -264,8 +271,7 @@ std::string Allocator::summary() const {
   absl::StrAppendFormat(&out, "%-16s %14s %14s\n", "total", format_bytes(stats_.current_total),
                         format_bytes(stats_.peak_total));
   if (stats_.cached > 0) {
-    absl::StrAppendFormat(&out, "%-16s %14s freed, kept for reuse\n", "cached",
-                          format_bytes(stats_.cached));
+    absl::StrAppendFormat(&out, "%-16s %14s freed, kept for reuse\n", "cached", format_bytes(stats_.cached));
   }
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     if (stats_.in_files[c] == 0) continue;

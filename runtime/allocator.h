@@ -157,7 +157,7 @@ class Allocator {
     size_t nbytes;
   };
   absl::flat_hash_map<const void*, FileBuffer> file_buffers_ ABSL_GUARDED_BY(mu_);  // by data()
-  std::vector<CachedBlock> cache_ ABSL_GUARDED_BY(mu_);  // oldest first
+  std::vector<CachedBlock> cache_ ABSL_GUARDED_BY(mu_);                             // oldest first
   int64_t most_held_ ABSL_GUARDED_BY(mu_) = 0;  // the largest current_total so far; reset_peaks leaves it
 };
 

@@ -1,4 +1,5 @@
-// Raw memory on a device: allocation (the Allocator is the only caller and does the accounting) and copies between devices.
+// Raw memory on a device: allocation (the Allocator is the only caller and does the accounting) and copies between
+// devices.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
-// ZERO_HD: marks the small inline functions that host code and CUDA device code both call, so one definition serves both.
+// ZERO_HD: marks the small inline functions that host code and CUDA device code both call, so one definition serves
+// both.
 #pragma once
 
 #if defined(__CUDACC__)

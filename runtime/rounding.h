@@ -1,4 +1,5 @@
-// Stochastic rounding of fp32 to bf16/fp16 and its random bits, one definition for host and device (casts and optimizers' half copies).
+// Stochastic rounding of fp32 to bf16/fp16 and its random bits, one definition for host and device (casts and
+// optimizers' half copies).
 #pragma once
 
 #include <cstdint>

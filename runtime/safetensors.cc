@@ -32,8 +32,8 @@ absl::StatusOr<DType> dtype_from_name(absl::string_view name, absl::string_view 
   for (DType t : kSupported) {
     if (safetensors_dtype_name(t) == name) return t;
   }
-  return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor, "' has dtype ", name,
-                                                 ", which zero does not read; supported: F32, BF16, F16, I32, U16, U8"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor '", tensor, "' has dtype ", name, ", which zero does not read; supported: F32, BF16, F16, I32, U16, U8"));
 }
 
 // `bytes` copied to 64-byte aligned memory.
@@ -130,12 +130,18 @@ absl::Status check_no_overlap(const std::vector<SafetensorsEntry>& sorted) {
 
 absl::string_view safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kI32: return "I32";
-    case DType::kU16: return "U16";
-    case DType::kU8: return "U8";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
+    case DType::kU16:
+      return "U16";
+    case DType::kU8:
+      return "U8";
   }
   return "?";
 }
@@ -163,7 +169,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::parse(absl::string_view bytes, 
 absl::StatusOr<uint64_t> SafetensorsFile::parse_header(absl::string_view bytes, absl::string_view source) {
   auto bad = [&](absl::string_view what) { return absl::InvalidArgumentError(absl::StrCat(source, ": ", what)); };
   if (bytes.size() < 8) {
-    return bad(absl::StrCat("truncated: ", bytes.size(), " bytes, but a safetensors file starts with an 8-byte header length"));
+    return bad(absl::StrCat("truncated: ", bytes.size(),
+                            " bytes, but a safetensors file starts with an 8-byte header length"));
   }
   const uint64_t header_len = read_le64(bytes.data());
   if (header_len > bytes.size() - 8) {
@@ -189,8 +196,9 @@ absl::StatusOr<uint64_t> SafetensorsFile::parse_header(absl::string_view bytes, 
     if (!e.ok()) return bad(e.status().message());
     entries_.push_back(*std::move(e));
   }
-  std::sort(entries_.begin(), entries_.end(),
-            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
+  std::sort(entries_.begin(), entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+  });
   if (absl::Status s = check_no_overlap(entries_); !s.ok()) return bad(s.message());
   return 8 + header_len;
 }
@@ -203,7 +211,8 @@ absl::StatusOr<const SafetensorsEntry*> SafetensorsFile::find(absl::string_view 
   }
   std::vector<std::string> names;
   for (const SafetensorsEntry& e : entries_) names.push_back(e.name);
-  return absl::NotFoundError(absl::StrCat(source_, " has no tensor '", name, "'; it has: ", absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat(source_, " has no tensor '", name, "'; it has: ", absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<Tensor> SafetensorsFile::get(absl::string_view name) const {
@@ -214,10 +223,9 @@ absl::StatusOr<Tensor> SafetensorsFile::get(absl::string_view name) const {
 absl::StatusOr<Tensor> SafetensorsFile::get(absl::string_view name, DType dtype, const Shape& shape) const {
   ZERO_ASSIGN_OR_RETURN(Tensor t, get(name));
   if (t.dtype() != dtype || t.shape() != shape) {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": tensor '", name, "' is ",
-                                                   safetensors_dtype_name(t.dtype()), shape_string(t.shape()),
-                                                   " but ", safetensors_dtype_name(dtype), shape_string(shape),
-                                                   " was expected"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ": tensor '", name, "' is ", safetensors_dtype_name(t.dtype()), shape_string(t.shape()),
+                     " but ", safetensors_dtype_name(dtype), shape_string(shape), " was expected"));
   }
   return t;
 }

@@ -1,4 +1,5 @@
-// splitmix64, the one 64-bit mix behind zero's counter-based random numbers: initialization, generated data, stochastic rounding.
+// splitmix64, the one 64-bit mix behind zero's counter-based random numbers: initialization, generated data, stochastic
+// rounding.
 #pragma once
 
 #include <cstdint>

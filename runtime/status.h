@@ -14,8 +14,8 @@ namespace zero {
 
 }  // namespace zero
 
-#define ZERO_CHECK(cond, ...)                                                               \
-  do {                                                                                      \
+#define ZERO_CHECK(cond, ...)                                                                \
+  do {                                                                                       \
     if (!(cond)) ::zero::check_failed(#cond, __FILE__, __LINE__, absl::StrCat(__VA_ARGS__)); \
   } while (0)
 

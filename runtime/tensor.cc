@@ -1,8 +1,8 @@
 #include "runtime/tensor.h"
 
-#include "runtime/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/status.h"
 
 namespace zero {
 

@@ -24,7 +24,10 @@ class Tensor {
   Tensor(void* data, DType dtype, Shape shape, Shape strides, Device device);
 
   void* data() const { return data_; }
-  template <typename T> T* data_as() const { return static_cast<T*>(data_); }
+  template <typename T>
+  T* data_as() const {
+    return static_cast<T*>(data_);
+  }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   const Shape& shape() const { return shape_; }

@@ -7,6 +7,7 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev gnuplot-nox
+  clang-format-14
 )
 
 missing=()

@@ -113,7 +113,8 @@ absl::StatusOr<int> saved_world_size(const fs::path& dir) {
     const fs::path file = dir / checkpoint_file_name(r, world_size);
     if (!fs::exists(file, ec)) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", dir.string(), ": ", file.filename().string(),
-                                              " is missing; it was saved by ", world_size, " ranks and needs all their files"));
+                                              " is missing; it was saved by ", world_size,
+                                              " ranks and needs all their files"));
     }
   }
   return world_size;
@@ -158,8 +159,8 @@ absl::StatusOr<std::string> latest_checkpoint(const std::string& root) {
   std::ifstream in(latest);
   std::string tag;
   if (!(in >> tag)) {
-    return absl::NotFoundError(absl::StrCat(latest.string(), " does not exist or is empty: no checkpoint was saved in ",
-                                            root, " yet"));
+    return absl::NotFoundError(
+        absl::StrCat(latest.string(), " does not exist or is empty: no checkpoint was saved in ", root, " yet"));
   }
   return (directory_path(root) / tag).string();
 }
@@ -167,19 +168,19 @@ absl::StatusOr<std::string> latest_checkpoint(const std::string& root) {
 // What this rank needs of one flat unit from a checkpoint, and what it has read of it.
 struct UnitCheckpoint {
   struct Param {
-    std::string name;   // the model's "<unit>/<param>"
+    std::string name;    // the model's "<unit>/<param>"
     int64_t offset = 0;  // in the flat unit
     int64_t numel = 0;
     std::string shape;
   };
-  int64_t begin = 0;                      // the flat range [begin, begin + count) this rank updates
+  int64_t begin = 0;  // the flat range [begin, begin + count) this rank updates
   int64_t count = 0;
   std::vector<Param> params;
-  std::string optimizer;                  // its name, and the state it keeps in its order
+  std::string optimizer;  // its name, and the state it keeps in its order
   std::vector<std::string> state_names;
-  Buffer values;                          // fp32 (count): the parameters
-  std::vector<Buffer> state;              // fp32 (count) per state name
-  std::vector<int64_t> covered;           // elements read, per (param, piece): param * pieces() + piece
+  Buffer values;                 // fp32 (count): the parameters
+  std::vector<Buffer> state;     // fp32 (count) per state name
+  std::vector<int64_t> covered;  // elements read, per (param, piece): param * pieces() + piece
 
   int pieces() const { return 1 + static_cast<int>(state_names.size()); }  // the values, then each state
   std::string piece_label(int piece) const { return piece == 0 ? "values" : state_names[piece - 1]; }
@@ -188,8 +189,8 @@ struct UnitCheckpoint {
   }
   // Elements of param p inside this rank's range.
   int64_t needed(int p) const {
-    return std::max<int64_t>(0, std::min(params[p].offset + params[p].numel, begin + count) -
-                                    std::max(params[p].offset, begin));
+    return std::max<int64_t>(
+        0, std::min(params[p].offset + params[p].numel, begin + count) - std::max(params[p].offset, begin));
   }
 };
 
@@ -203,8 +204,10 @@ std::vector<UnitCheckpoint::Param> params_of(const std::string& unit, const Flat
   std::vector<UnitCheckpoint::Param> params;
   for (size_t p = 0; p < layout.params.size(); ++p) {
     const auto [model_unit, param] = model_param_name(unit, layout.params[p].name);
-    params.push_back({.name = absl::StrCat(model_unit, "/", param), .offset = layout.params[p].offset,
-                      .numel = layout.params[p].numel, .shape = shape_string(layout.shapes[p])});
+    params.push_back({.name = absl::StrCat(model_unit, "/", param),
+                      .offset = layout.params[p].offset,
+                      .numel = layout.params[p].numel,
+                      .shape = shape_string(layout.shapes[p])});
   }
   return params;
 }
@@ -347,7 +350,8 @@ absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std:
   ZERO_RETURN_IF_ERROR(require_between_steps("save_checkpoint"));
   for (const auto& [key, value] : extra) {
     if (absl::StartsWith(key, "zero.")) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint metadata key '", key, "': zero.* keys are the engine's"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint metadata key '", key, "': zero.* keys are the engine's"));
     }
   }
   const fs::path target = directory_path(dir);
@@ -424,7 +428,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
   ZERO_RETURN_IF_ERROR(install_checkpoint(*units));
   step_count_ = counters->steps;
   if (counters->scaler) scaler_.restore(*counters->scaler);  // an fp16 run from an fp16 checkpoint carries it on
-  allocator_.reset_peaks();  // what reading needed is not part of any step's peak
+  allocator_.reset_peaks();                                  // what reading needed is not part of any step's peak
   std::map<std::string, std::string> extra;
   for (const auto& [key, value] : *metadata) {
     if (!absl::StartsWith(key, "zero.")) extra[key] = value;

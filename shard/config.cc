@@ -21,28 +21,33 @@ absl::Status ZeroConfig::validate(absl::string_view key_prefix) const {
   if (persistence_threshold < 0) return bad("persistence_threshold", persistence_threshold, "must be >= 0");
   if (accumulation_steps < 1) return bad("accumulation_steps", accumulation_steps, "must be >= 1");
   if (no_sync && policy.partitions_gradients()) {
-    return bad("no_sync", "true", "stages 2 and 3 keep only their gradient slice and reduce every micro-batch; "
-                                  "use stage 0 or 1, or turn no_sync off");
+    return bad("no_sync", "true",
+               "stages 2 and 3 keep only their gradient slice and reduce every micro-batch; "
+               "use stage 0 or 1, or turn no_sync off");
   }
   if (gradient_clipping < 0) return bad("gradient_clipping", gradient_clipping, "must be >= 0 (0 = off)");
-  for (const auto& [key, path] : {std::pair{"offload_optimizer_path", &offload_optimizer_path},
-                                   {"offload_param_path", &offload_param_path}}) {
+  for (const auto& [key, path] :
+       {std::pair{"offload_optimizer_path", &offload_optimizer_path}, {"offload_param_path", &offload_param_path}}) {
     if (!path->empty() && !device.is_cpu()) {
-      return bad(key, *path, absl::StrCat("offloading from ", device.to_string(), " is not built (ZeRO-Offload's host "
-                                          "optimizer); train on the CPU, or keep the states on the device"));
+      return bad(key, *path,
+                 absl::StrCat("offloading from ", device.to_string(),
+                              " is not built (ZeRO-Offload's host "
+                              "optimizer); train on the CPU, or keep the states on the device"));
     }
   }
   if (!offload_param_path.empty() && !policy.partitions_params()) {
     return bad("offload_param_path", offload_param_path,
-               absl::StrCat("stage ", stage, " keeps every parameter whole on every rank, and offload_param moves "
+               absl::StrCat("stage ", stage,
+                            " keeps every parameter whole on every rank, and offload_param moves "
                             "the shards of stage 3; use stage 3, or offload the optimizer instead"));
   }
   if (!is_floating(precision)) return bad("precision", dtype_name(precision), "use fp32, bf16 or fp16");
   if (loss_scaling.initial_scale <= 0 || loss_scaling.min_scale <= 0 || loss_scaling.static_scale < 0 ||
       loss_scaling.window < 1 || loss_scaling.hysteresis < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        key_prefix, "loss_scaling: static_scale must be >= 0 (0 means dynamic), and initial_scale, min_scale, window "
-                    "and hysteresis positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(key_prefix,
+                     "loss_scaling: static_scale must be >= 0 (0 means dynamic), and initial_scale, min_scale, window "
+                     "and hysteresis positive"));
   }
   return absl::OkStatus();
 }

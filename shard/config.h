@@ -20,8 +20,8 @@ struct LossScaling {
   double initial_scale = 65536.0;  // 2^initial_scale_power
   int window = 1000;               // loss_scale_window
   int hysteresis = 2;
-  double min_scale = 1.0;          // min_loss_scale
-  double static_scale = 0.0;       // loss_scale: 0 = dynamic, otherwise a fixed scale
+  double min_scale = 1.0;     // min_loss_scale
+  double static_scale = 0.0;  // loss_scale: 0 = dynamic, otherwise a fixed scale
 };
 
 struct ZeroConfig {
@@ -48,15 +48,15 @@ struct ZeroConfig {
   DType precision = DType::kF32;
   LossScaling loss_scaling;  // fp16 only
 
-  int accumulation_steps = 1;   // micro-batches per optimizer step
+  int accumulation_steps = 1;  // micro-batches per optimizer step
   // Stages 0-1 only: accumulate micro-batches in the local gradients and reduce once per step, as DDP's
   // no_sync (A times less gradient traffic). Off, every stage reduces every micro-batch, which keeps
   // stages 0-3 bit-identical; stages 2-3 hold only their gradient slice, so they always do.
   bool no_sync = false;
-  double gradient_clipping = 0; // max global L2 norm of the gradients; 0 turns clipping off
-  float weight_decay = 0.0f;    // for parameters not matching no_decay_patterns
+  double gradient_clipping = 0;  // max global L2 norm of the gradients; 0 turns clipping off
+  float weight_decay = 0.0f;     // for parameters not matching no_decay_patterns
   std::vector<std::string> no_decay_patterns = {"*bias", "*ln_*", "*norm*"};
-  uint64_t seed = 1234;         // parameter initialization
+  uint64_t seed = 1234;  // parameter initialization
 
   // Where parameters, gradients, buckets, gathered units, master weights and optimizer state live: the
   // CPU, or cuda:k (a CUDA build; the communicator must reach that device's memory: nccl, or local for

@@ -34,13 +34,13 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   ZERO_ASSIGN_OR_RETURN(wrapped_, WrappedModel::wrap(model_, config_.wrap_min_params));
   const std::vector<Unit*> units = wrapped_->units();
   ZERO_RETURN_IF_ERROR(check_same_units_on_every_rank(units, comm_));
-  ZERO_ASSIGN_OR_RETURN(units_, flat_unit_states(units, policy_, config_.persistence_threshold, comm_.rank(),
-                                                 comm_.world_size()));
+  ZERO_ASSIGN_OR_RETURN(
+      units_, flat_unit_states(units, policy_, config_.persistence_threshold, comm_.rank(), comm_.world_size()));
   ZERO_RETURN_IF_ERROR(place_optimizer_in_files(allocator_, config_.offload_optimizer_path));
   for (UnitState& u : units_) ZERO_RETURN_IF_ERROR(allocate_unit(u, make_optimizer));
   ZERO_RETURN_IF_ERROR(initialize_params());
-  const RankContext rank{.units = units_, .comm = comm_, .allocator = allocator_, .meter = meter_, .dtype = dtype_,
-                         .device = device_};
+  const RankContext rank{
+      .units = units_, .comm = comm_, .allocator = allocator_, .meter = meter_, .dtype = dtype_, .device = device_};
   gatherer_ = std::make_unique<ParamGatherer>(rank, config_.max_live_units);
   reducer_ = std::make_unique<GradientReducer>(rank, config_);
   ZERO_RETURN_IF_ERROR(reserve_transient());
@@ -59,8 +59,9 @@ absl::Status Engine::allocate_unit(UnitState& u, const OptimizerFactory& make_op
   std::vector<FlatParam> params = u.layout.params;
   std::vector<ParamGroup> groups = assign_decay_groups(params, config_.weight_decay, config_.no_decay_patterns);
   const bool whole = policy_.updates_everything();
-  ZERO_ASSIGN_OR_RETURN(ShardLayout layout, ShardLayout::for_rank(std::move(params), std::move(groups), u.layout.numel,
-                                                                  whole ? 0 : comm_.rank(), whole ? 1 : comm_.world_size()));
+  ZERO_ASSIGN_OR_RETURN(ShardLayout layout,
+                        ShardLayout::for_rank(std::move(params), std::move(groups), u.layout.numel,
+                                              whole ? 0 : comm_.rank(), whole ? 1 : comm_.world_size()));
   ZERO_ASSIGN_OR_RETURN(u.optimizer, make_optimizer(std::move(layout), allocator_, device_));
   if (u.optimizer->device() != device_) {
     return absl::InvalidArgumentError(absl::StrCat("the optimizer factory built ", u.optimizer->name(), " on ",
@@ -131,7 +132,10 @@ absl::StatusOr<ParamViews> Engine::param_views(int i) const {
 }
 
 absl::Status Engine::forward_backward(const Batch& batch) {
-  UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_, .step = step_count_,
+  UnitContext ctx{.allocator = allocator_,
+                  .batch = batch,
+                  .device = device_,
+                  .step = step_count_,
                   .loss_scale = static_cast<float>(scaler_.scale())};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   if (micro_batches_done_ == 0) gatherer_->begin_recorded_pass();
@@ -254,17 +258,16 @@ absl::Status Engine::update_unit(UnitState& u, float lr, double clip_coefficient
   if (dtype_ == DType::kF32) {
     ZERO_RETURN_IF_ERROR(u.optimizer->step(u.own_params(dtype_), grads32, step_count_, lr, comm));
   } else {
-    ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {u.own_count}), grads32, step_count_, lr,
-                                           comm, HalfCopy{.out = u.own_params(dtype_)}));
+    ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {u.own_count}), grads32, step_count_, lr, comm,
+                                           HalfCopy{.out = u.own_params(dtype_)}));
   }
   return page_out_offloaded(u, allocator_);
 }
 
 absl::StatusOr<StepResult> Engine::step(float lr) {
   if (micro_batches_done_ != config_.accumulation_steps) {
-    return absl::FailedPreconditionError(absl::StrCat("step() after ", micro_batches_done_,
-                                                      " micro-batches; accumulation_steps is ",
-                                                      config_.accumulation_steps));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step() after ", micro_batches_done_, " micro-batches; accumulation_steps is ", config_.accumulation_steps));
   }
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
@@ -299,12 +302,10 @@ absl::Status Engine::reduce_metrics(StepResult& result) {
   float loss = static_cast<float>(loss_sum_);
   int32_t counts[4] = {static_cast<int32_t>(correct_ >> 16), static_cast<int32_t>(correct_ & 0xffff),
                        static_cast<int32_t>(predictions_ >> 16), static_cast<int32_t>(predictions_ & 0xffff)};
-  Work loss_sum = meter_.counted(&CommVolume::small, [&] {
-    return comm_.allreduce(Tensor(&loss, DType::kF32, {1}), ReduceOp::kSum);
-  });
-  Work count_sum = meter_.counted(&CommVolume::small, [&] {
-    return comm_.allreduce(Tensor(counts, DType::kI32, {4}), ReduceOp::kSum);
-  });
+  Work loss_sum = meter_.counted(&CommVolume::small,
+                                 [&] { return comm_.allreduce(Tensor(&loss, DType::kF32, {1}), ReduceOp::kSum); });
+  Work count_sum = meter_.counted(&CommVolume::small,
+                                  [&] { return comm_.allreduce(Tensor(counts, DType::kI32, {4}), ReduceOp::kSum); });
   absl::Status status = meter_.wait(loss_sum);
   status.Update(meter_.wait(count_sum));
   ZERO_RETURN_IF_ERROR(status);
@@ -316,9 +317,8 @@ absl::Status Engine::reduce_metrics(StepResult& result) {
 
 absl::StatusOr<StepResult> Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   if (static_cast<int>(micro_batches.size()) != config_.accumulation_steps) {
-    return absl::InvalidArgumentError(absl::StrCat("train_step got ", micro_batches.size(),
-                                                   " micro-batches; accumulation_steps is ",
-                                                   config_.accumulation_steps));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train_step got ", micro_batches.size(), " micro-batches; accumulation_steps is ", config_.accumulation_steps));
   }
   for (const Batch& batch : micro_batches) ZERO_RETURN_IF_ERROR(forward_backward(batch));
   return step(lr);

@@ -34,8 +34,8 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -56,16 +56,16 @@ namespace zero {
 
 // Builds the optimizer for one unit's shard on `device` (the engine decides the layout and the device:
 // ZeroConfig::device).
-using OptimizerFactory = std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(ShardLayout layout,
-                                                                                   Allocator& allocator, Device device)>;
+using OptimizerFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(ShardLayout layout, Allocator& allocator, Device device)>;
 
 struct StepResult {
-  float loss = 0;           // mean over micro-batches and ranks
-  int64_t correct = 0;      // summed over micro-batches and ranks
+  float loss = 0;       // mean over micro-batches and ranks
+  int64_t correct = 0;  // summed over micro-batches and ranks
   int64_t predictions = 0;
-  double grad_norm = 0;     // global L2 norm before clipping (computed with clipping or fp16 only)
-  bool skipped = false;     // fp16: the gradients overflowed on some rank, so no rank updated
-  double loss_scale = 1;    // the scale this step's gradients carried
+  double grad_norm = 0;   // global L2 norm before clipping (computed with clipping or fp16 only)
+  bool skipped = false;   // fp16: the gradients overflowed on some rank, so no rank updated
+  double loss_scale = 1;  // the scale this step's gradients carried
 };
 
 // One forward-only pass over this rank's micro-batch (Engine::evaluate), nothing reduced across ranks.

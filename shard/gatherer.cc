@@ -71,7 +71,8 @@ Tensor ParamGatherer::full_params(int i) const {
 Work ParamGatherer::allgather_updated(int i) {
   const UnitState& u = units_[i];
   const Tensor held = u.held_params(rank_.dtype);
-  return rank_.meter.counted(&CommVolume::param_gather, [&] { return rank_.comm.allgather(u.own_params(rank_.dtype), held); });
+  return rank_.meter.counted(&CommVolume::param_gather,
+                             [&] { return rank_.comm.allgather(u.own_params(rank_.dtype), held); });
 }
 
 int64_t ParamGatherer::most_live_numel() const {
@@ -87,8 +88,9 @@ int64_t ParamGatherer::most_live_numel() const {
 
 absl::Status ParamGatherer::start_gather(int i) {
   const UnitState& u = units_[i];
-  ZERO_ASSIGN_OR_RETURN(gathered_[i], rank_.allocator.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(rank_.dtype)),
-                                                          MemoryCategory::kCommBuffers, rank_.device));
+  ZERO_ASSIGN_OR_RETURN(gathered_[i],
+                        rank_.allocator.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(rank_.dtype)),
+                                                 MemoryCategory::kCommBuffers, rank_.device));
   const Tensor shard = u.held_params(rank_.dtype);
   const Tensor full = gathered_[i].tensor(rank_.dtype, {u.layout.padded_numel});
   flight_[i] = rank_.meter.counted(&CommVolume::param_gather, [&] { return rank_.comm.allgather(shard, full); });
@@ -118,7 +120,8 @@ absl::Status ParamGatherer::prefetch() {
 }
 
 int ParamGatherer::live_copies() const {
-  return static_cast<int>(std::count_if(gathered_.begin(), gathered_.end(), [](const Buffer& b) { return b.data() != nullptr; }));
+  return static_cast<int>(
+      std::count_if(gathered_.begin(), gathered_.end(), [](const Buffer& b) { return b.data() != nullptr; }));
 }
 
 }  // namespace zero

@@ -5,8 +5,7 @@
 
 namespace zero {
 
-LossScaler::LossScaler(DType precision, const LossScaling& config)
-    : config_(config), fp16_(precision == DType::kF16) {
+LossScaler::LossScaler(DType precision, const LossScaling& config) : config_(config), fp16_(precision == DType::kF16) {
   if (!fp16_) return;
   state_.scale = config.static_scale > 0 ? config.static_scale : config.initial_scale;
   state_.hysteresis_left = config.hysteresis;

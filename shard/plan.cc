@@ -91,7 +91,8 @@ int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, in
   };
   if (!fits(0)) return 0;
   // A rank holds at least 2 bytes (a bf16 value) per parameter, or per parameter of its 1/N at stage 3.
-  int64_t fit = 0, no_fit = (budget_bytes / 2 + 1) * (StagePolicy(input.stage).partitions_params() ? input.world_size : 1);
+  int64_t fit = 0,
+          no_fit = (budget_bytes / 2 + 1) * (StagePolicy(input.stage).partitions_params() ? input.world_size : 1);
   while (no_fit - fit > 1) {  // model states grow with Ψ: bisect the boundary
     const int64_t mid = fit + (no_fit - fit) / 2;
     (fits(mid) ? fit : no_fit) = mid;

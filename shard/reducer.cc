@@ -103,13 +103,15 @@ absl::Status GradientReducer::launch(Bucket& b) {
   const Tensor all = b.staging.tensor(rank_.dtype, {b.numel});
   ZERO_RETURN_IF_ERROR(kernels::divide_by(all, static_cast<float>(rank_.comm.world_size() * accumulation_steps_)));
   if (allreduce_) {
-    b.reduction = rank_.meter.counted(&CommVolume::grad_reduce, [&] { return rank_.comm.allreduce(all, ReduceOp::kSum); });
+    b.reduction =
+        rank_.meter.counted(&CommVolume::grad_reduce, [&] { return rank_.comm.allreduce(all, ReduceOp::kSum); });
     return absl::OkStatus();
   }
   // One unit per bucket: reduce-scatter in place, each rank's slice landing where it was.
   const UnitState& u = units_[b.units[0]];
   const Tensor slice = all.slice(u.slice_begin, u.slice_begin + u.layout.shard_numel);
-  b.reduction = rank_.meter.counted(&CommVolume::grad_reduce, [&] { return rank_.comm.reduce_scatter(all, slice, ReduceOp::kSum); });
+  b.reduction = rank_.meter.counted(&CommVolume::grad_reduce,
+                                    [&] { return rank_.comm.reduce_scatter(all, slice, ReduceOp::kSum); });
   return absl::OkStatus();
 }
 

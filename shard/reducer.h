@@ -65,7 +65,7 @@ class GradientReducer {
 
   const RankContext rank_;
   std::vector<UnitState>& units_;  // rank_.units
-  const bool allreduce_;  // StagePolicy::updates_everything
+  const bool allreduce_;           // StagePolicy::updates_everything
   const int accumulation_steps_;
   const bool no_sync_;
   std::vector<Bucket> buckets_;

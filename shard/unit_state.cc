@@ -74,9 +74,9 @@ absl::Status check_same_units_on_every_rank(const std::vector<Unit*>& units, Com
     if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) differ.push_back(r);
   }
   if (differ.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "the model differs across ranks: rank(s) ", absl::StrJoin(differ, ", "),
-      " declare units, parameters or sizes other than rank 0's; build the same model on every rank"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("the model differs across ranks: rank(s) ", absl::StrJoin(differ, ", "),
+                   " declare units, parameters or sizes other than rank 0's; build the same model on every rank"));
 }
 
 }  // namespace zero

@@ -32,11 +32,11 @@ struct UnitState {
   bool sharded = false;     // StagePolicy::shards_params: the params are held as this rank's slice only
   int64_t held_begin = 0;   // the flat range of params held: the slice when sharded, else all (padded)
   int64_t held_numel = 0;
-  int64_t own_begin = 0;    // the flat range this rank updates: every parameter element when the stage
-  int64_t own_count = 0;    // updates everything, else its slice
+  int64_t own_begin = 0;      // the flat range this rank updates: every parameter element when the stage
+  int64_t own_count = 0;      // updates everything, else its slice
   bool grads_sliced = false;  // StagePolicy::partitions_gradients: grads are held as the slice only
   int64_t grads_numel = 0;    // P, or S when grads_sliced
-  std::vector<int> needs;   // units whose params it reads: itself, then the owner of each tied param
+  std::vector<int> needs;     // units whose params it reads: itself, then the owner of each tied param
   absl::flat_hash_map<std::string, int> tied_owner;  // tied param name -> the unit that owns it
 
   Buffer params;

@@ -131,8 +131,8 @@ absl::StatusOr<std::unique_ptr<WrappedModel>> WrappedModel::wrap(Model& model, i
         size_t owner = 0;
         while (owner < i && units[owner]->name() != tie.owner_unit) ++owner;
         if (owner == i) {
-          return absl::InvalidArgumentError(absl::StrCat("unit '", units[i]->name(), "' ties to '", tie.owner_unit,
-                                                         ".", tie.param, "', which no earlier unit declares"));
+          return absl::InvalidArgumentError(absl::StrCat("unit '", units[i]->name(), "' ties to '", tie.owner_unit, ".",
+                                                         tie.param, "', which no earlier unit declares"));
         }
         const std::string grouped = flat_name(owner, tie.param);
         member.names.emplace_back(tie.param, grouped);

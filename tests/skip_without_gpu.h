@@ -17,8 +17,8 @@ inline bool gpu_required() {
 }
 }  // namespace zero::testing
 
-#define ZERO_SKIP_WITHOUT_GPU()                                                                        \
-  if (::zero::cuda_device_count() == 0) {                                                              \
+#define ZERO_SKIP_WITHOUT_GPU()                                                                            \
+  if (::zero::cuda_device_count() == 0) {                                                                  \
     if (::zero::testing::gpu_required()) FAIL() << "ZERO_REQUIRE_GPU=1: " << ::zero::why_no_cuda_device(); \
-    GTEST_SKIP() << ::zero::why_no_cuda_device();                                                      \
+    GTEST_SKIP() << ::zero::why_no_cuda_device();                                                          \
   }

@@ -51,7 +51,8 @@ absl::StatusOr<AdamWBenchResult> bench_adamw_cpu(int64_t numel, int iterations) 
   r.numel = numel;
   r.threads = omp_get_max_threads();
   Allocator allocator;
-  ZERO_ASSIGN_OR_RETURN(ShardLayout layout, ShardLayout::create({{"w", 0, numel}}, {ParamGroup{1.0f, 0.01f}}, 0, numel));
+  ZERO_ASSIGN_OR_RETURN(ShardLayout layout,
+                        ShardLayout::create({{"w", 0, numel}}, {ParamGroup{1.0f, 0.01f}}, 0, numel));
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, make_adam({}, std::move(layout), allocator));
   std::vector<float> params(numel, 0.5f), grads(numel, 1e-3f);
   Tensor p(params.data(), DType::kF32, {numel}), g(grads.data(), DType::kF32, {numel});

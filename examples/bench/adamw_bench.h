@@ -9,9 +9,9 @@ namespace zero {
 
 struct AdamWBenchResult {
   int64_t numel = 0;
-  int threads = 0;                        // OpenMP threads used by both measurements
-  double params_per_second = 0;           // zero's AdamW step
-  double copy_bytes_per_second = 0;       // best parallel copy, counting bytes read + written
+  int threads = 0;                           // OpenMP threads used by both measurements
+  double params_per_second = 0;              // zero's AdamW step
+  double copy_bytes_per_second = 0;          // best parallel copy, counting bytes read + written
   static constexpr int kBytesPerParam = 28;  // reads p, g, m, v; writes p, m, v (fp32)
   double bound_params_per_second() const { return copy_bytes_per_second / kBytesPerParam; }
 };

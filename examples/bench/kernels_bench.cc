@@ -47,9 +47,10 @@ struct Case {
 };
 
 constexpr const char* kKernels[] = {
-    "matmul_forward", "matmul_backward", "gelu_forward", "gelu_backward", "residual_forward", "residual_backward",
-    "cast_fp32_bf16", "cast_fp32_bf16_stochastic", "layernorm_forward", "layernorm_backward",
-    "crossentropy", "attention_forward", "attention_backward"};
+    "matmul_forward",    "matmul_backward",    "gelu_forward",   "gelu_backward",
+    "residual_forward",  "residual_backward",  "cast_fp32_bf16", "cast_fp32_bf16_stochastic",
+    "layernorm_forward", "layernorm_backward", "crossentropy",   "attention_forward",
+    "attention_backward"};
 
 struct Buffers {  // keeps every case's data alive, at stable addresses, for the whole run
   std::deque<std::vector<float>> f;
@@ -96,11 +97,13 @@ void matmul_cases(std::vector<Case>& cases, Buffers& buf, int64_t n, int64_t c, 
   const std::string shape = shape_name({n, c, oc});
   const double gflop = 2.0 * n * c * oc / 1e9;
   const int N = static_cast<int>(n), C = static_cast<int>(c), OC = static_cast<int>(oc);
-  cases.push_back({"matmul_forward", shape, "GFLOP/s", gflop,
-                   [&, n, c, oc] { return kernels::matmul_forward(f32(out, {n, oc}), f32(inp, {n, c}),
-                                                                  f32(w, {oc, c}), f32(b, {oc})); },
-                   "cblas_sgemm", gflop,
-                   [&, N, C, OC] { raw_sgemm(false, true, N, OC, C, inp.data(), C, w.data(), C, 0.0f, out.data(), OC); }});
+  cases.push_back(
+      {"matmul_forward", shape, "GFLOP/s", gflop,
+       [&, n, c, oc] {
+         return kernels::matmul_forward(f32(out, {n, oc}), f32(inp, {n, c}), f32(w, {oc, c}), f32(b, {oc}));
+       },
+       "cblas_sgemm", gflop,
+       [&, N, C, OC] { raw_sgemm(false, true, N, OC, C, inp.data(), C, w.data(), C, 0.0f, out.data(), OC); }});
   cases.push_back({"matmul_backward", shape, "GFLOP/s", 2 * gflop,
                    [&, n, c, oc] {
                      return kernels::matmul_backward(f32(dinp, {n, c}), f32(dw, {oc, c}), f32(db, {oc}),
@@ -167,10 +170,12 @@ void attention_cases(std::vector<Case>& cases, Buffers& buf, int64_t t, const Ca
   const std::string baseline = absl::StrCat("cblas_sgemm@", gemm.shape);
   // Causal: T(T+1)/2 scores per head; QK^T and PV take 2 flops per score and head-dim element each.
   const double gflop = 2.0 * 2.0 * b * nh * (t * (t + 1) / 2.0) * (c / nh) / 1e9;
-  cases.push_back({"attention_forward", shape, "GFLOP/s", gflop,
-                   [&, t] { return kernels::attention_forward(f32(out, {b, t, c}), f32(lse, {b, nh, t}),
-                                                              f32(inp, {b, t, 3 * c}), nh); },
-                   baseline, gemm.baseline_amount, gemm.baseline});
+  cases.push_back(
+      {"attention_forward", shape, "GFLOP/s", gflop,
+       [&, t] {
+         return kernels::attention_forward(f32(out, {b, t, c}), f32(lse, {b, nh, t}), f32(inp, {b, t, 3 * c}), nh);
+       },
+       baseline, gemm.baseline_amount, gemm.baseline});
   cases.push_back({"attention_backward", shape, "GFLOP/s", 2.5 * gflop,  // QK^T again, dP, dV, dQ, dK: 5 products
                    [&, t] {
                      return kernels::attention_backward(f32(dinp, {b, t, 3 * c}), f32(dout, {b, t, c}),
@@ -200,8 +205,8 @@ absl::StatusOr<std::set<std::string>> kernels_flag() {
   std::set<std::string> chosen;
   for (absl::string_view name : absl::StrSplit(list, ',')) {
     if (!known.count(std::string(name))) {
-      return flag_error("kernels", absl::StrCat("unknown kernel '", name, "'; choose from all, ",
-                                                absl::StrJoin(kKernels, ", ")));
+      return flag_error("kernels",
+                        absl::StrCat("unknown kernel '", name, "'; choose from all, ", absl::StrJoin(kKernels, ", ")));
     }
     chosen.emplace(name);
   }
@@ -236,12 +241,13 @@ absl::Status kernels_command() {
   ZERO_ASSIGN_OR_RETURN(const std::set<std::string> chosen, kernels_flag());
   ZERO_ASSIGN_OR_RETURN(const Repetitions reps, repetitions_flags());
   kernels::set_kernel_threads(omp_get_max_threads());
-  std::printf("# zero-bench kernels: %d kernel threads, tokens %lld, warmup %d, iters %d; every rate beside its "
-              "baseline from this run\n",
-              kernels::kernel_threads(), static_cast<long long>(tokens), reps.warmup, reps.iters);
+  std::printf(
+      "# zero-bench kernels: %d kernel threads, tokens %lld, warmup %d, iters %d; every rate beside its "
+      "baseline from this run\n",
+      kernels::kernel_threads(), static_cast<long long>(tokens), reps.warmup, reps.iters);
   Buffers buf;
-  ResultTable table({{"kernel"}, {"shape"}, {"time_us", 1}, {"rate", 2}, {"unit"}, {"baseline"},
-                     {"baseline_rate", 2}, {"ratio", 3}});
+  ResultTable table(
+      {{"kernel"}, {"shape"}, {"time_us", 1}, {"rate", 2}, {"unit"}, {"baseline"}, {"baseline_rate", 2}, {"ratio", 3}});
   for (const Case& c : all_cases(buf, tokens)) {
     if (chosen.count(c.kernel)) ZERO_RETURN_IF_ERROR(add_row(table, c, reps));
   }

@@ -28,14 +28,21 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"comm", "collective time, algbw and busbw per size (nccl-tests style) beside single-thread memcpy",
      zero::comm_command},
-    {"kernels", "CPU kernels' GFLOP/s (matmul, attention) beside raw cblas_sgemm and GB/s (elementwise, norms, "
-                "cross-entropy) beside a parallel memcpy", zero::kernels_command},
-    {"offload", "one GPT-2 per stage in RAM, with AdamW's state in NVMe files, and at stage 3 the parameters too: step time beside the RAM run's, "
-                "bytes in RAM and in files beside the formulas, the process's peak resident memory", zero::offload_command},
+    {"kernels",
+     "CPU kernels' GFLOP/s (matmul, attention) beside raw cblas_sgemm and GB/s (elementwise, norms, "
+     "cross-entropy) beside a parallel memcpy",
+     zero::kernels_command},
+    {"offload",
+     "one GPT-2 per stage in RAM, with AdamW's state in NVMe files, and at stage 3 the parameters too: step time "
+     "beside the RAM run's, "
+     "bytes in RAM and in files beside the formulas, the process's peak resident memory",
+     zero::offload_command},
     {"optim", "AdamW parameters/s on one CPU shard beside the memory-bandwidth bound and torch.optim.AdamW",
      zero::optim_command},
-    {"stages", "one GPT-2 under ZeRO stages 0-3: peak memory per category and bytes sent beside the formulas, "
-               "step time beside stage 0's", zero::stages_command},
+    {"stages",
+     "one GPT-2 under ZeRO stages 0-3: peak memory per category and bytes sent beside the formulas, "
+     "step time beside stage 0's",
+     zero::stages_command},
 };
 
 std::string usage() {

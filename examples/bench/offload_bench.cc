@@ -1,4 +1,5 @@
-// zero-bench offload: per stage, the same training steps in RAM, with the optimizer in NVMe files, and at stage 3 with the parameter shards too.
+// zero-bench offload: per stage, the same training steps in RAM, with the optimizer in NVMe files, and at stage 3 with
+// the parameter shards too.
 #include "examples/bench/offload_bench.h"
 
 #include <cstdio>
@@ -39,9 +40,12 @@ enum class Offloaded { kNone, kOptimizer, kOptimizerAndParams };
 
 absl::string_view offloaded_name(Offloaded o) {
   switch (o) {
-    case Offloaded::kNone: return "none";
-    case Offloaded::kOptimizer: return "optimizer";
-    case Offloaded::kOptimizerAndParams: return "optimizer+params";
+    case Offloaded::kNone:
+      return "none";
+    case Offloaded::kOptimizer:
+      return "optimizer";
+    case Offloaded::kOptimizerAndParams:
+      return "optimizer+params";
   }
   return "";
 }
@@ -66,8 +70,15 @@ absl::StatusOr<OffloadRow> run_one(Communicator& comm, StagesBenchOptions option
 }
 
 ResultTable offload_table(const std::vector<OffloadRow>& rows) {
-  ResultTable table({{"stage"}, {"offloaded"}, {"step_ms", 1}, {"vs_ram", 3}, {"states_ram_MiB", 2},
-                     {"formula_MiB", 2}, {"in_files_MiB", 2}, {"formula_files_MiB", 2}, {"rank0_total_MiB", 2},
+  ResultTable table({{"stage"},
+                     {"offloaded"},
+                     {"step_ms", 1},
+                     {"vs_ram", 3},
+                     {"states_ram_MiB", 2},
+                     {"formula_MiB", 2},
+                     {"in_files_MiB", 2},
+                     {"formula_files_MiB", 2},
+                     {"rank0_total_MiB", 2},
                      {"process_rss_MiB", 1}});
   double ram_ms = 0;
   for (const OffloadRow& r : rows) {
@@ -94,12 +105,13 @@ absl::Status offload_command() {
       }
     }
     if (comm.rank() != 0) return absl::OkStatus();
-    std::printf("# zero-bench offload: %s, backend %s, %d ranks, warmup %d, iters %d, nvme_path %s\n"
-                "# every unit sharded at stage 3 (persistence threshold 0); states_ram: rank 0's peak "
-                "params+grads+master+optim in RAM; in_files: its model states in files; formulas from shard/plan.h; "
-                "process_rss: peak resident memory of the whole process (all local ranks), page cache not included\n",
-                describe_model(options).c_str(), std::string(comm.backend_name()).c_str(), comm.world_size(),
-                options.reps.warmup, options.reps.iters, absl::GetFlag(FLAGS_nvme_path).c_str());
+    std::printf(
+        "# zero-bench offload: %s, backend %s, %d ranks, warmup %d, iters %d, nvme_path %s\n"
+        "# every unit sharded at stage 3 (persistence threshold 0); states_ram: rank 0's peak "
+        "params+grads+master+optim in RAM; in_files: its model states in files; formulas from shard/plan.h; "
+        "process_rss: peak resident memory of the whole process (all local ranks), page cache not included\n",
+        describe_model(options).c_str(), std::string(comm.backend_name()).c_str(), comm.world_size(),
+        options.reps.warmup, options.reps.iters, absl::GetFlag(FLAGS_nvme_path).c_str());
     const ResultTable table = offload_table(rows);
     std::fputs(table.to_text().c_str(), stdout);
     std::fflush(stdout);

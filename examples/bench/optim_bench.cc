@@ -43,10 +43,11 @@ absl::Status optim_command() {
   if (numel < 1) return flag_error("numel", "must be >= 1");
   ZERO_ASSIGN_OR_RETURN(const Repetitions reps, repetitions_flags());
   ZERO_ASSIGN_OR_RETURN(const AdamWBenchResult r, bench_adamw_cpu(numel, reps.iters));
-  std::printf("# zero-bench optim: AdamW on %lld fp32 parameters, %d threads, %d steps; bound = parallel copy "
-              "%.2f GB/s / %d bytes per parameter, same run\n",
-              static_cast<long long>(numel), r.threads, reps.iters, r.copy_bytes_per_second / 1e9,
-              AdamWBenchResult::kBytesPerParam);
+  std::printf(
+      "# zero-bench optim: AdamW on %lld fp32 parameters, %d threads, %d steps; bound = parallel copy "
+      "%.2f GB/s / %d bytes per parameter, same run\n",
+      static_cast<long long>(numel), r.threads, reps.iters, r.copy_bytes_per_second / 1e9,
+      AdamWBenchResult::kBytesPerParam);
   const auto torch = torch_adamw_rates(numel, reps.iters, r.threads);
   ResultTable table({{"implementation"}, {"params/s", 0}, {"zero_vs_it", 2}});
   table.add_row({std::string("zero AdamW"), r.params_per_second, 1.0});

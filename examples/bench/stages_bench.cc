@@ -19,7 +19,8 @@
 #include "shard/stage.h"
 
 ABSL_FLAG(std::string, model, "mini",
-          "stages: the GPT-2 shape: mini (maxT 256, V 8192, L 4, NH 4, C 256: quick) or a preset (tiny, d12 = GPT-2 small 124M, d24, d36, d48)");
+          "stages: the GPT-2 shape: mini (maxT 256, V 8192, L 4, NH 4, C 256: quick) or a preset (tiny, d12 = GPT-2 "
+          "small 124M, d24, d36, d48)");
 ABSL_FLAG(std::string, stages, "0,1,2,3", "stages: comma list of ZeRO stages to run, each from 0 to 3");
 ABSL_FLAG(int64_t, batch, 4, "stages: sequences per rank per step (B)");
 ABSL_FLAG(int64_t, seq, 64, "stages: tokens per sequence (T), at most the model's maxT");
@@ -65,7 +66,8 @@ absl::StatusOr<std::vector<int>> stages_flag() {
 struct TokenBatch {
   std::vector<int32_t> inputs, targets;
   Batch batch(int64_t B, int64_t T) {
-    return {.inputs = Tensor(inputs.data(), DType::kI32, {B, T}), .targets = Tensor(targets.data(), DType::kI32, {B, T})};
+    return {.inputs = Tensor(inputs.data(), DType::kI32, {B, T}),
+            .targets = Tensor(targets.data(), DType::kI32, {B, T})};
   }
 };
 TokenBatch random_tokens(const StagesBenchOptions& o, int rank, int step) {
@@ -112,20 +114,28 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   ZERO_RETURN_IF_ERROR(barrier(comm));  // the slowest rank's time
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / o.reps.iters;
 
-  const PlanInput plan{.params = engine->num_params(), .padded_params = engine->num_padded_params(),
-                       .world_size = comm.world_size(), .stage = stage, .precision = o.precision,
+  const PlanInput plan{.params = engine->num_params(),
+                       .padded_params = engine->num_padded_params(),
+                       .world_size = comm.world_size(),
+                       .stage = stage,
+                       .precision = o.precision,
                        .offload_optimizer = !o.offload_optimizer_path.empty(),
                        .offload_param = !o.offload_param_path.empty()};
   const MemoryStats held = allocator.stats();
-  StageRow row{.stage = stage, .world_size = comm.world_size(), .step_ms = 1e3 * seconds,
-               .tokens_per_s = static_cast<double>(comm.world_size() * o.batch * o.seq_len) / seconds,
-               .wait_ms = config.time_phases ? std::optional<double>(absl::ToDoubleMilliseconds(
-                                                   engine->phase_times().waiting) / o.reps.iters)
-                                             : std::nullopt,
-               .formula_model_state = model_state_bytes(plan).total(),
-               .in_files = held.in_files_total(),
-               .formula_in_files = model_state_bytes(plan).in_files, .sent = engine->comm_volume(),
-               .formula_sent = comm_bytes_per_step(plan).total(), .kept_for_reuse = held.cached};
+  StageRow row{
+      .stage = stage,
+      .world_size = comm.world_size(),
+      .step_ms = 1e3 * seconds,
+      .tokens_per_s = static_cast<double>(comm.world_size() * o.batch * o.seq_len) / seconds,
+      .wait_ms = config.time_phases
+                     ? std::optional<double>(absl::ToDoubleMilliseconds(engine->phase_times().waiting) / o.reps.iters)
+                     : std::nullopt,
+      .formula_model_state = model_state_bytes(plan).total(),
+      .in_files = held.in_files_total(),
+      .formula_in_files = model_state_bytes(plan).in_files,
+      .sent = engine->comm_volume(),
+      .formula_sent = comm_bytes_per_step(plan).total(),
+      .kept_for_reuse = held.cached};
   engine.reset();
   model.reset();
   row.memory = allocator.stats();
@@ -187,10 +197,23 @@ absl::StatusOr<std::vector<StageRow>> run_stages_bench(Communicator& comm, const
 }
 
 ResultTable stages_bench_table(const std::vector<StageRow>& rows) {
-  ResultTable table({{"stage"}, {"step_ms", 1}, {"tokens/s", 0}, {"vs_stage0", 3}, {"params_MiB", 2},
-                     {"grads_MiB", 2}, {"master_MiB", 2}, {"optim_MiB", 2}, {"comm_MiB", 2}, {"activ_MiB", 2},
-                     {"work_MiB", 2}, {"state_MiB", 2}, {"formula_MiB", 2}, {"sent_MiB", 2}, {"theory_MiB", 2},
-                     {"wait_ms", 1}, {"kept_MiB", 2}});
+  ResultTable table({{"stage"},
+                     {"step_ms", 1},
+                     {"tokens/s", 0},
+                     {"vs_stage0", 3},
+                     {"params_MiB", 2},
+                     {"grads_MiB", 2},
+                     {"master_MiB", 2},
+                     {"optim_MiB", 2},
+                     {"comm_MiB", 2},
+                     {"activ_MiB", 2},
+                     {"work_MiB", 2},
+                     {"state_MiB", 2},
+                     {"formula_MiB", 2},
+                     {"sent_MiB", 2},
+                     {"theory_MiB", 2},
+                     {"wait_ms", 1},
+                     {"kept_MiB", 2}});
   const bool ddp_first = !rows.empty() && StagePolicy(rows[0].stage).updates_everything();  // stage 0
   const double stage0_ms = ddp_first ? rows[0].step_ms : 0;
   for (const StageRow& r : rows) {
@@ -237,13 +260,14 @@ absl::Status stages_command() {
     ZERO_ASSIGN_OR_RETURN(std::vector<StageRow> rows, run_stages_bench(comm, options));
     if (comm.rank() != 0) return absl::OkStatus();
     const ResultTable table = stages_bench_table(rows);
-    std::printf("# zero-bench stages: %s, backend %s, %d ranks, warmup %d, iters %d\n"
-                "# memory: rank 0's peak per category; state = params+grads+master+optim against shard/plan.h; "
-                "sent: rank 0's gathers + reductions in the last step against theory (tied wte adds gathers); "
-                "wait: rank 0's time per step blocked on communication (not hidden by compute, or a slower "
-                "peer); kept: freed host memory the allocator keeps for the next step (runtime/allocator.h)\n",
-                describe_model(options).c_str(), std::string(comm.backend_name()).c_str(), comm.world_size(),
-                options.reps.warmup, options.reps.iters);
+    std::printf(
+        "# zero-bench stages: %s, backend %s, %d ranks, warmup %d, iters %d\n"
+        "# memory: rank 0's peak per category; state = params+grads+master+optim against shard/plan.h; "
+        "sent: rank 0's gathers + reductions in the last step against theory (tied wte adds gathers); "
+        "wait: rank 0's time per step blocked on communication (not hidden by compute, or a slower "
+        "peer); kept: freed host memory the allocator keeps for the next step (runtime/allocator.h)\n",
+        describe_model(options).c_str(), std::string(comm.backend_name()).c_str(), comm.world_size(),
+        options.reps.warmup, options.reps.iters);
     std::fputs(table.to_text().c_str(), stdout);
     std::fflush(stdout);
     ZERO_RETURN_IF_ERROR(write_csv_flag(table));

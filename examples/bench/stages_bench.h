@@ -1,4 +1,5 @@
-// zero-bench stages: one GPT-2 trained under ZeRO stages 0-3, memory, bytes and step time beside the formulas and stage 0.
+// zero-bench stages: one GPT-2 trained under ZeRO stages 0-3, memory, bytes and step time beside the formulas and stage
+// 0.
 #pragma once
 
 #include <optional>
@@ -19,8 +20,8 @@ namespace zero {
 struct StagesBenchOptions {
   Gpt2Config model;
   std::vector<int> stages = {0, 1, 2, 3};
-  int64_t batch = 4;    // B per rank per micro-batch
-  int64_t seq_len = 64; // T
+  int64_t batch = 4;     // B per rank per micro-batch
+  int64_t seq_len = 64;  // T
   DType precision = DType::kF32;
   Device device = Device::cpu();  // cuda:0 for every local rank on the GPU
   Repetitions reps;
@@ -33,11 +34,11 @@ struct StagesBenchOptions {
 struct StageRow {
   int stage = 0;
   int world_size = 1;
-  double step_ms = 0;         // timed steps / iters
-  double tokens_per_s = 0;    // N·B·T per step / step time
+  double step_ms = 0;       // timed steps / iters
+  double tokens_per_s = 0;  // N·B·T per step / step time
   // Rank 0's time per step blocked on communication (PhaseTimes::waiting); measured on the CPU only.
   std::optional<double> wait_ms;
-  MemoryStats memory;         // rank 0's peaks over the run
+  MemoryStats memory;               // rank 0's peaks over the run
   int64_t formula_model_state = 0;  // shard/plan.h's params + grads + master + optimizer in RAM for this model
   int64_t in_files = 0;             // rank 0's model states in offload files
   int64_t formula_in_files = 0;     // shard/plan.h's

@@ -66,7 +66,7 @@ class Hidden final : public Unit {
       }
     }
     h_.reset();
-    dh_.reset();  // the last reader of the gradient frees it: held past the step, it would leak into the next
+    dh_.reset();      // the last reader of the gradient frees it: held past the step, it would leak into the next
     return Tensor();  // the first unit has no input gradient
   }
 
@@ -94,7 +94,8 @@ class Output final : public Unit {
     double loss = 0;
     for (int64_t r = 0; r < rows; ++r) {
       float y = p.at("bias").data_as<float>()[0];
-      for (int64_t j = 0; j < kHidden; ++j) y += h.data_as<float>()[r * kHidden + j] * p.at("weight").data_as<float>()[j];
+      for (int64_t j = 0; j < kHidden; ++j)
+        y += h.data_as<float>()[r * kHidden + j] * p.at("weight").data_as<float>()[j];
       err[r] = y - ctx.batch.targets.data_as<float>()[r];
       loss += err[r] * err[r];
     }
@@ -159,14 +160,15 @@ absl::Status train(Communicator& comm) {
   float first = 0, last = 0;
   for (int step = 0; step < absl::GetFlag(FLAGS_steps); ++step) {
     make_batch(step, comm.rank(), x, y);
-    const Batch batch{Tensor(x.data(), DType::kF32, {kRowsPerRank, kIn}), Tensor(y.data(), DType::kF32, {kRowsPerRank})};
+    const Batch batch{Tensor(x.data(), DType::kF32, {kRowsPerRank, kIn}),
+                      Tensor(y.data(), DType::kF32, {kRowsPerRank})};
     ZERO_ASSIGN_OR_RETURN(StepResult result, engine->train_step({&batch, 1}, 0.01f));
     (step == 0 ? first : last) = result.loss;
     if (comm.rank() == 0 && step % 50 == 0) std::printf("step %4d  loss %.4f\n", step, result.loss);
   }
   if (comm.rank() == 0) {
-    std::printf("stage %d, %d ranks: loss %s from %.4f to %.4f\n%s", config.stage,
-                comm.world_size(), last < first ? "fell" : "did not fall", first, last, allocator.summary().c_str());
+    std::printf("stage %d, %d ranks: loss %s from %.4f to %.4f\n%s", config.stage, comm.world_size(),
+                last < first ? "fell" : "did not fall", first, last, allocator.summary().c_str());
   }
   if (const int64_t held = allocator.stats().current_of(MemoryCategory::kActivations); held != 0) {
     return absl::InternalError(absl::StrCat(held, " bytes of activations outlived the last step"));

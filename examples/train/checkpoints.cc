@@ -34,8 +34,9 @@ absl::Status prune(const CheckpointConfig& config) {
   }
   std::sort(tags.begin(), tags.end());
   for (size_t i = 0; i + config.keep_last < tags.size() && !ec; ++i) fs::remove_all(tags[i], ec);
-  if (ec) return absl::InternalError(absl::StrCat("checkpoint.keep_last: cannot remove an old checkpoint in ",
-                                                  config.dir, ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("checkpoint.keep_last: cannot remove an old checkpoint in ", config.dir, ": ", ec.message()));
   return absl::OkStatus();
 }
 
@@ -43,8 +44,8 @@ absl::StatusOr<int64_t> number(const Metadata& metadata, const std::string& key,
   int64_t value = 0;
   const auto it = metadata.find(key);
   if (it == metadata.end() || !absl::SimpleAtoi(it->second, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", dir, " has no ", key,
-                                                   "; it was not saved by zero-train"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", dir, " has no ", key, "; it was not saved by zero-train"));
   }
   return value;
 }

@@ -15,7 +15,8 @@ OptimizerFactory optimizer_factory(const OptimizerConfig& o) {
   }
   if (o.type == "Lamb") {
     const LambOptions options{.beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps};
-    return [options](ShardLayout layout, Allocator& a, Device d) { return make_lamb(options, std::move(layout), a, d); };
+    return
+        [options](ShardLayout layout, Allocator& a, Device d) { return make_lamb(options, std::move(layout), a, d); };
   }
   const AdamOptions options{.beta1 = o.betas[0],
                             .beta2 = o.betas[1],
@@ -25,8 +26,7 @@ OptimizerFactory optimizer_factory(const OptimizerConfig& o) {
 }
 
 LrSchedule::LrSchedule(const SchedulerConfig& scheduler, double optimizer_lr, int64_t steps)
-    : s_(scheduler),
-      optimizer_lr_(optimizer_lr),
+    : s_(scheduler), optimizer_lr_(optimizer_lr),
       total_(scheduler.total_num_steps > 0 ? scheduler.total_num_steps : steps),
       warmup_(std::max<int64_t>(2, scheduler.warmup_num_steps)) {}
 
@@ -50,7 +50,8 @@ float LrSchedule::lr(int64_t step) const {
   if (i < warmup_) {
     gamma = warmup_fraction(i);
   } else if (s_.type == "WarmupDecayLR") {
-    gamma = std::max(0.0, static_cast<double>(total_ - i) / static_cast<double>(std::max<int64_t>(1, total_ - warmup_)));
+    gamma =
+        std::max(0.0, static_cast<double>(total_ - i) / static_cast<double>(std::max<int64_t>(1, total_ - warmup_)));
   }
   return static_cast<float>(s_.warmup_min_lr + (s_.warmup_max_lr - s_.warmup_min_lr) * gamma);
 }

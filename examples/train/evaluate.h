@@ -15,8 +15,8 @@
 namespace zero::train {
 
 struct EvalResult {
-  float loss = 0;             // mean over micro-batches and ranks
-  int64_t correct = 0;        // answer digits (addition), next tokens or class labels predicted right, over all ranks
+  float loss = 0;       // mean over micro-batches and ranks
+  int64_t correct = 0;  // answer digits (addition), next tokens or class labels predicted right, over all ranks
   int64_t predictions = 0;
   int64_t answers_correct = 0;  // addition only: whole answers right
   int64_t answers = 0;

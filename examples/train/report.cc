@@ -15,9 +15,9 @@ namespace zero::train {
 
 namespace {
 
-constexpr MemoryCategory kCategories[] = {MemoryCategory::kParams,        MemoryCategory::kGrads,
+constexpr MemoryCategory kCategories[] = {MemoryCategory::kParams,         MemoryCategory::kGrads,
                                           MemoryCategory::kOptimizerState, MemoryCategory::kMasterWeights,
-                                          MemoryCategory::kCommBuffers,   MemoryCategory::kActivations,
+                                          MemoryCategory::kCommBuffers,    MemoryCategory::kActivations,
                                           MemoryCategory::kWorkspace};
 
 std::string duration(double seconds) {
@@ -27,9 +27,14 @@ std::string duration(double seconds) {
 
 // shard/plan.h's input for this run: the formulas for model states and bytes sent per step.
 PlanInput plan_of(const RunFacts& f) {
-  return {.params = f.params, .padded_params = f.padded_params, .world_size = f.world_size, .stage = f.stage,
-          .precision = f.precision, .optimizer_state_bytes = 4 * f.optimizer_state_floats,
-          .accumulation_steps = f.accumulation_steps, .offload_optimizer = f.offload_optimizer,
+  return {.params = f.params,
+          .padded_params = f.padded_params,
+          .world_size = f.world_size,
+          .stage = f.stage,
+          .precision = f.precision,
+          .optimizer_state_bytes = 4 * f.optimizer_state_floats,
+          .accumulation_steps = f.accumulation_steps,
+          .offload_optimizer = f.offload_optimizer,
           .offload_param = f.offload_param};
 }
 
@@ -40,8 +45,8 @@ absl::StatusOr<std::vector<T>> gather_on_rank_0(Communicator& comm, T mine) {
   const int n = comm.world_size();
   std::vector<T> all(n);
   const int64_t bytes = sizeof(T);
-  ZERO_RETURN_IF_ERROR(comm.gather(Tensor(&mine, DType::kU8, {bytes}), Tensor(all.data(), DType::kU8, {n * bytes}), 0)
-                           .wait());
+  ZERO_RETURN_IF_ERROR(
+      comm.gather(Tensor(&mine, DType::kU8, {bytes}), Tensor(all.data(), DType::kU8, {n * bytes}), 0).wait());
   if (comm.rank() != 0) all.clear();
   return all;
 }
@@ -65,16 +70,19 @@ std::string phase_table(const RunFacts& f) {
     for (double ms : ms_per_step(f.phases[r], f.steps)) row.push_back(ms);
     table.add_row(std::move(row));
   }
-  return absl::StrCat("\ntime per step by phase (wall_clock_breakdown; waiting: blocked on communication, within "
-                      "the phases):\n", table.to_text());
+  return absl::StrCat(
+      "\ntime per step by phase (wall_clock_breakdown; waiting: blocked on communication, within "
+      "the phases):\n",
+      table.to_text());
 }
 
 // Rank 0's model states held in files, beside the formula's; "" when nothing is offloaded.
 std::string offload_line(const RunFacts& f, const ModelStateBytes& formula, const std::vector<MemoryStats>& peaks) {
   if (!f.offload_optimizer && !f.offload_param) return "";
-  const std::string what = f.offload_optimizer && f.offload_param ? "parameter shards, master weights and optimizer state"
-                           : f.offload_param                       ? "parameter shards"
-                                                                   : "master weights and optimizer state";
+  const std::string what = f.offload_optimizer && f.offload_param
+                               ? "parameter shards, master weights and optimizer state"
+                           : f.offload_param ? "parameter shards"
+                                             : "master weights and optimizer state";
   const int64_t measured = peaks[0].in_files_total();
   return absl::StrCat("  offloaded to NVMe files: ", what, " ", format_bytes(measured), " on rank 0 (formula ",
                       format_bytes(formula.in_files), "), paged in one unit at a time",
@@ -92,14 +100,15 @@ std::string ratio(int64_t measured, int64_t theory) {
 
 void Progress::step(int64_t step, const StepResult& r, float lr, double rate, double elapsed_s) {
   const double eta = elapsed_s / (step - first_step_) * (steps_ - step);
-  const std::string text = absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  %.0f %s  elapsed %s  eta %s%s",
-                                           static_cast<int>(absl::StrCat(steps_).size()), step, steps_, r.loss, lr,
-                                           rate, rate_unit_, duration(elapsed_s), duration(eta),
-                                           r.skipped ? "  (fp16 overflow: step skipped)" : "");
+  const std::string text =
+      absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  %.0f %s  elapsed %s  eta %s%s",
+                      static_cast<int>(absl::StrCat(steps_).size()), step, steps_, r.loss, lr, rate, rate_unit_,
+                      duration(elapsed_s), duration(eta), r.skipped ? "  (fp16 overflow: step skipped)" : "");
   if (tty_) {
     const int width = 30;
     const int filled = static_cast<int>(width * step / steps_);
-    std::printf("\r[%s%s] %s", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), text.c_str());
+    std::printf("\r[%s%s] %s", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                text.c_str());
     open_line_ = true;
   } else if (step == first_step_ + 1 || step == steps_ || step % steps_per_print_ == 0) {
     std::printf("%s\n", text.c_str());
@@ -118,8 +127,8 @@ absl::StatusOr<MetricsFile> MetricsFile::open(const std::string& path, bool appe
   if (path.empty()) return MetricsFile();
   std::FILE* file = std::fopen(path.c_str(), append ? "a" : "w");
   if (file == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("metrics_path = ", path, ": cannot open it for writing: ",
-                                                   std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_path = ", path, ": cannot open it for writing: ", std::strerror(errno)));
   }
   return MetricsFile(file);
 }
@@ -168,12 +177,13 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
       dtype_name(f.precision), ", Ψ = ", f.padded_params, " (padded per unit):\n", memory.to_text(),
       offload_line(f, formula, peaks),
       "\nbytes sent by rank 0 per step vs theory (ring collectives: (N-1)/N of each buffer):\n", traffic.to_text(),
-      StagePolicy(f.stage).partitions_params() ? "  (theory gathers every unit in every forward and backward; stage 3 keeps a unit gathered while the "
-                     "next max_live_units gathers need it, and gathers a tied owner again for a unit that reads it "
-                     "otherwise, as GPT-2's head reads the embedding's wte)\n"
-                   : "",
-      absl::StrFormat("\nstep time %.1f ms (mean of %d steps), %.0f %s/s\n", 1e3 * f.train_seconds / f.steps,
-                      f.steps, f.predictions_per_s, f.predictions),
+      StagePolicy(f.stage).partitions_params()
+          ? "  (theory gathers every unit in every forward and backward; stage 3 keeps a unit gathered while the "
+            "next max_live_units gathers need it, and gathers a tied owner again for a unit that reads it "
+            "otherwise, as GPT-2's head reads the embedding's wte)\n"
+          : "",
+      absl::StrFormat("\nstep time %.1f ms (mean of %d steps), %.0f %s/s\n", 1e3 * f.train_seconds / f.steps, f.steps,
+                      f.predictions_per_s, f.predictions),
       phase_table(f));
 }
 

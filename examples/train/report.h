@@ -1,4 +1,5 @@
-// What zero-train shows: the progress line, the JSON-lines metrics file, the end-of-run memory, traffic and time tables.
+// What zero-train shows: the progress line, the JSON-lines metrics file, the end-of-run memory, traffic and time
+// tables.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +23,7 @@ class Progress {
   // A run of `steps` steps that starts after step `first_step` (0, or where a checkpoint stopped); the
   // rate is predictions per second, shown as `rate_unit` ("tok/s" for GPT-2, "samples/s" for the MLP).
   Progress(int64_t first_step, int64_t steps, int64_t steps_per_print, bool tty, std::string rate_unit)
-      : first_step_(first_step),
-        steps_(steps),
-        steps_per_print_(steps_per_print),
-        tty_(tty),
+      : first_step_(first_step), steps_(steps), steps_per_print_(steps_per_print), tty_(tty),
         rate_unit_(std::move(rate_unit)) {}
   // `rate` and `elapsed_s` over the steps this process ran; ETA from their mean step time.
   void step(int64_t step, const StepResult& result, float lr, double rate, double elapsed_s);
@@ -67,11 +65,11 @@ struct RunFacts {
   int optimizer_state_floats = 2;
   bool offload_optimizer = false;  // master weights and optimizer state in files (MemoryStats::in_files)
   bool offload_param = false;      // stage 3 parameter shards in files
-  int64_t params = 0;          // Ψ
-  int64_t padded_params = 0;   // Ψ as the engine lays it out: each unit padded to a multiple of N
-  int64_t steps = 0;           // this process ran (after a resume, the steps since)
-  CommVolume traffic;          // rank 0's bytes sent over those steps
-  double train_seconds = 0;    // those steps
+  int64_t params = 0;              // Ψ
+  int64_t padded_params = 0;       // Ψ as the engine lays it out: each unit padded to a multiple of N
+  int64_t steps = 0;               // this process ran (after a resume, the steps since)
+  CommVolume traffic;              // rank 0's bytes sent over those steps
+  double train_seconds = 0;        // those steps
   std::vector<PhaseTimes> phases;  // every rank's over those steps, with wall_clock_breakdown; else empty
   double predictions_per_s = 0;
   std::string predictions = "tokens";  // what a prediction is: tokens (GPT-2) or samples (the MLP)

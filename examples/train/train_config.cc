@@ -130,8 +130,9 @@ constexpr std::array<absl::string_view, 4> kOptimizerTypes = {"Adam", "AdamW", "
 
 // DeepSpeed keys for what zero does not have, refused with the reason; and zero's renamed keys.
 const std::map<std::string, std::string, std::less<>> kKeysNotTaken = {
-    {"activation_checkpointing", "DeepSpeed's; model.recompute has every GPT-2 block recompute its activations in "
-                                 "backward"},
+    {"activation_checkpointing",
+     "DeepSpeed's; model.recompute has every GPT-2 block recompute its activations in "
+     "backward"},
     {"communication_data_type", "DeepSpeed's; gradients are reduced in the training precision"},
     {"log_interval", "renamed steps_per_print, DeepSpeed's name"},
 };
@@ -191,8 +192,8 @@ class KeyReader {
       if (const auto it = kKeysNotTaken.find(key); it != kKeysNotTaken.end()) {
         return absl::InvalidArgumentError(absl::StrCat("zero does not take '", key, "': ", it->second));
       }
-      const bool is_parent = std::any_of(known_.begin(), known_.end(),
-                                         [&](const std::string& k) { return k.starts_with(key + "."); });
+      const bool is_parent =
+          std::any_of(known_.begin(), known_.end(), [&](const std::string& k) { return k.starts_with(key + "."); });
       if (is_parent && value.is_object()) {
         ZERO_RETURN_IF_ERROR(check_object(value, key));
         continue;
@@ -207,7 +208,8 @@ class KeyReader {
   std::string closest(absl::string_view key) const {
     std::set<std::string> candidates;
     for (const std::string& k : known_) {
-      for (size_t dot = k.find('.'); dot != std::string::npos; dot = k.find('.', dot + 1)) candidates.insert(k.substr(0, dot));
+      for (size_t dot = k.find('.'); dot != std::string::npos; dot = k.find('.', dot + 1))
+        candidates.insert(k.substr(0, dot));
       candidates.insert(k);
     }
     return *std::min_element(candidates.begin(), candidates.end(), [&](const std::string& a, const std::string& b) {
@@ -225,8 +227,8 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   // Choices zero always makes one way: accepted at that value.
   ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.contiguous_gradients", true,
                                     "backward writes every gradient into its unit's flat bucket"));
-  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.reduce_scatter", true,
-                                    "stages 1-3 reduce-scatter each unit's gradients"));
+  ZERO_RETURN_IF_ERROR(
+      r.read_fixed("zero_optimization.reduce_scatter", true, "stages 1-3 reduce-scatter each unit's gradients"));
   ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.allgather_partitions", true,
                                     "the updated slices of every unit kept whole are allgathered after the update"));
   ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.round_robin_gradients", false,
@@ -243,7 +245,7 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   // Keys that change nothing here, whatever their value.
   r.accept("zero_optimization.sub_group_size");  // the optimizer steps one flat unit's slice at a time
   r.accept("zero_optimization.stage3_gather_16bit_weights_on_model_save");  // export_path gathers every stage
-  r.accept("zero_optimization.offload_optimizer.pin_memory");  // offload goes from host memory to files
+  r.accept("zero_optimization.offload_optimizer.pin_memory");               // offload goes from host memory to files
   r.accept("zero_optimization.offload_param.pin_memory");
   r.accept("zero_allow_untested_optimizer");  // every optimizer zero has is sharded
   // Tuning of DeepSpeed's asynchronous NVMe swapper: zero's offload maps files and pages them itself.
@@ -254,8 +256,8 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   }
   r.accept_section("aio");
   ZERO_RETURN_IF_ERROR(r.read_fixed("fp16.auto_cast", false, "the model computes in the training precision itself"));
-  ZERO_RETURN_IF_ERROR(r.read_fixed("fp16.consecutive_hysteresis", false,
-                                    "hysteresis counts overflows since the scale last changed"));
+  ZERO_RETURN_IF_ERROR(
+      r.read_fixed("fp16.consecutive_hysteresis", false, "hysteresis counts overflows since the scale last changed"));
   // Gathered units alive are bounded by stage3_max_live_parameters, and a unit kept for a reuse within
   // them holds no more copies than prefetch would: freeing it earlier would only gather it again.
   r.accept("zero_optimization.stage3_max_reuse_distance");
@@ -382,11 +384,10 @@ absl::Status validate_offload_target(const std::string& key, const Offload& o, c
 
 absl::Status validate_offload(const TrainConfig& c) {
   const ZeroOptimization& z = c.zero_optimization;
-  ZERO_RETURN_IF_ERROR(
-      validate_offload_target("zero_optimization.offload_optimizer", z.offload_optimizer, c.device));
+  ZERO_RETURN_IF_ERROR(validate_offload_target("zero_optimization.offload_optimizer", z.offload_optimizer, c.device));
   ZERO_RETURN_IF_ERROR(validate_offload_target("zero_optimization.offload_param", z.offload_param, c.device));
-  return require(z.offload_param.device == "none" || StagePolicy(z.stage).partitions_params(), "zero_optimization.offload_param.device",
-                 z.offload_param.device,
+  return require(z.offload_param.device == "none" || StagePolicy(z.stage).partitions_params(),
+                 "zero_optimization.offload_param.device", z.offload_param.device,
                  absl::StrCat("offload_param moves the parameter shards of stage 3, and stage ", z.stage,
                               " keeps every parameter whole; use zero_optimization.stage = 3, or none"));
 }
@@ -397,9 +398,11 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
                                    {"gradient_accumulation_steps", c.gradient_accumulation_steps}}) {
     if (value) ZERO_RETURN_IF_ERROR(require(*value >= 1, key, *value, "must be at least 1"));
   }
-  ZERO_RETURN_IF_ERROR(require(c.gradient_clipping >= 0, "gradient_clipping", c.gradient_clipping, "must be >= 0 (0 = off)"));
+  ZERO_RETURN_IF_ERROR(
+      require(c.gradient_clipping >= 0, "gradient_clipping", c.gradient_clipping, "must be >= 0 (0 = off)"));
   const ZeroOptimization& z = c.zero_optimization;
-  ZERO_RETURN_IF_ERROR(require(StagePolicy::valid(z.stage), "zero_optimization.stage", z.stage, "the stage is 0, 1, 2 or 3"));
+  ZERO_RETURN_IF_ERROR(
+      require(StagePolicy::valid(z.stage), "zero_optimization.stage", z.stage, "the stage is 0, 1, 2 or 3"));
   ZERO_RETURN_IF_ERROR(require(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size", z.reduce_bucket_size,
                                "must be a positive number of elements"));
   ZERO_RETURN_IF_ERROR(require(z.allgather_bucket_size > 0, "zero_optimization.allgather_bucket_size",
@@ -419,16 +422,17 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(f.loss_scale >= 0, "fp16.loss_scale", f.loss_scale, "must be >= 0 (0 = dynamic)"));
   ZERO_RETURN_IF_ERROR(require(f.initial_scale_power >= 0 && f.initial_scale_power <= 62, "fp16.initial_scale_power",
                                f.initial_scale_power, "must be in [0, 62]"));
-  ZERO_RETURN_IF_ERROR(require(f.loss_scale_window >= 1, "fp16.loss_scale_window", f.loss_scale_window, "must be >= 1"));
+  ZERO_RETURN_IF_ERROR(
+      require(f.loss_scale_window >= 1, "fp16.loss_scale_window", f.loss_scale_window, "must be >= 1"));
   ZERO_RETURN_IF_ERROR(require(f.hysteresis >= 1, "fp16.hysteresis", f.hysteresis, "must be >= 1"));
   ZERO_RETURN_IF_ERROR(require(f.min_loss_scale > 0, "fp16.min_loss_scale", f.min_loss_scale, "must be positive"));
   const OptimizerConfig& o = c.optimizer;
   ZERO_RETURN_IF_ERROR(
       require(one_of(o.type, kOptimizerTypes), "optimizer.type", o.type, "use Adam, AdamW, Lamb or SGD (in any case)"));
   ZERO_RETURN_IF_ERROR(require(o.lr >= 0, "optimizer.params.lr", o.lr, "must be >= 0"));
-  ZERO_RETURN_IF_ERROR(require(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 &&
-                                   o.betas[1] < 1,
-                               "optimizer.params.betas", absl::StrJoin(o.betas, ", "), "must be two numbers in [0, 1)"));
+  ZERO_RETURN_IF_ERROR(
+      require(o.betas.size() == 2 && o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 && o.betas[1] < 1,
+              "optimizer.params.betas", absl::StrJoin(o.betas, ", "), "must be two numbers in [0, 1)"));
   ZERO_RETURN_IF_ERROR(require(o.eps > 0, "optimizer.params.eps", o.eps, "must be positive"));
   ZERO_RETURN_IF_ERROR(require(o.weight_decay >= 0, "optimizer.params.weight_decay", o.weight_decay, "must be >= 0"));
   ZERO_RETURN_IF_ERROR(require(o.momentum >= 0, "optimizer.params.momentum", o.momentum, "must be >= 0"));
@@ -437,8 +441,8 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
                                s.type, "use WarmupLR, WarmupDecayLR or WarmupCosineLR (or leave it out)"));
   ZERO_RETURN_IF_ERROR(require(one_of(s.warmup_type, {"log", "linear"}), "scheduler.params.warmup_type", s.warmup_type,
                                "use log or linear"));
-  ZERO_RETURN_IF_ERROR(require(s.warmup_num_steps >= 0, "scheduler.params.warmup_num_steps", s.warmup_num_steps,
-                               "must be >= 0"));
+  ZERO_RETURN_IF_ERROR(
+      require(s.warmup_num_steps >= 0, "scheduler.params.warmup_num_steps", s.warmup_num_steps, "must be >= 0"));
   ZERO_RETURN_IF_ERROR(require(s.warmup_min_lr >= 0 && s.warmup_max_lr >= 0, "scheduler.params.warmup_min_lr/max_lr",
                                absl::StrCat(s.warmup_min_lr, "/", s.warmup_max_lr), "must be >= 0"));
   const int64_t total = s.total_num_steps > 0 ? s.total_num_steps : c.steps;
@@ -457,7 +461,8 @@ absl::Status validate_gpt2(const ModelConfig& m, const DataConfig& d) {
                                "gpt2 reads token sequences: use addition or tokens (blobs is for model.type = mlp)"));
   if (m.preset != "custom") {
     absl::StatusOr<Gpt2Config> preset = Gpt2Config::preset(m.preset);
-    if (!preset.ok()) return absl::InvalidArgumentError(absl::StrCat("model.preset: ", preset.status().message(), " (or custom)"));
+    if (!preset.ok())
+      return absl::InvalidArgumentError(absl::StrCat("model.preset: ", preset.status().message(), " (or custom)"));
   }
   ZERO_RETURN_IF_ERROR(require(m.num_layers >= 1, "model.num_layers", m.num_layers, "must be at least 1"));
   ZERO_RETURN_IF_ERROR(require(m.num_heads >= 1, "model.num_heads", m.num_heads, "must be at least 1"));
@@ -471,13 +476,13 @@ absl::Status validate_mlp(const ModelConfig& m, const DataConfig& d) {
   ZERO_RETURN_IF_ERROR(require(!m.recompute, "model.recompute", "true",
                                "only GPT-2's blocks recompute their activations; the mlp saves its own"));
   const std::string widths = absl::StrCat("[", absl::StrJoin(m.widths, ", "), "]");
-  ZERO_RETURN_IF_ERROR(require(m.widths.size() >= 2 && std::all_of(m.widths.begin(), m.widths.end(),
-                                                                    [](int64_t w) { return w >= 1; }),
-                               "model.widths", widths, "must be two or more positive widths [D, hidden..., K]"));
+  ZERO_RETURN_IF_ERROR(
+      require(m.widths.size() >= 2 && std::all_of(m.widths.begin(), m.widths.end(), [](int64_t w) { return w >= 1; }),
+              "model.widths", widths, "must be two or more positive widths [D, hidden..., K]"));
   if (m.widths.front() != d.blobs.features || m.widths.back() != d.blobs.classes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.widths = ", widths, " must start with data.blobs.features (", d.blobs.features,
-        ") and end with data.blobs.classes (", d.blobs.classes, "); change one to match the other"));
+    return absl::InvalidArgumentError(absl::StrCat("model.widths = ", widths, " must start with data.blobs.features (",
+                                                   d.blobs.features, ") and end with data.blobs.classes (",
+                                                   d.blobs.classes, "); change one to match the other"));
   }
   return absl::OkStatus();
 }
@@ -486,12 +491,15 @@ absl::Status validate_data(const DataConfig& d) {
   ZERO_RETURN_IF_ERROR(require(one_of(d.source, {"addition", "tokens", "blobs"}), "data.source", d.source,
                                "use addition, tokens or blobs"));
   ZERO_RETURN_IF_ERROR(require(d.digits >= 1 && d.digits <= 9, "data.addition.digits", d.digits, "must be 1 to 9"));
-  ZERO_RETURN_IF_ERROR(require(d.examples_per_row >= 1, "data.addition.examples_per_row", d.examples_per_row, "must be >= 1"));
+  ZERO_RETURN_IF_ERROR(
+      require(d.examples_per_row >= 1, "data.addition.examples_per_row", d.examples_per_row, "must be >= 1"));
   ZERO_RETURN_IF_ERROR(require(d.train_rows >= 1, "data.addition.train_rows", d.train_rows, "must be >= 1"));
   ZERO_RETURN_IF_ERROR(require(d.val_rows >= 1, "data.addition.val_rows", d.val_rows, "must be >= 1"));
   if (d.source == "tokens") {
-    ZERO_RETURN_IF_ERROR(require(!d.train_glob.empty(), "data.tokens.train", "\"\"", "name the training shards (a glob)"));
-    ZERO_RETURN_IF_ERROR(require(!d.val_glob.empty(), "data.tokens.val", "\"\"", "name the validation shards (a glob)"));
+    ZERO_RETURN_IF_ERROR(
+        require(!d.train_glob.empty(), "data.tokens.train", "\"\"", "name the training shards (a glob)"));
+    ZERO_RETURN_IF_ERROR(
+        require(!d.val_glob.empty(), "data.tokens.val", "\"\"", "name the validation shards (a glob)"));
   }
   ZERO_RETURN_IF_ERROR(require(d.seq_len >= 1, "data.tokens.seq_len", d.seq_len, "must be >= 1"));
   ZERO_RETURN_IF_ERROR(require(d.vocab_size >= 1 && d.vocab_size <= 65536, "data.tokens.vocab_size", d.vocab_size,
@@ -511,8 +519,8 @@ absl::Status validate_model_and_data(const TrainConfig& c) {
 }
 
 absl::Status validate_run(const TrainConfig& c) {
-  ZERO_RETURN_IF_ERROR(require(one_of(c.backend, {"local", "mpi", "nccl"}), "backend", c.backend,
-                               "use local, mpi or nccl"));
+  ZERO_RETURN_IF_ERROR(
+      require(one_of(c.backend, {"local", "mpi", "nccl"}), "backend", c.backend, "use local, mpi or nccl"));
   ZERO_RETURN_IF_ERROR(require(one_of(c.device, {"cpu", "cuda"}), "device", c.device, "use cpu or cuda"));
   ZERO_RETURN_IF_ERROR(require(c.backend != "nccl" || c.device == "cuda", "backend", c.backend,
                                "nccl moves GPU memory: set device = cuda (one GPU per rank)"));
@@ -523,13 +531,16 @@ absl::Status validate_run(const TrainConfig& c) {
                                "this zero-train was built without CUDA (configure with -DZERO_WITH_CUDA=ON)"));
 #endif
   ZERO_RETURN_IF_ERROR(require(c.ranks >= 1, "ranks", c.ranks, "must be at least 1"));
-  ZERO_RETURN_IF_ERROR(require(c.memory_budget_mib >= 0, "memory_budget_mib", c.memory_budget_mib, "must be >= 0 (0 = none)"));
+  ZERO_RETURN_IF_ERROR(
+      require(c.memory_budget_mib >= 0, "memory_budget_mib", c.memory_budget_mib, "must be >= 0 (0 = none)"));
   ZERO_RETURN_IF_ERROR(require(c.steps >= 1, "steps", c.steps, "must be at least 1"));
-  ZERO_RETURN_IF_ERROR(require(c.eval_interval >= 0, "eval_interval", c.eval_interval, "must be >= 0 (0 = at the end only)"));
+  ZERO_RETURN_IF_ERROR(
+      require(c.eval_interval >= 0, "eval_interval", c.eval_interval, "must be >= 0 (0 = at the end only)"));
   ZERO_RETURN_IF_ERROR(require(c.eval_batches >= 1, "eval_batches", c.eval_batches, "must be at least 1"));
   ZERO_RETURN_IF_ERROR(require(c.steps_per_print >= 1, "steps_per_print", c.steps_per_print, "must be at least 1"));
   const CheckpointConfig& k = c.checkpoint;
-  ZERO_RETURN_IF_ERROR(require(k.interval >= 0, "checkpoint.interval", k.interval, "must be >= 0 (0 = at the end only)"));
+  ZERO_RETURN_IF_ERROR(
+      require(k.interval >= 0, "checkpoint.interval", k.interval, "must be >= 0 (0 = at the end only)"));
   ZERO_RETURN_IF_ERROR(require(k.keep_last >= 0, "checkpoint.keep_last", k.keep_last, "must be >= 0 (0 = keep all)"));
   ZERO_RETURN_IF_ERROR(require(!k.dir.empty() || !one_of(k.resume, {"latest", "auto"}), "checkpoint.resume", k.resume,
                                "resuming from the latest checkpoint needs checkpoint.dir"));
@@ -569,11 +580,11 @@ absl::StatusOr<json> parse_json_object(const std::string& text) {
     const size_t column = end - (line_start == std::string::npos ? 0 : line_start + 1) + 1;
     std::string what = e.what();
     if (const size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
-    return absl::InvalidArgumentError(absl::StrCat("the config is not valid JSON at line ", line, ", column ", column,
-                                                   ": ", what));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the config is not valid JSON at line ", line, ", column ", column, ": ", what));
   }
-  if (!root.is_object()) return absl::InvalidArgumentError(absl::StrCat("the config is ", root.type_name(),
-                                                                        ", not a JSON object ({...})"));
+  if (!root.is_object())
+    return absl::InvalidArgumentError(absl::StrCat("the config is ", root.type_name(), ", not a JSON object ({...})"));
   return root;
 }
 
@@ -614,10 +625,10 @@ absl::StatusOr<BatchPlan> resolve_batch(const TrainConfig& c, int world_size) {
     global = *micro * *accumulation * n;
   }
   if (*global != *micro * *accumulation * n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "train_batch_size ", *global, " != train_micro_batch_size_per_gpu ", *micro, " * gradient_accumulation_steps ",
-        *accumulation, " * ranks ", n, " (= ", *micro * *accumulation * n,
-        "); set two of the three batch keys and the third is derived"));
+    return absl::InvalidArgumentError(absl::StrCat("train_batch_size ", *global, " != train_micro_batch_size_per_gpu ",
+                                                   *micro, " * gradient_accumulation_steps ", *accumulation,
+                                                   " * ranks ", n, " (= ", *micro * *accumulation * n,
+                                                   "); set two of the three batch keys and the third is derived"));
   }
   return BatchPlan{.train_batch_size = *global, .micro_batch = *micro, .accumulation_steps = *accumulation};
 }
@@ -688,11 +699,13 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
 
   int64_t num_params = 0;
   for (const UnitSize& u : units) num_params += u.numel;
-  const ModelStateBytes states =
-      model_state_bytes({.params = num_params, .world_size = world_size, .stage = z.stage,
-                         .precision = config.precision, .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
-                         .offload_optimizer = !config.offload_optimizer_path.empty(),
-                         .offload_param = !config.offload_param_path.empty()});
+  const ModelStateBytes states = model_state_bytes({.params = num_params,
+                                                    .world_size = world_size,
+                                                    .stage = z.stage,
+                                                    .precision = config.precision,
+                                                    .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
+                                                    .offload_optimizer = !config.offload_optimizer_path.empty(),
+                                                    .offload_param = !config.offload_param_path.empty()});
   const auto gathered = std::max_element(units.begin(), units.end(),
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
   const bool gathers = StagePolicy(z.stage).partitions_params();

@@ -18,58 +18,58 @@
 
 namespace zero::train {
 
-struct Offload {                        // "zero_optimization.offload_optimizer" and "offload_param"
-  std::string device = "none";          // none or nvme; cpu is refused (see validate_offload)
-  std::string nvme_path;                // a directory on the drive that holds the files
+struct Offload {                // "zero_optimization.offload_optimizer" and "offload_param"
+  std::string device = "none";  // none or nvme; cpu is refused (see validate_offload)
+  std::string nvme_path;        // a directory on the drive that holds the files
 };
 
-struct ZeroOptimization {               // "zero_optimization"
+struct ZeroOptimization {  // "zero_optimization"
   int stage = 0;
-  int64_t reduce_bucket_size = 500'000'000;          // elements
-  int64_t allgather_bucket_size = 500'000'000;       // elements
-  int64_t stage3_prefetch_bucket_size = 50'000'000;  // elements
-  int64_t stage3_max_live_parameters = 1'000'000'000;  // elements
+  int64_t reduce_bucket_size = 500'000'000;              // elements
+  int64_t allgather_bucket_size = 500'000'000;           // elements
+  int64_t stage3_prefetch_bucket_size = 50'000'000;      // elements
+  int64_t stage3_max_live_parameters = 1'000'000'000;    // elements
   int64_t stage3_param_persistence_threshold = 100'000;  // elements
   bool overlap_comm = true;
-  Offload offload_optimizer;            // master weights and optimizer state to files on NVMe
-  Offload offload_param;                // stage 3: the parameter shards to files on NVMe
+  Offload offload_optimizer;  // master weights and optimizer state to files on NVMe
+  Offload offload_param;      // stage 3: the parameter shards to files on NVMe
   // zero's own: DDP's no_sync for stages 0-1 (reduce once per step), and the wrap policy's size.
   bool no_sync = false;
-  int64_t wrap_min_params = 0;          // elements; 0 = one flat unit per model unit
+  int64_t wrap_min_params = 0;  // elements; 0 = one flat unit per model unit
 };
 
-struct Fp16 {                           // "fp16"
+struct Fp16 {  // "fp16"
   bool enabled = false;
-  double loss_scale = 0;                // 0: dynamic
+  double loss_scale = 0;  // 0: dynamic
   int initial_scale_power = 16;
   int loss_scale_window = 1000;
   int hysteresis = 2;
   double min_loss_scale = 1;
 };
 
-struct OptimizerConfig {                // "optimizer"
-  std::string type = "AdamW";           // Adam, AdamW, Lamb or SGD
-  double lr = 1e-3;                     // params.lr
+struct OptimizerConfig {       // "optimizer"
+  std::string type = "AdamW";  // Adam, AdamW, Lamb or SGD
+  double lr = 1e-3;            // params.lr
   std::vector<double> betas = {0.9, 0.999};
   double eps = 1e-8;
   double weight_decay = 0;
-  bool adam_w_mode = true;              // Adam only: DeepSpeed's Adam decouples weight decay by default
-  double momentum = 0;                  // SGD only
+  bool adam_w_mode = true;  // Adam only: DeepSpeed's Adam decouples weight decay by default
+  double momentum = 0;      // SGD only
 };
 
-struct SchedulerConfig {                // "scheduler"; type "" = the optimizer's lr throughout
-  std::string type;                     // WarmupLR, WarmupDecayLR or WarmupCosineLR
-  double warmup_min_lr = 0;             // WarmupLR, WarmupDecayLR
-  double warmup_max_lr = 1e-3;          // WarmupLR, WarmupDecayLR
+struct SchedulerConfig {        // "scheduler"; type "" = the optimizer's lr throughout
+  std::string type;             // WarmupLR, WarmupDecayLR or WarmupCosineLR
+  double warmup_min_lr = 0;     // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 1e-3;  // WarmupLR, WarmupDecayLR
   int64_t warmup_num_steps = 1000;
-  std::string warmup_type = "log";      // log or linear
-  int64_t total_num_steps = 0;          // WarmupDecayLR, WarmupCosineLR; 0 = the run's steps
-  double warmup_min_ratio = 0;          // WarmupCosineLR
-  double cos_min_ratio = 0.0001;        // WarmupCosineLR
+  std::string warmup_type = "log";  // log or linear
+  int64_t total_num_steps = 0;      // WarmupDecayLR, WarmupCosineLR; 0 = the run's steps
+  double warmup_min_ratio = 0;      // WarmupCosineLR
+  double cos_min_ratio = 0.0001;    // WarmupCosineLR
 };
 
-struct ModelConfig {                    // "model"
-  std::string type = "gpt2";            // gpt2 or mlp
+struct ModelConfig {          // "model"
+  std::string type = "gpt2";  // gpt2 or mlp
   // A Gpt2Config::preset name, or "custom": the sizes below, with max_seq_len and vocab from the data.
   std::string preset = "custom";
   int64_t num_layers = 2;
@@ -79,34 +79,34 @@ struct ModelConfig {                    // "model"
   bool recompute = false;  // gpt2: every block recomputes its activations in backward (checkpointing)
 };
 
-struct BlobsKeys {                      // "data.blobs": see models/data/blobs.h
-  int64_t features = 16;                // D
-  int64_t classes = 4;                  // K
+struct BlobsKeys {        // "data.blobs": see models/data/blobs.h
+  int64_t features = 16;  // D
+  int64_t classes = 4;    // K
   double noise = 1.0;
   int64_t train_rows = 1 << 14;
   int64_t val_rows = 1024;
   uint64_t seed = 1;
 };
 
-struct DataConfig {                     // "data"
+struct DataConfig {  // "data"
   // addition (generated, embedded) or tokens (llm.c .bin shards) for gpt2; blobs (generated) for mlp
   std::string source = "addition";
-  int digits = 3;                       // addition.*: see models/data/addition.h
+  int digits = 3;  // addition.*: see models/data/addition.h
   int examples_per_row = 4;
   int64_t train_rows = 1 << 16;
   int64_t val_rows = 1024;
   uint64_t seed = 1;
-  std::string train_glob;               // tokens.*
+  std::string train_glob;  // tokens.*
   std::string val_glob;
   int64_t seq_len = 64;
   int64_t vocab_size = 50257;
   BlobsKeys blobs;
 };
 
-struct CheckpointConfig {              // "checkpoint": zero's own (see shard/checkpoint.h)
-  std::string dir;                      // checkpoints go to <dir>/step-NNNNNNNN and <dir>/latest; "" = none
-  int64_t interval = 0;                 // steps between saves; 0 = only at the end of the run
-  int64_t keep_last = 2;                // how many of the newest step-* to keep; 0 = all
+struct CheckpointConfig {  // "checkpoint": zero's own (see shard/checkpoint.h)
+  std::string dir;         // checkpoints go to <dir>/step-NNNNNNNN and <dir>/latest; "" = none
+  int64_t interval = 0;    // steps between saves; 0 = only at the end of the run
+  int64_t keep_last = 2;   // how many of the newest step-* to keep; 0 = all
   // "" starts fresh; "latest" resumes from <dir>/latest (an error if there is none); "auto" resumes from
   // it when there is one (for jobs that restart themselves); anything else is a checkpoint directory.
   std::string resume;
@@ -118,27 +118,27 @@ struct TrainConfig {
   std::optional<int64_t> train_micro_batch_size_per_gpu;
   std::optional<int64_t> gradient_accumulation_steps;
   double gradient_clipping = 0;
-  int64_t steps_per_print = 10;         // steps between log lines when stdout is not a terminal
-  bool wall_clock_breakdown = false;    // time forward, backward, update and waiting on communication
+  int64_t steps_per_print = 10;       // steps between log lines when stdout is not a terminal
+  bool wall_clock_breakdown = false;  // time forward, backward, update and waiting on communication
   ZeroOptimization zero_optimization;
-  bool bf16 = false;                    // bf16.enabled
+  bool bf16 = false;  // bf16.enabled
   Fp16 fp16;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
 
   ModelConfig model;
   DataConfig data;
-  std::string backend = "local";        // local (threads), mpi (mpirun -np N), nccl (one GPU per rank)
-  std::string device = "cpu";           // cpu, or cuda: local ranks share cuda:0, nccl ranks use their node's GPUs
-  int ranks = 4;                        // local, or nccl without mpirun; under mpirun the world size is -np
-  int64_t memory_budget_mib = 0;        // per rank, over all categories; 0 = none
+  std::string backend = "local";  // local (threads), mpi (mpirun -np N), nccl (one GPU per rank)
+  std::string device = "cpu";     // cpu, or cuda: local ranks share cuda:0, nccl ranks use their node's GPUs
+  int ranks = 4;                  // local, or nccl without mpirun; under mpirun the world size is -np
+  int64_t memory_budget_mib = 0;  // per rank, over all categories; 0 = none
   int64_t steps = 300;
-  int64_t eval_interval = 50;           // steps between evaluations; 0 = only at the end
-  int64_t eval_batches = 4;             // micro-batches per rank per evaluation
-  uint64_t seed = 1234;                 // parameter init and data order
+  int64_t eval_interval = 50;                             // steps between evaluations; 0 = only at the end
+  int64_t eval_batches = 4;                               // micro-batches per rank per evaluation
+  uint64_t seed = 1234;                                   // parameter init and data order
   std::string metrics_path = "zero-train-metrics.jsonl";  // JSON lines; "" = none
-  std::string init_from;                // Hugging Face GPT-2 safetensors to start from; "" = random init
-  std::string export_path;              // where to save the trained GPT-2 as safetensors; "" = not saved
+  std::string init_from;    // Hugging Face GPT-2 safetensors to start from; "" = random init
+  std::string export_path;  // where to save the trained GPT-2 as safetensors; "" = not saved
   CheckpointConfig checkpoint;
 };
 

@@ -1,4 +1,5 @@
-// zero-train: trains GPT-2 or an MLP under any ZeRO stage from a DeepSpeed-style JSON config, on in-process ranks or under mpirun.
+// zero-train: trains GPT-2 or an MLP under any ZeRO stage from a DeepSpeed-style JSON config, on in-process ranks or
+// under mpirun.
 //
 //   zero-train                                   the embedded default: small GPT-2, addition task, 4 ranks, stage 3
 //   zero-train --config my.json --zero_optimization.stage=2 --ranks 2
@@ -63,7 +64,8 @@ constexpr char kUsage[] =
     "       mpirun -np N zero-train --backend=mpi [...]\n"
     "       mpirun -np N zero-train --backend=nccl --device=cuda [...]   (one process per GPU)\n"
     "       zero-train --backend=nccl --device=cuda --ranks N [...]      (one process driving N GPUs)\n"
-    "Trains GPT-2 (or an MLP: --model.type=mlp --data.source=blobs) under ZeRO stage 0-3. Without --config it runs the embedded default (a small GPT-2 learning\n"
+    "Trains GPT-2 (or an MLP: --model.type=mlp --data.source=blobs) under ZeRO stage 0-3. Without --config it runs the "
+    "embedded default (a small GPT-2 learning\n"
     "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same.\n";
 
 // Everything a rank needs, settled before any parameter is allocated.
@@ -79,8 +81,8 @@ struct Plan {
 };
 
 absl::Status load_blobs(const BlobsKeys& b, Plan& plan) {
-  data::BlobsConfig blobs{.features = b.features, .classes = b.classes, .noise = b.noise, .rows = b.train_rows,
-                          .seed = b.seed};
+  data::BlobsConfig blobs{
+      .features = b.features, .classes = b.classes, .noise = b.noise, .rows = b.train_rows, .seed = b.seed};
   ZERO_ASSIGN_OR_RETURN(data::BlobsDataset train, data::BlobsDataset::create(blobs));
   blobs.rows = b.val_rows;
   blobs.split = data::BlobsSplit::kVal;
@@ -99,7 +101,8 @@ absl::Status load_data(const DataConfig& d, Plan& plan) {
     plan.val = std::make_shared<data::TokenShardDataset>(std::move(val));
     return absl::OkStatus();
   }
-  data::AdditionConfig task{.digits = d.digits, .examples_per_row = d.examples_per_row, .rows = d.train_rows, .seed = d.seed};
+  data::AdditionConfig task{
+      .digits = d.digits, .examples_per_row = d.examples_per_row, .rows = d.train_rows, .seed = d.seed};
   ZERO_ASSIGN_OR_RETURN(data::AdditionDataset train, data::AdditionDataset::create(task));
   task.rows = d.val_rows;
   task.split = data::AdditionSplit::kVal;
@@ -128,7 +131,8 @@ absl::StatusOr<Gpt2Config> model_shape(const TrainConfig& c, int64_t seq_len) {
 absl::StatusOr<std::unique_ptr<Model>> create_model(const Plan& plan) {
   if (plan.config.model.type == "mlp") return Mlp::create(plan.config.model.widths);
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> gpt2, Gpt2::create(plan.gpt2));
-  for (int64_t layer = 0; layer < plan.gpt2.num_layers; ++layer) gpt2->set_recompute(layer, plan.config.model.recompute);
+  for (int64_t layer = 0; layer < plan.gpt2.num_layers; ++layer)
+    gpt2->set_recompute(layer, plan.config.model.recompute);
   return gpt2;
 }
 
@@ -152,7 +156,8 @@ absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device
 }
 
 std::string describe_model(const Plan& p) {
-  if (p.config.model.type == "mlp") return absl::StrCat("MLP widths [", absl::StrJoin(p.config.model.widths, ", "), "]");
+  if (p.config.model.type == "mlp")
+    return absl::StrCat("MLP widths [", absl::StrJoin(p.config.model.widths, ", "), "]");
   const Gpt2Config& g = p.gpt2;
   return absl::StrFormat("GPT-2 L=%d NH=%d C=%d T=%d V=%d%s", g.num_layers, g.num_heads, g.channels,
                          p.train->layout().input_shape[0], g.vocab_size,
@@ -162,8 +167,8 @@ std::string describe_model(const Plan& p) {
 // "" or a line naming what goes to files where, warning when a directory is in RAM itself (tmpfs).
 std::string describe_offload(const ZeroConfig& z) {
   std::string out;
-  for (const auto& [what, dir] : {std::pair{"optimizer", &z.offload_optimizer_path},
-                                  std::pair{"parameter shards", &z.offload_param_path}}) {
+  for (const auto& [what, dir] :
+       {std::pair{"optimizer", &z.offload_optimizer_path}, std::pair{"parameter shards", &z.offload_param_path}}) {
     if (dir->empty()) continue;
     absl::StrAppend(&out, out.empty() ? "\n  offload: " : ", ", what, " to ", *dir,
                     files_stay_in_ram(*dir) ? " (warning: a file system in RAM, so this frees no memory)" : "");
@@ -187,8 +192,8 @@ absl::Status load_initial_weights(const Plan& plan, Engine& engine) {
   if (plan.config.init_from.empty()) return absl::OkStatus();
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(plan.config.init_from, plan.gpt2);
   if (!reader.ok()) {
-    return absl::Status(reader.status().code(), absl::StrCat("init_from = ", plan.config.init_from, ": ",
-                                                             reader.status().message()));
+    return absl::Status(reader.status().code(),
+                        absl::StrCat("init_from = ", plan.config.init_from, ": ", reader.status().message()));
   }
   return engine.load_params(
       [&](absl::string_view unit, absl::string_view param, Tensor dst) { return reader->fill(unit, param, dst); });
@@ -211,8 +216,8 @@ bool started_by_mpirun() {
 
 // A rank's allocator, with memory_budget_mib as its budget.
 Allocator rank_allocator(const TrainConfig& config, int rank) {
-  return Allocator(rank, config.memory_budget_mib > 0 ? std::optional<int64_t>(config.memory_budget_mib << 20)
-                                                     : std::nullopt);
+  return Allocator(
+      rank, config.memory_budget_mib > 0 ? std::optional<int64_t>(config.memory_budget_mib << 20) : std::nullopt);
 }
 
 // One rank's run: engine, data, the loop with periodic evaluation, the summary.
@@ -220,11 +225,8 @@ class RankRun {
  public:
   // `allocator` is this rank's, with the budget (rank_allocator); the communicator may account its scratch there too.
   RankRun(Communicator& comm, const Plan& plan, Allocator& allocator)
-      : comm_(comm),
-        plan_(plan),
-        allocator_(allocator),
-        schedule_(plan.config.scheduler, plan.config.optimizer.lr, plan.config.steps),
-        lead_(comm.rank() == 0) {}
+      : comm_(comm), plan_(plan), allocator_(allocator),
+        schedule_(plan.config.scheduler, plan.config.optimizer.lr, plan.config.steps), lead_(comm.rank() == 0) {}
 
   // Running out of the budget, whether the engine's states or a step's activations, is the budget's fault.
   absl::Status run() {
@@ -252,10 +254,11 @@ class RankRun {
 
   absl::Status setup() {
     ZERO_ASSIGN_OR_RETURN(model_, create_model(plan_));
-    ZERO_ASSIGN_OR_RETURN(engine_, Engine::create(*model_, comm_, allocator_, optimizer_factory(plan_.config.optimizer),
-                                                  plan_.zero));
+    ZERO_ASSIGN_OR_RETURN(
+        engine_, Engine::create(*model_, comm_, allocator_, optimizer_factory(plan_.config.optimizer), plan_.zero));
     ZERO_RETURN_IF_ERROR(load_initial_weights(plan_, *engine_));
-    const data::SamplerOptions sampler{.world_size = comm_.world_size(), .rank = comm_.rank(), .seed = plan_.config.seed};
+    const data::SamplerOptions sampler{
+        .world_size = comm_.world_size(), .rank = comm_.rank(), .seed = plan_.config.seed};
     absl::StatusOr<data::DataLoader> loader =
         data::DataLoader::create(plan_.train, plan_.batch.micro_batch, sampler, allocator_);
     if (!loader.ok()) return absl::InvalidArgumentError(absl::StrCat("the training data: ", loader.status().message()));
@@ -296,10 +299,16 @@ class RankRun {
     if (!lead_) return absl::OkStatus();
     const double rate = static_cast<double>((step - first_step_) * predictions_per_step()) / train_seconds_;
     progress_->step(step, result, lr, rate, train_seconds_);
-    metrics_.write({{"event", "train"}, {"step", step}, {"loss", result.loss}, {"lr", lr},
-                    {"accuracy", result.predictions > 0 ? static_cast<double>(result.correct) / result.predictions : 0.0},
-                    {"grad_norm", result.grad_norm}, {"skipped", result.skipped}, {prediction_name() + "_per_s", rate},
-                    {"elapsed_s", train_seconds_}});
+    metrics_.write(
+        {{"event", "train"},
+         {"step", step},
+         {"loss", result.loss},
+         {"lr", lr},
+         {"accuracy", result.predictions > 0 ? static_cast<double>(result.correct) / result.predictions : 0.0},
+         {"grad_norm", result.grad_norm},
+         {"skipped", result.skipped},
+         {prediction_name() + "_per_s", rate},
+         {"elapsed_s", train_seconds_}});
     return absl::OkStatus();
   }
 
@@ -309,7 +318,10 @@ class RankRun {
     const double accuracy = r.predictions > 0 ? static_cast<double>(r.correct) / r.predictions : 0.0;
     const double answers = r.answers > 0 ? static_cast<double>(r.answers_correct) / r.answers : 0.0;
     progress_->line(eval_line(step, r, accuracy, answers));
-    metrics_.write({{"event", "eval"}, {"step", step}, {"val_loss", r.loss}, {"val_accuracy", accuracy},
+    metrics_.write({{"event", "eval"},
+                    {"step", step},
+                    {"val_loss", r.loss},
+                    {"val_accuracy", accuracy},
                     {"val_answer_accuracy", answers}});
     return absl::OkStatus();
   }
@@ -362,7 +374,7 @@ class RankRun {
   Allocator& allocator_;
   LrSchedule schedule_;
   std::optional<Progress> progress_;  // set up once the first step is known
-  const bool lead_;  // rank 0 prints and writes
+  const bool lead_;                   // rank 0 prints and writes
   std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<data::DataLoader> loader_;
@@ -437,8 +449,8 @@ absl::Status train_launched_rank(const TrainConfig& config, Communicator& comm, 
   // mpirun starts these ranks. A launcher that starts the processes itself (torchrun sets WORLD_SIZE)
   // leaves each in an MPI world of one, where it would train alone.
   int64_t launched = 1;
-  if (const char* world = std::getenv("WORLD_SIZE"); world != nullptr && absl::SimpleAtoi(world, &launched) &&
-                                                      launched > comm.world_size()) {
+  if (const char* world = std::getenv("WORLD_SIZE");
+      world != nullptr && absl::SimpleAtoi(world, &launched) && launched > comm.world_size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "backend = ", config.backend, ": WORLD_SIZE is ", launched, " but MPI sees ", comm.world_size(),
         " rank(s); start the ranks with mpirun -np ", launched, " (torchrun-style launchers are not MPI)"));

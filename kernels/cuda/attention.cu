@@ -18,12 +18,12 @@ struct Dims {
 
 // The (batch, head, position) of a warp's row, with the row's offsets into (B, T, 3C) and (B, T, C).
 struct Row {
-  int64_t bh;      // b * NH + h: the lse row
-  int64_t pos;     // the query (or key) position
-  int64_t qkv;     // offset of q[b, pos, h, 0] in inp; k and v are + C and + 2C
-  int64_t head0;   // offset of q[b, 0, h, 0] in inp
-  int64_t o;       // offset of out[b, pos, h, 0]
-  int64_t o0;      // offset of out[b, 0, h, 0]
+  int64_t bh;     // b * NH + h: the lse row
+  int64_t pos;    // the query (or key) position
+  int64_t qkv;    // offset of q[b, pos, h, 0] in inp; k and v are + C and + 2C
+  int64_t head0;  // offset of q[b, 0, h, 0] in inp
+  int64_t o;      // offset of out[b, pos, h, 0]
+  int64_t o0;     // offset of out[b, 0, h, 0]
 };
 
 __device__ Row row_of(int64_t row, const Dims& d) {

@@ -1,4 +1,5 @@
-// Shared by the kernel .cu files: launch geometry, the elementwise launch, warp reductions, deterministic column sums, the current device.
+// Shared by the kernel .cu files: launch geometry, the elementwise launch, warp reductions, deterministic column sums,
+// the current device.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,4 +1,5 @@
-// Fused softmax cross-entropy forward and backward on CUDA: one block per row, per-row loss summed in row order on the host.
+// Fused softmax cross-entropy forward and backward on CUDA: one block per row, per-row loss summed in row order on the
+// host.
 #include <cfloat>
 #include <vector>
 
@@ -80,7 +81,7 @@ absl::StatusOr<CrossEntropySums> crossentropy_forward_backward(int device, float
   double* row_loss = static_cast<double*>(rows);
   int32_t* row_correct = reinterpret_cast<int32_t*>(row_loss + n);
   crossentropy_kernel<<<static_cast<unsigned>(n), kThreads>>>(dlogits, logits, targets, vocab, padded, scale, row_loss,
-                                                             row_correct);
+                                                              row_correct);
   std::vector<double> loss(static_cast<size_t>(n));
   std::vector<int32_t> correct(static_cast<size_t>(n));
   absl::Status status = launched("crossentropy_kernel");

@@ -17,19 +17,20 @@
 namespace zero::kernels::cuda {
 
 // out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC); bias may be null.
-absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias,
-                            int64_t n, int64_t c, int64_t oc);
-// dinp (N, C) = dout · weight (dinp may be null); dweight (OC, C) += dout^T · inp; dbias (OC) += column sums (may be null).
-absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, int64_t n, int64_t c, int64_t oc);
+absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias, int64_t n,
+                            int64_t c, int64_t oc);
+// dinp (N, C) = dout · weight (dinp may be null); dweight (OC, C) += dout^T · inp; dbias (OC) += column sums (may be
+// null).
+absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                             const float* weight, int64_t n, int64_t c, int64_t oc);
 // The same on tensor cores: inp, weight and dout in `half` (bf16 or fp16), products summed in fp32; out, bias,
 // dinp, dweight, dbias each fp32 or `half` as its dtype says. Bias and gradient adds happen in fp32 and a
 // half destination is rounded once (nearest even).
 absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const void* inp, const void* weight,
                                  const void* bias, DType bias_dtype, DType half, int64_t n, int64_t c, int64_t oc);
 absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void* dweight, DType dweight_dtype,
-                                  void* dbias, DType dbias_dtype, const void* dout, const void* inp,
-                                  const void* weight, DType half, int64_t n, int64_t c, int64_t oc);
+                                  void* dbias, DType dbias_dtype, const void* dout, const void* inp, const void* weight,
+                                  DType half, int64_t n, int64_t c, int64_t oc);
 
 absl::Status gelu_forward(int device, float* out, const float* inp, int64_t n);
 absl::Status gelu_backward(int device, float* dinp, const float* inp, const float* dout, int64_t n);
@@ -37,11 +38,11 @@ absl::Status residual_forward(int device, float* out, const float* a, const floa
 absl::Status residual_backward(int device, float* dinp, const float* dout, int64_t n);
 
 // inp, out (N, C); weight, bias (C); mean, rstd (N).
-absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp,
-                               const float* weight, const float* bias, int64_t n, int64_t c);
+absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                               const float* bias, int64_t n, int64_t c);
 absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, const float* mean, const float* rstd,
-                                int64_t n, int64_t c);
+                                const float* inp, const float* weight, const float* mean, const float* rstd, int64_t n,
+                                int64_t c);
 
 // tokens (B, T) on the device, already copied to the host as host_tokens and checked to lie in [0, V).
 absl::Status embedding_forward(int device, float* out, const int32_t* tokens, const float* wte, const float* wpe,

@@ -1,4 +1,5 @@
-// Token + position embedding on CUDA: a gather forward; a deterministic backward that gives each token's rows to one block.
+// Token + position embedding on CUDA: a gather forward; a deterministic backward that gives each token's rows to one
+// block.
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -92,7 +93,7 @@ absl::Status embedding_backward(int device, float* dwte, float* dwpe, const floa
   const int32_t* offsets = packed;
   const int32_t* tokens = offsets + g.unique + 1;
   embedding_backward_wte_kernel<<<static_cast<unsigned>(g.unique), kThreads>>>(dwte, dout, offsets, tokens,
-                                                                              tokens + g.unique, c);
+                                                                               tokens + g.unique, c);
   absl::Status status = launched("embedding_backward_wte_kernel");
   if (status.ok()) {
     embedding_backward_wpe_kernel<<<blocks_for(t * c), kThreads>>>(dwpe, dout, b, t, c);

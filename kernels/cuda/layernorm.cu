@@ -67,8 +67,8 @@ unsigned row_blocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock
 
 }  // namespace
 
-absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp,
-                               const float* weight, const float* bias, int64_t n, int64_t c) {
+absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                               const float* bias, int64_t n, int64_t c) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
@@ -77,8 +77,8 @@ absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd,
 }
 
 absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, const float* mean, const float* rstd,
-                                int64_t n, int64_t c) {
+                                const float* inp, const float* weight, const float* mean, const float* rstd, int64_t n,
+                                int64_t c) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();

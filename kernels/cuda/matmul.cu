@@ -1,4 +1,5 @@
-// matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (no TF32), bf16/fp16 tensor-core GEMMs with fp32 accumulation, bias and deterministic bias gradient.
+// matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (no TF32), bf16/fp16 tensor-core GEMMs with fp32 accumulation,
+// bias and deterministic bias gradient.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,8 +36,8 @@ class ThreadHandles {
     // bf16/fp16 in (cublasGemmEx, compute 32F): tensor cores, products exact in fp32 and summed in fp32; the
     // DISALLOW flag keeps split-K partial sums in fp32 too (by default cuBLAS may reduce them in a half C's
     // dtype), so a half output is rounded exactly once. It changes nothing for fp32 outputs.
-    ZERO_CUBLAS_RETURN_IF_ERROR(
-        cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+        h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, 0));
     return h;
   }
@@ -103,10 +104,14 @@ __device__ __forceinline__ T narrow(float x) {
 template <typename F>
 absl::Status with_type(DType t, F&& f) {
   switch (t) {
-    case DType::kF32: return f(static_cast<float*>(nullptr));
-    case DType::kBF16: return f(static_cast<__nv_bfloat16*>(nullptr));
-    case DType::kF16: return f(static_cast<__half*>(nullptr));
-    default: return absl::InternalError(absl::StrCat("matmul: no CUDA GEMM for ", dtype_name(t)));
+    case DType::kF32:
+      return f(static_cast<float*>(nullptr));
+    case DType::kBF16:
+      return f(static_cast<__nv_bfloat16*>(nullptr));
+    case DType::kF16:
+      return f(static_cast<__half*>(nullptr));
+    default:
+      return absl::InternalError(absl::StrCat("matmul: no CUDA GEMM for ", dtype_name(t)));
   }
 }
 
@@ -145,8 +150,8 @@ __global__ void add_column_sums_typed_kernel(int64_t rows, int64_t cols, Out* ou
 
 }  // namespace
 
-absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias,
-                            int64_t n, int64_t c, int64_t oc) {
+absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias, int64_t n,
+                            int64_t c, int64_t oc) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
@@ -159,8 +164,8 @@ absl::Status matmul_forward(int device, float* out, const float* inp, const floa
   return gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, bias != nullptr ? 1.0f : 0.0f, out, oc);
 }
 
-absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, int64_t n, int64_t c, int64_t oc) {
+absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                             const float* weight, int64_t n, int64_t c, int64_t oc) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
@@ -213,20 +218,20 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
 }
 
 absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void* dweight, DType dweight_dtype,
-                                  void* dbias, DType dbias_dtype, const void* dout, const void* inp,
-                                  const void* weight, DType half, int64_t n, int64_t c, int64_t oc) {
+                                  void* dbias, DType dbias_dtype, const void* dout, const void* inp, const void* weight,
+                                  DType half, int64_t n, int64_t c, int64_t oc) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
   ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, handle(device));
   if (dinp != nullptr) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)
-    ZERO_RETURN_IF_ERROR(gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp,
-                                 dinp_dtype, c));
+    ZERO_RETURN_IF_ERROR(
+        gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp, dinp_dtype, c));
   }
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C): cuBLAS reads a half dweight, adds in fp32, rounds once.
-  ZERO_RETURN_IF_ERROR(gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, 1.0f, dweight,
-                               dweight_dtype, c));
+  ZERO_RETURN_IF_ERROR(
+      gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, 1.0f, dweight, dweight_dtype, c));
   if (dbias == nullptr) return absl::OkStatus();
   return with_type(half, [&](auto* in_tag) {
     using In = Pointee<decltype(in_tag)>;

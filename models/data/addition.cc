@@ -23,7 +23,7 @@ int64_t power_of_ten(int digits) {
 AdditionSplit split_of(int64_t a, int64_t b, int digits) {
   const uint64_t problem = static_cast<uint64_t>(a * power_of_ten(digits) + b);  // < 10^18 < 2^60
   return splitmix64(problem ^ (static_cast<uint64_t>(digits) << 60)) % 10 == 0 ? AdditionSplit::kVal
-                                                                                : AdditionSplit::kTrain;
+                                                                               : AdditionSplit::kTrain;
 }
 
 // Writes `value`'s lowest `count` decimal digits to out, most significant first (or least, reversed).

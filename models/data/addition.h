@@ -1,4 +1,5 @@
-// The embedded default task: multi-digit addition generated from a seed, which a small GPT-2 learns in minutes on a CPU.
+// The embedded default task: multi-digit addition generated from a seed, which a small GPT-2 learns in minutes on a
+// CPU.
 #pragma once
 
 // One example, digits D = 3:      "123+456=9750\n"

@@ -47,8 +47,7 @@ class BlobsDataset final : public FeatureDataset {
   std::span<const float> centre(int64_t k) const;
 
  private:
-  BlobsDataset(const BlobsConfig& config, std::vector<float> centres)
-      : config_(config), centres_(std::move(centres)) {}
+  BlobsDataset(const BlobsConfig& config, std::vector<float> centres) : config_(config), centres_(std::move(centres)) {}
   BlobsConfig config_;
   std::vector<float> centres_;  // (K, D)
 };

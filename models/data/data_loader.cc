@@ -40,12 +40,8 @@ absl::StatusOr<DataLoader> DataLoader::create(std::shared_ptr<const Dataset> dat
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, int64_t batch_size, DistributedSampler sampler,
                        Buffer inputs, Buffer targets)
-    : dataset_(std::move(dataset)),
-      batch_size_(batch_size),
-      sampler_(std::move(sampler)),
-      layout_(dataset_->layout()),
-      inputs_buffer_(std::move(inputs)),
-      targets_buffer_(std::move(targets)) {
+    : dataset_(std::move(dataset)), batch_size_(batch_size), sampler_(std::move(sampler)), layout_(dataset_->layout()),
+      inputs_buffer_(std::move(inputs)), targets_buffer_(std::move(targets)) {
   batch_view_ = Batch{inputs_buffer_.tensor(layout_.input_dtype, batched(batch_size_, layout_.input_shape)),
                       targets_buffer_.tensor(DType::kI32, batched(batch_size_, layout_.target_shape))};
   set_epoch(0);

@@ -1,4 +1,5 @@
-// One rank's stream of micro-batches over any Dataset (token sequences or labelled features), dealt across ranks by DistributedSampler.
+// One rank's stream of micro-batches over any Dataset (token sequences or labelled features), dealt across ranks by
+// DistributedSampler.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +47,8 @@ class DataLoader {
   void set_epoch(int64_t epoch, int64_t batch = 0);
 
  private:
-  DataLoader(std::shared_ptr<const Dataset> dataset, int64_t batch_size, DistributedSampler sampler,
-             Buffer inputs, Buffer targets);
+  DataLoader(std::shared_ptr<const Dataset> dataset, int64_t batch_size, DistributedSampler sampler, Buffer inputs,
+             Buffer targets);
 
   std::shared_ptr<const Dataset> dataset_;
   int64_t batch_size_;

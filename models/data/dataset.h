@@ -1,4 +1,5 @@
-// The interfaces every data source implements, so one DataLoader serves token sequences (GPT-2) and labelled features (MLP).
+// The interfaces every data source implements, so one DataLoader serves token sequences (GPT-2) and labelled features
+// (MLP).
 #pragma once
 
 #include <cstddef>

@@ -19,8 +19,7 @@ absl::StatusOr<DistributedSampler> DistributedSampler::create(int64_t size, cons
 }
 
 DistributedSampler::DistributedSampler(int64_t size, const SamplerOptions& options)
-    : size_(size),
-      options_(options),
+    : size_(size), options_(options),
       num_samples_(options.drop_last ? size / options.world_size
                                      : (size + options.world_size - 1) / options.world_size) {}
 
@@ -34,7 +33,7 @@ std::vector<int64_t> DistributedSampler::epoch_order(int64_t epoch) const {
   const size_t total = static_cast<size_t>(num_samples_ * options_.world_size);
   order.reserve(total);
   for (size_t i = 0; order.size() < total; ++i) order.push_back(order[i]);  // pad with the list's own head
-  order.resize(total);                                                          // or cut the tail
+  order.resize(total);                                                      // or cut the tail
   return order;
 }
 

@@ -1,4 +1,5 @@
-// Counter-based random numbers for the data pipeline: the same (seed, counter) gives the same value on every rank and platform.
+// Counter-based random numbers for the data pipeline: the same (seed, counter) gives the same value on every rank and
+// platform.
 #pragma once
 
 #include <cstdint>

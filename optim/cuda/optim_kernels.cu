@@ -19,7 +19,7 @@ constexpr int kMaxSegments = 48;  // per launch; kernel parameters stay under 4 
 constexpr int kMaxGroups = 8;
 constexpr int kThreads = 256;
 
-constexpr int kSumTiles = 16;    // blocks per chunk in the square-sum pass: 16 * 256 threads, 16 elements each
+constexpr int kSumTiles = 16;  // blocks per chunk in the square-sum pass: 16 * 256 threads, 16 elements each
 constexpr int64_t kSquareChunksPerLaunch = 512;  // exact_square_sum: 512 chunks' bins (1 MiB) per round trip
 
 // A parameter's part of the shard [begin, end) (shard-local), its group, and a per-parameter scale
@@ -143,7 +143,8 @@ __global__ void lars_sums_kernel(Table<LarsCoeffs> t, unsigned long long* bins, 
 // Block b bins the squares of x[i] / divisor over chunk first_chunk + b (kMaxBinnedValues elements, so each
 // slot fits uint64 as in the CPU's SquareBins) into bins[b][slot]. Integer atomics: the same bins on every run.
 template <DType T>
-__global__ void square_bins_kernel(const void* x, float divisor, int64_t n, int64_t first_chunk, unsigned long long* bins) {
+__global__ void square_bins_kernel(const void* x, float divisor, int64_t n, int64_t first_chunk,
+                                   unsigned long long* bins) {
   __shared__ unsigned long long local[kSquareSlots];
   for (int j = threadIdx.x; j < kSquareSlots; j += blockDim.x) local[j] = 0;
   __syncthreads();
@@ -166,8 +167,12 @@ __global__ void lars_apply_kernel(Table<LarsCoeffs> t, float* p, const float* g,
 
 HalfOut half_out(const ShardLayout& layout, const ShardStep& s) {
   if (!s.half->enabled()) return HalfOut{nullptr, false, false, 0, 0, 0};
-  return HalfOut{static_cast<uint16_t*>(s.half->out.data()), s.half->out.dtype() == DType::kBF16, s.half->stochastic,
-                 s.half->seed, layout.shard_begin(), s.step};
+  return HalfOut{static_cast<uint16_t*>(s.half->out.data()),
+                 s.half->out.dtype() == DType::kBF16,
+                 s.half->stochastic,
+                 s.half->seed,
+                 layout.shard_begin(),
+                 s.step};
 }
 
 // The shard's chunks as segments. Without `param_scale` (SGD, Adam) adjacent chunks of one group merge into
@@ -191,8 +196,8 @@ std::vector<Segment> segments_of(const ShardLayout& layout, const std::vector<fl
 template <typename Coeffs, typename Launch>
 absl::Status for_each_table(const std::vector<Segment>& segments, const std::vector<Coeffs>& coeffs, Launch launch) {
   if (coeffs.size() > kMaxGroups) {
-    return absl::InvalidArgumentError(absl::StrCat("the CUDA optimizers take at most ", kMaxGroups,
-                                                   " parameter groups, got ", coeffs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CUDA optimizers take at most ", kMaxGroups, " parameter groups, got ", coeffs.size()));
   }
   for (size_t first = 0; first < segments.size(); first += kMaxSegments) {
     Table<Coeffs> t{};
@@ -280,9 +285,10 @@ absl::StatusOr<ChunkSums> lamb_sums_cuda(int device, const ShardLayout& layout, 
                                          const ShardStep& s, float* exp_avg, float* exp_avg_sq, void* bins) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return chunk_sums(layout, coeffs, bins, [&](const Table<LambCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
-    lamb_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads, exp_avg, exp_avg_sq);
-  });
+  return chunk_sums(layout, coeffs, bins,
+                    [&](const Table<LambCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
+                      lamb_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads, exp_avg, exp_avg_sq);
+                    });
 }
 
 absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
@@ -301,9 +307,10 @@ absl::StatusOr<ChunkSums> lars_sums_cuda(int device, const ShardLayout& layout, 
                                          const ShardStep& s, void* bins) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return chunk_sums(layout, coeffs, bins, [&](const Table<LarsCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
-    lars_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads);
-  });
+  return chunk_sums(layout, coeffs, bins,
+                    [&](const Table<LarsCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
+                      lars_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads);
+                    });
 }
 
 absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,

@@ -18,10 +18,10 @@ absl::Status cuda_zero(int device, void* ptr, int64_t nbytes);
 
 // Each updates the shard in place (fp32 master, state) and writes the half copy in the same pass when
 // step.half is enabled. They run on the legacy default stream and return once the kernels have finished.
-absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs, const ShardStep& step,
-                      float* momentum_buffer /*(S), null without momentum*/);
-absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs, const ShardStep& step,
-                       float* exp_avg /*(S)*/, float* exp_avg_sq /*(S)*/);
+absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs,
+                      const ShardStep& step, float* momentum_buffer /*(S), null without momentum*/);
+absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs,
+                       const ShardStep& step, float* exp_avg /*(S)*/, float* exp_avg_sq /*(S)*/);
 
 // LAMB and LARS: pass 1 fills exact square bins (square_sum.h) of two quantities per chunk of the layout on
 // the device and returns them as SquareSums, the same integers the CPU bins hold; after the caller's

@@ -33,8 +33,8 @@ class Backend {
   virtual absl::Status run(const Collective& c, absl::Time deadline) = 0;
 
   // Fills `all[r]` with rank r's fingerprint (the debug check). The default runs a host allgather.
-  virtual absl::Status exchange_fingerprints(const CollectiveFingerprint& mine,
-                                             std::span<CollectiveFingerprint> all, absl::Time deadline);
+  virtual absl::Status exchange_fingerprints(const CollectiveFingerprint& mine, std::span<CollectiveFingerprint> all,
+                                             absl::Time deadline);
 
   // Called once, after this rank's first failure, so peers blocked in a collective with us fail too.
   virtual void abort(const absl::Status& cause) { (void)cause; }

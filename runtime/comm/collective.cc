@@ -10,23 +10,34 @@ namespace zero {
 
 absl::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "?";
 }
 
 absl::string_view collective_op_name(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::kAllreduce: return "allreduce";
-    case CollectiveOp::kReduceScatter: return "reduce_scatter";
-    case CollectiveOp::kAllgather: return "allgather";
-    case CollectiveOp::kBroadcast: return "broadcast";
-    case CollectiveOp::kReduce: return "reduce";
-    case CollectiveOp::kGather: return "gather";
-    case CollectiveOp::kScatter: return "scatter";
-    case CollectiveOp::kBarrier: return "barrier";
+    case CollectiveOp::kAllreduce:
+      return "allreduce";
+    case CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOp::kAllgather:
+      return "allgather";
+    case CollectiveOp::kBroadcast:
+      return "broadcast";
+    case CollectiveOp::kReduce:
+      return "reduce";
+    case CollectiveOp::kGather:
+      return "gather";
+    case CollectiveOp::kScatter:
+      return "scatter";
+    case CollectiveOp::kBarrier:
+      return "barrier";
   }
   return "?";
 }
@@ -78,9 +89,9 @@ absl::Status check_fingerprints_agree(std::span<const CollectiveFingerprint> all
     parts.push_back(absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "), " issued ",
                                  fingerprint.describe()));
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "ranks diverged in their collective sequence: ", absl::StrJoin(parts, "; "),
-      ". Every rank must issue the same collectives in the same order with the same sizes."));
+  return absl::FailedPreconditionError(
+      absl::StrCat("ranks diverged in their collective sequence: ", absl::StrJoin(parts, "; "),
+                   ". Every rank must issue the same collectives in the same order with the same sizes."));
 }
 
 int64_t payload_bytes(const Collective& c, int world_size) {
@@ -88,8 +99,10 @@ int64_t payload_bytes(const Collective& c, int world_size) {
     case CollectiveOp::kReduceScatter:
     case CollectiveOp::kAllgather:
     case CollectiveOp::kGather:
-    case CollectiveOp::kScatter: return world_size * c.chunk_bytes();
-    default: return c.op == CollectiveOp::kBarrier ? 0 : c.chunk_bytes();
+    case CollectiveOp::kScatter:
+      return world_size * c.chunk_bytes();
+    default:
+      return c.op == CollectiveOp::kBarrier ? 0 : c.chunk_bytes();
   }
 }
 
@@ -98,14 +111,19 @@ int64_t bytes_sent(const Collective& c, int rank, int world_size) {
   const int64_t bytes = c.chunk_bytes();
   const bool is_root = rank == c.root;
   switch (c.op) {
-    case CollectiveOp::kAllreduce: return 2 * (n - 1) * bytes / n;
+    case CollectiveOp::kAllreduce:
+      return 2 * (n - 1) * bytes / n;
     case CollectiveOp::kReduceScatter:
-    case CollectiveOp::kAllgather: return (n - 1) * bytes;
+    case CollectiveOp::kAllgather:
+      return (n - 1) * bytes;
     case CollectiveOp::kBroadcast:
-    case CollectiveOp::kScatter: return is_root ? (n - 1) * bytes : 0;
+    case CollectiveOp::kScatter:
+      return is_root ? (n - 1) * bytes : 0;
     case CollectiveOp::kReduce:
-    case CollectiveOp::kGather: return is_root ? 0 : bytes;
-    case CollectiveOp::kBarrier: return 0;
+    case CollectiveOp::kGather:
+      return is_root ? 0 : bytes;
+    case CollectiveOp::kBarrier:
+      return 0;
   }
   return 0;
 }

@@ -2,8 +2,8 @@
 #pragma once
 
 #include <array>
-#include <span>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include "absl/strings/string_view.h"

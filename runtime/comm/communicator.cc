@@ -48,48 +48,70 @@ absl::Status Backend::exchange_fingerprints(const CollectiveFingerprint& mine, s
 }
 
 Communicator::Communicator(std::unique_ptr<Backend> backend, CommOptions options)
-    : backend_(std::move(backend)),
-      options_(options),
-      rank_(backend_->rank()),
-      world_size_(backend_->world_size()),
+    : backend_(std::move(backend)), options_(options), rank_(backend_->rank()), world_size_(backend_->world_size()),
       stream_(absl::StrCat("zero-comm-", backend_->rank())) {}
 
 Communicator::~Communicator() { stream_.synchronize(); }
 
 Work Communicator::allreduce(Tensor buffer, ReduceOp op) {
   if (absl::Status s = validate(CollectiveOp::kAllreduce, nullptr, &buffer, 0, op); !s.ok()) return Work::completed(s);
-  return submit({.op = CollectiveOp::kAllreduce, .reduce_op = op, .dtype = buffer.dtype(), .device = buffer.device(),
-                 .count = buffer.numel(), .send = buffer.data(), .recv = buffer.data()});
+  return submit({.op = CollectiveOp::kAllreduce,
+                 .reduce_op = op,
+                 .dtype = buffer.dtype(),
+                 .device = buffer.device(),
+                 .count = buffer.numel(),
+                 .send = buffer.data(),
+                 .recv = buffer.data()});
 }
 
 Work Communicator::reduce_scatter(Tensor input, Tensor output, ReduceOp op) {
   if (absl::Status s = validate(CollectiveOp::kReduceScatter, &input, &output, 0, op); !s.ok()) {
     return Work::completed(s);
   }
-  return submit({.op = CollectiveOp::kReduceScatter, .reduce_op = op, .dtype = output.dtype(),
-                 .device = output.device(), .count = output.numel(), .send = input.data(), .recv = output.data()});
+  return submit({.op = CollectiveOp::kReduceScatter,
+                 .reduce_op = op,
+                 .dtype = output.dtype(),
+                 .device = output.device(),
+                 .count = output.numel(),
+                 .send = input.data(),
+                 .recv = output.data()});
 }
 
 Work Communicator::allgather(Tensor input, Tensor output) {
   if (absl::Status s = validate(CollectiveOp::kAllgather, &input, &output, 0, std::nullopt); !s.ok()) {
     return Work::completed(s);
   }
-  return submit({.op = CollectiveOp::kAllgather, .dtype = input.dtype(), .device = input.device(),
-                 .count = input.numel(), .send = input.data(), .recv = output.data()});
+  return submit({.op = CollectiveOp::kAllgather,
+                 .dtype = input.dtype(),
+                 .device = input.device(),
+                 .count = input.numel(),
+                 .send = input.data(),
+                 .recv = output.data()});
 }
 
 Work Communicator::broadcast(Tensor buffer, int root) {
   if (absl::Status s = validate(CollectiveOp::kBroadcast, nullptr, &buffer, root, std::nullopt); !s.ok()) {
     return Work::completed(s);
   }
-  return submit({.op = CollectiveOp::kBroadcast, .dtype = buffer.dtype(), .device = buffer.device(),
-                 .count = buffer.numel(), .send = buffer.data(), .recv = buffer.data(), .root = root});
+  return submit({.op = CollectiveOp::kBroadcast,
+                 .dtype = buffer.dtype(),
+                 .device = buffer.device(),
+                 .count = buffer.numel(),
+                 .send = buffer.data(),
+                 .recv = buffer.data(),
+                 .root = root});
 }
 
 Work Communicator::reduce(Tensor buffer, int root, ReduceOp op) {
   if (absl::Status s = validate(CollectiveOp::kReduce, nullptr, &buffer, root, op); !s.ok()) return Work::completed(s);
-  return submit({.op = CollectiveOp::kReduce, .reduce_op = op, .dtype = buffer.dtype(), .device = buffer.device(),
-                 .count = buffer.numel(), .send = buffer.data(), .recv = buffer.data(), .root = root});
+  return submit({.op = CollectiveOp::kReduce,
+                 .reduce_op = op,
+                 .dtype = buffer.dtype(),
+                 .device = buffer.device(),
+                 .count = buffer.numel(),
+                 .send = buffer.data(),
+                 .recv = buffer.data(),
+                 .root = root});
 }
 
 Work Communicator::gather(Tensor input, Tensor output, int root) {
@@ -98,8 +120,13 @@ Work Communicator::gather(Tensor input, Tensor output, int root) {
       !s.ok()) {
     return Work::completed(s);
   }
-  return submit({.op = CollectiveOp::kGather, .dtype = input.dtype(), .device = input.device(), .count = input.numel(),
-                 .send = input.data(), .recv = is_root ? output.data() : nullptr, .root = root});
+  return submit({.op = CollectiveOp::kGather,
+                 .dtype = input.dtype(),
+                 .device = input.device(),
+                 .count = input.numel(),
+                 .send = input.data(),
+                 .recv = is_root ? output.data() : nullptr,
+                 .root = root});
 }
 
 Work Communicator::scatter(Tensor input, Tensor output, int root) {
@@ -108,8 +135,12 @@ Work Communicator::scatter(Tensor input, Tensor output, int root) {
       !s.ok()) {
     return Work::completed(s);
   }
-  return submit({.op = CollectiveOp::kScatter, .dtype = output.dtype(), .device = output.device(),
-                 .count = output.numel(), .send = is_root ? input.data() : nullptr, .recv = output.data(),
+  return submit({.op = CollectiveOp::kScatter,
+                 .dtype = output.dtype(),
+                 .device = output.device(),
+                 .count = output.numel(),
+                 .send = is_root ? input.data() : nullptr,
+                 .recv = output.data(),
                  .root = root});
 }
 
@@ -129,19 +160,21 @@ absl::Status Communicator::validate(CollectiveOp op, const Tensor* input, const 
                                     std::optional<ReduceOp> reduce_op) const {
   const absl::string_view name = collective_op_name(op);
   if (root < 0 || root >= world_size_) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": root ", root, " is not a rank of a world of ", world_size_));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": root ", root, " is not a rank of a world of ", world_size_));
   }
   const Tensor* first = input != nullptr ? input : output;
   for (const Tensor* t : {input, output}) {
     if (t == nullptr) continue;
-    if (!t->is_contiguous()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", t->to_string(), " is not contiguous"));
+    if (!t->is_contiguous())
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", t->to_string(), " is not contiguous"));
     if (t->dtype() != first->dtype() || t->device() != first->device()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": input ", first->to_string(), " and output ", t->to_string(), " differ in dtype or device"));
+      return absl::InvalidArgumentError(absl::StrCat(name, ": input ", first->to_string(), " and output ",
+                                                     t->to_string(), " differ in dtype or device"));
     }
     if (!backend_->supports(t->device())) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": the ", backend_->name(), " backend cannot reach ",
-                                                     t->device().to_string(), " memory"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": the ", backend_->name(), " backend cannot reach ", t->device().to_string(), " memory"));
     }
   }
   if (reduce_op) {
@@ -156,16 +189,21 @@ absl::Status Communicator::validate(CollectiveOp op, const Tensor* input, const 
   }
   const auto require_multiple = [&](const Tensor& whole, const Tensor& chunk) -> absl::Status {
     if (whole.numel() == world_size_ * chunk.numel()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": the whole buffer has ", whole.numel(), " elements but must hold world size ", world_size_, " x ",
-        chunk.numel(), " (one chunk per rank); pad it to a multiple of the world size"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": the whole buffer has ", whole.numel(), " elements but must hold world size ", world_size_,
+                     " x ", chunk.numel(), " (one chunk per rank); pad it to a multiple of the world size"));
   };
   switch (op) {
-    case CollectiveOp::kReduceScatter: return require_multiple(*input, *output);
-    case CollectiveOp::kAllgather: return require_multiple(*output, *input);
-    case CollectiveOp::kGather: return output != nullptr ? require_multiple(*output, *input) : absl::OkStatus();
-    case CollectiveOp::kScatter: return input != nullptr ? require_multiple(*input, *output) : absl::OkStatus();
-    default: return absl::OkStatus();
+    case CollectiveOp::kReduceScatter:
+      return require_multiple(*input, *output);
+    case CollectiveOp::kAllgather:
+      return require_multiple(*output, *input);
+    case CollectiveOp::kGather:
+      return output != nullptr ? require_multiple(*output, *input) : absl::OkStatus();
+    case CollectiveOp::kScatter:
+      return input != nullptr ? require_multiple(*input, *output) : absl::OkStatus();
+    default:
+      return absl::OkStatus();
   }
 }
 
@@ -235,8 +273,8 @@ absl::Status agree_across_ranks(Communicator& comm, const absl::Status& mine, ab
     if (all[r] != 0) failed_ranks.push_back(r);
   }
   if (failed_ranks.empty()) return absl::OkStatus();
-  return absl::AbortedError(absl::StrCat(task, " failed on rank(s) ", absl::StrJoin(failed_ranks, ", "),
-                                         "; their errors say why"));
+  return absl::AbortedError(
+      absl::StrCat(task, " failed on rank(s) ", absl::StrJoin(failed_ranks, ", "), "; their errors say why"));
 }
 
 }  // namespace zero

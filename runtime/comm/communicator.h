@@ -28,7 +28,7 @@ class Allocator;
 class SharedFailure {
  public:
   void report(int rank, const absl::Status& cause);  // keeps the first, as Aborted naming the rank
-  absl::Status first() const;                          // OK until a rank reported
+  absl::Status first() const;                        // OK until a rank reported
 
  private:
   mutable absl::Mutex mu_;
@@ -88,13 +88,13 @@ class Communicator {
   Device home_device() const { return backend_->home_device(); }  // see Backend::home_device
   const CommOptions& options() const { return options_; }
 
-  Work allreduce(Tensor buffer, ReduceOp op);                       // buffer (n), in place
-  Work reduce_scatter(Tensor input, Tensor output, ReduceOp op);    // input (N*n) -> output (n)
-  Work allgather(Tensor input, Tensor output);                      // input (n) -> output (N*n)
-  Work broadcast(Tensor buffer, int root);                          // buffer (n)
-  Work reduce(Tensor buffer, int root, ReduceOp op);                // buffer (n), result on root
-  Work gather(Tensor input, Tensor output, int root);               // input (n) -> output (N*n) on root
-  Work scatter(Tensor input, Tensor output, int root);              // input (N*n) on root -> output (n)
+  Work allreduce(Tensor buffer, ReduceOp op);                     // buffer (n), in place
+  Work reduce_scatter(Tensor input, Tensor output, ReduceOp op);  // input (N*n) -> output (n)
+  Work allgather(Tensor input, Tensor output);                    // input (n) -> output (N*n)
+  Work broadcast(Tensor buffer, int root);                        // buffer (n)
+  Work reduce(Tensor buffer, int root, ReduceOp op);              // buffer (n), result on root
+  Work gather(Tensor input, Tensor output, int root);             // input (n) -> output (N*n) on root
+  Work scatter(Tensor input, Tensor output, int root);            // input (N*n) on root -> output (n)
   Work barrier();
 
   CommStats stats() const;

@@ -49,10 +49,11 @@ class LocalBackend final : public Backend {
     for (int r = 0; r < world_size(); ++r) {
       const Device theirs = group_->posted(r).device;
       if (theirs == c.device) continue;
-      return absl::InvalidArgumentError(absl::StrCat(
-          "local backend, ", c.describe(), ": rank ", rank_, "'s buffers are on ", c.device.to_string(), ", rank ", r,
-          "'s on ", theirs.to_string(), "; local ranks read one another's buffers, so all must be on the host or "
-          "all on one GPU (use nccl for one process per GPU)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("local backend, ", c.describe(), ": rank ", rank_, "'s buffers are on ", c.device.to_string(),
+                       ", rank ", r, "'s on ", theirs.to_string(),
+                       "; local ranks read one another's buffers, so all must be on the host or "
+                       "all on one GPU (use nccl for one process per GPU)"));
     }
     return absl::OkStatus();
   }
@@ -73,8 +74,8 @@ class LocalBackend final : public Backend {
         for (int r = 0; r < n; ++r) {
           if (r == rank_) continue;
           const auto [b, e] = chunk_range(c.count, r, n);
-          ZERO_RETURN_IF_ERROR(copy_bytes(c.device, at_bytes(c.recv, b * esize), at_bytes(peer(r).recv, b * esize),
-                                          (e - b) * esize));
+          ZERO_RETURN_IF_ERROR(
+              copy_bytes(c.device, at_bytes(c.recv, b * esize), at_bytes(peer(r).recv, b * esize), (e - b) * esize));
         }
         return absl::OkStatus();
       }
@@ -113,10 +114,7 @@ class LocalBackend final : public Backend {
 }  // namespace
 
 LocalGroup::LocalGroup(int world_size)
-    : world_size_(world_size),
-      posted_(world_size),
-      arrived_at_(world_size, ~uint64_t{0}),
-      exited_(world_size, false) {
+    : world_size_(world_size), posted_(world_size), arrived_at_(world_size, ~uint64_t{0}), exited_(world_size, false) {
   ZERO_CHECK(world_size >= 1, "a group needs at least one rank, got ", world_size);
 }
 
@@ -178,9 +176,7 @@ absl::Status LocalGroup::meet(int rank, const Collective& c, absl::Time deadline
     return absl::OkStatus();
   }
   // Every change to the group is made under mu_, and Await re-checks the condition after each.
-  const auto settled = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return meeting_settled(generation);
-  };
+  const auto settled = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return meeting_settled(generation); };
   mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
   if (generation_ != generation) return absl::OkStatus();
   if (!failure_.ok()) return failure_for(rank, c);

@@ -55,8 +55,7 @@ bool mpi_usable() {
 [[noreturn]] void end_every_rank(const absl::Status& cause) {
   int rank = -1;
   if (mpi_usable()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "zero: rank %s: %s\n", rank < 0 ? "?" : std::to_string(rank).c_str(),
-               cause.ToString().c_str());
+  std::fprintf(stderr, "zero: rank %s: %s\n", rank < 0 ? "?" : std::to_string(rank).c_str(), cause.ToString().c_str());
   std::fflush(stderr);
   if (mpi_usable()) MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);  // MPI_Abort does not return; this keeps [[noreturn]] honest where MPI is unusable
@@ -94,8 +93,8 @@ class StridedBytes {
 
   absl::Status init(int64_t len, int64_t stride) {
     MPI_Datatype contiguous = MPI_DATATYPE_NULL;
-    ZERO_RETURN_IF_ERROR(mpi_status(MPI_Type_contiguous(static_cast<int>(len), MPI_BYTE, &contiguous),
-                                    "MPI_Type_contiguous"));
+    ZERO_RETURN_IF_ERROR(
+        mpi_status(MPI_Type_contiguous(static_cast<int>(len), MPI_BYTE, &contiguous), "MPI_Type_contiguous"));
     const int rc = MPI_Type_create_resized(contiguous, 0, static_cast<MPI_Aint>(stride), &type_);
     MPI_Type_free(&contiguous);
     ZERO_RETURN_IF_ERROR(mpi_status(rc, "MPI_Type_create_resized"));
@@ -132,8 +131,10 @@ class MpiBackend final : public Backend {
         MPI_Request request;
         return finish(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier", request, c, deadline);
       }
-      case CollectiveOp::kAllreduce: return allreduce(c, deadline);
-      default: break;
+      case CollectiveOp::kAllreduce:
+        return allreduce(c, deadline);
+      default:
+        break;
     }
     const int64_t chunk = c.chunk_bytes();
     const int64_t piece = piece_bytes_for(c.dtype);
@@ -154,8 +155,7 @@ class MpiBackend final : public Backend {
     return std::max(esize, limit / esize * esize);
   }
 
-  absl::Status finish(int rc, absl::string_view call, MPI_Request& request, const Collective& c,
-                      absl::Time deadline) {
+  absl::Status finish(int rc, absl::string_view call, MPI_Request& request, const Collective& c, absl::Time deadline) {
     return wait_until(rc, call, request, deadline, [&] {
       return absl::StrCat("timed out in ", c.describe(), " on rank ", rank_, " after ",
                           absl::FormatDuration(options_.timeout),
@@ -181,9 +181,9 @@ class MpiBackend final : public Backend {
     switch (c.op) {
       case CollectiveOp::kReduceScatter: {
         ZERO_ASSIGN_OR_RETURN(Buffer received, scratch(n * len));
-        ZERO_RETURN_IF_ERROR(finish(MPI_Ialltoall(at_bytes(c.send, offset), 1, strided.get(), received.data(), ilen,
-                                                  MPI_BYTE, comm_, &request),
-                                    "MPI_Ialltoall", request, c, deadline));
+        ZERO_RETURN_IF_ERROR(finish(
+            MPI_Ialltoall(at_bytes(c.send, offset), 1, strided.get(), received.data(), ilen, MPI_BYTE, comm_, &request),
+            "MPI_Ialltoall", request, c, deadline));
         return reduce_pieces(c, received, len, at_bytes(c.recv, offset));
       }
       case CollectiveOp::kReduce: {
@@ -213,15 +213,16 @@ class MpiBackend final : public Backend {
         ZERO_ASSIGN_OR_RETURN(Buffer staged, scratch(stage ? len : 0));
         void* target = stage ? staged.data() : at_bytes(c.recv, offset);
         const void* source = is_root ? at_bytes(c.send, offset) : nullptr;
-        ZERO_RETURN_IF_ERROR(finish(
-            MPI_Iscatter(source, 1, strided.get(), target, ilen, MPI_BYTE, c.root, comm_, &request),
-            "MPI_Iscatter", request, c, deadline));
+        ZERO_RETURN_IF_ERROR(
+            finish(MPI_Iscatter(source, 1, strided.get(), target, ilen, MPI_BYTE, c.root, comm_, &request),
+                   "MPI_Iscatter", request, c, deadline));
         return stage ? copy_bytes(c.device, at_bytes(c.recv, offset), target, len) : absl::OkStatus();
       }
       case CollectiveOp::kBroadcast:
         return finish(MPI_Ibcast(at_bytes(c.recv, offset), ilen, MPI_BYTE, c.root, comm_, &request), "MPI_Ibcast",
                       request, c, deadline);
-      default: return absl::InternalError(absl::StrCat("mpi backend: no piecewise form of ", c.describe()));
+      default:
+        return absl::InternalError(absl::StrCat("mpi backend: no piecewise form of ", c.describe()));
     }
   }
 
@@ -237,8 +238,8 @@ class MpiBackend final : public Backend {
     const int64_t esize = static_cast<int64_t>(dtype_size(c.dtype));
     const int64_t segment = piece_bytes_for(c.dtype) / esize * world_size_;  // elements
     for (int64_t first = 0; first < c.count; first += segment) {
-      ZERO_RETURN_IF_ERROR(allreduce_segment(c, at_bytes(c.recv, first * esize), std::min(segment, c.count - first),
-                                             deadline));
+      ZERO_RETURN_IF_ERROR(
+          allreduce_segment(c, at_bytes(c.recv, first * esize), std::min(segment, c.count - first), deadline));
     }
     return absl::OkStatus();
   }
@@ -260,13 +261,13 @@ class MpiBackend final : public Backend {
     }
     ZERO_ASSIGN_OR_RETURN(Buffer received, scratch(n * my_bytes));
     MPI_Request request;
-    ZERO_RETURN_IF_ERROR(finish(MPI_Ialltoallv(buffer, range_bytes.data(), range_offsets.data(), MPI_BYTE,
-                                               received.data(), mine.data(), mine_offsets.data(), MPI_BYTE, comm_,
-                                               &request),
-                                "MPI_Ialltoallv", request, c, deadline));
+    ZERO_RETURN_IF_ERROR(
+        finish(MPI_Ialltoallv(buffer, range_bytes.data(), range_offsets.data(), MPI_BYTE, received.data(), mine.data(),
+                              mine_offsets.data(), MPI_BYTE, comm_, &request),
+               "MPI_Ialltoallv", request, c, deadline));
     ZERO_RETURN_IF_ERROR(reduce_pieces(c, received, my_bytes, at_bytes(buffer, range_offsets[rank_])));
-    return finish(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buffer, range_bytes.data(), range_offsets.data(),
-                                  MPI_BYTE, comm_, &request),
+    return finish(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buffer, range_bytes.data(), range_offsets.data(), MPI_BYTE,
+                                  comm_, &request),
                   "MPI_Iallgatherv", request, c, deadline);
   }
 
@@ -289,19 +290,23 @@ absl::Status init_mpi() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (finalized) return absl::FailedPreconditionError("MPI was already finalized; create communicators before MPI_Finalize");
+  if (finalized)
+    return absl::FailedPreconditionError("MPI was already finalized; create communicators before MPI_Finalize");
   if (!initialized) {
     int provided = 0;
-    ZERO_RETURN_IF_ERROR(mpi_status(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
-                                    "MPI_Init_thread"));
+    ZERO_RETURN_IF_ERROR(
+        mpi_status(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread"));
     std::atexit(finalize_at_exit);
   }
   int level = 0;
   MPI_Query_thread(&level);
   if (level < MPI_THREAD_MULTIPLE) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "MPI runs at thread level ", level, " but the mpi communicator issues collectives from its own thread and "
-        "needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE, "): initialise MPI with MPI_Init_thread(..., "
+        "MPI runs at thread level ", level,
+        " but the mpi communicator issues collectives from its own thread and "
+        "needs MPI_THREAD_MULTIPLE (",
+        MPI_THREAD_MULTIPLE,
+        "): initialise MPI with MPI_Init_thread(..., "
         "MPI_THREAD_MULTIPLE, ...) or let make_mpi_communicator do it, with an Open MPI built with thread support"));
   }
   return absl::OkStatus();
@@ -312,8 +317,8 @@ absl::StatusOr<int64_t> piece_bytes_from_env() {
   if (s == nullptr) return kDefaultPieceBytes;
   int64_t bytes = 0;
   if (!absl::SimpleAtoi(s, &bytes) || bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ZERO_MPI_PIECE_BYTES=", s,
-                                                   " is not a positive number of bytes; unset it for 64 MiB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ZERO_MPI_PIECE_BYTES=", s, " is not a positive number of bytes; unset it for 64 MiB"));
   }
   return bytes;
 }

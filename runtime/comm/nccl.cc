@@ -52,19 +52,27 @@ absl::Status settle(ncclComm_t comm, ncclResult_t issued, absl::string_view what
 
 absl::StatusOr<ncclDataType_t> reduce_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kI32: return ncclInt32;
-    default: return absl::InvalidArgumentError(absl::StrCat("nccl cannot reduce ", dtype_name(dtype)));
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kI32:
+      return ncclInt32;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("nccl cannot reduce ", dtype_name(dtype)));
   }
 }
 
 ncclRedOp_t reduce_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -115,10 +123,10 @@ class NcclBackend final : public Backend {
       const absl::Status failed = nccl_status(issued, "ncclCommInitRankConfig");
       return failed.ok() ? absl::InternalError("ncclCommInitRankConfig returned no communicator") : failed;
     }
-    ZERO_RETURN_IF_ERROR(settle(backend->comm_, issued,
-                                absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size,
-                                             "; every rank must join)"),
-                                deadline, options.shared_failure.get()));
+    ZERO_RETURN_IF_ERROR(
+        settle(backend->comm_, issued,
+               absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size, "; every rank must join)"),
+               deadline, options.shared_failure.get()));
     backend->initialized_ = true;
     return backend;
   }
@@ -128,10 +136,9 @@ class NcclBackend final : public Backend {
     if (comm_ == nullptr || aborted_) return;
     // Finishes outstanding work, bounded: a communicator whose peers are gone, or whose initialisation
     // never completed, is aborted instead.
-    const absl::Status finalized =
-        initialized_ ? settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize", absl::Now() + absl::Seconds(30),
-                              shared_failure_.get())
-                     : absl::AbortedError("ncclCommInitRankConfig did not complete");
+    const absl::Status finalized = initialized_ ? settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize",
+                                                         absl::Now() + absl::Seconds(30), shared_failure_.get())
+                                                : absl::AbortedError("ncclCommInitRankConfig did not complete");
     if (finalized.ok()) {
       ncclCommDestroy(comm_);
     } else {
@@ -145,7 +152,9 @@ class NcclBackend final : public Backend {
   Device home_device() const override { return Device::cuda(device_); }
   // NCCL moves device memory; host buffers (the engine's loss, metrics and gradient-norm allreduces,
   // a few bytes each) are staged through device memory by run().
-  bool supports(Device device) const override { return device.is_cpu() || (device.is_cuda() && device.index == device_); }
+  bool supports(Device device) const override {
+    return device.is_cpu() || (device.is_cuda() && device.index == device_);
+  }
 
   // The stream is independent of the default stream where the kernels run, so that collectives overlap
   // them. A device collective starts only after the kernels enqueued before its post: an event recorded
@@ -202,11 +211,7 @@ class NcclBackend final : public Backend {
 
  private:
   NcclBackend(int rank, int world_size, int device, CudaStream stream, CudaEvent done, CudaEvent allocated)
-      : rank_(rank),
-        world_size_(world_size),
-        device_(device),
-        stream_(std::move(stream)),
-        done_(std::move(done)),
+      : rank_(rank), world_size_(world_size), device_(device), stream_(std::move(stream)), done_(std::move(done)),
         allocated_(std::move(allocated)) {}
 
   absl::StatusOr<CudaEvent> spare_event() {
@@ -259,21 +264,23 @@ class NcclBackend final : public Backend {
         ZERO_ASSIGN_OR_RETURN(const ncclDataType_t type, reduce_type(c.dtype));
         return issued(ncclReduce(c.send, c.recv, c.count, type, reduce_op(c.reduce_op), c.root, comm_, s));
       }
-      case CollectiveOp::kAllgather: return issued(ncclAllGather(c.send, c.recv, chunk, ncclUint8, comm_, s));
-      case CollectiveOp::kBroadcast: return issued(ncclBroadcast(c.send, c.recv, chunk, ncclUint8, c.root, comm_, s));
+      case CollectiveOp::kAllgather:
+        return issued(ncclAllGather(c.send, c.recv, chunk, ncclUint8, comm_, s));
+      case CollectiveOp::kBroadcast:
+        return issued(ncclBroadcast(c.send, c.recv, chunk, ncclUint8, c.root, comm_, s));
       case CollectiveOp::kGather:
         return grouped([&]() -> absl::Status {
           for (int r = 0; rank_ == c.root && r < world_size_; ++r) {
-            ZERO_RETURN_IF_ERROR(nccl_status(ncclRecv(at_bytes(c.recv, r * chunk), chunk, ncclUint8, r, comm_, s),
-                                             "ncclRecv", comm_));
+            ZERO_RETURN_IF_ERROR(
+                nccl_status(ncclRecv(at_bytes(c.recv, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclRecv", comm_));
           }
           return nccl_status(ncclSend(c.send, chunk, ncclUint8, c.root, comm_, s), "ncclSend", comm_);
         });
       case CollectiveOp::kScatter:
         return grouped([&]() -> absl::Status {
           for (int r = 0; rank_ == c.root && r < world_size_; ++r) {
-            ZERO_RETURN_IF_ERROR(nccl_status(ncclSend(at_bytes(c.send, r * chunk), chunk, ncclUint8, r, comm_, s),
-                                             "ncclSend", comm_));
+            ZERO_RETURN_IF_ERROR(
+                nccl_status(ncclSend(at_bytes(c.send, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclSend", comm_));
           }
           return nccl_status(ncclRecv(c.recv, chunk, ncclUint8, c.root, comm_, s), "ncclRecv", comm_);
         });
@@ -288,11 +295,15 @@ class NcclBackend final : public Backend {
     const int64_t chunk = c.chunk_bytes(), all = chunk * world_size_;
     switch (c.op) {
       case CollectiveOp::kReduceScatter:
-      case CollectiveOp::kScatter: return {all, chunk};
+      case CollectiveOp::kScatter:
+        return {all, chunk};
       case CollectiveOp::kAllgather:
-      case CollectiveOp::kGather: return {chunk, all};
-      case CollectiveOp::kBarrier: return {0, 0};
-      default: return {0, chunk};  // allreduce, broadcast, reduce: in place
+      case CollectiveOp::kGather:
+        return {chunk, all};
+      case CollectiveOp::kBarrier:
+        return {0, 0};
+      default:
+        return {0, chunk};  // allreduce, broadcast, reduce: in place
     }
   }
 
@@ -352,9 +363,9 @@ class NcclBackend final : public Backend {
     if (status.ok()) return status;
     const std::string where = absl::StrCat("nccl rank ", rank_, " (cuda:", device_, ") in ", what, ": ");
     if (absl::IsDeadlineExceeded(status)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          where, "timed out (", status.message(), "); a peer stopped answering or issued different collectives "
-          "(ZERO_DEBUG_COLLECTIVES=1 names the ranks that diverge)"));
+      return absl::DeadlineExceededError(absl::StrCat(where, "timed out (", status.message(),
+                                                      "); a peer stopped answering or issued different collectives "
+                                                      "(ZERO_DEBUG_COLLECTIVES=1 names the ranks that diverge)"));
     }
     return absl::Status(status.code(), absl::StrCat(where, status.message()));
   }
@@ -362,17 +373,17 @@ class NcclBackend final : public Backend {
   const int rank_;
   const int world_size_;
   const int device_;
-  CudaStream stream_;     // every NCCL call and staging copy, from the comm thread
-  CudaEvent done_;        // finish()
-  CudaEvent allocated_;   // ordering the stream after new device memory: the scratch, then staging
+  CudaStream stream_;      // every NCCL call and staging copy, from the comm thread
+  CudaEvent done_;         // finish()
+  CudaEvent allocated_;    // ordering the stream after new device memory: the scratch, then staging
   absl::Mutex events_mu_;  // the posting thread's prepare() and the comm thread's run() share these:
   std::deque<CudaEvent> posted_ ABSL_GUARDED_BY(events_mu_);  // one per device collective prepared, not yet run
   std::vector<CudaEvent> spare_ ABSL_GUARDED_BY(events_mu_);  // recycled
-  std::shared_ptr<SharedFailure> shared_failure_;  // CommOptions::shared_failure
-  Allocator* allocator_ = nullptr;            // CommOptions::allocator, or own_allocator_
-  std::unique_ptr<Allocator> own_allocator_;  // when CommOptions names none
-  Buffer scratch_;                            // device memory, (world_size + 1) fingerprints
-  Buffer staging_;                            // device memory for host collectives, grown as needed
+  std::shared_ptr<SharedFailure> shared_failure_;             // CommOptions::shared_failure
+  Allocator* allocator_ = nullptr;                            // CommOptions::allocator, or own_allocator_
+  std::unique_ptr<Allocator> own_allocator_;                  // when CommOptions names none
+  Buffer scratch_;                                            // device memory, (world_size + 1) fingerprints
+  Buffer staging_;                                            // device memory for host collectives, grown as needed
   ncclComm_t comm_ = nullptr;
   bool initialized_ = false;  // ncclCommInitRankConfig completed
   bool aborted_ = false;
@@ -381,9 +392,10 @@ class NcclBackend final : public Backend {
 absl::Status check_device(int rank, int device) {
   const int visible = cuda_device_count();
   if (device >= 0 && device < visible) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "nccl rank ", rank, " wants cuda:", device, " but ", visible, " CUDA device(s) are visible; run one rank per "
-      "GPU (LOCAL_RANK picks it) on a machine with a GPU and driver, or use the local or mpi backend"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("nccl rank ", rank, " wants cuda:", device, " but ", visible,
+                   " CUDA device(s) are visible; run one rank per "
+                   "GPU (LOCAL_RANK picks it) on a machine with a GPU and driver, or use the local or mpi backend"));
 }
 
 // The GPU of the process with this local rank: that index among the visible devices, or the only one
@@ -415,8 +427,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpStore& s
   } else {
     ZERO_ASSIGN_OR_RETURN(const std::string bytes, store.get(key));
     if (bytes.size() != sizeof(id.internal)) {
-      return absl::DataLossError(absl::StrCat("the NCCL unique id under '", key, "' has ", bytes.size(),
-                                              " bytes, not ", sizeof(id.internal), "; is another program using the key?"));
+      return absl::DataLossError(absl::StrCat("the NCCL unique id under '", key, "' has ", bytes.size(), " bytes, not ",
+                                              sizeof(id.internal), "; is another program using the key?"));
     }
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
@@ -437,8 +449,9 @@ std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
   // Checked up front: a rank without its GPU would leave the others waiting in NCCL's initialisation.
   if (const int visible = cuda_device_count(); visible < world_size) {
     return std::vector<absl::Status>(world_size, absl::FailedPreconditionError(absl::StrCat(
-        "nccl in one process: ", world_size, " ranks need ", world_size, " GPUs, one each, and ", visible,
-        " CUDA device(s) are visible (", why_no_cuda_device(), "); use as many ranks as GPUs")));
+                                                     "nccl in one process: ", world_size, " ranks need ", world_size,
+                                                     " GPUs, one each, and ", visible, " CUDA device(s) are visible (",
+                                                     why_no_cuda_device(), "); use as many ranks as GPUs")));
   }
   absl::StatusOr<std::unique_ptr<TcpStore>> server =
       TcpStore::create({.host = "127.0.0.1", .port = 0, .is_server = true, .timeout = options.timeout});
@@ -453,8 +466,8 @@ std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
       std::unique_ptr<Communicator> comm;  // outlives the report below: its drain must not keep peers waiting
       statuses[r] = [&]() -> absl::Status {
         if (r > 0) {
-          ZERO_ASSIGN_OR_RETURN(client, TcpStore::create({.host = "127.0.0.1", .port = (*server)->port(),
-                                                          .timeout = options.timeout}));
+          ZERO_ASSIGN_OR_RETURN(
+              client, TcpStore::create({.host = "127.0.0.1", .port = (*server)->port(), .timeout = options.timeout}));
         }
         ZERO_ASSIGN_OR_RETURN(comm, make_nccl_communicator(r == 0 ? **server : *client, r, world_size, r, options));
         return run_rank(fn, *comm);
@@ -489,7 +502,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator_from_mpi(Co
     int32_t ok;
     ncclUniqueId id;
   } shared{};
-  const absl::Status status = rank == 0 ? nccl_status(ncclGetUniqueId(&shared.id), "ncclGetUniqueId") : absl::OkStatus();
+  const absl::Status status =
+      rank == 0 ? nccl_status(ncclGetUniqueId(&shared.id), "ncclGetUniqueId") : absl::OkStatus();
   shared.ok = status.ok() ? 1 : 0;
   if (MPI_Bcast(&shared, sizeof(shared), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
     return absl::UnavailableError("MPI_Bcast of the NCCL unique id failed");

@@ -35,10 +35,14 @@ constexpr uint8_t kReplyError = 1;
 
 absl::string_view command_name(uint8_t command) {
   switch (command) {
-    case kSet: return "set";
-    case kGet: return "get";
-    case kAdd: return "add";
-    case kWait: return "wait";
+    case kSet:
+      return "set";
+    case kGet:
+      return "get";
+    case kAdd:
+      return "add";
+    case kWait:
+      return "wait";
   }
   return "?";
 }
@@ -151,8 +155,7 @@ absl::StatusOr<int> connect_once(const std::string& host, int port, absl::Time d
     }
     absl::Status status;
     if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      status = errno == EINPROGRESS ? wait_ready(fd, POLLOUT, deadline)
-                                    : absl::UnavailableError(errno_text(errno));
+      status = errno == EINPROGRESS ? wait_ready(fd, POLLOUT, deadline) : absl::UnavailableError(errno_text(errno));
       int err = 0;
       socklen_t len = sizeof(err);
       if (status.ok() && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
@@ -175,9 +178,10 @@ absl::StatusOr<int> connect_once(const std::string& host, int port, absl::Time d
 absl::StatusOr<std::string> env_string(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, " is not set; launch with torchrun (or mpirun-style launchers that export RANK, WORLD_SIZE, "
-              "LOCAL_RANK, MASTER_ADDR and MASTER_PORT), or set it yourself"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name,
+                     " is not set; launch with torchrun (or mpirun-style launchers that export RANK, WORLD_SIZE, "
+                     "LOCAL_RANK, MASTER_ADDR and MASTER_PORT), or set it yourself"));
   }
   return std::string(value);
 }
@@ -267,7 +271,8 @@ class TcpStoreServer {
 
   void accept_loop() {
     for (;;) {
-      pollfd p[2] = {{.fd = listen_fd_, .events = POLLIN, .revents = 0}, {.fd = wake_[0], .events = POLLIN, .revents = 0}};
+      pollfd p[2] = {{.fd = listen_fd_, .events = POLLIN, .revents = 0},
+                     {.fd = wake_[0], .events = POLLIN, .revents = 0}};
       if (poll(p, 2, -1) < 0 && errno != EINTR) return;
       if (p[1].revents != 0) return;
       if (p[0].revents == 0) continue;
@@ -366,8 +371,7 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::create(Options options) {
 }
 
 absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::create(const DistributedEnv& env, absl::Duration timeout) {
-  return create(
-      {.host = env.master_addr, .port = env.master_port, .is_server = env.rank == 0, .timeout = timeout});
+  return create({.host = env.master_addr, .port = env.master_port, .is_server = env.rank == 0, .timeout = timeout});
 }
 
 TcpStore::TcpStore(Options options, std::unique_ptr<TcpStoreServer> server, int port)
@@ -389,10 +393,11 @@ absl::Status TcpStore::connect_locked(absl::Time deadline) {
       return absl::OkStatus();
     }
     if (absl::Now() + pause >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "could not connect to the store at ", address(), " within ", absl::FormatDuration(options_.timeout),
-          " (last error: ", fd.status().message(), "); check that rank 0 is running and that MASTER_ADDR and "
-          "MASTER_PORT point at it"));
+      return absl::DeadlineExceededError(absl::StrCat("could not connect to the store at ", address(), " within ",
+                                                      absl::FormatDuration(options_.timeout),
+                                                      " (last error: ", fd.status().message(),
+                                                      "); check that rank 0 is running and that MASTER_ADDR and "
+                                                      "MASTER_PORT point at it"));
     }
     absl::SleepFor(pause);  // the server may not be up yet
     pause = std::min(pause * 2, absl::Milliseconds(500));
@@ -421,13 +426,13 @@ absl::StatusOr<std::string> TcpStore::call(uint8_t command, absl::string_view ke
     const bool waits = command == kGet || command == kWait;
     const std::string what = waits ? absl::StrCat("waiting for key '", key, "'")
                                    : absl::StrCat("on ", command_name(command), " of key '", key, "'");
-    return absl::DeadlineExceededError(
-        absl::StrCat("timed out after ", absl::FormatDuration(options_.timeout), " ", what, " in the store at ",
-                     address(), waits ? "; no rank has set it (did the rank that sets it fail or use another key?)" : ""));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "timed out after ", absl::FormatDuration(options_.timeout), " ", what, " in the store at ", address(),
+        waits ? "; no rank has set it (did the rank that sets it fail or use another key?)" : ""));
   }
   return absl::UnavailableError(absl::StrCat("lost the connection to the store at ", address(), " during ",
-                                             command_name(command), " of key '", key, "' (",
-                                             result.status().message(), "); did the rank hosting it (rank 0) exit?"));
+                                             command_name(command), " of key '", key, "' (", result.status().message(),
+                                             "); did the rank hosting it (rank 0) exit?"));
 }
 
 absl::Time TcpStore::deadline() const { return absl::Now() + options_.timeout; }

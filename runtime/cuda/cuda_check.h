@@ -45,7 +45,7 @@ class CudaDeviceGuard {
 
 }  // namespace zero
 
-#define ZERO_CUDA_RETURN_IF_ERROR(expr)                                             \
-  do {                                                                              \
+#define ZERO_CUDA_RETURN_IF_ERROR(expr)                                               \
+  do {                                                                                \
     if (absl::Status _st = ::zero::cuda_status((expr), #expr); !_st.ok()) return _st; \
   } while (0)

@@ -9,8 +9,8 @@
 #include "absl/status/statusor.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/memory_pool.h"
-#include "runtime/status.h"
 #include "runtime/device.h"
+#include "runtime/status.h"
 
 namespace zero {
 

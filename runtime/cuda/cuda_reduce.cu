@@ -55,8 +55,8 @@ __global__ void reduce_int32_kernel(Inputs in, int n, int32_t* out, int64_t coun
 absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
                                        DType dtype, ReduceOp op) {
   if (inputs.size() > kMaxInputs) {
-    return absl::InvalidArgumentError(absl::StrCat("the local backend reduces at most ", kMaxInputs,
-                                                   " ranks' CUDA buffers, got ", inputs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the local backend reduces at most ", kMaxInputs, " ranks' CUDA buffers, got ", inputs.size()));
   }
   if (count == 0) return absl::OkStatus();
   CudaDeviceGuard guard;
@@ -68,9 +68,15 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
   const int blocks = static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 4096));
   cudaStream_t stream = cudaStreamPerThread;
   switch (dtype) {
-    case DType::kF32: reduce_float_kernel<DType::kF32><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
-    case DType::kBF16: reduce_float_kernel<DType::kBF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
-    case DType::kF16: reduce_float_kernel<DType::kF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
+    case DType::kF32:
+      reduce_float_kernel<DType::kF32><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op);
+      break;
+    case DType::kBF16:
+      reduce_float_kernel<DType::kBF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op);
+      break;
+    case DType::kF16:
+      reduce_float_kernel<DType::kF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op);
+      break;
     case DType::kI32:
       reduce_int32_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<int32_t*>(out), count, op);
       break;

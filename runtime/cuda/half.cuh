@@ -14,7 +14,8 @@ namespace zero {
 // same way but canonicalises NaN, so NaNs take the CPU's path (bf16: payload kept, quiet bit set; fp16:
 // sign kept, canonical quiet NaN).
 __device__ __forceinline__ uint16_t to_bf16(float v) {
-  return isnan(v) ? static_cast<uint16_t>((__float_as_uint(v) >> 16) | 0x40u) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  return isnan(v) ? static_cast<uint16_t>((__float_as_uint(v) >> 16) | 0x40u)
+                  : __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 __device__ __forceinline__ uint16_t to_fp16(float v) {
   const uint16_t sign = static_cast<uint16_t>((__float_as_uint(v) >> 16) & 0x8000u);
@@ -34,15 +35,21 @@ __device__ __forceinline__ float from_fp16(uint16_t h) {
 // load_as_float / store_from_float with T fixed at compile time.
 template <DType T>
 __device__ __forceinline__ float load_float(const void* p, int64_t i) {
-  if constexpr (T == DType::kBF16) return from_bf16(static_cast<const uint16_t*>(p)[i]);
-  else if constexpr (T == DType::kF16) return from_fp16(static_cast<const uint16_t*>(p)[i]);
-  else return static_cast<const float*>(p)[i];
+  if constexpr (T == DType::kBF16)
+    return from_bf16(static_cast<const uint16_t*>(p)[i]);
+  else if constexpr (T == DType::kF16)
+    return from_fp16(static_cast<const uint16_t*>(p)[i]);
+  else
+    return static_cast<const float*>(p)[i];
 }
 template <DType T>
 __device__ __forceinline__ void store_float(void* p, int64_t i, float v) {
-  if constexpr (T == DType::kBF16) static_cast<uint16_t*>(p)[i] = to_bf16(v);
-  else if constexpr (T == DType::kF16) static_cast<uint16_t*>(p)[i] = to_fp16(v);
-  else static_cast<float*>(p)[i] = v;
+  if constexpr (T == DType::kBF16)
+    static_cast<uint16_t*>(p)[i] = to_bf16(v);
+  else if constexpr (T == DType::kF16)
+    static_cast<uint16_t*>(p)[i] = to_fp16(v);
+  else
+    static_cast<float*>(p)[i] = v;
 }
 
 }  // namespace zero

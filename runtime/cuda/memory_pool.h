@@ -1,4 +1,5 @@
-// The devices' stream-ordered memory pools, where the Allocator's CUDA memory comes from: their setup, and access across GPUs.
+// The devices' stream-ordered memory pools, where the Allocator's CUDA memory comes from: their setup, and access
+// across GPUs.
 #pragma once
 
 #include "absl/status/status.h"

@@ -48,8 +48,8 @@ CudaEvent::~CudaEvent() {
 
 absl::Status CudaEvent::record(const CudaStream& stream) {
   if (stream.device() != device_) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot record an event of cuda:", device_,
-                                                   " on a stream of cuda:", stream.device()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot record an event of cuda:", device_, " on a stream of cuda:", stream.device()));
   }
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device_));
@@ -123,8 +123,8 @@ absl::Status CudaStream::wait(const CudaEvent& event) {
 
 absl::Status CudaStream::wait_for_default_stream(CudaEvent& marker) {
   if (marker.device() != device_) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot order a stream of cuda:", device_,
-                                                   " with an event of cuda:", marker.device()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot order a stream of cuda:", device_, " with an event of cuda:", marker.device()));
   }
   ZERO_RETURN_IF_ERROR(marker.record_on_default_stream());
   return wait(marker);

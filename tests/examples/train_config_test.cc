@@ -94,15 +94,15 @@ TEST(TrainConfigTest, ReadsNestedSectionsAndIntegersWrittenAsFloats) {
 }
 
 TEST(TrainConfigTest, OverridesReplaceAddAndParseTheirValuesAsJson) {
-  const TrainConfig c = parse_ok(default_config_json(),
-                                 {"zero_optimization.stage=1", "optimizer.type=SGD", "optimizer.params.momentum=0.9",
-                                  "optimizer.params.betas=[0.5,0.6]", "bf16.enabled=true", "ranks=2", "ranks=3",
-                                  "metrics_path=out/m.jsonl"});
+  const TrainConfig c =
+      parse_ok(default_config_json(), {"zero_optimization.stage=1", "optimizer.type=SGD",
+                                       "optimizer.params.momentum=0.9", "optimizer.params.betas=[0.5,0.6]",
+                                       "bf16.enabled=true", "ranks=2", "ranks=3", "metrics_path=out/m.jsonl"});
   EXPECT_EQ(c.zero_optimization.stage, 1);
   EXPECT_EQ(c.optimizer.type, "SGD");  // not JSON, so a string
   EXPECT_EQ(c.optimizer.momentum, 0.9);
   EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.5, 0.6}));
-  EXPECT_TRUE(c.bf16);  // a section the default does not have
+  EXPECT_TRUE(c.bf16);    // a section the default does not have
   EXPECT_EQ(c.ranks, 3);  // the later override wins
   EXPECT_EQ(c.metrics_path, "out/m.jsonl");
 }
@@ -134,7 +134,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"zero_optimization.stage=-1", {"zero_optimization.stage = -1"}},
         BadConfig{"zero_optimization.reduce_bucket_size=0", {"zero_optimization.reduce_bucket_size = 0"}},
         BadConfig{"zero_optimization.allgather_bucket_size=0", {"zero_optimization.allgather_bucket_size = 0"}},
-        BadConfig{"zero_optimization.stage3_max_live_parameters=0", {"zero_optimization.stage3_max_live_parameters = 0"}},
+        BadConfig{"zero_optimization.stage3_max_live_parameters=0",
+                  {"zero_optimization.stage3_max_live_parameters = 0"}},
         BadConfig{"train_batch_size=0", {"train_batch_size = 0"}},
         BadConfig{"gradient_clipping=-1", {"gradient_clipping = -1"}},
         BadConfig{"fp16.min_loss_scale=0", {"fp16.min_loss_scale = 0"}},
@@ -153,16 +154,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"data.source=web", {"data.source = web"}},
         BadConfig{"data.addition.digits=10", {"data.addition.digits = 10"}},
         BadConfig{"backend=nccl", {"backend = nccl", "set device = cuda"}},
-        BadConfig{"device=tpu", {"device = tpu", "use cpu or cuda"}},
-        BadConfig{"backend=gloo", {"backend = gloo"}},
-        BadConfig{"ranks=0", {"ranks = 0"}},
-        BadConfig{"steps=0", {"steps = 0"}},
+        BadConfig{"device=tpu", {"device = tpu", "use cpu or cuda"}}, BadConfig{"backend=gloo", {"backend = gloo"}},
+        BadConfig{"ranks=0", {"ranks = 0"}}, BadConfig{"steps=0", {"steps = 0"}},
         BadConfig{"memory_budget_mib=-5", {"memory_budget_mib = -5"}},
         BadConfig{"checkpoint.interval=-1", {"checkpoint.interval = -1"}},
         BadConfig{"zero_optimization.offload_optimizer.device=cpu",
                   {"zero_optimization.offload_optimizer.device = cpu", "ZeRO-Offload", "is not built"}},
-        BadConfig{"zero_optimization.offload_optimizer.device=disk", {"offload_optimizer.device = disk", "none or nvme"}},
-        BadConfig{"zero_optimization.offload_optimizer.device=nvme", {"offload_optimizer.nvme_path", "name a directory"}},
+        BadConfig{"zero_optimization.offload_optimizer.device=disk",
+                  {"offload_optimizer.device = disk", "none or nvme"}},
+        BadConfig{"zero_optimization.offload_optimizer.device=nvme",
+                  {"offload_optimizer.nvme_path", "name a directory"}},
         BadConfig{"zero_optimization.offload_param.device=nvme", {"offload_param.nvme_path", "name a directory"}},
         BadConfig{"zero_optimization.offload_param.device=cpu", {"offload_param.device = cpu", "is not built"}},
         BadConfig{"checkpoint.keep_last=-2", {"checkpoint.keep_last = -2"}},
@@ -202,9 +203,10 @@ TEST(TrainConfigTest, RecomputeIsGpt2sAndRefusedForTheMlp) {
 }
 
 TEST(TrainConfigTest, MlpReadsWidthsAndBlobsKeys) {
-  const TrainConfig c = parse_ok(kMinimal, {"model.type=mlp", "model.widths=[8, 32, 3]", "data.source=blobs",
-                                            "data.blobs.features=8", "data.blobs.classes=3", "data.blobs.noise=0.5",
-                                            "data.blobs.train_rows=512", "data.blobs.val_rows=64", "data.blobs.seed=9"});
+  const TrainConfig c =
+      parse_ok(kMinimal, {"model.type=mlp", "model.widths=[8, 32, 3]", "data.source=blobs", "data.blobs.features=8",
+                          "data.blobs.classes=3", "data.blobs.noise=0.5", "data.blobs.train_rows=512",
+                          "data.blobs.val_rows=64", "data.blobs.seed=9"});
   EXPECT_EQ(c.model.type, "mlp");
   EXPECT_EQ(c.model.widths, (std::vector<int64_t>{8, 32, 3}));
   EXPECT_EQ(c.data.source, "blobs");
@@ -239,15 +241,15 @@ TEST(TrainConfigTest, Bf16AndFp16TogetherAreRefusedNamingBoth) {
 }
 
 TEST(TrainConfigTest, DecayingScheduleMustOutlastItsWarmup) {
-  EXPECT_THAT(parse_error(kMinimal, {"scheduler.type=WarmupDecayLR", "scheduler.params.warmup_num_steps=100",
-                                     "scheduler.params.total_num_steps=50"}),
-              AllOf(HasSubstr("scheduler.params.total_num_steps = 50"),
-                    HasSubstr("scheduler.params.warmup_num_steps = 100")));
+  EXPECT_THAT(
+      parse_error(kMinimal, {"scheduler.type=WarmupDecayLR", "scheduler.params.warmup_num_steps=100",
+                             "scheduler.params.total_num_steps=50"}),
+      AllOf(HasSubstr("scheduler.params.total_num_steps = 50"), HasSubstr("scheduler.params.warmup_num_steps = 100")));
   // Left out, total_num_steps is the run's steps: the error names the key the user set.
-  EXPECT_THAT(parse_error(kMinimal, {"scheduler.type=WarmupCosineLR", "scheduler.params.warmup_num_steps=20",
-                                     "steps=5"}),
-              AllOf(HasSubstr("steps = 5 (scheduler.params.total_num_steps defaults to it)"),
-                    HasSubstr("scheduler.params.warmup_num_steps = 20")));
+  EXPECT_THAT(
+      parse_error(kMinimal, {"scheduler.type=WarmupCosineLR", "scheduler.params.warmup_num_steps=20", "steps=5"}),
+      AllOf(HasSubstr("steps = 5 (scheduler.params.total_num_steps defaults to it)"),
+            HasSubstr("scheduler.params.warmup_num_steps = 20")));
 }
 
 TEST(TrainConfigTest, MalformedJsonIsRefusedAtItsLineAndColumn) {
@@ -272,9 +274,11 @@ TEST(TrainConfigTest, AcceptsDeepSpeedsSwapperTuningWithNoEffect) {
     "fp16": {"auto_cast": false, "consecutive_hysteresis": false},
     "zero_optimization": {"stage": 3,
       "offload_param": {"buffer_count": 5, "buffer_size": 1e8, "max_in_cpu": 1e9},
-      "offload_optimizer": {"buffer_count": 4, "pipeline_read": false, "pipeline_write": false, "fast_init": false}}})");
+      "offload_optimizer": {"buffer_count": 4, "pipeline_read": false, "pipeline_write": false,
+                            "fast_init": false}}})");
   EXPECT_EQ(c.zero_optimization.stage, 3);
-  EXPECT_THAT(parse_error(kMinimal, {"fp16.auto_cast=true"}), HasSubstr("fp16.auto_cast = true: zero always runs as false"));
+  EXPECT_THAT(parse_error(kMinimal, {"fp16.auto_cast=true"}),
+              HasSubstr("fp16.auto_cast = true: zero always runs as false"));
   EXPECT_THAT(parse_error(kMinimal, {"fp16.consecutive_hysteresis=true"}),
               HasSubstr("fp16.consecutive_hysteresis = true: zero always runs as false"));
 }
@@ -338,8 +342,8 @@ ZeroConfig engine_config_ok(const std::vector<std::string>& overrides) {
 
 TEST(EngineConfigTest, NvmeOffloadOfTheOptimizerReachesTheEngine) {
   EXPECT_EQ(engine_config_ok({}).offload_optimizer_path, "");
-  const ZeroConfig z = engine_config_ok({"zero_optimization.offload_optimizer.device=nvme",
-                                         "zero_optimization.offload_optimizer.nvme_path=/local_nvme"});
+  const ZeroConfig z = engine_config_ok(
+      {"zero_optimization.offload_optimizer.device=nvme", "zero_optimization.offload_optimizer.nvme_path=/local_nvme"});
   EXPECT_EQ(z.offload_optimizer_path, "/local_nvme");
 }
 
@@ -384,7 +388,8 @@ TEST(EngineConfigTest, PrefetchAndLiveParametersCountLargestSharedUnits) {
   };
   EXPECT_EQ(with({"zero_optimization.stage3_prefetch_bucket_size=25000"}), 3);
   EXPECT_EQ(with({"zero_optimization.stage3_prefetch_bucket_size=25000",
-                  "zero_optimization.stage3_max_live_parameters=20000"}), 2);
+                  "zero_optimization.stage3_max_live_parameters=20000"}),
+            2);
   EXPECT_EQ(with({"zero_optimization.stage3_prefetch_bucket_size=25000", "zero_optimization.overlap_comm=false"}), 1);
   EXPECT_EQ(with({"zero_optimization.stage3_max_live_parameters=10"}), 1);  // the unit in use is always gathered
   EXPECT_EQ(with({}), 3);  // DeepSpeed's 5e7 prefetch: every unit, no more
@@ -396,8 +401,9 @@ TEST(EngineConfigTest, WallClockBreakdownTimesTheEnginesPhases) {
 }
 
 TEST(EngineConfigTest, CarriesPrecisionLossScalingAndAccumulation) {
-  const ZeroConfig z = engine_config_ok({"fp16.enabled=true", "fp16.initial_scale_power=10", "fp16.loss_scale_window=50",
-                                         "gradient_clipping=2", "optimizer.params.weight_decay=0.1"});
+  const ZeroConfig z =
+      engine_config_ok({"fp16.enabled=true", "fp16.initial_scale_power=10", "fp16.loss_scale_window=50",
+                        "gradient_clipping=2", "optimizer.params.weight_decay=0.1"});
   EXPECT_EQ(z.precision, DType::kF16);
   EXPECT_EQ(z.loss_scaling.initial_scale, 1024.0);
   EXPECT_EQ(z.loss_scaling.window, 50);
@@ -461,11 +467,12 @@ TEST(LrScheduleTest, FollowsDeepSpeedsFormulas) {
   EXPECT_FLOAT_EQ(lr_at(decay, 21), 0.1f + 0.4f * (30 - 20) / 20);  // i = 20: (total - i) / (total - W)
   EXPECT_FLOAT_EQ(lr_at(decay, 40), 0.1f);
   const std::vector<std::string> log_warmup = {"scheduler.type=WarmupLR", "scheduler.params.warmup_max_lr=1",
-                           "scheduler.params.warmup_num_steps=100"};
+                                               "scheduler.params.warmup_num_steps=100"};
   EXPECT_FLOAT_EQ(lr_at(log_warmup, 10), static_cast<float>(std::log(10.0) / std::log(100.0)));
-  const std::vector<std::string> cosine = {"scheduler.type=WarmupCosineLR", "optimizer.params.lr=2",
-                                           "scheduler.params.warmup_num_steps=10", "scheduler.params.total_num_steps=30",
-                                           "scheduler.params.cos_min_ratio=0", "scheduler.params.warmup_type=linear"};
+  const std::vector<std::string> cosine = {
+      "scheduler.type=WarmupCosineLR",        "optimizer.params.lr=2",
+      "scheduler.params.warmup_num_steps=10", "scheduler.params.total_num_steps=30",
+      "scheduler.params.cos_min_ratio=0",     "scheduler.params.warmup_type=linear"};
   EXPECT_FLOAT_EQ(lr_at(cosine, 6), 1.0f);   // half the warmup of lr 2
   EXPECT_FLOAT_EQ(lr_at(cosine, 20), 1.0f);  // i = 19: (19 - 10 + 1) / 20 of the cosine, its midpoint
   EXPECT_FLOAT_EQ(lr_at({"optimizer.params.lr=0.25"}, 7), 0.25f);  // no scheduler: the optimizer's lr

@@ -1,9 +1,10 @@
-// zero-bench: comm, kernels, offload, optim and stages run end to end on tiny sizes (tables, CSV, PNG, flag errors) and their pieces.
+// zero-bench: comm, kernels, offload, optim and stages run end to end on tiny sizes (tables, CSV, PNG, flag errors) and
+// their pieces.
 
 #include <cmath>
 #include <cstdlib>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -131,8 +132,8 @@ TEST(CommBenchMpi, TwoProcessesPrintOneRowPerCollectiveAndSize) {
 #ifndef ZERO_HAS_MPI
   GTEST_SKIP() << "this build has no MPI";
 #else
-  const RunResult r = run_bench("comm --backend=mpi --sizes=16K,64K --warmup=1 --iters=3",
-                                mpiexec_launcher(ZERO_MPIEXEC, 2));
+  const RunResult r =
+      run_bench("comm --backend=mpi --sizes=16K,64K --warmup=1 --iters=3", mpiexec_launcher(ZERO_MPIEXEC, 2));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("# zero-bench comm: backend mpi, 2 ranks, fp32"));
   const auto table = records(r.output, ' ');
@@ -231,8 +232,8 @@ class StagesBenchRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new ScopedTempDir;
-    result_ = new RunResult(run_bench(absl::StrCat(
-        "stages --model=tiny --ranks=3 --batch=2 --seq=8 --warmup=1 --iters=1 --csv=", csv_path())));
+    result_ = new RunResult(run_bench(
+        absl::StrCat("stages --model=tiny --ranks=3 --batch=2 --seq=8 --warmup=1 --iters=1 --csv=", csv_path())));
   }
   static void TearDownTestSuite() {
     delete result_;
@@ -299,8 +300,10 @@ TEST(StagesBench, WritesAPngWithGnuplot) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
   const ScopedTempDir dir;
   const std::string png = dir.file("stages.png");
-  const RunResult r = run_bench(absl::StrCat("stages --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
-                                             "--stages=0,3 --png=", png));
+  const RunResult r =
+      run_bench(absl::StrCat("stages --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
+                             "--stages=0,3 --png=",
+                             png));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_file(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
@@ -308,8 +311,10 @@ TEST(StagesBench, WritesAPngWithGnuplot) {
 TEST(OffloadBench, OffloadedRowsHoldWhatTheFormulaSaysInFiles) {
   const ScopedTempDir dir;  // holds the CSV and the offloaded files
   const std::string csv = dir.file("offload.csv");
-  const RunResult r = run_bench(absl::StrCat("offload --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
-                                             "--stages=0,3 --nvme_path=", dir.path().string(), " --csv=", csv));
+  const RunResult r =
+      run_bench(absl::StrCat("offload --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 "
+                             "--stages=0,3 --nvme_path=",
+                             dir.path().string(), " --csv=", csv));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = csv_rows(csv);
   const std::vector<std::pair<std::string, std::string>> expected = {
@@ -383,9 +388,8 @@ TEST(CommBenchFlags, UnknownSubcommandIsAUsageError) {
 
 TEST(CommBenchFlags, HelpExplainsEveryFlag) {
   const RunResult r = run_bench("--help");
-  for (const char* flag :
-       {"--backend", "--ranks", "--dtype", "--warmup", "--iters", "--csv", "--collectives", "--sizes", "--kernels",
-        "--tokens"}) {
+  for (const char* flag : {"--backend", "--ranks", "--dtype", "--warmup", "--iters", "--csv", "--collectives",
+                           "--sizes", "--kernels", "--tokens"}) {
     EXPECT_THAT(r.output, HasSubstr(absl::StrCat("    ", flag, " ("))) << flag;
   }
   EXPECT_THAT(r.output, HasSubstr("comm  collective time"));

@@ -79,10 +79,10 @@ TEST(ZeroPlan, JsonCarriesEveryStagesBytesAndTraffic) {
   // One ring pass of the bf16 model sends 2 bytes x Ψ/64 x 63 = 14,765,625,000 bytes: 2 passes, or 3 at stage 3.
   EXPECT_THAT(sent, ElementsAre(29'531'250'000, 29'531'250'000, 29'531'250'000, 44'296'875'000));
   const nlohmann::json& stage2 = plan["stages"][2]["bytes"];
-  EXPECT_EQ(stage2["params"], 15'000'000'000);       // 2Ψ
-  EXPECT_EQ(stage2["grads"], 234'375'000);           // 2Ψ/64
-  EXPECT_EQ(stage2["master_weights"], 468'750'000);  // 4Ψ/64
-  EXPECT_EQ(stage2["optimizer_state"], 937'500'000); // 8Ψ/64
+  EXPECT_EQ(stage2["params"], 15'000'000'000);        // 2Ψ
+  EXPECT_EQ(stage2["grads"], 234'375'000);            // 2Ψ/64
+  EXPECT_EQ(stage2["master_weights"], 468'750'000);   // 4Ψ/64
+  EXPECT_EQ(stage2["optimizer_state"], 937'500'000);  // 8Ψ/64
 }
 
 TEST(ZeroPlan, TableShowsTheSameFiguresInTheChosenUnits) {
@@ -213,7 +213,8 @@ TEST(ZeroPlan, MemoryWithoutAUnitIsRefusedAskingForOne) {
 }
 
 TEST(ZeroPlan, NodesTimesGpusIsTheSameAsRanks) {
-  EXPECT_EQ(run_json("--model d24 --ranks 16")["stages"], run_json("--model d24 --nodes 4 --gpus_per_node 4")["stages"]);
+  EXPECT_EQ(run_json("--model d24 --ranks 16")["stages"],
+            run_json("--model d24 --nodes 4 --gpus_per_node 4")["stages"]);
 }
 
 TEST(ZeroPlan, OffloadMovesMasterWeightsAndOptimizerStateIntoFiles) {
@@ -229,8 +230,8 @@ TEST(ZeroPlan, OffloadingParametersMovesStage3ShardsIntoFilesAndLeavesStages0To2
   const nlohmann::json plan =
       run_json(absl::StrCat(kPaperExample, " --stage all --offload_optimizer nvme --offload_param nvme"));
   const nlohmann::json& stage2 = plan["stages"][2]["bytes"];
-  EXPECT_EQ(stage2["params"], 15'000'000'000);                 // 2Ψ: whole on every rank
-  EXPECT_EQ(stage2["in_files"], 468'750'000 + 937'500'000);   // (4 + 8)Ψ/64
+  EXPECT_EQ(stage2["params"], 15'000'000'000);               // 2Ψ: whole on every rank
+  EXPECT_EQ(stage2["in_files"], 468'750'000 + 937'500'000);  // (4 + 8)Ψ/64
   const nlohmann::json& stage3 = plan["stages"][3]["bytes"];
   EXPECT_EQ(stage3["params"], 0);
   EXPECT_EQ(stage3["in_files"], 234'375'000 + 468'750'000 + 937'500'000);  // (2 + 4 + 8)Ψ/64

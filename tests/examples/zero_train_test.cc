@@ -1,4 +1,5 @@
-// zero-train run end to end: a few stage-3 steps on 2 ranks write parseable metrics with a falling loss; bad keys exit non-zero.
+// zero-train run end to end: a few stage-3 steps on 2 ranks write parseable metrics with a falling loss; bad keys exit
+// non-zero.
 
 #include <filesystem>
 #include <fstream>
@@ -112,9 +113,9 @@ TEST_F(ZeroTrainTest, WallClockBreakdownReportsEveryRanksPhases) {
               rank["forward"].get<double>() + rank["backward"].get<double>() + rank["update"].get<double>());
   }
   // Rank 0's phases lie within its steps (step_ms is rank 0's), which also load the batches.
-  EXPECT_LE(phases[0]["forward"].get<double>() + phases[0]["backward"].get<double>() +
-                phases[0]["update"].get<double>(),
-            summary[0]["step_ms"].get<double>());
+  EXPECT_LE(
+      phases[0]["forward"].get<double>() + phases[0]["backward"].get<double>() + phases[0]["update"].get<double>(),
+      summary[0]["step_ms"].get<double>());
 }
 
 TEST_F(ZeroTrainTest, RecomputingBlocksLowersTheActivationPeakAndNotTheTraining) {
@@ -123,8 +124,8 @@ TEST_F(ZeroTrainTest, RecomputingBlocksLowersTheActivationPeakAndNotTheTraining)
   std::vector<std::vector<json>> train, summary;
   for (const std::string recompute : {"false", "true"}) {
     const std::string path = dir_.file(absl::StrCat("recompute_", recompute, ".jsonl"));
-    const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --model.num_layers=2 --eval_interval=0",
-                                                      " --model.recompute=", recompute));
+    const RunResult run = run_zero_train(
+        absl::StrCat(tiny_run_args(path), " --model.num_layers=2 --eval_interval=0", " --model.recompute=", recompute));
     ASSERT_EQ(run.exit_code, 0) << run.output;
     const std::vector<json> records = metrics_lines(path);
     train.push_back(events(records, "train"));
@@ -148,16 +149,16 @@ TEST_F(ZeroTrainTest, MlpOnBlobsAtStage2LearnsAboveChance) {
       "--scheduler.params.warmup_num_steps=2 --data.blobs.val_rows=64 --metrics_path=",
       path));
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_THAT(run.output, AllOf(HasSubstr("MLP widths [16, 32, 4]"), HasSubstr("ZeRO stage 2"),
-                                HasSubstr("eval step 20: val loss"), HasSubstr("class accuracy"),
-                                HasSubstr("samples/s")));
+  EXPECT_THAT(run.output,
+              AllOf(HasSubstr("MLP widths [16, 32, 4]"), HasSubstr("ZeRO stage 2"), HasSubstr("eval step 20: val loss"),
+                    HasSubstr("class accuracy"), HasSubstr("samples/s")));
 
   const std::vector<json> records = metrics_lines(path);
   const std::vector<json> train = events(records, "train");
   ASSERT_EQ(train.size(), 20u);
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
   const std::vector<json> eval = events(records, "eval");
-  ASSERT_EQ(eval.size(), 2u);  // steps 10 and 20
+  ASSERT_EQ(eval.size(), 2u);                                 // steps 10 and 20
   EXPECT_GT(eval.back()["val_accuracy"].get<double>(), 0.5);  // chance is 1 in 4
 }
 
@@ -170,8 +171,8 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
   const std::filesystem::path& dir = dir_.path();
   const std::string ckpt = (dir / "ckpt").string();
   const auto run = [&](const std::string& name, const std::string& more) {
-    return run_zero_train(absl::StrCat(tiny_run_args((dir / (name + ".jsonl")).string()), " --export_path=",
-                                       (dir / (name + ".safetensors")).string(), " ", more));
+    return run_zero_train(absl::StrCat(tiny_run_args((dir / (name + ".jsonl")).string()),
+                                       " --export_path=", (dir / (name + ".safetensors")).string(), " ", more));
   };
   const RunResult straight = run("straight", "");
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
@@ -201,8 +202,8 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
   EXPECT_THAT(consolidated.output, HasSubstr("nothing is left to train"));
   EXPECT_TRUE(file_bytes((dir / "consolidated.safetensors").string()) == exported);
 
-  const RunResult other_model = run("other", absl::StrCat("--model.channels=64 --checkpoint.resume=", ckpt,
-                                                          "/step-00000008"));
+  const RunResult other_model =
+      run("other", absl::StrCat("--model.channels=64 --checkpoint.resume=", ckpt, "/step-00000008"));
   EXPECT_NE(other_model.exit_code, 0);
   EXPECT_THAT(other_model.output, HasSubstr("was it saved from another model?"));
 }
@@ -261,16 +262,18 @@ TEST_F(ZeroTrainTest, BudgetTooSmallForTheEnginesBuffersExitsTwoNamingTheKey) {
       absl::StrCat(tiny_run_args(""), " --model.num_layers=2 --model.channels=128 --memory_budget_mib=5"));
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_THAT(run.output, StartsWith("zero-train: memory_budget_mib = 5 is too small: zero: out of memory on rank "));
-  EXPECT_THAT(run.output, AllOf(HasSubstr("comm_buffers asked for 3.11 MiB (3265536 bytes), but the budget is 5.00 MiB"),
-                                HasSubstr("(reserving the engine's largest gradient bucket and gathered units")));
+  EXPECT_THAT(run.output,
+              AllOf(HasSubstr("comm_buffers asked for 3.11 MiB (3265536 bytes), but the budget is 5.00 MiB"),
+                    HasSubstr("(reserving the engine's largest gradient bucket and gathered units")));
   EXPECT_THAT(run.output, ::testing::Not(HasSubstr("RESOURCE_EXHAUSTED")));
 }
 
 TEST_F(ZeroTrainTest, BudgetBelowStatesAndTheLargestBucketIsRefusedBeforeAnyRankStarts) {
   // The default GPT-2 at stage 0 on 2 ranks: 1.70 MiB of model states fit in 2 MiB, but not beside its
   // one gradient bucket (every unit fits in the first), 436 KiB.
-  const RunResult run = run_zero_train(absl::StrCat(
-      tiny_run_args(""), " --model.num_layers=2 --model.channels=64 --zero_optimization.stage=0 --memory_budget_mib=2"));
+  const RunResult run = run_zero_train(
+      absl::StrCat(tiny_run_args(""),
+                   " --model.num_layers=2 --model.channels=64 --zero_optimization.stage=0 --memory_budget_mib=2"));
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_THAT(run.output, StartsWith("zero-train: memory_budget_mib = 2: a rank needs 2.13 MiB before any activation "
                                      "at stage 0 on 2 ranks (params 436.00 KiB, grads 436.00 KiB, optimizer state "
@@ -303,8 +306,8 @@ TEST_F(ZeroTrainTest, MpiRanksStartedByAnotherLauncherAreRefused) {
 
 TEST_F(ZeroTrainTest, MpiBackendUnderMpiexecTrains) {
   const std::string path = metrics_path();
-  const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --backend=mpi"),
-                                       mpiexec_launcher(ZERO_MPIEXEC, 2));
+  const RunResult run =
+      run_zero_train(absl::StrCat(tiny_run_args(path), " --backend=mpi"), mpiexec_launcher(ZERO_MPIEXEC, 2));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   // Open MPI gives its ranks a pseudo-terminal; the bar would be redrawn with '\r' by every rank.
   EXPECT_THAT(run.output, ::testing::Not(HasSubstr("\r"))) << "a progress bar under mpirun";
@@ -320,8 +323,8 @@ TEST_F(ZeroTrainTest, MpiBackendsScratchShowsInTheMemoryReport) {
   const std::string mpi_path = dir_.file("mpi.jsonl");
   const RunResult local = run_zero_train(tiny_run_args(local_path));
   ASSERT_EQ(local.exit_code, 0) << local.output;
-  const RunResult mpi = run_zero_train(absl::StrCat(tiny_run_args(mpi_path), " --backend=mpi"),
-                                       mpiexec_launcher(ZERO_MPIEXEC, 2));
+  const RunResult mpi =
+      run_zero_train(absl::StrCat(tiny_run_args(mpi_path), " --backend=mpi"), mpiexec_launcher(ZERO_MPIEXEC, 2));
   ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
   const std::vector<json> local_summary = events(metrics_lines(local_path), "summary");
   const std::vector<json> mpi_summary = events(metrics_lines(mpi_path), "summary");
@@ -339,8 +342,7 @@ TEST_F(ZeroTrainTest, MpiBackendsScratchShowsInTheMemoryReport) {
 
 TEST_F(ZeroTrainTest, BadInputUnderMpiexecPrintsThePlainMessageAndExitsTwo) {
   // The default batch (64 = 16 x 4) does not divide over 3 ranks: found by each rank once MPI tells the world size.
-  const RunResult run = run_zero_train("--backend=mpi --steps=30 --metrics_path=",
-                                       mpiexec_launcher(ZERO_MPIEXEC, 3));
+  const RunResult run = run_zero_train("--backend=mpi --steps=30 --metrics_path=", mpiexec_launcher(ZERO_MPIEXEC, 3));
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_THAT(run.output, HasSubstr("zero-train: train_batch_size 64 != train_micro_batch_size_per_gpu 16 * "
                                     "gradient_accumulation_steps 1 * ranks 3 (= 48)"));
@@ -355,8 +357,8 @@ TEST_F(ZeroTrainTest, MpiRanksResumeALocalCheckpointToTheSameBits) {
   const auto args = [&](const std::string& name, const std::string& more) {
     return absl::StrCat(tiny_run_args(""), " --export_path=", (dir / (name + ".safetensors")).string(), " ", more);
   };
-  const RunResult local = run_zero_train(args("local", absl::StrCat("--checkpoint.dir=", (dir / "ckpt").string(),
-                                                                    " --checkpoint.interval=8")));
+  const RunResult local = run_zero_train(
+      args("local", absl::StrCat("--checkpoint.dir=", (dir / "ckpt").string(), " --checkpoint.interval=8")));
   ASSERT_EQ(local.exit_code, 0) << local.output;
   const RunResult mpi = run_zero_train(
       args("mpi", absl::StrCat("--backend=mpi --checkpoint.resume=", (dir / "ckpt" / "step-00000008").string())),

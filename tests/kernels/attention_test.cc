@@ -30,7 +30,8 @@ std::vector<double> reference_attention(const std::vector<double>& inp, std::vec
         }
         for (int64_t j = 0; j <= i; ++j) z += std::exp(s[j] - m);
         for (int64_t j = 0; j <= i; ++j) {
-          for (int64_t e = 0; e < kHS; ++e) out[(b * kT + i) * kC + h * kHS + e] += std::exp(s[j] - m) / z * at(b, j, 2, h, e);
+          for (int64_t e = 0; e < kHS; ++e)
+            out[(b * kT + i) * kC + h * kHS + e] += std::exp(s[j] - m) / z * at(b, j, 2, h, e);
         }
         if (lse != nullptr) (*lse)[(b * kNH + h) * kT + i] = m + std::log(z);
       }
@@ -45,8 +46,8 @@ struct Forward {
 
 Forward run_forward(std::vector<float>& inp) {
   Forward f{std::vector<float>(kB * kT * kC), std::vector<float>(kB * kNH * kT)};
-  EXPECT_TRUE(attention_forward(view(f.out, {kB, kT, kC}), view(f.lse, {kB, kNH, kT}), view(inp, {kB, kT, 3 * kC}),
-                                kNH).ok());
+  EXPECT_TRUE(
+      attention_forward(view(f.out, {kB, kT, kC}), view(f.lse, {kB, kNH, kT}), view(inp, {kB, kT, 3 * kC}), kNH).ok());
   return f;
 }
 
@@ -99,7 +100,8 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   Forward f = run_forward(inp);
   std::vector<float> dinp(inp.size(), 9.0f);  // written, not added
   ASSERT_TRUE(attention_backward(view(dinp, {kB, kT, 3 * kC}), view(dout, {kB, kT, kC}), view(inp, {kB, kT, 3 * kC}),
-                                 view(f.out, {kB, kT, kC}), view(f.lse, {kB, kNH, kT}), kNH).ok());
+                                 view(f.out, {kB, kT, kC}), view(f.lse, {kB, kNH, kT}), kNH)
+                  .ok());
   const auto expected = testing::numeric_grad(
       testing::to_double(inp), [&](const auto& x) { return testing::weighted_sum(reference_attention(x), dout); });
   testing::expect_near_all(dinp, expected, kTol, "dinp");

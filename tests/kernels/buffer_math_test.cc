@@ -18,8 +18,7 @@ constexpr DType kFloatingDTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
 
 // Bytes of n elements of one dtype, filled from fp32 values by store_from_float.
 struct HostBuffer {
-  HostBuffer(DType dtype, const std::vector<float>& values)
-      : dtype(dtype), bytes(values.size() * dtype_size(dtype)) {
+  HostBuffer(DType dtype, const std::vector<float>& values) : dtype(dtype), bytes(values.size() * dtype_size(dtype)) {
     for (size_t i = 0; i < values.size(); ++i) store_from_float(bytes.data(), dtype, i, values[i]);
   }
   int64_t numel() const { return static_cast<int64_t>(bytes.size() / dtype_size(dtype)); }
@@ -33,9 +32,16 @@ struct HostBuffer {
 // NaN, infinities, signed zeros, fp32 and fp16 subnormals, fp16 overflow.
 std::vector<float> gradient_values(uint32_t seed) {
   std::vector<float> v = random_floats(3 * (1 << 14) + 5, seed, -3.0f, 3.0f);
-  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f,
-                            std::numeric_limits<float>::denorm_min(), 3e-8f, 70000.0f, -65504.0f, 1e-30f};
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::denorm_min(),
+                            3e-8f,
+                            70000.0f,
+                            -65504.0f,
+                            1e-30f};
   for (size_t i = 0; i < std::size(specials); ++i) v[7 * i + seed % 7] = specials[i];
   return v;
 }
@@ -119,8 +125,7 @@ TEST(BufferMath, MismatchedOrNonFloatingArgumentsAreRefused) {
   std::vector<uint16_t> h(8);
   std::vector<int32_t> ints(8);
   EXPECT_EQ(add_into(view(a, {8}), view(b, {6})).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(add_into(view(a, {8}), Tensor(h.data(), DType::kBF16, {8})).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(add_into(view(a, {8}), Tensor(h.data(), DType::kBF16, {8})).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(divide_by(view(ints, {8}), 2.0f).code(), absl::StatusCode::kInvalidArgument);
   const Tensor strided(a.data(), DType::kF32, {4}, {2}, Device::cpu());
   EXPECT_EQ(multiply_by(strided, 2.0f).code(), absl::StatusCode::kInvalidArgument);

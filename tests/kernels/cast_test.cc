@@ -72,8 +72,8 @@ TEST(Cast, StochasticRoundingIsDeterministicPerSeedAndIndex) {
   ASSERT_TRUE(cast(Tensor(b.data(), DType::kBF16, {5000}), view(x, {5000}), &sr).ok());
   set_kernel_threads(1);
   ASSERT_TRUE(cast(Tensor(c.data(), DType::kBF16, {5000}), view(x, {5000}), &other).ok());
-  ASSERT_TRUE(cast(Tensor(shard.data(), DType::kBF16, {1000}), Tensor(x.data() + 2000, DType::kF32, {1000}),
-                   &shard_sr).ok());
+  ASSERT_TRUE(
+      cast(Tensor(shard.data(), DType::kBF16, {1000}), Tensor(x.data() + 2000, DType::kF32, {1000}), &shard_sr).ok());
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   EXPECT_EQ(std::vector<uint16_t>(a.begin() + 2000, a.begin() + 3000), shard);

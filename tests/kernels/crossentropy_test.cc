@@ -56,11 +56,11 @@ TEST(CrossEntropy, LossAndGradientMatchReferenceWithPaddingAndIgnoredTargets) {
 TEST(CrossEntropy, PaddedColumnsDoNotChangeLossOrArgmax) {
   std::vector<float> logits = random_floats(kN * kVp, 2, -3.0f, 3.0f), d(kN * kVp);
   std::vector<int32_t> targets = {0, 1, 2, 3, 4, 5};
-  const CrossEntropyResult plain = *crossentropy_forward_backward(view(d, {kN, kVp}), view(logits, {kN, kVp}),
-                                                                  view(targets, {kN}), kV);
+  const CrossEntropyResult plain =
+      *crossentropy_forward_backward(view(d, {kN, kVp}), view(logits, {kN, kVp}), view(targets, {kN}), kV);
   for (int64_t r = 0; r < kN; ++r) logits[r * kVp + kV] = logits[r * kVp + kV + 1] = 1e30f;
-  const CrossEntropyResult padded = *crossentropy_forward_backward(view(d, {kN, kVp}), view(logits, {kN, kVp}),
-                                                                   view(targets, {kN}), kV);
+  const CrossEntropyResult padded =
+      *crossentropy_forward_backward(view(d, {kN, kVp}), view(logits, {kN, kVp}), view(targets, {kN}), kV);
   EXPECT_EQ(plain.loss, padded.loss);
   EXPECT_EQ(plain.correct, padded.correct);
 }
@@ -71,8 +71,8 @@ TEST(CrossEntropy, CountsArgmaxHitsOnCountedTargetsOnly) {
   logits[1 * kVp + 2] = 5.0f;  // row 1: argmax 2, target 1: wrong
   logits[2 * kVp + 6] = 5.0f;  // row 2: argmax 6 but ignored
   std::vector<int32_t> targets = {4, 1, kIgnoreIndex};
-  const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {3, kVp}), view(logits, {3, kVp}),
-                                                              view(targets, {3}), kV);
+  const CrossEntropyResult r =
+      *crossentropy_forward_backward(view(d, {3, kVp}), view(logits, {3, kVp}), view(targets, {3}), kV);
   EXPECT_EQ(r.counted, 2);
   EXPECT_EQ(r.correct, 1);
 }
@@ -84,8 +84,8 @@ TEST(CrossEntropy, ArgmaxIsTheFirstOfTiedMaximaInALongRow) {
   for (int64_t r = 0; r < 2; ++r) logits[r * kLongVp + 130] = logits[r * kLongVp + 250] = 4.0f;
   std::fill(logits.begin() + 2 * kLongVp, logits.end(), 0.5f);  // row 2: every column ties
   std::vector<int32_t> targets = {130, 250, 0};
-  const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {3, kLongVp}), view(logits, {3, kLongVp}),
-                                                              view(targets, {3}), kLongV);
+  const CrossEntropyResult r =
+      *crossentropy_forward_backward(view(d, {3, kLongVp}), view(logits, {3, kLongVp}), view(targets, {3}), kLongV);
   EXPECT_EQ(r.correct, 2);  // rows 0 and 2
 }
 
@@ -98,8 +98,8 @@ TEST(CrossEntropy, GivesTheSameBitsUnderAnyThreadCount) {
     set_kernel_threads(threads);
     std::vector<float> d(kRows * kLongV);
     std::vector<float> x = logits;
-    const CrossEntropyResult r =
-        *crossentropy_forward_backward(view(d, {kRows, kLongV}), view(x, {kRows, kLongV}), view(targets, {kRows}), kLongV);
+    const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {kRows, kLongV}), view(x, {kRows, kLongV}),
+                                                                view(targets, {kRows}), kLongV);
     set_kernel_threads(1);
     d.push_back(r.loss);
     return d;
@@ -110,8 +110,8 @@ TEST(CrossEntropy, GivesTheSameBitsUnderAnyThreadCount) {
 TEST(CrossEntropy, AllIgnoredGivesZeroLossAndGradient) {
   std::vector<float> logits = random_floats(2 * kVp, 3), d(2 * kVp, 5.0f);
   std::vector<int32_t> targets = {kIgnoreIndex, kIgnoreIndex};
-  const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {2, kVp}), view(logits, {2, kVp}),
-                                                              view(targets, {2}), kV);
+  const CrossEntropyResult r =
+      *crossentropy_forward_backward(view(d, {2, kVp}), view(logits, {2, kVp}), view(targets, {2}), kV);
   EXPECT_EQ(r.loss, 0.0f);
   EXPECT_EQ(r.counted, 0);
   EXPECT_EQ(d, std::vector<float>(2 * kVp, 0.0f));
@@ -120,10 +120,10 @@ TEST(CrossEntropy, AllIgnoredGivesZeroLossAndGradient) {
 TEST(CrossEntropy, GradientInPlaceOverLogitsMatchesSeparate) {
   std::vector<float> logits = random_floats(kN * kVp, 4, -3.0f, 3.0f), separate(kN * kVp);
   std::vector<int32_t> targets = {1, 2, kIgnoreIndex, 0, 6, 5};
-  const CrossEntropyResult a = *crossentropy_forward_backward(view(separate, {kN, kVp}), view(logits, {kN, kVp}),
-                                                              view(targets, {kN}), kV);
-  const CrossEntropyResult b = *crossentropy_forward_backward(view(logits, {kN, kVp}), view(logits, {kN, kVp}),
-                                                              view(targets, {kN}), kV);
+  const CrossEntropyResult a =
+      *crossentropy_forward_backward(view(separate, {kN, kVp}), view(logits, {kN, kVp}), view(targets, {kN}), kV);
+  const CrossEntropyResult b =
+      *crossentropy_forward_backward(view(logits, {kN, kVp}), view(logits, {kN, kVp}), view(targets, {kN}), kV);
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(logits, separate);
 }
@@ -132,8 +132,8 @@ TEST(CrossEntropy, LargeLogitsStayFinite) {
   std::vector<float> logits = random_floats(kN * kVp, 5, -3.0f, 3.0f), d(kN * kVp);
   for (float& x : logits) x *= 1e4f;  // exp would overflow without subtracting the row max
   std::vector<int32_t> targets = {0, 1, 2, 3, 4, 5};
-  const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {kN, kVp}), view(logits, {kN, kVp}),
-                                                              view(targets, {kN}), kV);
+  const CrossEntropyResult r =
+      *crossentropy_forward_backward(view(d, {kN, kVp}), view(logits, {kN, kVp}), view(targets, {kN}), kV);
   EXPECT_TRUE(std::isfinite(r.loss));
   EXPECT_NEAR(r.loss, reference_loss(testing::to_double(logits), targets), 1e4 * kTol);
   for (float g : d) EXPECT_TRUE(std::isfinite(g));
@@ -142,9 +142,9 @@ TEST(CrossEntropy, LargeLogitsStayFinite) {
 TEST(CrossEntropy, TargetInPaddingIsInvalidArgument) {
   std::vector<float> logits(kVp), d(kVp);
   std::vector<int32_t> targets = {kV};  // a padded column, not a real token
-  EXPECT_EQ(crossentropy_forward_backward(view(d, {1, kVp}), view(logits, {1, kVp}), view(targets, {1}), kV)
-                .status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      crossentropy_forward_backward(view(d, {1, kVp}), view(logits, {1, kVp}), view(targets, {1}), kV).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

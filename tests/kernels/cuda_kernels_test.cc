@@ -28,8 +28,8 @@ class CudaKernels : public ::testing::Test {
 
   template <typename T>
   Tensor upload(const std::vector<T>& host, Shape shape) {
-    auto buffer = allocator_.allocate(static_cast<int64_t>(host.size() * sizeof(T)), MemoryCategory::kWorkspace,
-                                      Device::cuda(0));
+    auto buffer =
+        allocator_.allocate(static_cast<int64_t>(host.size() * sizeof(T)), MemoryCategory::kWorkspace, Device::cuda(0));
     EXPECT_TRUE(buffer.ok()) << buffer.status();
     Tensor t = buffer->tensor(DTypeOf<T>::value, std::move(shape));
     EXPECT_TRUE(copy_bytes(t.data(), t.device(), host.data(), Device::cpu(), t.nbytes()).ok());
@@ -63,7 +63,8 @@ TEST_F(CudaKernels, MatmulMatchesCpu) {
   ASSERT_TRUE(matmul_forward(view(out, {n, oc}), view(inp, {n, c}), view(w, {oc, c}), view(b, {oc})).ok());
   ASSERT_TRUE(matmul_forward(g_out, g_inp, g_w, upload(b, {oc})).ok());
   ASSERT_TRUE(matmul_backward(view(dinp, {n, c}), view(dw, {oc, c}), view(db, {oc}), view(dout, {n, oc}),
-                              view(inp, {n, c}), view(w, {oc, c})).ok());
+                              view(inp, {n, c}), view(w, {oc, c}))
+                  .ok());
   ASSERT_TRUE(matmul_backward(g_dinp, g_dw, g_db, upload(dout, {n, oc}), g_inp, g_w).ok());
   expect_near_all(download<float>(g_out), out, gemm_tolerance(c) + kU32, "out");
   expect_near_all(download<float>(g_dinp), dinp, gemm_tolerance(oc), "dinp");
@@ -135,7 +136,8 @@ class CudaHalfGemm : public CudaKernels, public ::testing::WithParamInterface<DT
     std::vector<float> db_c = db.wide, out_c(n * oc), dinp_c(n * c);
     ASSERT_TRUE(matmul_forward(view(out_c, {n, oc}), view(inp_c, {n, c}), view(w_c, {oc, c}), view(b_c, {oc})).ok());
     ASSERT_TRUE(matmul_backward(view(dinp_c, {n, c}), view(dw_c, {oc, c}), view(db_c, {oc}), view(dout_c, {n, oc}),
-                                view(inp_c, {n, c}), view(w_c, {oc, c})).ok());
+                                view(inp_c, {n, c}), view(w_c, {oc, c}))
+                    .ok());
 
     const HalfValues zeros_out{std::vector<uint16_t>(n * oc), std::vector<float>(n * oc)};
     const HalfValues zeros_dinp{std::vector<uint16_t>(n * c), std::vector<float>(n * c)};
@@ -172,7 +174,8 @@ TEST(CudaKernelChecks, HalfMatmulArgumentsAreChecked) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("fp32"), absl::string_view::npos) << s;
   // On CUDA, inp and weight share one half dtype, and out is fp32 or that dtype.
-  const Tensor bf16(x.data(), DType::kBF16, {2, 2}, Device::cuda(0)), fp16(x.data(), DType::kF16, {2, 2}, Device::cuda(0));
+  const Tensor bf16(x.data(), DType::kBF16, {2, 2}, Device::cuda(0)),
+      fp16(x.data(), DType::kF16, {2, 2}, Device::cuda(0));
   const Tensor i32(x.data(), DType::kI32, {2, 2}, Device::cuda(0));
   s = matmul_forward(bf16, bf16, fp16, Tensor());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
@@ -219,7 +222,8 @@ TEST_F(CudaKernels, LayerNormMatchesCpu) {
   const Tensor g_x = upload(x, {n, c}), g_w = upload(w, {c}), g_out = upload(out, {n, c});
   const Tensor g_mean = upload(mean, {n}), g_rstd = upload(rstd, {n});
   ASSERT_TRUE(layernorm_forward(view(out, {n, c}), view(mean, {n}), view(rstd, {n}), view(x, {n, c}), view(w, {c}),
-                                view(b, {c})).ok());
+                                view(b, {c}))
+                  .ok());
   ASSERT_TRUE(layernorm_forward(g_out, g_mean, g_rstd, g_x, g_w, upload(b, {c})).ok());
   // Row sums of C terms in another order: mean and variance differ by <= 2·C·u relative; xhat = (x - mean)·rstd
   // is at most sqrt(C) ~ 14 and |weight| <= 1, so out differs by about 2·C·u·14.
@@ -230,10 +234,11 @@ TEST_F(CudaKernels, LayerNormMatchesCpu) {
   // Backward from the CPU's saved mean and rstd on both sides, so only the sums' order differs (dinp: row sums
   // of C terms of size <= 14, times rstd ~ 1.7; dweight, dbias: fp64 column sums, equal to a few ulps).
   const Tensor g_dx = upload(dx, {n, c}), g_dw = upload(dw, {c}), g_db = upload(db, {c});
-  ASSERT_TRUE(layernorm_backward(g_dx, g_dw, g_db, upload(dout, {n, c}), g_x, g_w, upload(mean, {n}),
-                                 upload(rstd, {n})).ok());
+  ASSERT_TRUE(
+      layernorm_backward(g_dx, g_dw, g_db, upload(dout, {n, c}), g_x, g_w, upload(mean, {n}), upload(rstd, {n})).ok());
   ASSERT_TRUE(layernorm_backward(view(dx, {n, c}), view(dw, {c}), view(db, {c}), view(dout, {n, c}), view(x, {n, c}),
-                                 view(w, {c}), view(mean, {n}), view(rstd, {n})).ok());
+                                 view(w, {c}), view(mean, {n}), view(rstd, {n}))
+                  .ok());
   expect_near_all(download<float>(g_dx), dx, tol * 2, "dinp");
   expect_near_all(download<float>(g_dw), dw, 4 * n * kU32, "dweight");
   expect_near_all(download<float>(g_db), db, 4 * n * kU32, "dbias");
@@ -248,11 +253,12 @@ TEST_F(CudaKernels, EmbeddingMatchesCpuBitwise) {
   std::vector<float> dwpe = random_floats(max_t * c, 19);
   const Tensor g_tok = upload(tokens, {b, t}), g_out = upload(out, {b, t, c});
   const Tensor g_dwte = upload(dwte, {vocab, c}), g_dwpe = upload(dwpe, {max_t, c});
-  ASSERT_TRUE(embedding_forward(view(out, {b, t, c}), view(tokens, {b, t}), view(wte, {vocab, c}),
-                                view(wpe, {max_t, c})).ok());
+  ASSERT_TRUE(
+      embedding_forward(view(out, {b, t, c}), view(tokens, {b, t}), view(wte, {vocab, c}), view(wpe, {max_t, c})).ok());
   ASSERT_TRUE(embedding_forward(g_out, g_tok, upload(wte, {vocab, c}), upload(wpe, {max_t, c})).ok());
-  ASSERT_TRUE(embedding_backward(view(dwte, {vocab, c}), view(dwpe, {max_t, c}), view(dout, {b, t, c}),
-                                 view(tokens, {b, t})).ok());
+  ASSERT_TRUE(
+      embedding_backward(view(dwte, {vocab, c}), view(dwpe, {max_t, c}), view(dout, {b, t, c}), view(tokens, {b, t}))
+          .ok());
   ASSERT_TRUE(embedding_backward(g_dwte, g_dwpe, upload(dout, {b, t, c}), g_tok).ok());
   // One add per element forward; backward adds each gradient row in increasing row order on both sides.
   EXPECT_EQ(download<float>(g_out), out);
@@ -266,8 +272,8 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
   std::vector<int32_t> targets(n);
   for (int64_t r = 0; r < n; ++r) targets[r] = r % 5 == 0 ? kIgnoreIndex : static_cast<int32_t>((r * 37) % vocab);
   const Tensor g_d = upload(dlogits, {n, padded});
-  auto cpu = crossentropy_forward_backward(view(dlogits, {n, padded}), view(logits, {n, padded}), view(targets, {n}),
-                                           vocab);
+  auto cpu =
+      crossentropy_forward_backward(view(dlogits, {n, padded}), view(logits, {n, padded}), view(targets, {n}), vocab);
   auto gpu = crossentropy_forward_backward(g_d, upload(logits, {n, padded}), upload(targets, {n}), vocab);
   ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
   EXPECT_EQ(gpu->counted, cpu->counted);
@@ -296,9 +302,11 @@ TEST_F(CudaKernels, AttentionMatchesCpu) {
   // forward's tolerance times |dout · v| <= hs.
   const Tensor g_dinp = upload(dinp, {b, t, 3 * c});
   ASSERT_TRUE(attention_backward(view(dinp, {b, t, 3 * c}), view(dout, {b, t, c}), view(inp, {b, t, 3 * c}),
-                                 view(out, {b, t, c}), view(lse, {b, nh, t}), nh).ok());
-  ASSERT_TRUE(attention_backward(g_dinp, upload(dout, {b, t, c}), g_inp, upload(out, {b, t, c}),
-                                 upload(lse, {b, nh, t}), nh).ok());
+                                 view(out, {b, t, c}), view(lse, {b, nh, t}), nh)
+                  .ok());
+  ASSERT_TRUE(
+      attention_backward(g_dinp, upload(dout, {b, t, c}), g_inp, upload(out, {b, t, c}), upload(lse, {b, nh, t}), nh)
+          .ok());
   expect_near_all(download<float>(g_dinp), dinp, t * tol * hs, "dinp");
 }
 

@@ -12,8 +12,9 @@ constexpr int64_t kB = 2, kT = 3, kC = 5, kV = 4, kMaxT = 6;
 TEST(Embedding, ForwardAddsTokenAndPositionRows) {
   std::vector<int32_t> tokens = {3, 0, 3, 1, 1, 2};
   std::vector<float> wte = random_floats(kV * kC, 1), wpe = random_floats(kMaxT * kC, 2), out(kB * kT * kC);
-  ASSERT_TRUE(embedding_forward(view(out, {kB, kT, kC}), view(tokens, {kB, kT}), view(wte, {kV, kC}),
-                                view(wpe, {kMaxT, kC})).ok());
+  ASSERT_TRUE(
+      embedding_forward(view(out, {kB, kT, kC}), view(tokens, {kB, kT}), view(wte, {kV, kC}), view(wpe, {kMaxT, kC}))
+          .ok());
   for (int64_t b = 0; b < kB; ++b) {
     for (int64_t t = 0; t < kT; ++t) {
       for (int64_t c = 0; c < kC; ++c) {
@@ -29,7 +30,8 @@ TEST(Embedding, BackwardScattersIntoRepeatedTokensAndPositions) {
   std::vector<float> dout = random_floats(kB * kT * kC, 3);
   std::vector<float> dwte(kV * kC, 1.0f), dwpe(kMaxT * kC, 2.0f);  // prior gradients: backward adds
   ASSERT_TRUE(embedding_backward(view(dwte, {kV, kC}), view(dwpe, {kMaxT, kC}), view(dout, {kB, kT, kC}),
-                                 view(tokens, {kB, kT})).ok());
+                                 view(tokens, {kB, kT}))
+                  .ok());
   std::vector<float> want_wte(kV * kC, 1.0f), want_wpe(kMaxT * kC, 2.0f);
   for (int64_t r = 0; r < kB * kT; ++r) {  // the same additions in the same (row) order
     for (int64_t c = 0; c < kC; ++c) {
@@ -44,16 +46,17 @@ TEST(Embedding, BackwardScattersIntoRepeatedTokensAndPositions) {
 TEST(Embedding, TokenOutsideVocabIsInvalidArgument) {
   std::vector<int32_t> tokens = {0, 1, 4, 0, 0, 0};
   std::vector<float> wte(kV * kC), wpe(kMaxT * kC), out(kB * kT * kC);
-  EXPECT_EQ(embedding_forward(view(out, {kB, kT, kC}), view(tokens, {kB, kT}), view(wte, {kV, kC}),
-                              view(wpe, {kMaxT, kC})).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      embedding_forward(view(out, {kB, kT, kC}), view(tokens, {kB, kT}), view(wte, {kV, kC}), view(wpe, {kMaxT, kC}))
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Embedding, SequenceLongerThanPositionsIsInvalidArgument) {
   std::vector<int32_t> tokens(7, 0);
   std::vector<float> wte(kV * kC), wpe(kMaxT * kC), out(7 * kC);
-  EXPECT_EQ(embedding_forward(view(out, {1, 7, kC}), view(tokens, {1, 7}), view(wte, {kV, kC}),
-                              view(wpe, {kMaxT, kC})).code(),
+  EXPECT_EQ(embedding_forward(view(out, {1, 7, kC}), view(tokens, {1, 7}), view(wte, {kV, kC}), view(wpe, {kMaxT, kC}))
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -34,7 +34,8 @@ Tensor view(std::vector<T>& v, Shape shape) {
 // d loss / d x_i for every i by central differences in fp64. With h = 1e-5 the truncation error is
 // O(h^2 f''') ~ 1e-10 and the rounding error O(eps64 |loss| / h) ~ 1e-10 for the O(1) losses used here,
 // far below the fp32 errors of the kernels under test.
-inline std::vector<double> numeric_grad(std::vector<double> x, const std::function<double(const std::vector<double>&)>& loss,
+inline std::vector<double> numeric_grad(std::vector<double> x,
+                                        const std::function<double(const std::vector<double>&)>& loss,
                                         double h = 1e-5) {
   std::vector<double> g(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
@@ -58,7 +59,8 @@ inline double weighted_sum(const std::vector<double>& x, const std::vector<float
 
 // |actual_i - expected_i| <= tol for all i, reporting the first few misses.
 template <typename A, typename E>
-void expect_near_all(const std::vector<A>& actual, const std::vector<E>& expected, double tol, const std::string& what) {
+void expect_near_all(const std::vector<A>& actual, const std::vector<E>& expected, double tol,
+                     const std::string& what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   int misses = 0;
   for (size_t i = 0; i < actual.size() && misses < 5; ++i) {

@@ -45,8 +45,9 @@ constexpr double kTol = 0.5e-4;
 TEST(LayerNorm, ForwardMatchesReference) {
   Problem p(6, 24, 1);
   std::vector<float> out(p.n * p.c), mean(p.n), rstd(p.n);
-  ASSERT_TRUE(layernorm_forward(view(out, {2, 3, p.c}), view(mean, {2, 3}), view(rstd, {2, 3}),
-                                view(p.x, {2, 3, p.c}), view(p.w, {p.c}), view(p.b, {p.c})).ok());
+  ASSERT_TRUE(layernorm_forward(view(out, {2, 3, p.c}), view(mean, {2, 3}), view(rstd, {2, 3}), view(p.x, {2, 3, p.c}),
+                                view(p.w, {p.c}), view(p.b, {p.c}))
+                  .ok());
   const RefLayerNorm r =
       reference_layernorm(testing::to_double(p.x), testing::to_double(p.w), testing::to_double(p.b), p.n, p.c);
   testing::expect_near_all(out, r.out, kTol, "out");
@@ -60,9 +61,11 @@ void expect_backward_matches_finite_differences(Problem p) {
   std::vector<float> out(p.n * p.c), mean(p.n), rstd(p.n), dx(p.n * p.c);
   std::vector<float> dw(p.c, 0.5f), db(p.c, -0.25f);  // prior gradients: backward adds to them
   ASSERT_TRUE(layernorm_forward(view(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), view(p.x, {p.n, p.c}),
-                                view(p.w, {p.c}), view(p.b, {p.c})).ok());
+                                view(p.w, {p.c}), view(p.b, {p.c}))
+                  .ok());
   ASSERT_TRUE(layernorm_backward(view(dx, {p.n, p.c}), view(dw, {p.c}), view(db, {p.c}), view(p.dout, {p.n, p.c}),
-                                 view(p.x, {p.n, p.c}), view(p.w, {p.c}), view(mean, {p.n}), view(rstd, {p.n})).ok());
+                                 view(p.x, {p.n, p.c}), view(p.w, {p.c}), view(mean, {p.n}), view(rstd, {p.n}))
+                  .ok());
   const auto x = testing::to_double(p.x), w = testing::to_double(p.w), b = testing::to_double(p.b);
   auto loss = [&](const std::vector<double>& xx, const std::vector<double>& ww, const std::vector<double>& bb) {
     return testing::weighted_sum(reference_layernorm(xx, ww, bb, p.n, p.c).out, p.dout);
@@ -89,12 +92,14 @@ TEST(LayerNorm, BackwardGivesTheSameBitsUnderAnyThreadCount) {
   Problem p(200, 27, 5);
   std::vector<float> out(p.n * p.c), mean(p.n), rstd(p.n);
   ASSERT_TRUE(layernorm_forward(view(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), view(p.x, {p.n, p.c}),
-                                view(p.w, {p.c}), view(p.b, {p.c})).ok());
+                                view(p.w, {p.c}), view(p.b, {p.c}))
+                  .ok());
   auto backward = [&](int threads) {
     set_kernel_threads(threads);
     std::vector<float> dx(p.n * p.c), dw(p.c), db(p.c);
     EXPECT_TRUE(layernorm_backward(view(dx, {p.n, p.c}), view(dw, {p.c}), view(db, {p.c}), view(p.dout, {p.n, p.c}),
-                                   view(p.x, {p.n, p.c}), view(p.w, {p.c}), view(mean, {p.n}), view(rstd, {p.n})).ok());
+                                   view(p.x, {p.n, p.c}), view(p.w, {p.c}), view(mean, {p.n}), view(rstd, {p.n}))
+                    .ok());
     set_kernel_threads(1);
     dx.insert(dx.end(), dw.begin(), dw.end());
     dx.insert(dx.end(), db.begin(), db.end());
@@ -107,7 +112,8 @@ TEST(LayerNorm, MeanShapeMismatchIsInvalidArgument) {
   Problem p(4, 8, 3);
   std::vector<float> out(p.n * p.c), mean(3), rstd(p.n);
   EXPECT_EQ(layernorm_forward(view(out, {p.n, p.c}), view(mean, {3}), view(rstd, {p.n}), view(p.x, {p.n, p.c}),
-                              view(p.w, {p.c}), view(p.b, {p.c})).code(),
+                              view(p.w, {p.c}), view(p.b, {p.c}))
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -44,10 +44,12 @@ struct Grads {
 Grads run(Problem& p) {
   Grads g{std::vector<float>(p.n * p.oc), std::vector<float>(p.n * p.c), std::vector<float>(p.oc * p.c),
           std::vector<float>(p.oc)};
-  EXPECT_TRUE(matmul_forward(view(g.out, {p.n, p.oc}), view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c}),
-                             view(p.b, {p.oc})).ok());
+  EXPECT_TRUE(
+      matmul_forward(view(g.out, {p.n, p.oc}), view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c}), view(p.b, {p.oc}))
+          .ok());
   EXPECT_TRUE(matmul_backward(view(g.dinp, {p.n, p.c}), view(g.dw, {p.oc, p.c}), view(g.db, {p.oc}),
-                              view(p.dout, {p.n, p.oc}), view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c})).ok());
+                              view(p.dout, {p.n, p.oc}), view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c}))
+                  .ok());
   return g;
 }
 
@@ -60,9 +62,9 @@ TEST(Matmul, ForwardMatchesReferenceOnLeadingDims) {
   std::vector<float> inp = random_floats(b * t * c, 1), w = random_floats(oc * c, 2), bias = random_floats(oc, 3);
   std::vector<float> out(b * t * oc);
   ASSERT_TRUE(matmul_forward(view(out, {b, t, oc}), view(inp, {b, t, c}), view(w, {oc, c}), view(bias, {oc})).ok());
-  testing::expect_near_all(out, reference_matmul(testing::to_double(inp), testing::to_double(w),
-                                                 testing::to_double(bias), b * t, c, oc),
-                           gemm_tol(c), "out");
+  testing::expect_near_all(
+      out, reference_matmul(testing::to_double(inp), testing::to_double(w), testing::to_double(bias), b * t, c, oc),
+      gemm_tol(c), "out");
 }
 
 TEST(Matmul, ForwardWithoutBias) {
@@ -76,9 +78,10 @@ TEST(Matmul, ForwardWithoutBias) {
 TEST(Matmul, ForwardAcrossManyTilesMatchesReference) {
   Problem p(300, 40, 520, 6);  // 2 x 2 tiles of 256 x 512, ragged at both edges
   const Grads g = run(p);
-  testing::expect_near_all(g.out, reference_matmul(testing::to_double(p.inp), testing::to_double(p.w),
-                                                   testing::to_double(p.b), p.n, p.c, p.oc),
-                           gemm_tol(p.c), "out");
+  testing::expect_near_all(
+      g.out,
+      reference_matmul(testing::to_double(p.inp), testing::to_double(p.w), testing::to_double(p.b), p.n, p.c, p.oc),
+      gemm_tol(p.c), "out");
 }
 
 TEST(Matmul, BackwardMatchesFiniteDifferences) {
@@ -102,7 +105,8 @@ TEST(Matmul, BackwardAddsIntoParameterGradientsAndWritesDinp) {
   std::vector<float> dinp(p.n * p.c, 123.0f), dw = random_floats(p.oc * p.c, 9), db = random_floats(p.oc, 10);
   const std::vector<float> dw0 = dw, db0 = db;
   ASSERT_TRUE(matmul_backward(view(dinp, {p.n, p.c}), view(dw, {p.oc, p.c}), view(db, {p.oc}),
-                              view(p.dout, {p.n, p.oc}), view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c})).ok());
+                              view(p.dout, {p.n, p.oc}), view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c}))
+                  .ok());
   EXPECT_TRUE(same_bits(dinp, fresh.dinp));
   std::vector<double> dw_sum(dw.size()), db_sum(db.size());
   for (size_t i = 0; i < dw.size(); ++i) dw_sum[i] = double{dw0[i]} + fresh.dw[i];
@@ -117,15 +121,15 @@ TEST(Matmul, BackwardSkipsUndefinedDinpAndDbias) {
   const Grads fresh = run(p);
   std::vector<float> dw(p.oc * p.c, 0.0f);
   ASSERT_TRUE(matmul_backward(Tensor(), view(dw, {p.oc, p.c}), Tensor(), view(p.dout, {p.n, p.oc}),
-                              view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c})).ok());
+                              view(p.inp, {p.n, p.c}), view(p.w, {p.oc, p.c}))
+                  .ok());
   EXPECT_TRUE(same_bits(dw, fresh.dw));
 }
 
 TEST(Matmul, ShapeMismatchIsInvalidArgument) {
   Problem p(4, 5, 3, 12);
   std::vector<float> out(4 * 4);
-  const absl::Status s =
-      matmul_forward(view(out, {4, 4}), view(p.inp, {4, 5}), view(p.w, {3, 5}), view(p.b, {3}));
+  const absl::Status s = matmul_forward(view(out, {4, 4}), view(p.inp, {4, 5}), view(p.w, {3, 5}), view(p.b, {3}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("out"), absl::string_view::npos) << s;
 }

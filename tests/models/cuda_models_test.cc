@@ -27,7 +27,6 @@ using testing::ModelRunner;
 using testing::ParamFill;
 using testing::RunResult;
 
-
 // The CPU and CUDA kernels sum in different orders (tests/kernels/cuda_kernels_test.cc bounds each kernel
 // alone), so the runs agree only to fp32 rounding. The PyTorch comparisons (gpt2_test.cc, mlp_test.cc) put
 // each fp32 run within kFp32Tolerance of the fp64 result, as a fraction of each tensor's largest element

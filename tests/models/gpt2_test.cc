@@ -1,4 +1,5 @@
-// GPT-2 units: loss, logits and every gradient against PyTorch, recompute, loss scaling, activation bytes, input errors.
+// GPT-2 units: loss, logits and every gradient against PyTorch, recompute, loss scaling, activation bytes, input
+// errors.
 #include "models/gpt2.h"
 
 #include <algorithm>
@@ -19,15 +20,13 @@
 namespace zero {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::floats_of;
+using ::testing::HasSubstr;
 using testing::max_relative_error;
 using testing::ModelRunner;
 using testing::RunResult;
 
-
 Gpt2Config tiny() { return *Gpt2Config::preset("tiny"); }
-
 
 // A tiny GPT-2 with the fixture's weights.
 struct Loaded {
@@ -40,10 +39,9 @@ Loaded load_model() {
   l.runner = std::make_unique<ModelRunner>(*l.model);
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(testing::kGpt2TinyWeights, tiny());
   EXPECT_TRUE(reader.ok()) << reader.status();
-  const absl::Status s = l.runner->load(
-      [&](absl::string_view unit, absl::string_view param, const Tensor& dst) {
-        return reader->fill(unit, param, dst);
-      });
+  const absl::Status s = l.runner->load([&](absl::string_view unit, absl::string_view param, const Tensor& dst) {
+    return reader->fill(unit, param, dst);
+  });
   EXPECT_TRUE(s.ok()) << s;
   return l;
 }

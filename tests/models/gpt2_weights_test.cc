@@ -39,7 +39,8 @@ struct Params {
   absl::Status for_each(const std::function<absl::Status(const std::string&, const std::string&, const Tensor&)>& f) {
     for (auto& [unit, values] : units) {
       for (size_t i = 0; i < unit.params.size(); ++i) {
-        ZERO_RETURN_IF_ERROR(f(unit.unit, unit.params[i].name, Tensor(values[i].data(), DType::kF32, unit.params[i].shape)));
+        ZERO_RETURN_IF_ERROR(
+            f(unit.unit, unit.params[i].name, Tensor(values[i].data(), DType::kF32, unit.params[i].shape)));
       }
     }
     return absl::OkStatus();
@@ -58,8 +59,9 @@ Params load_fixture() {
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kFixture, tiny());
   EXPECT_TRUE(reader.ok()) << reader.status();
   Params params(tiny());
-  absl::Status s = params.for_each(
-      [&](const std::string& unit, const std::string& param, const Tensor& dst) { return reader->fill(unit, param, dst); });
+  absl::Status s = params.for_each([&](const std::string& unit, const std::string& param, const Tensor& dst) {
+    return reader->fill(unit, param, dst);
+  });
   EXPECT_TRUE(s.ok()) << s;
   return params;
 }
@@ -88,7 +90,7 @@ TEST(Gpt2Weights, LoadTransposesConv1DWeightsToOutIn) {
   Params params = load_fixture();
   SafetensorsFile file = *SafetensorsFile::read(kFixture);
   Tensor file_w = *file.get("h.1.mlp.c_fc.weight");  // (C, 4C)
-  Tensor w = params.get("h.1", "mlp.c_fc.weight");    // (4C, C)
+  Tensor w = params.get("h.1", "mlp.c_fc.weight");   // (4C, C)
   ASSERT_EQ(file_w.shape(), (Shape{32, 128}));
   ASSERT_EQ(w.shape(), (Shape{128, 32}));
   for (int64_t o = 0; o < 128; ++o) {
@@ -110,7 +112,9 @@ TEST(Gpt2Weights, LoadZeroesPaddedVocabRows) {
 TEST(Gpt2Weights, SaveOfLoadedWeightsReproducesFile) {
   Params params = load_fixture();
   Gpt2HfWriter writer(tiny());
-  ASSERT_TRUE(params.for_each([&](const std::string& u, const std::string& p, const Tensor& v) { return writer.add(u, p, v); }).ok());
+  ASSERT_TRUE(
+      params.for_each([&](const std::string& u, const std::string& p, const Tensor& v) { return writer.add(u, p, v); })
+          .ok());
   const testing::ScopedTempDir dir;
   const std::string path = dir.file("roundtrip.safetensors");
   ASSERT_TRUE(writer.write(path).ok());
@@ -222,9 +226,11 @@ TEST(Gpt2Weights, FillRejectsDestinationOfWrongShape) {
 TEST(Gpt2Weights, WriteNamesParameterNeverAdded) {
   Params params = load_fixture();
   Gpt2HfWriter writer(tiny());
-  ASSERT_TRUE(params.for_each([&](const std::string& u, const std::string& p, const Tensor& v) {
-    return p == "ln_2.weight" && u == "h.1" ? absl::OkStatus() : writer.add(u, p, v);
-  }).ok());
+  ASSERT_TRUE(params
+                  .for_each([&](const std::string& u, const std::string& p, const Tensor& v) {
+                    return p == "ln_2.weight" && u == "h.1" ? absl::OkStatus() : writer.add(u, p, v);
+                  })
+                  .ok());
   const testing::ScopedTempDir dir;
   absl::Status s = writer.write(dir.file("incomplete.safetensors"));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);

@@ -95,7 +95,6 @@ Gpt2Run load_gpt2(DType dtype, DType pre_round = DType::kF32) {
   return r;
 }
 
-
 // The one tied parameter: wte, owned by the embedding, also read (and its gradient added to) by the head.
 bool is_tied_wte(const std::string& unit, const std::string& param) {
   return unit == kGpt2EmbeddingUnit && param == "wte.weight";
@@ -163,11 +162,12 @@ TEST_P(Gpt2Precision, GradientsAreTheFp32RunsRoundedOnceAndTheLossIsEqual) {
   });
   EXPECT_EQ(compared, static_cast<int64_t>(fp32.runner->all_grads().size()));
   EXPECT_LT(max_abs_scaled / scale, 1.0f) << "the loss-scale comment's premise";
-  std::printf("[ %s ] %lld gradient elements compared; max |scaled grad| %g; wte elements where the head's "
-              "separate rounding changed the result: %lld of %lld\n",
-              std::string(dtype_name(half)).c_str(), static_cast<long long>(compared), max_abs_scaled,
-              static_cast<long long>(wte_double_rounding_differs),
-              static_cast<long long>(h.runner->grad(kGpt2EmbeddingUnit, "wte.weight").numel()));
+  std::printf(
+      "[ %s ] %lld gradient elements compared; max |scaled grad| %g; wte elements where the head's "
+      "separate rounding changed the result: %lld of %lld\n",
+      std::string(dtype_name(half)).c_str(), static_cast<long long>(compared), max_abs_scaled,
+      static_cast<long long>(wte_double_rounding_differs),
+      static_cast<long long>(h.runner->grad(kGpt2EmbeddingUnit, "wte.weight").numel()));
 }
 
 // Tolerance against PyTorch. The fixture is float64 math on the fp32 weights w; the half run computes
@@ -185,8 +185,12 @@ TEST_P(Gpt2Precision, GradientsAreTheFp32RunsRoundedOnceAndTheLossIsEqual) {
 //    chance of one element beyond is ~7e-6), and max|g| is at least the rms scale: 9u sqrt(K/3).
 // Bound: u (1 + 9 sqrt(K/3)) + kFp32Tolerance. The loss and logits see the forward path only: 4.5u sqrt(K/3).
 constexpr double kFp32Tolerance = 1e-5;
-double gradient_bound(DType t, int tensors) { return unit_roundoff(t) * (1 + 9 * std::sqrt(tensors / 3.0)) + kFp32Tolerance; }
-double forward_bound(DType t, int tensors) { return unit_roundoff(t) * 4.5 * std::sqrt(tensors / 3.0) + kFp32Tolerance; }
+double gradient_bound(DType t, int tensors) {
+  return unit_roundoff(t) * (1 + 9 * std::sqrt(tensors / 3.0)) + kFp32Tolerance;
+}
+double forward_bound(DType t, int tensors) {
+  return unit_roundoff(t) * 4.5 * std::sqrt(tensors / 3.0) + kFp32Tolerance;
+}
 
 TEST_P(Gpt2Precision, GradientsMatchPyTorchWithinTheFormatsBound) {
   const auto [half, scale] = GetParam();
@@ -230,10 +234,11 @@ TEST_P(Gpt2Precision, GradientsMatchPyTorchWithinTheFormatsBound) {
     ++checked;
   });
   EXPECT_EQ(checked, kTensors);
-  std::printf("[ %s ] vs PyTorch: worst gradient %s %.3g (%.2f u), bound %.3g (%.2f u); logits %.3g, bound %.3g; "
-              "loss %.7g vs %.7g\n",
-              std::string(dtype_name(half)).c_str(), worst_name.c_str(), worst, worst / unit_roundoff(half), bound,
-              bound / unit_roundoff(half), logits_err, forward_bound(half, kTensors), r->loss, want_loss);
+  std::printf(
+      "[ %s ] vs PyTorch: worst gradient %s %.3g (%.2f u), bound %.3g (%.2f u); logits %.3g, bound %.3g; "
+      "loss %.7g vs %.7g\n",
+      std::string(dtype_name(half)).c_str(), worst_name.c_str(), worst, worst / unit_roundoff(half), bound,
+      bound / unit_roundoff(half), logits_err, forward_bound(half, kTensors), r->loss, want_loss);
 }
 
 INSTANTIATE_TEST_SUITE_P(HalfFormats, Gpt2Precision,

@@ -17,8 +17,8 @@
 namespace zero {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::floats_of;
+using ::testing::HasSubstr;
 using testing::max_relative_error;
 using testing::ModelRunner;
 using testing::RunResult;
@@ -131,7 +131,7 @@ TEST(Mlp, LabelOutsideTheClassesIsAnError) {
 }
 
 TEST(Mlp, BatchOnAnotherDeviceThanTheUnitsIsAnError) {
-  Allocator alloc;  // outlives the model: a failed forward leaves earlier layers' activations held
+  Allocator alloc;    // outlives the model: a failed forward leaves earlier layers' activations held
   Loaded l = load();  // runs on the CPU
   // Host memory labelled cuda:0: refused before anything reads it.
   const Tensor inputs_on_gpu(l.batch.inputs.data(), DType::kF32, l.batch.inputs.shape(), Device::cuda(0));

@@ -5,8 +5,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "models/unit_common.h"
-#include "runtime/dtype.h"
 #include "runtime/device_memory.h"
+#include "runtime/dtype.h"
 #include "runtime/status.h"
 #include "shard/init.h"
 
@@ -52,7 +52,9 @@ class DeviceMirror {
   // Every copy of `category` written back over the host tensor it was made from.
   absl::Status copy_back(MemoryCategory category) const {
     for (const auto& [data, c] : copies_) {
-      if (c.category == category) ZERO_RETURN_IF_ERROR(copy_bytes(c.host.data(), Device::cpu(), c.device.data(), c.device.device(), c.host.nbytes()));
+      if (c.category == category)
+        ZERO_RETURN_IF_ERROR(
+            copy_bytes(c.host.data(), Device::cpu(), c.device.data(), c.device.device(), c.host.nbytes()));
     }
     return absl::OkStatus();
   }

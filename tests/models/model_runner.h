@@ -61,9 +61,9 @@ class ModelRunner {
     Unit* unit = nullptr;
     std::string name;
     std::vector<ParamSpec> specs;
-    std::vector<std::vector<float>> params, grads;  // per spec; the views' storage under fp32
+    std::vector<std::vector<float>> params, grads;               // per spec; the views' storage under fp32
     std::vector<std::vector<uint16_t>> half_params, half_grads;  // per spec; the views' storage under bf16/fp16
-    ParamViews param_views, grad_views;              // own and tied
+    ParamViews param_views, grad_views;                          // own and tied
   };
   // Every unit's parameter and gradient views, in unit order.
   struct Views {

@@ -1,6 +1,6 @@
-// GPT-2 forward+backward tokens/s on the CPU, tiny and d12 (124M), beside the same model in PyTorch measured in the same run.
-// Usage: models_bench [B=4] [T=64] [iterations=3] [threads=2] (T capped at a preset's max_seq_len). PyTorch is
-// optional: /usr/bin/python3 with torch. Both sides time the model alone, as loss.backward() does: zero's units
+// GPT-2 forward+backward tokens/s on the CPU, tiny and d12 (124M), beside the same model in PyTorch measured in the
+// same run. Usage: models_bench [B=4] [T=64] [iterations=3] [threads=2] (T capped at a preset's max_seq_len). PyTorch
+// is optional: /usr/bin/python3 with torch. Both sides time the model alone, as loss.backward() does: zero's units
 // through testing::ModelRunner, without the engine's reductions or an optimizer step.
 #include <algorithm>
 #include <chrono>
@@ -53,10 +53,10 @@ absl::StatusOr<double> zero_tokens_per_second(const Gpt2Config& config, const Ar
 
 // PyTorch's tokens/s for the same model and batch, or 0 where /usr/bin/python3 has no torch.
 double torch_tokens_per_second(const Gpt2Config& c, const Args& args) {
-  const std::string cmd = absl::StrCat("/usr/bin/python3 " ZERO_BENCH_SCRIPT " ", c.max_seq_len, " ", c.vocab_size, " ",
-                                       c.padded_vocab_size, " ", c.num_layers, " ", c.num_heads, " ", c.channels, " ",
-                                       args.batch, " ", args.seq_len, " ", args.iterations, " ", kMinSeconds, " ",
-                                       args.threads, " 2>/dev/null");
+  const std::string cmd =
+      absl::StrCat("/usr/bin/python3 " ZERO_BENCH_SCRIPT " ", c.max_seq_len, " ", c.vocab_size, " ",
+                   c.padded_vocab_size, " ", c.num_layers, " ", c.num_heads, " ", c.channels, " ", args.batch, " ",
+                   args.seq_len, " ", args.iterations, " ", kMinSeconds, " ", args.threads, " 2>/dev/null");
   FILE* torch = popen(cmd.c_str(), "r");
   if (torch == nullptr) return 0;
   char line[256];

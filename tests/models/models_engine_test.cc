@@ -53,9 +53,9 @@ Task gpt2_task() {
               .input_dtype = DType::kI32,
               .inputs_per_row = kSeqLen,
               .targets_per_row = kSeqLen,
-              .fill = [vocab = config.vocab_size](int64_t row, void* inputs, int32_t* targets) {
-                fill_row(row, vocab, static_cast<int32_t*>(inputs), targets);
-              }};
+              .fill = [vocab = config.vocab_size](
+                          int64_t row, void* inputs,
+                          int32_t* targets) { fill_row(row, vocab, static_cast<int32_t*>(inputs), targets); }};
 }
 
 // Widths 6 -> 13 -> 5: neither layer's parameter count (91, 70) divides by 3, 4 or 8. The label is the
@@ -69,12 +69,14 @@ Task mlp_task() {
               .input_dtype = DType::kF32,
               .inputs_per_row = kFeatures,
               .targets_per_row = 1,
-              .fill = [](int64_t row, void* inputs, int32_t* targets) {
-                float* x = static_cast<float*>(inputs);
-                for (int64_t i = 0; i < kFeatures; ++i) x[i] = static_cast<float>((row * 31 + i * 17) % 23) / 11.0f - 1.0f;
-                targets[0] = 0;
-                for (int32_t k = 1; k < kClasses; ++k) targets[0] = x[k] > x[targets[0]] ? k : targets[0];
-              }};
+              .fill =
+                  [](int64_t row, void* inputs, int32_t* targets) {
+                    float* x = static_cast<float*>(inputs);
+                    for (int64_t i = 0; i < kFeatures; ++i)
+                      x[i] = static_cast<float>((row * 31 + i * 17) % 23) / 11.0f - 1.0f;
+                    targets[0] = 0;
+                    for (int32_t k = 1; k < kClasses; ++k) targets[0] = x[k] > x[targets[0]] ? k : targets[0];
+                  }};
 }
 
 Task task_named(const std::string& name) { return name == "gpt2" ? gpt2_task() : mlp_task(); }
@@ -114,8 +116,8 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
   std::vector<Buffer> on_device;
   std::vector<Batch> batches;
   for (int m = 0; m < setup.accumulation_steps; ++m) {
-    ZERO_ASSIGN_OR_RETURN(on_device.emplace_back(), alloc.allocate((input_numel + target_numel) * 4,
-                                                                   MemoryCategory::kActivations, setup.device));
+    ZERO_ASSIGN_OR_RETURN(on_device.emplace_back(),
+                          alloc.allocate((input_numel + target_numel) * 4, MemoryCategory::kActivations, setup.device));
     const Tensor all = on_device.back().tensor(DType::kI32, {input_numel + target_numel});
     Shape input_shape = {rows, task.inputs_per_row};
     Shape target_shape = task.targets_per_row == 1 ? Shape{rows} : Shape{rows, task.targets_per_row};

@@ -26,8 +26,8 @@ struct GoldenCase {
 
 // The layout make_optim_fixtures.py uses: weights in group 0, biases and LayerNorm in group 1 at half the lr.
 ShardLayout fixture_layout(float weight_decay) {
-  std::vector<FlatParam> params = {{"fc.weight", 0, 42}, {"fc.bias", 42, 7}, {"ln_1.weight", 49, 7},
-                                   {"proj.weight", 56, 35}, {"proj.bias", 91, 5}};
+  std::vector<FlatParam> params = {
+      {"fc.weight", 0, 42}, {"fc.bias", 42, 7}, {"ln_1.weight", 49, 7}, {"proj.weight", 56, 35}, {"proj.bias", 91, 5}};
   std::vector<ParamGroup> groups = assign_decay_groups(params, weight_decay);
   groups[1].lr_scale = 0.5f;
   return *ShardLayout::create(params, groups, 0, kNumel);
@@ -68,31 +68,32 @@ TEST_P(GoldenTrajectory, MatchesFixtureToOneMillionthRelative) {
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, GoldenTrajectory,
-    ::testing::Values(
-        GoldenCase{"sgd", 0.0625f, 1.0f / 64,
-                   [](ShardLayout l, Allocator& a) { return make_sgd({.momentum = 0.9}, std::move(l), a); }},
-        GoldenCase{"sgd_plain", 0.0625f, 0.0f,
-                   [](ShardLayout l, Allocator& a) { return make_sgd({}, std::move(l), a); }},
-        GoldenCase{"sgd_dampened", 0.0625f, 1.0f / 64,
-                   [](ShardLayout l, Allocator& a) {
-                     return make_sgd({.momentum = 0.5, .dampening = 0.25}, std::move(l), a);
-                   }},
-        GoldenCase{"sgd_nesterov", 0.0625f, 1.0f / 64,
-                   [](ShardLayout l, Allocator& a) {
-                     return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a);
-                   }},
-        GoldenCase{"adam", 0.0078125f, 1.0f / 64,
-                   [](ShardLayout l, Allocator& a) {
-                     return make_adam({.decoupled_weight_decay = false}, std::move(l), a);
-                   }},
-        GoldenCase{"adamw", 0.0078125f, 0.125f,
-                   [](ShardLayout l, Allocator& a) { return make_adam({}, std::move(l), a); }},
-        GoldenCase{"lamb", 0.0078125f, 1.0f / 64,
-                   [](ShardLayout l, Allocator& a) { return make_lamb({}, std::move(l), a); }},
-        GoldenCase{"lars", 0.125f, 1.0f / 64,
-                   [](ShardLayout l, Allocator& a) {
-                     return make_lars({.momentum = 0.9, .trust_coefficient = 0.02}, std::move(l), a);
-                   }}),
+    ::testing::Values(GoldenCase{"sgd", 0.0625f, 1.0f / 64,
+                                 [](ShardLayout l, Allocator& a) {
+                                   return make_sgd({.momentum = 0.9}, std::move(l), a);
+                                 }},
+                      GoldenCase{"sgd_plain", 0.0625f, 0.0f,
+                                 [](ShardLayout l, Allocator& a) { return make_sgd({}, std::move(l), a); }},
+                      GoldenCase{"sgd_dampened", 0.0625f, 1.0f / 64,
+                                 [](ShardLayout l, Allocator& a) {
+                                   return make_sgd({.momentum = 0.5, .dampening = 0.25}, std::move(l), a);
+                                 }},
+                      GoldenCase{"sgd_nesterov", 0.0625f, 1.0f / 64,
+                                 [](ShardLayout l, Allocator& a) {
+                                   return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a);
+                                 }},
+                      GoldenCase{"adam", 0.0078125f, 1.0f / 64,
+                                 [](ShardLayout l, Allocator& a) {
+                                   return make_adam({.decoupled_weight_decay = false}, std::move(l), a);
+                                 }},
+                      GoldenCase{"adamw", 0.0078125f, 0.125f,
+                                 [](ShardLayout l, Allocator& a) { return make_adam({}, std::move(l), a); }},
+                      GoldenCase{"lamb", 0.0078125f, 1.0f / 64,
+                                 [](ShardLayout l, Allocator& a) { return make_lamb({}, std::move(l), a); }},
+                      GoldenCase{"lars", 0.125f, 1.0f / 64,
+                                 [](ShardLayout l, Allocator& a) {
+                                   return make_lars({.momentum = 0.9, .trust_coefficient = 0.02}, std::move(l), a);
+                                 }}),
     [](const ::testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 
 }  // namespace

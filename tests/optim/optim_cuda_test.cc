@@ -67,8 +67,8 @@ absl::Status run_rank(const Factory& make, Device device, Communicator& comm, Tr
     const std::vector<float> grads = normal_vector(kFlat, 100 + t, 0.1f);
     cudaMemcpy(g.data(), grads.data() + begin, kShard * 4, cudaMemcpyDefault);
     HalfCopy half{h.tensor(DType::kBF16, {kShard}), /*stochastic=*/true, /*seed=*/9};
-    ZERO_RETURN_IF_ERROR(opt->step(p.tensor(DType::kF32, {kShard}), g.tensor(DType::kF32, {kShard}), t, 0.01f,
-                                   &comm, half));
+    ZERO_RETURN_IF_ERROR(
+        opt->step(p.tensor(DType::kF32, {kShard}), g.tensor(DType::kF32, {kShard}), t, 0.01f, &comm, half));
   }
   cudaMemcpy(out.params.data() + begin, p.data(), kShard * 4, cudaMemcpyDefault);
   cudaMemcpy(out.half.data() + begin, h.data(), kShard * 2, cudaMemcpyDefault);
@@ -112,8 +112,8 @@ TEST(ExactSquareSumCuda, EqualsCpuBitwise) {
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     std::vector<uint8_t> bytes(n * dtype_size(t));
     for (int64_t i = 0; i < n; ++i) store_from_float(bytes.data(), t, i, values[i]);
-    absl::StatusOr<Buffer> device = allocator.allocate(static_cast<int64_t>(bytes.size()), MemoryCategory::kWorkspace,
-                                                       Device::cuda(0));
+    absl::StatusOr<Buffer> device =
+        allocator.allocate(static_cast<int64_t>(bytes.size()), MemoryCategory::kWorkspace, Device::cuda(0));
     ASSERT_TRUE(device.ok()) << device.status();
     ASSERT_EQ(cudaMemcpy(device->data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
     for (float divisor : {1.0f, 3.0f}) {
@@ -131,18 +131,15 @@ TEST(ExactSquareSumCuda, EqualsCpuBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, CudaMatchesCpu,
-    ::testing::Values(OptimizerCase{"SgdNesterov",
-                                    [](ShardLayout l, Allocator& a, Device d) {
-                                      return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a, d);
-                                    }},
-                      OptimizerCase{"Adam", [](ShardLayout l, Allocator& a,
-                                               Device d) { return make_adam({}, std::move(l), a, d); }},
-                      OptimizerCase{"Lamb", [](ShardLayout l, Allocator& a,
-                                               Device d) { return make_lamb({}, std::move(l), a, d); }},
-                      OptimizerCase{"Lars",
-                                    [](ShardLayout l, Allocator& a, Device d) {
-                                      return make_lars({.trust_coefficient = 0.02}, std::move(l), a, d);
-                                    }}),
+    ::testing::Values(
+        OptimizerCase{"SgdNesterov",
+                      [](ShardLayout l, Allocator& a, Device d) {
+                        return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a, d);
+                      }},
+        OptimizerCase{"Adam", [](ShardLayout l, Allocator& a, Device d) { return make_adam({}, std::move(l), a, d); }},
+        OptimizerCase{"Lamb", [](ShardLayout l, Allocator& a, Device d) { return make_lamb({}, std::move(l), a, d); }},
+        OptimizerCase{"Lars", [](ShardLayout l, Allocator& a,
+                                 Device d) { return make_lars({.trust_coefficient = 0.02}, std::move(l), a, d); }}),
     [](const ::testing::TestParamInfo<OptimizerCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

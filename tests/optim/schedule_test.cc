@@ -40,8 +40,12 @@ TEST(Schedule, LinearDecaysToTheFloor) {
 
 // Goyal et al. 2017: lr 0.1 per 256 images, batch 8192 -> 3.2, warmup over 5 "epochs", / 10 at milestones.
 TEST(Schedule, LargeBatchScalesLinearlyWarmsUpGraduallyAndSteps) {
-  Schedule s = make({.kind = ScheduleKind::kLargeBatch, .warmup_steps = 5, .base_lr = 0.1, .reference_batch = 256,
-                     .global_batch = 8192, .milestones = {30, 60}});
+  Schedule s = make({.kind = ScheduleKind::kLargeBatch,
+                     .warmup_steps = 5,
+                     .base_lr = 0.1,
+                     .reference_batch = 256,
+                     .global_batch = 8192,
+                     .milestones = {30, 60}});
   EXPECT_EQ(s.lr(1), static_cast<float>(0.1 + 3.1 / 5));
   EXPECT_EQ(s.lr(5), 3.2f);
   EXPECT_EQ(s.lr(30), 3.2f);

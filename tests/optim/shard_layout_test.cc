@@ -19,8 +19,8 @@ TEST(ShardLayout, ChunksCoverTheShardPartOfEachParameterOnly) {
 }
 
 TEST(ShardLayout, LongParametersAreSplitIntoBoundedChunks) {
-  absl::StatusOr<ShardLayout> l = ShardLayout::create({{"w", 0, 2 * kMaxChunkElements + 1}}, {ParamGroup{}}, 0,
-                                                      2 * kMaxChunkElements + 1);
+  absl::StatusOr<ShardLayout> l =
+      ShardLayout::create({{"w", 0, 2 * kMaxChunkElements + 1}}, {ParamGroup{}}, 0, 2 * kMaxChunkElements + 1);
   ASSERT_TRUE(l.ok());
   ASSERT_EQ(l->chunks().size(), 3u);
   EXPECT_EQ(l->chunks()[2].end - l->chunks()[2].begin, 1);
@@ -49,8 +49,9 @@ TEST(ShardLayout, RejectsParameterPastTheFlatBuffer) {
 }
 
 TEST(DecayGroups, BiasesAndLayerNormGetNoWeightDecayByDefault) {
-  std::vector<FlatParam> params = {{"h.0.attn.c_attn.weight"}, {"h.0.attn.c_attn.bias"}, {"h.0.ln_1.weight"},
-                                   {"ln_f.bias"}, {"encoder.LayerNorm.weight"}, {"wte"}};
+  std::vector<FlatParam> params = {{"h.0.attn.c_attn.weight"},   {"h.0.attn.c_attn.bias"},
+                                   {"h.0.ln_1.weight"},          {"ln_f.bias"},
+                                   {"encoder.LayerNorm.weight"}, {"wte"}};
   std::vector<ParamGroup> groups = assign_decay_groups(params, 0.1f);
   EXPECT_EQ(groups[0].weight_decay, 0.1f);
   EXPECT_EQ(groups[1].weight_decay, 0.0f);

@@ -25,8 +25,8 @@ constexpr int kSteps = 4;
 using Factory = std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(ShardLayout, Allocator&)>;
 
 struct Result {
-  std::vector<float> params;     // (padded)
-  std::vector<uint16_t> half;    // (padded) bf16 copy with stochastic rounding
+  std::vector<float> params;   // (padded)
+  std::vector<uint16_t> half;  // (padded) bf16 copy with stochastic rounding
 };
 
 std::vector<float> random_vector(int64_t n, uint32_t seed, float scale) {
@@ -98,17 +98,15 @@ TEST_P(ShardedEqualsUnsharded, UpdatesEveryParameter) {
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, ShardedEqualsUnsharded,
     ::testing::Values(
-        ShardedCase{"sgd_nesterov", [](ShardLayout l, Allocator& a) {
-                      return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a);
-                    }},
-        ShardedCase{"adam", [](ShardLayout l, Allocator& a) {
-                      return make_adam({.decoupled_weight_decay = false}, std::move(l), a);
-                    }},
+        ShardedCase{
+            "sgd_nesterov",
+            [](ShardLayout l, Allocator& a) { return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a); }},
+        ShardedCase{"adam", [](ShardLayout l,
+                               Allocator& a) { return make_adam({.decoupled_weight_decay = false}, std::move(l), a); }},
         ShardedCase{"adamw", [](ShardLayout l, Allocator& a) { return make_adam({}, std::move(l), a); }},
         ShardedCase{"lamb", [](ShardLayout l, Allocator& a) { return make_lamb({}, std::move(l), a); }},
-        ShardedCase{"lars", [](ShardLayout l, Allocator& a) {
-                      return make_lars({.trust_coefficient = 0.02}, std::move(l), a);
-                    }}),
+        ShardedCase{"lars", [](ShardLayout l,
+                               Allocator& a) { return make_lars({.trust_coefficient = 0.02}, std::move(l), a); }}),
     [](const ::testing::TestParamInfo<ShardedCase>& info) { return info.param.name; });
 
 TEST(Lamb, ShardWithoutCommunicatorIsRejectedWhenAParameterStraddlesIt) {

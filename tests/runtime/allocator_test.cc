@@ -178,7 +178,8 @@ TEST(Allocator, SummaryListsEveryCategory) {
   EXPECT_THAT(s, HasSubstr("rank 1 memory (budget 1.00 MiB)"));
   EXPECT_THAT(s, HasSubstr("master_weights"));
   EXPECT_THAT(s, HasSubstr("2.00 KiB"));
-  for (int c = 0; c < kNumMemoryCategories; ++c) EXPECT_THAT(s, HasSubstr(category_name(static_cast<MemoryCategory>(c))));
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    EXPECT_THAT(s, HasSubstr(category_name(static_cast<MemoryCategory>(c))));
 }
 
 TEST(Allocator, CudaMemoryWithoutCudaIsAClearError) {
@@ -244,8 +245,8 @@ TEST(AllocatorFiles, MoreThanTheDriveHoldsIsRefusedWhenAllocatedNamingTheDirecto
   const int64_t too_much = static_cast<int64_t>(space.available) + (int64_t{1} << 30);
   absl::StatusOr<Buffer> b = alloc.allocate(too_much, MemoryCategory::kOptimizerState);
   ASSERT_FALSE(b.ok()) << "a sparse file would have been created, to fail at its first write-back";
-  EXPECT_THAT(std::string(b.status().message()), HasSubstr(absl::StrCat("cannot reserve ", too_much,
-                                                                        " bytes for a file in ", dir)));
+  EXPECT_THAT(std::string(b.status().message()),
+              HasSubstr(absl::StrCat("cannot reserve ", too_much, " bytes for a file in ", dir)));
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("bytes are free there"));
   EXPECT_EQ(alloc.stats().in_files_of(MemoryCategory::kOptimizerState), 0);
   EXPECT_TRUE(std::filesystem::is_empty(dir));

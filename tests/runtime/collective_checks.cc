@@ -50,8 +50,8 @@ absl::Status expect_bytes(const Communicator& comm, absl::string_view context, D
                           const Bytes& want) {
   if (got == want) return absl::OkStatus();
   if (got.size() != want.size()) {
-    return absl::InternalError(absl::StrCat("rank ", comm.rank(), ": ", context, ": got ", got.size(),
-                                            " bytes, want ", want.size()));
+    return absl::InternalError(
+        absl::StrCat("rank ", comm.rank(), ": ", context, ": got ", got.size(), " bytes, want ", want.size()));
   }
   const int64_t n = static_cast<int64_t>(got.size()) / esize(dtype);
   int64_t first = -1, differing = 0;
@@ -62,8 +62,8 @@ absl::Status expect_bytes(const Communicator& comm, absl::string_view context, D
   }
   return absl::InternalError(absl::StrCat("rank ", comm.rank(), ": ", context, ": ", differing, " of ", n,
                                           " elements differ from the reference; first at element ", first, ": got 0x",
-                                          element_hex(got, first, dtype), ", want 0x",
-                                          element_hex(want, first, dtype), " (bytes in memory order)"));
+                                          element_hex(got, first, dtype), ", want 0x", element_hex(want, first, dtype),
+                                          " (bytes in memory order)"));
 }
 
 absl::Status expect_eq(const Communicator& comm, absl::string_view context, int64_t got, int64_t want) {
@@ -104,8 +104,8 @@ absl::Status check_reduce(Communicator& comm, DType dtype, int64_t count, Reduce
   Bytes buf = in[comm.rank()];
   ZERO_RETURN_IF_ERROR(comm.reduce(tensor_of(buf, dtype), root, op).wait());
   const Bytes want = comm.rank() == root ? reference_reduce(in, dtype, count, op) : in[comm.rank()];
-  return expect_bytes(comm, what("reduce", dtype, count, absl::StrCat(reduce_op_name(op), ", root ", root)), dtype,
-                      buf, want);
+  return expect_bytes(comm, what("reduce", dtype, count, absl::StrCat(reduce_op_name(op), ", root ", root)), dtype, buf,
+                      want);
 }
 
 absl::Status check_allgather(Communicator& comm, DType dtype, int64_t count) {
@@ -158,8 +158,8 @@ absl::Status check_in_place_reduce_scatter(Communicator& comm, DType dtype, int6
   Tensor whole = tensor_of(buf, dtype);
   Tensor mine = whole.slice(comm.rank() * count, (comm.rank() + 1) * count);
   ZERO_RETURN_IF_ERROR(comm.reduce_scatter(whole, mine, op).wait());
-  return expect_bytes(comm, absl::StrCat("in-place ", what("reduce_scatter", dtype, count, reduce_op_name(op))),
-                      dtype, chunk_of(buf, dtype, count, comm.rank()),
+  return expect_bytes(comm, absl::StrCat("in-place ", what("reduce_scatter", dtype, count, reduce_op_name(op))), dtype,
+                      chunk_of(buf, dtype, count, comm.rank()),
                       chunk_of(reference_reduce(in, dtype, n * count, op), dtype, count, comm.rank()));
 }
 
@@ -196,8 +196,8 @@ absl::Status check_many_outstanding_collectives(Communicator& comm, DType dtype,
   works.push_back(comm.barrier());
   for (Work& w : works) ZERO_RETURN_IF_ERROR(w.wait());
   for (const Bytes& b : bufs) {
-    ZERO_RETURN_IF_ERROR(expect_bytes(comm, absl::StrCat("one of 16 outstanding ", what("broadcast", dtype, count)),
-                                      dtype, b, in[0]));
+    ZERO_RETURN_IF_ERROR(
+        expect_bytes(comm, absl::StrCat("one of 16 outstanding ", what("broadcast", dtype, count)), dtype, b, in[0]));
   }
   return absl::OkStatus();
 }
@@ -234,8 +234,7 @@ absl::Status check_byte_counters(Communicator& comm) {
            expect_eq(comm, "allreduce payload bytes", s.of(CollectiveOp::kAllreduce).payload_bytes, 2 * bytes),
            expect_eq(comm, "allreduce sent bytes", s.of(CollectiveOp::kAllreduce).sent_bytes,
                      2 * (2 * (n - 1) * bytes / n)),
-           expect_eq(comm, "reduce_scatter sent bytes", s.of(CollectiveOp::kReduceScatter).sent_bytes,
-                     (n - 1) * 1000),
+           expect_eq(comm, "reduce_scatter sent bytes", s.of(CollectiveOp::kReduceScatter).sent_bytes, (n - 1) * 1000),
            expect_eq(comm, "reduce_scatter payload bytes", s.of(CollectiveOp::kReduceScatter).payload_bytes, bytes),
            expect_eq(comm, "allgather sent bytes", s.of(CollectiveOp::kAllgather).sent_bytes, (n - 1) * bytes),
            expect_eq(comm, "allgather payload bytes", s.of(CollectiveOp::kAllgather).payload_bytes, n * bytes),
@@ -254,9 +253,8 @@ absl::Status check_max_propagates_nan(Communicator& comm) {
   std::vector<float> buf = {comm.rank() == 1 ? std::nanf("") : 1.0f, 2.0f};
   ZERO_RETURN_IF_ERROR(comm.allreduce(Tensor(buf.data(), DType::kF32, {2}), ReduceOp::kMax).wait());
   if (std::isnan(buf[0]) && buf[1] == 2.0f) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("rank ", comm.rank(), ": max over [NaN on rank 1, 1 elsewhere; 2] gave [", buf[0], ", ", buf[1],
-                   "], want [nan, 2]"));
+  return absl::InternalError(absl::StrCat("rank ", comm.rank(), ": max over [NaN on rank 1, 1 elsewhere; 2] gave [",
+                                          buf[0], ", ", buf[1], "], want [nan, 2]"));
 }
 
 }  // namespace zero::testing

@@ -40,8 +40,8 @@ absl::Status check_in_place_scatter(Communicator& comm, DType dtype, int64_t cou
 absl::Status check_many_outstanding_collectives(Communicator& comm, DType dtype, int64_t count);
 // allreduce(sum) and reduce_scatter(sum) + allgather of the same fp32 input (world size x chunk) agree bit for bit.
 absl::Status check_allreduce_equals_reduce_scatter_then_allgather(Communicator& comm, int64_t chunk);
-// From reset counters, the byte counters after 2 allreduce, reduce_scatter, allgather and broadcast (fp32, chunk 250 elements),
-// against the ring formulas worked out by hand; then reset_stats zeroes them.
+// From reset counters, the byte counters after 2 allreduce, reduce_scatter, allgather and broadcast (fp32, chunk 250
+// elements), against the ring formulas worked out by hand; then reset_stats zeroes them.
 absl::Status check_byte_counters(Communicator& comm);
 // max over [NaN on rank 1 else 1, 2] gives [NaN, 2]; needs at least 2 ranks.
 absl::Status check_max_propagates_nan(Communicator& comm);

@@ -17,7 +17,6 @@
 namespace zero {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::check_allgather;
 using testing::check_allreduce;
 using testing::check_allreduce_equals_reduce_scatter_then_allgather;
@@ -33,6 +32,7 @@ using testing::check_max_propagates_nan;
 using testing::check_reduce;
 using testing::check_reduce_scatter;
 using testing::check_scatter;
+using ::testing::HasSubstr;
 using testing::kCheckSizes;
 using testing::reductions_for;
 
@@ -134,17 +134,14 @@ INSTANTIATE_TEST_SUITE_P(WorldSizesAndDtypes, LocalCollectives,
                                             ::testing::Values(DType::kF32, DType::kBF16, DType::kF16, DType::kI32,
                                                               DType::kU16, DType::kU8)),
                          [](const auto& info) {
-                           return absl::StrCat("N", std::get<0>(info.param), "_",
-                                               dtype_name(std::get<1>(info.param)));
+                           return absl::StrCat("N", std::get<0>(info.param), "_", dtype_name(std::get<1>(info.param)));
                          });
 
 TEST(LocalBackend, AllreduceEqualsReduceScatterThenAllgatherBitForBit) {
   expect_passes(3, [](Communicator& comm) { return check_allreduce_equals_reduce_scatter_then_allgather(comm, 1001); });
 }
 
-TEST(LocalBackend, ByteCountersFollowTheRingFormulas) {
-  expect_passes(4, check_byte_counters);
-}
+TEST(LocalBackend, ByteCountersFollowTheRingFormulas) { expect_passes(4, check_byte_counters); }
 
 // Regression: a barrier used to return before the final meeting, so a fast rank could post its next
 // collective while a peer was still comparing the barrier's fingerprints, and report a false divergence.
@@ -159,9 +156,7 @@ TEST(LocalBackend, BarrierThenCollectiveNeverLooksLikeDivergence) {
   }));
 }
 
-TEST(LocalBackend, MaxPropagatesNaN) {
-  expect_passes(2, check_max_propagates_nan);
-}
+TEST(LocalBackend, MaxPropagatesNaN) { expect_passes(2, check_max_propagates_nan); }
 
 // --- Failures: every rank ends with an error, never a hang ---
 

@@ -26,9 +26,9 @@ using ::testing::HasSubstr;
 constexpr absl::Duration kNoHangBound = absl::Seconds(60);
 
 struct JobResult {
-  int exit_code = -1;      // mpirun's; 128 + signal if it was killed
-  bool hung = false;       // still running at kNoHangBound (then killed)
-  std::string output;      // stdout and stderr of mpirun and every rank
+  int exit_code = -1;  // mpirun's; 128 + signal if it was killed
+  bool hung = false;   // still running at kNoHangBound (then killed)
+  std::string output;  // stdout and stderr of mpirun and every rank
 };
 
 // Runs `mpirun --oversubscribe -np ranks worker scenario` with `env` added, collecting its output.

@@ -135,8 +135,9 @@ TEST(MpiBackend, ScratchIsAccountedAsCommBuffersAndReturned) {
   ASSERT_TRUE(own.ok()) << own.status();
   const int64_t n = comm().world_size();
   std::vector<float> in(n * 1000), out(1000);
-  expect_ok((*own)->reduce_scatter(Tensor(in.data(), DType::kF32, {n * 1000}), Tensor(out.data(), DType::kF32, {1000}),
-                                   ReduceOp::kSum)
+  expect_ok((*own)
+                ->reduce_scatter(Tensor(in.data(), DType::kF32, {n * 1000}), Tensor(out.data(), DType::kF32, {1000}),
+                                 ReduceOp::kSum)
                 .wait());
   // One 4000-byte chunk received from each rank, unless ZERO_MPI_PIECE_BYTES splits it into smaller pieces.
   const int64_t peak = allocator.stats().peak_of(MemoryCategory::kCommBuffers);

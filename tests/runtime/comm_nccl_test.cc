@@ -58,9 +58,12 @@ absl::StatusOr<std::vector<uint8_t>> in_place_on_gpu(Communicator& comm, DType d
 // Unit roundoff of the type NCCL accumulates in.
 double unit_roundoff(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return std::ldexp(1.0, -8);
-    case DType::kF16: return std::ldexp(1.0, -11);
-    default: return std::ldexp(1.0, -24);
+    case DType::kBF16:
+      return std::ldexp(1.0, -8);
+    case DType::kF16:
+      return std::ldexp(1.0, -11);
+    default:
+      return std::ldexp(1.0, -24);
   }
 }
 
@@ -87,8 +90,8 @@ absl::Status check_allreduce_against_reference(Communicator& comm, DType dtype, 
     const double tolerance = (2 * n + 1) * unit_roundoff(dtype) * magnitude;
     const double diff = std::fabs(load_as_float(got.data(), dtype, i) - load_as_float(expected.data(), dtype, i));
     if (diff > tolerance) {
-      return absl::InternalError(absl::StrCat("rank ", comm.rank(), " element ", i, ": off by ", diff,
-                                              ", more than ", tolerance));
+      return absl::InternalError(
+          absl::StrCat("rank ", comm.rank(), " element ", i, ": off by ", diff, ", more than ", tolerance));
     }
   }
   return absl::OkStatus();
@@ -168,8 +171,7 @@ TEST(CommNcclTest, HostBuffersAreStagedThroughTheGpu) {
          float sums[4] = {1.5f, -2.0f, 3.0f, 4.25f};
          ZERO_RETURN_IF_ERROR(comm.allreduce(Tensor(sums, DType::kF32, {4}), ReduceOp::kSum).wait());
          int32_t mine[2] = {7, -9}, all[2] = {};
-         ZERO_RETURN_IF_ERROR(
-             comm.allgather(Tensor(mine, DType::kI32, {2}), Tensor(all, DType::kI32, {2})).wait());
+         ZERO_RETURN_IF_ERROR(comm.allgather(Tensor(mine, DType::kI32, {2}), Tensor(all, DType::kI32, {2})).wait());
          if (sums[0] != 1.5f || sums[3] != 4.25f || all[0] != 7 || all[1] != -9) {
            return absl::InternalError("a world of one changed the staged values");
          }
@@ -183,8 +185,10 @@ TEST(CommNcclTest, ACollectiveReadsWhatTheKernelsEnqueuedBeforeItsPostWrote) {
   ZERO_SKIP_WITHOUT_GPU();
   for (const absl::Status& s : run_nccl_ranks(1, [](Communicator& comm) -> absl::Status {
          Allocator allocator(comm.rank());
-         ZERO_ASSIGN_OR_RETURN(Buffer input, allocator.allocate(4096, MemoryCategory::kCommBuffers, comm.home_device()));
-         ZERO_ASSIGN_OR_RETURN(Buffer output, allocator.allocate(4096, MemoryCategory::kCommBuffers, comm.home_device()));
+         ZERO_ASSIGN_OR_RETURN(Buffer input,
+                               allocator.allocate(4096, MemoryCategory::kCommBuffers, comm.home_device()));
+         ZERO_ASSIGN_OR_RETURN(Buffer output,
+                               allocator.allocate(4096, MemoryCategory::kCommBuffers, comm.home_device()));
          ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(input.data(), 0, 4096));
          ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
          // The input is written on the default stream, where the kernels run, held until the allgather is

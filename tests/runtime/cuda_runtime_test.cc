@@ -134,8 +134,8 @@ TEST(CudaRuntimeTest, WaitForDefaultStreamOrdersAfterItsWorkSoFar) {
   auto stream = CudaStream::create(0);
   auto marker = CudaEvent::create(0);
   ASSERT_TRUE(stream.ok() && marker.ok());
-  const auto copied = copy_after_late_fill(cudaStreamLegacy, 0x22, *stream,
-                                           [&] { return stream->wait_for_default_stream(*marker); });
+  const auto copied =
+      copy_after_late_fill(cudaStreamLegacy, 0x22, *stream, [&] { return stream->wait_for_default_stream(*marker); });
   ASSERT_TRUE(copied.ok()) << copied.status();
   EXPECT_EQ(*copied, std::vector<uint8_t>(1024, 0x22));
 }
@@ -172,8 +172,8 @@ TEST(CudaRuntimeTest, SynchronizeReturnsTheErrorItsCheckReports) {
   StreamHold hold(stream->get());
   ASSERT_EQ(hold.launched(), cudaSuccess);
   ASSERT_TRUE(event->record(*stream).ok());
-  const absl::Status status = event->synchronize(absl::Now() + absl::Seconds(60),
-                                                 [] { return absl::AbortedError("peer 3 failed"); });
+  const absl::Status status =
+      event->synchronize(absl::Now() + absl::Seconds(60), [] { return absl::AbortedError("peer 3 failed"); });
   EXPECT_EQ(status, absl::AbortedError("peer 3 failed"));
   hold.release();
   EXPECT_TRUE(stream->synchronize(absl::Now() + absl::Seconds(60)).ok());

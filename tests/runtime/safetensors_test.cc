@@ -33,9 +33,9 @@ TEST(Safetensors, RoundTripsEveryDtypeShapeAndMetadata) {
   std::vector<uint16_t> u16 = {65535, 0};
   std::vector<uint8_t> u8 = {1, 2, 3};
   std::vector<std::pair<std::string, Tensor>> tensors = {
-      {"w", Tensor(f32.data(), DType::kF32, {2, 3})},     {"b", Tensor(bf16.data(), DType::kBF16, {3})},
-      {"h", Tensor(f16.data(), DType::kF16, {2, 1})},     {"i", Tensor(i32.data(), DType::kI32, {2})},
-      {"u", Tensor(u16.data(), DType::kU16, {1, 2})},     {"c", Tensor(u8.data(), DType::kU8, {3})},
+      {"w", Tensor(f32.data(), DType::kF32, {2, 3})},  {"b", Tensor(bf16.data(), DType::kBF16, {3})},
+      {"h", Tensor(f16.data(), DType::kF16, {2, 1})},  {"i", Tensor(i32.data(), DType::kI32, {2})},
+      {"u", Tensor(u16.data(), DType::kU16, {1, 2})},  {"c", Tensor(u8.data(), DType::kU8, {3})},
       {"empty", Tensor(nullptr, DType::kF32, {0, 4})},
   };
   absl::StatusOr<std::string> bytes = serialize_safetensors(tensors, {{"format", "pt"}});
@@ -92,8 +92,8 @@ TEST(Safetensors, AReadFileIsMappedCopyOnWrite) {
 }
 
 TEST(Safetensors, ReadsAHandWrittenFileInDataOrder) {
-  const std::string header =
-      R"({"second":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"first":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  const std::string header = R"({"second":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
+                             R"("first":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::parse(make_file(header, bytes_of({7.0f, 9.0f})));
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(file->entries()[0].name, "first");

@@ -133,9 +133,8 @@ TEST(TcpStoreTest, GetOfAMissingKeyTimesOutNamingKeyAndAddress) {
 TEST(TcpStoreTest, ClientStartedBeforeTheServerConnectsOnceItListens) {
   const int port = free_port();
   absl::StatusOr<std::unique_ptr<TcpStore>> client;
-  std::thread early([&] {
-    client = TcpStore::create({.host = "127.0.0.1", .port = port, .timeout = absl::Seconds(30)});
-  });
+  std::thread early(
+      [&] { client = TcpStore::create({.host = "127.0.0.1", .port = port, .timeout = absl::Seconds(30)}); });
   // The client is retrying meanwhile, most likely; one that starts later connects at once: same result.
   absl::SleepFor(absl::Milliseconds(300));
   auto server = TcpStore::create({.host = "127.0.0.1", .port = port, .is_server = true});
@@ -246,8 +245,8 @@ TEST_F(DistributedEnvTest, PortOutsideTheValidRangeIsRejected) {
 }
 
 TEST_F(DistributedEnvTest, StoreFromTheEnvironmentHostsOnRankZeroAndConnectsElsewhere) {
-  const DistributedEnv rank0{.rank = 0, .world_size = 2, .local_rank = 0, .master_addr = "127.0.0.1",
-                             .master_port = free_port()};
+  const DistributedEnv rank0{
+      .rank = 0, .world_size = 2, .local_rank = 0, .master_addr = "127.0.0.1", .master_port = free_port()};
   DistributedEnv rank1 = rank0;
   rank1.rank = 1;
   auto host = TcpStore::create(rank0, absl::Seconds(30));

@@ -19,11 +19,11 @@ namespace zero {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::bitwise_equal;
 using ::testing::HasSubstr;
 using testing::LocalOutcome;
-using testing::TrainRun;
-using testing::bitwise_equal;
 using testing::train_local;
+using testing::TrainRun;
 
 // Trains `run` from step `first` for `steps` steps, loading and saving as given.
 LocalOutcome train_span(TrainRun run, int first, int steps, std::string load = "", std::string save = "") {
@@ -155,7 +155,8 @@ TEST(Checkpoint, AnotherModelOrOptimizerIsRefusedNamingTheParameterOrState) {
   TrainRun wider = run;
   wider.model.hidden = 14;
   const LocalOutcome other_model = train_span(wider, 1, 1, dir + "/adamw");
-  EXPECT_TRUE(absl::IsInvalidArgument(other_model.status) || absl::IsDataLoss(other_model.status)) << other_model.status;
+  EXPECT_TRUE(absl::IsInvalidArgument(other_model.status) || absl::IsDataLoss(other_model.status))
+      << other_model.status;
   EXPECT_THAT(other_model.status.message(), HasSubstr("saved from another model"));
 
   TrainRun sgd = run;

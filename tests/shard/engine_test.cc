@@ -22,10 +22,10 @@ using ::testing::HasSubstr;
 using testing::ToyConfig;
 using testing::ToyModel;
 
-using testing::TrainRun;
 using testing::bitwise_equal;
 using testing::sgd_factory;
 using testing::train_local;
+using testing::TrainRun;
 
 // Rank 0's parameters and step results, every rank's memory and last-step volume, and the run's status.
 struct Outcome {
@@ -126,9 +126,10 @@ TEST(Engine, EvaluateLeavesNoActivationsBehind) {
       Allocator allocator(comm.rank());
       const ToyConfig config;
       ToyModel model(config);
-      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                            Engine::create(model, comm, allocator, testing::adamw_factory(),
-                                           ZeroConfig{.stage = 3, .wrap_min_params = wrap, .persistence_threshold = 0}));
+      ZERO_ASSIGN_OR_RETURN(
+          std::unique_ptr<Engine> engine,
+          Engine::create(model, comm, allocator, testing::adamw_factory(),
+                         ZeroConfig{.stage = 3, .wrap_min_params = wrap, .persistence_threshold = 0}));
       testing::ToyData data = testing::toy_rows(config, 8 * comm.rank(), 8 * comm.rank() + 8);
       int64_t output_rows = 0;
       ZERO_ASSIGN_OR_RETURN(const Evaluation e, engine->evaluate(data.batch(config.features), [&](const Tensor& out) {
@@ -153,8 +154,8 @@ TEST_P(SittingOut, AUnitThatSitsOutEveryOtherStepTrainsBitIdenticallyAtEveryStag
   // hidden_0 sits out steps 1, 3 and 5, so every step leaves the order the step before recorded: stage 3
   // stops prefetching there, gathers on demand and records again. Evaluation skips it too. Wrapped at 200,
   // hidden_0 shares a flat unit with the input layer, and the group runs without it.
-  TrainRun run{.model = {.hidden_layers = 3, .hidden_0_sits_out_every = 2}, .world_size = 3, .steps = 6,
-               .evaluate_first = true};
+  TrainRun run{
+      .model = {.hidden_layers = 3, .hidden_0_sits_out_every = 2}, .world_size = 3, .steps = 6, .evaluate_first = true};
   run.zero.persistence_threshold = 0;
   run.zero.accumulation_steps = 2;
   run.zero.wrap_min_params = GetParam();
@@ -218,8 +219,8 @@ TEST(Stage3Prefetch, AtMostMaxLiveUnitsAreGatheredAtOnce) {
   const int64_t input_bytes = (301 * 31 + 301) * 4;
   for (int live : {1, 2, 3}) {
     for (int sits_out_every : {0, 2}) {
-      const ToyConfig wide{.features = 31, .hidden = 301, .hidden_layers = 6,
-                           .hidden_0_sits_out_every = sits_out_every};
+      const ToyConfig wide{
+          .features = 31, .hidden = 301, .hidden_layers = 6, .hidden_0_sits_out_every = sits_out_every};
       TrainRun run{.model = wide, .world_size = 2, .steps = 3};
       run.zero.stage = 3;
       run.zero.persistence_threshold = 0;
@@ -258,8 +259,8 @@ TEST(Stage3Prefetch, EvaluationGathersAheadUpToMaxLiveUnits) {
 TEST(Stage3Order, RanksThatSitOutDifferentlyFailOnEveryRankNamingTheDivergence) {
   // Only rank 1's hidden_0 sits out step 1: its gathers no longer match the other ranks'. The local
   // backend compares what every rank issues at each collective, debug mode or not.
-  TrainRun run{.model = {.hidden_layers = 2, .hidden_0_sits_out_every = 2, .sit_out_rank = 1}, .world_size = 3,
-               .steps = 3};
+  TrainRun run{
+      .model = {.hidden_layers = 2, .hidden_0_sits_out_every = 2, .sit_out_rank = 1}, .world_size = 3, .steps = 3};
   run.zero.stage = 3;
   run.zero.persistence_threshold = 0;
   for (bool debug : {false, true}) {
@@ -484,7 +485,8 @@ TEST(LossScaling, AnOverflowInOneRanksGradientSkipsTheStepOnEveryRank) {
     }
     EXPECT_EQ(out.ranks[0].steps[1].loss_scale, 256) << "hysteresis 2: one overflow keeps the scale";
     ASSERT_TRUE(only_second.status.ok()) << only_second.status;
-    EXPECT_TRUE(bitwise_equal(only_second.params, out.ranks[0].params)) << "stage " << stage << ": the skip left a trace";
+    EXPECT_TRUE(bitwise_equal(only_second.params, out.ranks[0].params))
+        << "stage " << stage << ": the skip left a trace";
   }
 }
 

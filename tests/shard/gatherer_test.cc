@@ -32,8 +32,8 @@ struct RankUnits {
       float* held = static_cast<float*>(u.params.data());
       for (int64_t k = 0; k < u.held_numel; ++k) held[k] = value(comm.rank(), u.held_begin + k);
     }
-    gatherer = std::make_unique<ParamGatherer>(
-        RankContext{units, comm, allocator, meter, DType::kF32, Device::cpu()}, kMaxLive);
+    gatherer = std::make_unique<ParamGatherer>(RankContext{units, comm, allocator, meter, DType::kF32, Device::cpu()},
+                                               kMaxLive);
   }
   static float value(int rank, int64_t element) { return static_cast<float>(1000 * (rank + 1) + element); }
 
@@ -182,9 +182,10 @@ TEST(ParamGatherer, EngineEvaluationAndFullVisitsSendExactlyThePlannedGathers) {
   expect_all_ok(run_local_ranks(kRanks, [&](Communicator& comm) -> absl::Status {
     testing::ToyModel model(toy);
     Allocator allocator(comm.rank());
-    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                          Engine::create(model, comm, allocator, testing::adamw_factory(),
-                                         ZeroConfig{.stage = 3, .max_live_units = kMaxLive, .persistence_threshold = 0}));
+    ZERO_ASSIGN_OR_RETURN(
+        std::unique_ptr<Engine> engine,
+        Engine::create(model, comm, allocator, testing::adamw_factory(),
+                       ZeroConfig{.stage = 3, .max_live_units = kMaxLive, .persistence_threshold = 0}));
     const std::vector<UnitState> units = *flat_unit_states(model.units(), StagePolicy(3), 0, comm.rank(), kRanks);
 
     ZERO_RETURN_IF_ERROR(engine->visit_full_params([](auto, auto, const Tensor&) { return absl::OkStatus(); }));

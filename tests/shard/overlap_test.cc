@@ -77,7 +77,8 @@ class HeldBackend final : public Backend {
       std::unique_lock lock(mu_);
       const auto wait = absl::ToChronoTime(deadline) - std::chrono::system_clock::now();
       if (!cv_.wait_for(lock, wait, [&] { return released_; })) {
-        return absl::DeadlineExceededError(absl::StrCat(c.describe(), " was never released: the compute "
+        return absl::DeadlineExceededError(absl::StrCat(c.describe(),
+                                                        " was never released: the compute "
                                                         "thread waited for it instead of going on"));
       }
       held_ = false;
@@ -125,10 +126,10 @@ absl::StatusOr<std::vector<std::string>> run_holding(ZeroConfig zero, int steps,
   const testing::ToyConfig config{.hidden_layers = 2};
   testing::ToyModel toy(config);
   testing::HookedModel model(toy, {.on_start = [&](const std::string& event) {
-                                 if (event != release_on || !held.armed()) return;
-                                 log.add(event);
-                                 held.release();
-                               }});
+                               if (event != release_on || !held.armed()) return;
+                               log.add(event);
+                               held.release();
+                             }});
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                         Engine::create(model, comm, allocator, testing::adamw_factory(), zero));
   testing::ToyData data = testing::toy_rows(config, 0, 8);

@@ -1,4 +1,5 @@
-// The planner's formulas: the ZeRO papers' figures by hand, the largest model a budget holds, and the engine's measured bytes.
+// The planner's formulas: the ZeRO papers' figures by hand, the largest model a budget holds, and the engine's measured
+// bytes.
 #include "shard/plan.h"
 
 #include <string>
@@ -169,16 +170,22 @@ class PlanMatchesEngine : public ::testing::TestWithParam<std::tuple<DType, bool
   bool adamw() const { return std::get<1>(GetParam()); }
   OptimizerFactory optimizer() const { return adamw() ? testing::adamw_factory() : testing::sgd_factory(); }
   PlanInput plan(const Measured& m, int stage, int accumulation, Offload offload = {}) const {
-    return {.params = m.params, .padded_params = m.rank0.padded_params, .world_size = 4, .stage = stage,
-            .precision = precision(), .optimizer_state_bytes = adamw() ? 8 : 0, .accumulation_steps = accumulation,
-            .offload_optimizer = offload.optimizer, .offload_param = offload.params};
+    return {.params = m.params,
+            .padded_params = m.rank0.padded_params,
+            .world_size = 4,
+            .stage = stage,
+            .precision = precision(),
+            .optimizer_state_bytes = adamw() ? 8 : 0,
+            .accumulation_steps = accumulation,
+            .offload_optimizer = offload.optimizer,
+            .offload_param = offload.params};
   }
 };
 
 TEST_P(PlanMatchesEngine, PeakModelStateBytesPerCategory) {
   const testing::ToyConfig model{.features = 31, .hidden = 97, .hidden_layers = 3};  // units not multiples of 4
-  for (Offload offload : {Offload{}, Offload{.optimizer = true}, Offload{.params = true},
-                           Offload{.optimizer = true, .params = true}}) {
+  for (Offload offload :
+       {Offload{}, Offload{.optimizer = true}, Offload{.params = true}, Offload{.optimizer = true, .params = true}}) {
     for (int stage = offload.params ? 3 : 0; stage <= 3; ++stage) {
       const Measured m = train_toy(model, stage, precision(), optimizer(), 1, offload);
       ASSERT_GT(m.rank0.padded_params, m.params) << "the model should need padding";
@@ -193,7 +200,8 @@ TEST_P(PlanMatchesEngine, PeakModelStateBytesPerCategory) {
       const MemoryStats& held = m.rank0.held_at_end;
       EXPECT_EQ(held.in_files_of(MemoryCategory::kMasterWeights) + held.in_files_of(MemoryCategory::kOptimizerState) +
                     held.in_files_of(MemoryCategory::kParams),
-                want.in_files) << where;
+                want.in_files)
+          << where;
     }
   }
 }

@@ -10,8 +10,8 @@ TEST(StagePolicy, EachStagePartitionsOneMoreOfOptimizerStateGradientsParameters)
   struct Row {
     bool optimizer_state, gradients, params, updates_everything;
   };
-  const Row expected[] = {{false, false, false, true}, {true, false, false, false}, {true, true, false, false},
-                          {true, true, true, false}};
+  const Row expected[] = {
+      {false, false, false, true}, {true, false, false, false}, {true, true, false, false}, {true, true, true, false}};
   for (int stage = 0; stage < StagePolicy::kStages; ++stage) {
     const StagePolicy policy(stage);
     EXPECT_EQ(policy.stage(), stage);

@@ -215,8 +215,8 @@ ToyData toy_rows(const ToyConfig& config, int64_t begin, int64_t end, uint64_t s
     const size_t first = data.inputs.size();
     for (int64_t i = 0; i < config.features; ++i) data.inputs.push_back(uniform(rng));
     // The class is the largest feature: learnable, so training visibly lowers the loss.
-    data.targets.push_back(static_cast<int32_t>(
-        std::max_element(data.inputs.begin() + first, data.inputs.end()) - (data.inputs.begin() + first)));
+    data.targets.push_back(static_cast<int32_t>(std::max_element(data.inputs.begin() + first, data.inputs.end()) -
+                                                (data.inputs.begin() + first)));
   }
   return data;
 }

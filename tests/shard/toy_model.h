@@ -15,8 +15,8 @@
 namespace zero::testing {
 
 struct ToyConfig {
-  int64_t features = 7;   // D: inputs and classes
-  int64_t hidden = 13;    // H
+  int64_t features = 7;  // D: inputs and classes
+  int64_t hidden = 13;   // H
   int hidden_layers = 2;
   bool tied_head = true;  // the head reuses input.weight; otherwise it has its own (D, H) weight
   // A conditional unit: when > 0, hidden_0 sits out (Unit::runs) the steps s with s % k == k - 1; with

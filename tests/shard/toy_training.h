@@ -38,13 +38,13 @@ struct TrainRun {
 
 // What one rank saw.
 struct RankResult {
-  std::vector<float> params;      // every parameter (as fp32), flat, in unit and declaration order
-  std::vector<StepResult> steps;  // per step
-  std::vector<Evaluation> evaluations;  // per micro-batch, with evaluate_first
-  MemoryStats memory;         // after the steps
-  MemoryStats held_at_end;    // before the engine is destroyed (what it holds, in RAM and in files)
+  std::vector<float> params;             // every parameter (as fp32), flat, in unit and declaration order
+  std::vector<StepResult> steps;         // per step
+  std::vector<Evaluation> evaluations;   // per micro-batch, with evaluate_first
+  MemoryStats memory;                    // after the steps
+  MemoryStats held_at_end;               // before the engine is destroyed (what it holds, in RAM and in files)
   int64_t file_bytes_in_ram_at_end = 0;  // Allocator::file_bytes_in_ram then, after the last visit's gathers
-  CommVolume last_step;       // bytes sent in the last step
+  CommVolume last_step;                  // bytes sent in the last step
   int64_t padded_params = 0;
 };
 

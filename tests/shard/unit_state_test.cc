@@ -45,7 +45,8 @@ TEST(UnitState, TiedParametersAreMatchedToTheirOwnersByNameWhateverOrderTheUnitL
     const absl::StatusOr<std::vector<UnitState>> states = flat_unit_states(units, StagePolicy(0), 0, 0, 1);
     ASSERT_TRUE(states.ok()) << states.status();
     EXPECT_EQ((*states)[2].needs.size(), 3u);
-    std::vector<float> flats[3] = {std::vector<float>(6, 1.0f), std::vector<float>(10, 2.0f), std::vector<float>(4, 3.0f)};
+    std::vector<float> flats[3] = {std::vector<float>(6, 1.0f), std::vector<float>(10, 2.0f),
+                                   std::vector<float>(4, 3.0f)};
     const absl::StatusOr<ParamViews> views = unit_views(*states, 2, [&](int owner) -> absl::StatusOr<Tensor> {
       return Tensor(flats[owner].data(), DType::kF32, {static_cast<int64_t>(flats[owner].size())});
     });

@@ -67,8 +67,8 @@ TEST(WrapPolicy, AUnitLeftAloneStillFollowsItsTiedOwnerIntoItsGroup) {
 }
 
 TEST(WrapPolicy, GroupParameterNamesMapBackToTheModels) {
-  EXPECT_EQ(model_param_name("h.0..h.3", "h.2/ln_1.weight"), std::make_pair(absl::string_view("h.2"),
-                                                                            absl::string_view("ln_1.weight")));
+  EXPECT_EQ(model_param_name("h.0..h.3", "h.2/ln_1.weight"),
+            std::make_pair(absl::string_view("h.2"), absl::string_view("ln_1.weight")));
   EXPECT_EQ(model_param_name("head", "bias"), std::make_pair(absl::string_view("head"), absl::string_view("bias")));
 }
 

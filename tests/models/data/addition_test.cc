@@ -96,7 +96,7 @@ TEST(AdditionDataset, EveryExampleIsACorrectlyWrittenSum) {
 TEST(AdditionDataset, ProblemIsWhatTheRowSays) {
   const AdditionDataset dataset = make({.digits = 2, .examples_per_row = 2});
   const int64_t length = dataset.example_length();  // 10
-  const auto [a, b] = dataset.problem(7);             // row 3, second example: tokens [L, 2L)
+  const auto [a, b] = dataset.problem(7);           // row 3, second example: tokens [L, 2L)
   const Row row = read_row(dataset, 3);
   const std::vector<int32_t> second(row.inputs.begin() + length, row.inputs.begin() + 2 * length);
   char expected[16];

@@ -33,8 +33,8 @@ Example read_example(const BlobsDataset& dataset, int64_t i) {
 }
 
 TEST(Blobs, RefusesImpossibleConfigsNamingThem) {
-  for (BlobsConfig bad : {BlobsConfig{.features = 0}, BlobsConfig{.classes = 1}, BlobsConfig{.noise = -1},
-                          BlobsConfig{.rows = 0}}) {
+  for (BlobsConfig bad :
+       {BlobsConfig{.features = 0}, BlobsConfig{.classes = 1}, BlobsConfig{.noise = -1}, BlobsConfig{.rows = 0}}) {
     absl::StatusOr<BlobsDataset> dataset = BlobsDataset::create(bad);
     EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(dataset.status().message(), HasSubstr("need features >= 1, classes >= 2, noise >= 0, rows >= 1"));

@@ -18,8 +18,8 @@ using ::testing::ElementsAreArray;
 DistributedSampler make(int64_t size, int world_size, int rank, bool drop_last, bool shuffle = true,
                         uint64_t seed = 7) {
   absl::StatusOr<DistributedSampler> sampler = DistributedSampler::create(
-      size, SamplerOptions{.world_size = world_size, .rank = rank, .shuffle = shuffle, .seed = seed,
-                           .drop_last = drop_last});
+      size,
+      SamplerOptions{.world_size = world_size, .rank = rank, .shuffle = shuffle, .seed = seed, .drop_last = drop_last});
   ZERO_CHECK(sampler.ok(), sampler.status().ToString());
   return *sampler;
 }
