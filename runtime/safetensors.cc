@@ -9,13 +9,13 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <new>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/atomic_file.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -262,11 +262,7 @@ absl::StatusOr<std::string> serialize_safetensors(const std::vector<std::pair<st
 absl::Status write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                                const std::map<std::string, std::string>& metadata) {
   ZERO_ASSIGN_OR_RETURN(std::string bytes, serialize_safetensors(tensors, metadata));
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot create ", path));
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out.flush()) return absl::DataLossError(absl::StrCat("error writing ", path));
-  return absl::OkStatus();
+  return write_file_atomically(path, bytes);
 }
 
 }  // namespace zero

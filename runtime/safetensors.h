@@ -65,6 +65,7 @@ class SafetensorsFile {
 // The file's bytes for `tensors` (CPU, contiguous), stored in the given order. Names must be unique.
 absl::StatusOr<std::string> serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                                   const std::map<std::string, std::string>& metadata = {});
+// The same, written to `path` atomically (runtime/atomic_file.h): a failed write leaves the old file.
 absl::Status write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                                const std::map<std::string, std::string>& metadata = {});
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "runtime/atomic_file.h"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
@@ -87,7 +88,7 @@ absl::Status replace_directory(const fs::path& from, const fs::path& to) {
   }
   if (fs::rename(from, to, ec); ec) return filesystem_error("cannot rename", from, ec);
   fs::remove_all(old, ec);
-  return absl::OkStatus();
+  return sync_directory(to.parent_path().empty() ? "." : to.parent_path().string());
 }
 
 // The world size the checkpoint in `dir` was saved with, once every rank's file is there.
@@ -142,16 +143,7 @@ std::string checkpoint_file_name(int rank, int world_size) {
 }
 
 absl::Status write_latest_checkpoint_tag(const std::string& root, const std::string& tag) {
-  const fs::path latest = directory_path(root) / "latest";
-  const fs::path temporary = latest.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << tag << "\n";
-    if (!out.flush()) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary.string()));
-  }
-  std::error_code ec;
-  if (fs::rename(temporary, latest, ec); ec) return filesystem_error("cannot rename", temporary, ec);
-  return absl::OkStatus();
+  return write_file_atomically((directory_path(root) / "latest").string(), absl::StrCat(tag, "\n"));
 }
 
 absl::StatusOr<std::string> latest_checkpoint(const std::string& root) {
@@ -163,6 +155,10 @@ absl::StatusOr<std::string> latest_checkpoint(const std::string& root) {
         absl::StrCat(latest.string(), " does not exist or is empty: no checkpoint was saved in ", root, " yet"));
   }
   return (directory_path(root) / tag).string();
+}
+
+absl::Status check_checkpoint_complete(const std::string& dir) {
+  return saved_world_size(directory_path(dir)).status();
 }
 
 // What this rank needs of one flat unit from a checkpoint, and what it has read of it.

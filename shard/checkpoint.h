@@ -30,5 +30,7 @@ std::string checkpoint_file_name(int rank, int world_size);
 absl::Status write_latest_checkpoint_tag(const std::string& root, const std::string& tag);
 // The directory <root>/latest names; NotFound, saying so, when there is none.
 absl::StatusOr<std::string> latest_checkpoint(const std::string& root);
+// OK when `dir` holds a checkpoint with every rank's file; NotFound naming what is missing otherwise.
+absl::Status check_checkpoint_complete(const std::string& dir);
 
 }  // namespace zero

@@ -130,13 +130,15 @@ absl::StatusOr<MetricsFile> MetricsFile::open(const std::string& path, bool appe
     return absl::InvalidArgumentError(
         absl::StrCat("metrics_path = ", path, ": cannot open it for writing: ", std::strerror(errno)));
   }
-  return MetricsFile(file);
+  return MetricsFile(file, path);
 }
 
-void MetricsFile::write(const nlohmann::json& record) {
-  if (file_ == nullptr) return;
-  std::fprintf(file_.get(), "%s\n", record.dump().c_str());
-  std::fflush(file_.get());
+absl::Status MetricsFile::write(const nlohmann::json& record) {
+  if (file_ == nullptr) return absl::OkStatus();
+  if (std::fprintf(file_.get(), "%s\n", record.dump().c_str()) < 0 || std::fflush(file_.get()) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("metrics_path = ", path_, ": cannot write it"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<MemoryStats>> gather_peaks(Communicator& comm, const Allocator& allocator) {

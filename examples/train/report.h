@@ -45,11 +45,13 @@ class MetricsFile {
   MetricsFile() = default;  // writes nothing
   // Appends to what is there when `append` (a resumed run), else starts the file afresh.
   static absl::StatusOr<MetricsFile> open(const std::string& path, bool append);
-  void write(const nlohmann::json& record);
+  // One JSON line, flushed; the OS's reason when it could not be written (a full disk).
+  absl::Status write(const nlohmann::json& record);
 
  private:
-  explicit MetricsFile(std::FILE* file) : file_(file, &std::fclose) {}
+  MetricsFile(std::FILE* file, std::string path) : file_(file, &std::fclose), path_(std::move(path)) {}
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
+  std::string path_;
 };
 
 // Every rank's peak bytes per category, gathered on rank 0 (empty elsewhere). A collective.

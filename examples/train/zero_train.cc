@@ -299,7 +299,7 @@ class RankRun {
     if (!lead_) return absl::OkStatus();
     const double rate = static_cast<double>((step - first_step_) * predictions_per_step()) / train_seconds_;
     progress_->step(step, result, lr, rate, train_seconds_);
-    metrics_.write(
+    return metrics_.write(
         {{"event", "train"},
          {"step", step},
          {"loss", result.loss},
@@ -309,7 +309,6 @@ class RankRun {
          {"skipped", result.skipped},
          {prediction_name() + "_per_s", rate},
          {"elapsed_s", train_seconds_}});
-    return absl::OkStatus();
   }
 
   absl::Status evaluate(int64_t step) {
@@ -318,12 +317,11 @@ class RankRun {
     const double accuracy = r.predictions > 0 ? static_cast<double>(r.correct) / r.predictions : 0.0;
     const double answers = r.answers > 0 ? static_cast<double>(r.answers_correct) / r.answers : 0.0;
     progress_->line(eval_line(step, r, accuracy, answers));
-    metrics_.write({{"event", "eval"},
-                    {"step", step},
-                    {"val_loss", r.loss},
-                    {"val_accuracy", accuracy},
-                    {"val_answer_accuracy", answers}});
-    return absl::OkStatus();
+    return metrics_.write({{"event", "eval"},
+                           {"step", step},
+                           {"val_loss", r.loss},
+                           {"val_accuracy", accuracy},
+                           {"val_answer_accuracy", answers}});
   }
 
   std::string eval_line(int64_t step, const EvalResult& r, double accuracy, double answers) const {
@@ -359,8 +357,7 @@ class RankRun {
                          .predictions_per_s = static_cast<double>(steps_run * predictions_per_step()) / train_seconds_,
                          .predictions = prediction_name()};
     progress_->line(summary_tables(facts, peaks));
-    metrics_.write(summary_json(facts, peaks));
-    return absl::OkStatus();
+    return metrics_.write(summary_json(facts, peaks));
   }
 
   // Predictions per step: tokens for GPT-2 (T per sequence), samples for the MLP (one label each).

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -208,6 +209,83 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
   EXPECT_THAT(other_model.output, HasSubstr("was it saved from another model?"));
 }
 
+// --- Nothing saved is lost ------------------------------------------------------------------------------
+
+// Every file under `dir`, by relative path, with its bytes.
+std::map<std::string, std::string> files_under(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) files[entry.path().lexically_relative(dir).string()] = file_bytes(entry.path());
+  }
+  return files;
+}
+
+TEST_F(ZeroTrainTest, ARerunBesideLaterCheckpointsIsRefusedAndChangesNothing) {
+  // Rerunning the same command without checkpoint.resume would save steps 4, 8, 12 again, and before,
+  // pruning by step number deleted them as "older" than what was there, leaving latest naming nothing.
+  const std::string ckpt = dir_.file("ckpt");
+  const std::string args =
+      absl::StrCat(tiny_run_args(""), " --checkpoint.dir=", ckpt, " --checkpoint.interval=4 --checkpoint.keep_last=2");
+  const RunResult first = run_zero_train(args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::map<std::string, std::string> saved = files_under(ckpt);
+  ASSERT_EQ(saved.at("latest"), "step-00000012\n");
+
+  const RunResult again = run_zero_train(args);
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_THAT(again.output, AllOf(HasSubstr("checkpoint.dir = " + ckpt + " holds step-00000012, later than step 0"),
+                                  HasSubstr("checkpoint.resume=auto")));
+  EXPECT_TRUE(files_under(ckpt) == saved) << "the refused run changed the checkpoints";
+
+  const RunResult resumed = run_zero_train(absl::StrCat(args, " --checkpoint.resume=auto --steps=16"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("resumed after step 12"));
+  EXPECT_EQ(file_bytes(ckpt + "/latest"), "step-00000016\n");
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step-00000012")) << "keep_last 2 keeps the two newest";
+  EXPECT_FALSE(std::filesystem::exists(ckpt + "/step-00000008"));
+}
+
+TEST_F(ZeroTrainTest, ResumeAutoWithoutLatestTakesTheNewestCompleteCheckpoint) {
+  const std::string ckpt = dir_.file("ckpt");
+  const std::string args =
+      absl::StrCat(tiny_run_args(""), " --checkpoint.dir=", ckpt, " --checkpoint.interval=4 --checkpoint.keep_last=0");
+  const RunResult first = run_zero_train(args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // As if the run died between writing step 12's files: latest is gone and step 12 lacks rank 1's file.
+  std::filesystem::remove(ckpt + "/latest");
+  std::filesystem::remove(ckpt + "/step-00000012/rank-00001-of-00002.safetensors");
+  std::filesystem::create_directory(ckpt + "/step-00000016.partial");  // and a save that never finished
+
+  const RunResult resumed = run_zero_train(absl::StrCat(args, " --checkpoint.resume=auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("resumed after step 8"));
+  EXPECT_EQ(file_bytes(ckpt + "/latest"), "step-00000012\n");
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step-00000012/rank-00001-of-00002.safetensors")) << "saved again";
+  EXPECT_FALSE(std::filesystem::exists(ckpt + "/step-00000016.partial")) << "the next save removes what saves left";
+}
+
+TEST_F(ZeroTrainTest, AMetricsFileThatCannotBeWrittenEndsTheRunWithTheReason) {
+  const RunResult run = run_zero_train(absl::StrCat(tiny_run_args("/dev/full")));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("zero-train: metrics_path = /dev/full: cannot write it: No space left on device"));
+}
+
+TEST_F(ZeroTrainTest, AnExportTheOsRefusesLeavesThePreviousExportWhole) {
+  const std::string path = dir_.file("model.safetensors");
+  const std::string args = absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --export_path=", path);
+  const RunResult first = run_zero_train(args);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string previous = file_bytes(path);
+  ASSERT_GT(previous.size(), 8192u);
+  // The OS refuses writes past RLIMIT_FSIZE mid-file, as a full disk does (the signal it also sends is
+  // ignored, as it is for a full disk).
+  const RunResult refused = run_zero_train(args, "trap '' XFSZ; prlimit --fsize=8192");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr(absl::StrCat("cannot write ", path, ": File too large")));
+  EXPECT_TRUE(file_bytes(path) == previous) << "the failed export changed the previous one";
+  EXPECT_EQ(files_under(dir_.path()).size(), 1u) << "no temporary file is left";
+}
+
 TEST_F(ZeroTrainTest, TwoRanksShareOneGpuAndTheLossFalls) {
   ZERO_SKIP_WITHOUT_GPU();
   const std::string path = metrics_path();
@@ -287,11 +365,13 @@ TEST_F(ZeroTrainTest, BatchMismatchExitsTwoBeforeTraining) {
   EXPECT_THAT(run.output, ::testing::Not(HasSubstr("step ")));
 }
 
-TEST_F(ZeroTrainTest, ARunThatFailsExitsOneWithThePlainMessage) {
+TEST_F(ZeroTrainTest, AnExportPathThatCannotBeCreatedExitsTwoWithThePlainMessageAndTheReason) {
+  // The path is at fault, which the user fixes: exit 2, as for a bad flag (a full disk exits 1).
   const RunResult run = run_zero_train(
       absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --export_path=/dev/null/model.safetensors"));
-  EXPECT_EQ(run.exit_code, 1) << run.output;
-  EXPECT_THAT(run.output, ::testing::EndsWith("\nzero-train: cannot create /dev/null/model.safetensors\n"));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_THAT(run.output,
+              ::testing::EndsWith("\nzero-train: cannot create /dev/null/model.safetensors: Not a directory\n"));
 }
 
 #ifdef ZERO_MPIEXEC
