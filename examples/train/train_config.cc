@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -10,6 +11,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
@@ -531,8 +533,13 @@ absl::Status validate_run(const TrainConfig& c) {
                                "this zero-train was built without CUDA (configure with -DZERO_WITH_CUDA=ON)"));
 #endif
   ZERO_RETURN_IF_ERROR(require(c.ranks >= 1, "ranks", c.ranks, "must be at least 1"));
+  ZERO_RETURN_IF_ERROR(require(c.backend != "local" || c.ranks <= kMaxLocalRanks, "ranks", c.ranks,
+                               absl::StrCat("local ranks are threads of this process (two each), at most ",
+                                            kMaxLocalRanks, "; start more as processes: mpirun --backend=mpi")));
   ZERO_RETURN_IF_ERROR(
       require(c.memory_budget_mib >= 0, "memory_budget_mib", c.memory_budget_mib, "must be >= 0 (0 = none)"));
+  ZERO_RETURN_IF_ERROR(require(c.memory_budget_mib <= (std::numeric_limits<int64_t>::max() >> 20), "memory_budget_mib",
+                               c.memory_budget_mib, "is more bytes than an int64 counts"));
   ZERO_RETURN_IF_ERROR(require(c.steps >= 1, "steps", c.steps, "must be at least 1"));
   ZERO_RETURN_IF_ERROR(
       require(c.eval_interval >= 0, "eval_interval", c.eval_interval, "must be >= 0 (0 = at the end only)"));
@@ -568,11 +575,46 @@ absl::Status apply_override(json& root, absl::string_view override_arg) {
   return absl::OkStatus();
 }
 
+// The first key that an object of a JSON text holds twice ("a.b" for b twice inside a), or "". JSON
+// parsers keep the last of them, so the first would be silently ignored.
+class DuplicateKeyFinder {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) objects_.push_back({});
+    if (event == json::parse_event_t::object_end) objects_.pop_back();
+    if (event == json::parse_event_t::key && duplicate_.empty()) {
+      Object& o = objects_.back();
+      o.key = parsed.get<std::string>();
+      if (!o.seen.insert(o.key).second) duplicate_ = path();
+    }
+    return true;
+  }
+  const std::string& duplicate() const { return duplicate_; }
+
+ private:
+  struct Object {
+    std::set<std::string> seen;
+    std::string key;  // the key being read
+  };
+  std::string path() const {
+    std::string p;
+    for (const Object& o : objects_) absl::StrAppend(&p, p.empty() ? "" : ".", o.key);
+    return p;
+  }
+  std::vector<Object> objects_;
+  std::string duplicate_;
+};
+
 // `text` as a JSON object, or an error saying at which line and column it stops being one.
 absl::StatusOr<json> parse_json_object(const std::string& text) {
   json root;
+  DuplicateKeyFinder duplicates;
   try {
-    root = json::parse(text);
+    root = json::parse(text, std::ref(duplicates));
+  } catch (const json::out_of_range& e) {  // a number beyond double's range
+    std::string what = e.what();
+    if (const size_t space = what.find("] "); space != std::string::npos) what = what.substr(space + 2);
+    return absl::InvalidArgumentError(absl::StrCat("the config holds a value JSON cannot carry: ", what));
   } catch (const json::parse_error& e) {
     const size_t end = std::min(text.size(), e.byte > 0 ? e.byte - 1 : 0);
     const size_t line_start = text.rfind('\n', end == 0 ? 0 : end - 1);
@@ -585,6 +627,10 @@ absl::StatusOr<json> parse_json_object(const std::string& text) {
   }
   if (!root.is_object())
     return absl::InvalidArgumentError(absl::StrCat("the config is ", root.type_name(), ", not a JSON object ({...})"));
+  if (!duplicates.duplicate().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the config sets ", duplicates.duplicate(), " twice; JSON keeps only the last, so remove one"));
+  }
   return root;
 }
 
@@ -655,6 +701,33 @@ int64_t largest_bucket_numel(const std::vector<UnitSize>& units, const ZeroConfi
 }
 
 }  // namespace
+
+absl::Status check_machine_holds(const TrainConfig& c, const Gpt2Config& g, int world_size, int ranks_here,
+                                 int64_t memory_bytes) {
+  // In double: a shape that overflows int64 is as refused as one that merely does not fit.
+  const double cc = static_cast<double>(g.channels);
+  const double params = static_cast<double>(g.padded_vocab_size + g.max_seq_len) * cc + 2 * cc +
+                        static_cast<double>(g.num_layers) * (12 * cc * cc + 13 * cc);
+  const DType precision = c.bf16 ? DType::kBF16 : c.fp16.enabled ? DType::kF16 : DType::kF32;
+  const int64_t sample = int64_t{world_size} << 20;  // the formulas are linear in the parameters
+  const ModelStateBytes per_rank =
+      model_state_bytes({.params = sample,
+                         .world_size = world_size,
+                         .stage = c.zero_optimization.stage,
+                         .precision = precision,
+                         .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
+                         .offload_optimizer = c.zero_optimization.offload_optimizer.device == "nvme",
+                         .offload_param = c.zero_optimization.offload_param.device == "nvme"});
+  const double needed = params * static_cast<double>(per_rank.total()) / static_cast<double>(sample) * ranks_here;
+  if (needed <= static_cast<double>(memory_bytes)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the model (model.num_layers = %d, model.channels = %d, vocabulary %d) has %.3g parameters, whose states at "
+      "stage %d need %s on the %d rank(s) of this machine, which has %s of memory; make the model smaller, or "
+      "spread it over more machines",
+      g.num_layers, g.channels, g.vocab_size, params, c.zero_optimization.stage,
+      needed < 9e18 ? format_bytes(static_cast<int64_t>(needed)) : absl::StrFormat("%.3g bytes", needed), ranks_here,
+      format_bytes(memory_bytes)));
+}
 
 absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& batch, int world_size,
                                          const std::vector<UnitSize>& units, Device device) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "models/gpt2_config.h"
 #include "shard/config.h"
 
 namespace zero::train {
@@ -167,6 +168,16 @@ struct UnitSize {
   std::string name;
   int64_t numel = 0;
 };
+
+// Local ranks are threads of one process; more ranks than this are processes (mpirun).
+inline constexpr int kMaxLocalRanks = 1024;
+
+// OK when the model states of a GPT-2 of shape `g` (shard/plan.h's formulas for the config's stage,
+// precision, optimizer and offload), times the `ranks_here` ranks this machine runs, fit in its
+// `memory_bytes`; else InvalidArgument naming the shape. Checked before the model is built: a model of a
+// billion layers would take minutes to declare and then fail to allocate.
+absl::Status check_machine_holds(const TrainConfig& c, const Gpt2Config& g, int world_size, int ranks_here,
+                                 int64_t memory_bytes);
 
 // The engine's knobs for a model of these units on `device`, after checking that the memory budget holds
 // the model states (shard/plan.h), the largest gradient bucket and, at stage 3, the largest unit gathered.

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -136,12 +137,32 @@ absl::StatusOr<std::unique_ptr<Model>> create_model(const Plan& plan) {
   return gpt2;
 }
 
+// The ranks this machine runs: every local rank, or the launcher's count of processes on this node.
+int ranks_on_this_machine(const TrainConfig& config, int world_size) {
+  if (config.backend == "local") return world_size;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
+    int ranks = 0;
+    if (const char* value = std::getenv(name); value != nullptr && absl::SimpleAtoi(value, &ranks) && ranks > 0) {
+      return ranks;
+    }
+  }
+  return 1;
+}
+
+int64_t physical_memory_bytes() {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
+}
+
 absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device device) {
   Plan plan{.config = config};
   ZERO_ASSIGN_OR_RETURN(plan.batch, resolve_batch(config, world_size));
   ZERO_RETURN_IF_ERROR(load_data(config.data, plan));
   if (config.model.type == "gpt2") {
     ZERO_ASSIGN_OR_RETURN(plan.gpt2, model_shape(config, plan.train->layout().input_shape[0]));  // T
+    if (device.is_cpu()) {  // a GPU's memory is the device's; host memory then holds no model states
+      ZERO_RETURN_IF_ERROR(check_machine_holds(config, plan.gpt2, world_size, ranks_on_this_machine(config, world_size),
+                                               physical_memory_bytes()));
+    }
   }
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, create_model(plan));
   std::vector<UnitSize> units;
@@ -417,6 +438,18 @@ absl::StatusOr<Command> parse_command_line(int argc, char** argv) {
 absl::StatusOr<TrainConfig> load_config(const Command& command) {
   std::string text = default_config_json();
   if (!command.config_path.empty()) {
+    // A config is a small regular file: /dev/zero or a fifo would be read until memory runs out.
+    constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;
+    std::error_code ec;
+    const std::filesystem::file_status type = std::filesystem::status(command.config_path, ec);
+    if (!ec && type.type() != std::filesystem::file_type::regular) {
+      return absl::InvalidArgumentError(absl::StrCat("--config ", command.config_path, ": not a regular file"));
+    }
+    const uintmax_t bytes = ec ? 0 : std::filesystem::file_size(command.config_path, ec);
+    if (!ec && bytes > kMaxConfigBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("--config ", command.config_path, ": ", bytes,
+                                                     " bytes; a config is at most ", kMaxConfigBytes, " bytes"));
+    }
     std::ifstream file(command.config_path);
     if (!file) return absl::NotFoundError(absl::StrCat("--config ", command.config_path, ": cannot read it"));
     std::stringstream buffer;
@@ -497,6 +530,7 @@ absl::Status run_nccl_ranks_on_this_process(const TrainConfig& config) {
 }
 
 absl::Status run_ranks(const TrainConfig& config) {
+  ZERO_RETURN_IF_ERROR(CommOptions::parse_env().status());  // a deadline the user set, or a clear refusal
   // Under mpirun a failing rank prints its error and aborts the whole job (run_launched_rank).
   if (config.backend == "mpi") {
 #ifdef ZERO_HAS_MPI

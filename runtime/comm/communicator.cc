@@ -11,14 +11,29 @@
 
 namespace zero {
 
-CommOptions CommOptions::from_env() {
+absl::StatusOr<CommOptions> CommOptions::parse_env() {
   CommOptions options;
   if (const char* s = std::getenv("ZERO_COMM_TIMEOUT_S")) {
     double seconds = 0;
-    if (absl::SimpleAtod(s, &seconds) && seconds > 0) options.timeout = absl::Seconds(seconds);
+    if (!absl::SimpleAtod(s, &seconds) || !(seconds > 0 && seconds <= 1e6)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ZERO_COMM_TIMEOUT_S = '", s, "': the collective deadline is a number of seconds in (0, 1e6]"));
+    }
+    options.timeout = absl::Seconds(seconds);
   }
-  if (const char* s = std::getenv("ZERO_DEBUG_COLLECTIVES")) options.debug_collectives = absl::string_view(s) == "1";
+  if (const char* s = std::getenv("ZERO_DEBUG_COLLECTIVES")) {
+    const absl::string_view value(s);
+    if (value != "0" && value != "1") {
+      return absl::InvalidArgumentError(absl::StrCat("ZERO_DEBUG_COLLECTIVES = '", s, "': use 0 or 1"));
+    }
+    options.debug_collectives = value == "1";
+  }
   return options;
+}
+
+CommOptions CommOptions::from_env() {
+  absl::StatusOr<CommOptions> options = parse_env();
+  return options.ok() ? *std::move(options) : CommOptions();
 }
 
 void SharedFailure::report(int rank, const absl::Status& cause) {

@@ -9,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -46,7 +47,10 @@ struct CommOptions {
   // Shared by the ranks one process drives (nccl); null for ranks in processes of their own.
   std::shared_ptr<SharedFailure> shared_failure;
 
-  // Defaults, overridden by ZERO_COMM_TIMEOUT_S (seconds) and ZERO_DEBUG_COLLECTIVES=1.
+  // Defaults, overridden by ZERO_COMM_TIMEOUT_S (seconds: a finite number > 0, at most 10^6) and
+  // ZERO_DEBUG_COLLECTIVES (0 or 1); InvalidArgument naming the variable for any other value.
+  static absl::StatusOr<CommOptions> parse_env();
+  // The same, with the defaults kept where a variable is malformed: programs check parse_env() first.
   static CommOptions from_env();
 };
 

@@ -480,3 +480,49 @@ TEST(LrScheduleTest, FollowsDeepSpeedsFormulas) {
 
 }  // namespace
 }  // namespace zero::train
+
+namespace zero::train {
+namespace {
+
+// --- Bad input that used to crash or pass silently -----------------------------------------------------
+
+TEST(TrainConfigBadInput, ANumberBeyondDoubleIsAnErrorNotACrash) {
+  EXPECT_EQ(parse_error(R"({"train_micro_batch_size_per_gpu": 2, "steps": 1e400})"),
+            "the config holds a value JSON cannot carry: number overflow parsing '1e400'");
+}
+
+TEST(TrainConfigBadInput, AKeyGivenTwiceIsRefusedNamingItsPath) {
+  EXPECT_EQ(parse_error(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1, "stage": 3}})"),
+            "the config sets zero_optimization.stage twice; JSON keeps only the last, so remove one");
+  EXPECT_EQ(parse_error(R"({"train_micro_batch_size_per_gpu": 2, "steps": 3, "steps": 4})"),
+            "the config sets steps twice; JSON keeps only the last, so remove one");
+  parse_ok(R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": false}, "fp16": {"enabled": false}})");
+}
+
+TEST(TrainConfigBadInput, LocalRanksAndTheBudgetAreBoundedNamingTheKey) {
+  EXPECT_THAT(parse_error(kMinimal, {"ranks=100000"}),
+              AllOf(HasSubstr("ranks = 100000"), HasSubstr("at most 1024"), HasSubstr("mpirun --backend=mpi")));
+  parse_ok(kMinimal, {"ranks=100000", "backend=mpi"});  // under mpirun -np is the world size
+  EXPECT_THAT(parse_error(kMinimal, {"memory_budget_mib=99999999999999"}),
+              HasSubstr("memory_budget_mib = 99999999999999: is more bytes than an int64 counts"));
+}
+
+TEST(TrainConfigBadInput, AModelTheMachineCannotHoldIsRefusedBeforeItIsBuilt) {
+  const TrainConfig c = parse_ok(kMinimal, {"zero_optimization.stage=3"});
+  const Gpt2Config small = Gpt2Config::make(64, 13, 2, 4, 64);
+  EXPECT_TRUE(check_machine_holds(c, small, 4, 4, int64_t{1} << 30).ok());
+  // 10^9 blocks of 12·64² + 13·64 parameters (5.0e13 in all), 16 bytes each over the 4 ranks at stage 3.
+  const Gpt2Config deep = Gpt2Config::make(64, 13, 1'000'000'000, 4, 64);
+  const absl::Status refused = check_machine_holds(c, deep, 4, 4, int64_t{24} << 30);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused));
+  EXPECT_THAT(std::string(refused.message()),
+              AllOf(HasSubstr("model.num_layers = 1000000000"), HasSubstr("5e+13 parameters"),
+                    HasSubstr("727.36 TiB on the 4 rank(s) of this machine, which has 24.00 GiB")));
+  // Stage 3 spreads the states over the world: 10^4 machines of one rank each hold it.
+  EXPECT_TRUE(check_machine_holds(c, Gpt2Config::make(64, 13, 100'000, 4, 64), 10'000, 1, int64_t{24} << 30).ok());
+  // A shape whose count overflows int64 is refused all the same.
+  EXPECT_FALSE(check_machine_holds(c, Gpt2Config::make(64, 13, 2, 4, 4'000'000'000), 4, 4, int64_t{24} << 30).ok());
+}
+
+}  // namespace
+}  // namespace zero::train

@@ -286,6 +286,23 @@ TEST_F(ZeroTrainTest, AnExportTheOsRefusesLeavesThePreviousExportWhole) {
   EXPECT_EQ(files_under(dir_.path()).size(), 1u) << "no temporary file is left";
 }
 
+TEST_F(ZeroTrainTest, AConfigThatIsNoRegularFileIsRefusedNotReadForever) {
+  for (const std::string path : {"/dev/zero", "/tmp"}) {
+    const RunResult run = run_zero_train(absl::StrCat("--config ", path));
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_THAT(run.output, StartsWith(absl::StrCat("zero-train: --config ", path, ": not a regular file\n")));
+  }
+}
+
+TEST_F(ZeroTrainTest, ACollectiveDeadlineThatIsNoPositiveNumberIsRefusedNamingTheVariable) {
+  for (const std::string value : {"abc", "-1", "0", "inf"}) {
+    const RunResult run = run_zero_train(tiny_run_args(""), absl::StrCat("ZERO_COMM_TIMEOUT_S=", value));
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_THAT(run.output, HasSubstr(absl::StrCat("zero-train: ZERO_COMM_TIMEOUT_S = '", value,
+                                                   "': the collective deadline is a number of seconds in (0, 1e6]")));
+  }
+}
+
 TEST_F(ZeroTrainTest, TwoRanksShareOneGpuAndTheLossFalls) {
   ZERO_SKIP_WITHOUT_GPU();
   const std::string path = metrics_path();
