@@ -6,7 +6,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
-  nlohmann-json3-dev gnuplot-nox
+  nlohmann-json3-dev libxxhash-dev gnuplot-nox
   clang-format-14
 )
 

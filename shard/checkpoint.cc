@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <span>
 #include <system_error>
 #include <type_traits>
@@ -17,11 +18,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#define XXH_INLINE_ALL  // header-only: nothing to link
 #include "runtime/atomic_file.h"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
 #include "shard/offload.h"
+#include "xxhash.h"
 
 namespace zero {
 
@@ -29,7 +32,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kFormat[] = "zero-checkpoint-1";
+// Format 2 adds each tensor's XXH3-64 checksum and the save's identity to every rank file's metadata;
+// format-1 files, which have neither, are still read.
+constexpr char kFormat[] = "zero-checkpoint-2";
+constexpr char kFormatWithoutChecksums[] = "zero-checkpoint-1";
 constexpr char kParamPiece[] = "param";  // the fp32 parameter value; other pieces are optimizer state
 
 // `param` is the model's "<unit>/<param>".
@@ -40,6 +46,10 @@ std::string piece_name(absl::string_view param, absl::string_view what, int64_t 
 // The metadata key of a parameter's shape is this prefix and its model name: every file lists the shapes
 // of the whole model.
 constexpr char kShapeKey[] = "zero.shape:";
+// A tensor's checksum is under this prefix and its name: XXH3-64 of its bytes, 16 hex digits.
+constexpr char kChecksumKey[] = "zero.xxh3:";
+
+std::string checksum(const Tensor& t) { return absl::StrFormat("%016x", XXH3_64bits(t.data(), t.nbytes())); }
 
 struct PieceName {
   std::string param;  // "<unit>/<param>"
@@ -249,8 +259,8 @@ absl::Status check_same_model(const Metadata& metadata, const std::vector<UnitCh
 
 // Copies the part of one saved piece that falls in this rank's range.
 absl::Status read_piece(const SafetensorsFile& file, const SafetensorsEntry& entry, const ParamIndex& where,
-                        const std::string& saved_optimizer, std::vector<UnitCheckpoint>& units,
-                        const std::string& path) {
+                        const Metadata& metadata, std::vector<UnitCheckpoint>& units, const std::string& path) {
+  const std::string& saved_optimizer = metadata.at("zero.optimizer");
   const std::optional<PieceName> piece = parse_piece_name(entry.name);
   if (!piece) return absl::DataLossError(absl::StrCat(path, ": tensor '", entry.name, "' is not a checkpoint piece"));
   const auto found = where.find(piece->param);
@@ -268,6 +278,15 @@ absl::Status read_piece(const SafetensorsFile& file, const SafetensorsEntry& ent
   const int what = piece->what == kParamPiece ? 0 : static_cast<int>(name - u.state_names.begin()) + 1;
   const UnitCheckpoint::Param& param = u.params[p];
   ZERO_ASSIGN_OR_RETURN(const Tensor values, file.get(entry.name));
+  if (metadata.at("zero.format") == kFormat) {
+    const auto saved = metadata.find(absl::StrCat(kChecksumKey, entry.name));
+    const std::string read = checksum(values);
+    if (saved == metadata.end() || saved->second != read) {
+      return absl::DataLossError(absl::StrCat(path, ": tensor '", entry.name, "' does not match its checksum (saved ",
+                                              saved == metadata.end() ? "none" : saved->second, ", read ", read,
+                                              "): the file is corrupt; resume from another checkpoint"));
+    }
+  }
   if (values.dtype() != DType::kF32 || values.dim() != 1 || piece->first + values.numel() > param.numel) {
     return absl::DataLossError(absl::StrCat(path, ": piece '", entry.name, "' is ", values.to_string(),
                                             ", which does not fit in the ", param.numel, " elements of ", param.name));
@@ -313,28 +332,39 @@ absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<Uni
     for (size_t p = 0; p < units[i].params.size(); ++p) where[units[i].params[p].name] = {i, p};
   }
   const int own = rank < saved_ranks ? rank : 0;
-  Metadata metadata;
+  Metadata metadata;  // the rank's own file's
+  bool all_read = false;
   for (int k = 0; k < saved_ranks; ++k) {
     const int r = (own + k) % saved_ranks;
     const std::string path = (root / checkpoint_file_name(r, saved_ranks)).string();
     ZERO_ASSIGN_OR_RETURN(const SafetensorsFile file, SafetensorsFile::read(path));
     if (k == 0) {
       metadata = file.metadata();
-      if (metadata["zero.format"] != kFormat) {
+      if (metadata["zero.format"] != kFormat && metadata["zero.format"] != kFormatWithoutChecksums) {
         return absl::InvalidArgumentError(absl::StrCat(path, ": not a zero checkpoint (zero.format is '",
                                                        metadata["zero.format"], "', expected ", kFormat, ")"));
       }
       ZERO_RETURN_IF_ERROR(check_same_model(metadata, units, where.size(), path));
-    } else if (const auto steps = file.metadata().find("zero.steps");
-               steps == file.metadata().end() || steps->second != metadata["zero.steps"]) {
-      return absl::DataLossError(absl::StrCat(path, ": saved at another step than ",
-                                              checkpoint_file_name(own, saved_ranks),
-                                              "; the directory mixes two checkpoints"));
+    } else {
+      // Every rank file must come from the same save, read or not: a rank reading only its own would
+      // otherwise resume at another step than its peers.
+      const Metadata& other = file.metadata();
+      const auto steps = other.find("zero.steps");
+      const auto save = other.find("zero.save");
+      if (steps == other.end() || steps->second != metadata["zero.steps"] ||
+          (save == other.end() ? "" : save->second) != metadata["zero.save"]) {
+        return absl::DataLossError(absl::StrCat(path, ": saved by another save than ",
+                                                checkpoint_file_name(own, saved_ranks), " (step ",
+                                                steps == other.end() ? "unknown" : steps->second, " against ",
+                                                metadata["zero.steps"], "); the directory mixes two checkpoints"));
+      }
     }
+    if (all_read) continue;
+    const Metadata& file_metadata = file.metadata();
     for (const SafetensorsEntry& entry : file.entries()) {
-      ZERO_RETURN_IF_ERROR(read_piece(file, entry, where, metadata["zero.optimizer"], units, path));
+      ZERO_RETURN_IF_ERROR(read_piece(file, entry, where, file_metadata, units, path));
     }
-    if (!layout.empty() && metadata["zero.layout"] == layout) break;
+    all_read = !layout.empty() && metadata["zero.layout"] == layout;  // the own file held all of it
   }
   ZERO_RETURN_IF_ERROR(check_coverage(units, metadata, saved_ranks, rank, root.string()));
   return metadata;
@@ -355,8 +385,12 @@ absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std:
   const bool lead = comm_.rank() == 0;
   const std::string task = absl::StrCat("saving checkpoint ", target.string());
   ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, lead ? make_empty_directory(partial) : absl::OkStatus(), task));
+  // The save's identity, rank 0's random number on every rank, so a loader can tell two saves' files apart.
+  uint64_t save_id = lead ? std::random_device()() * (uint64_t{1} << 32) + std::random_device()() : 0;
+  ZERO_RETURN_IF_ERROR(comm_.broadcast(Tensor(&save_id, DType::kI32, {2}), 0).wait());
   const fs::path file = partial / checkpoint_file_name(comm_.rank(), comm_.world_size());
-  absl::Status saved = agree_across_ranks(comm_, write_checkpoint_file(file.string(), extra), task);
+  absl::Status saved =
+      agree_across_ranks(comm_, write_checkpoint_file(file.string(), absl::StrFormat("%016x", save_id), extra), task);
   if (saved.ok()) saved = agree_across_ranks(comm_, lead ? replace_directory(partial, target) : absl::OkStatus(), task);
   if (!saved.ok() && lead) {
     std::error_code ignored;
@@ -365,7 +399,8 @@ absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std:
   return saved;
 }
 
-absl::Status Engine::write_checkpoint_file(const std::string& path, const std::map<std::string, std::string>& extra) {
+absl::Status Engine::write_checkpoint_file(const std::string& path, const std::string& save_id,
+                                           const std::map<std::string, std::string>& extra) {
   std::vector<std::pair<std::string, Tensor>> pieces;
   std::vector<Buffer> host_copies;  // what the pieces view, for an engine on a GPU
   const auto host_view = [&](const Tensor& t) -> absl::StatusOr<Tensor> {
@@ -396,7 +431,9 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::m
   for (const UnitState& u : units_) {
     for (const UnitCheckpoint::Param& p : params_of(u.name, u.layout)) metadata[kShapeKey + p.name] = p.shape;
   }
+  for (const auto& [name, t] : pieces) metadata[kChecksumKey + name] = checksum(t);
   metadata["zero.format"] = kFormat;
+  metadata["zero.save"] = save_id;
   metadata["zero.world_size"] = absl::StrCat(comm_.world_size());
   metadata["zero.rank"] = absl::StrCat(comm_.rank());
   metadata["zero.stage"] = absl::StrCat(config_.stage);

@@ -163,7 +163,8 @@ class Engine {
 
   // Checkpoints (shard/checkpoint.cc): writing this rank's file; what this rank needs of each unit
   // (zeroed host buffers); and putting what was read in place.
-  absl::Status write_checkpoint_file(const std::string& path, const std::map<std::string, std::string>& extra);
+  absl::Status write_checkpoint_file(const std::string& path, const std::string& save_id,
+                                     const std::map<std::string, std::string>& extra);
   absl::StatusOr<std::vector<UnitCheckpoint>> checkpoint_targets();
   // How this rank's range of every unit is cut where each rank updates a slice (world size, flat units
   // and their padded sizes): a checkpoint saved with the same layout has all of rank r's range in rank

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -106,12 +107,18 @@ absl::Status check_nothing_newer(const CheckpointConfig& config, int64_t start_s
       "checkpoint.resume=auto, set checkpoint.dir to another directory, or move the later step-* directories away"));
 }
 
-absl::StatusOr<int64_t> number(const Metadata& metadata, const std::string& key, absl::string_view dir) {
+// The integer `key` of a checkpoint's metadata, at least `least`.
+absl::StatusOr<int64_t> number(const Metadata& metadata, const std::string& key, absl::string_view dir,
+                               int64_t least = 0) {
   int64_t value = 0;
   const auto it = metadata.find(key);
   if (it == metadata.end() || !absl::SimpleAtoi(it->second, &value)) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint ", dir, " has no ", key, "; it was not saved by zero-train"));
+  }
+  if (value < least) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", dir, ": ", key, " = ", value, " is below ", least, "; its metadata is corrupt"));
   }
   return value;
 }
@@ -139,9 +146,14 @@ absl::StatusOr<std::string> resume_dir(const CheckpointConfig& config) {
 absl::Status move_loader(const Metadata& saved, const std::string& dir, int world_size, data::DataLoader& loader) {
   ZERO_ASSIGN_OR_RETURN(const int64_t epoch, number(saved, "train.epoch", dir));
   ZERO_ASSIGN_OR_RETURN(const int64_t batch, number(saved, "train.batch_in_epoch", dir));
-  ZERO_ASSIGN_OR_RETURN(const int64_t saved_world_size, number(saved, "train.world_size", dir));
-  ZERO_ASSIGN_OR_RETURN(const int64_t saved_micro_batch, number(saved, "train.micro_batch", dir));
-  const int64_t read = batch * saved_micro_batch * saved_world_size;
+  ZERO_ASSIGN_OR_RETURN(const int64_t saved_world_size, number(saved, "train.world_size", dir, 1));
+  ZERO_ASSIGN_OR_RETURN(const int64_t saved_micro_batch, number(saved, "train.micro_batch", dir, 1));
+  const __int128 sequences = static_cast<__int128>(batch) * saved_micro_batch * saved_world_size;
+  if (sequences > std::numeric_limits<int64_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", dir, ": train.batch_in_epoch, train.micro_batch ",
+                                                   "and train.world_size count more sequences than int64 holds"));
+  }
+  const int64_t read = static_cast<int64_t>(sequences);
   const int64_t per_batch = loader.batch_size() * world_size;
   if (read % per_batch != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "runtime/safetensors.h"
 #include "tests/examples/run_program.h"
 #include "tests/skip_without_gpu.h"
 #include "tests/temp_dir.h"
@@ -262,6 +263,26 @@ TEST_F(ZeroTrainTest, ResumeAutoWithoutLatestTakesTheNewestCompleteCheckpoint) {
   EXPECT_EQ(file_bytes(ckpt + "/latest"), "step-00000012\n");
   EXPECT_TRUE(std::filesystem::exists(ckpt + "/step-00000012/rank-00001-of-00002.safetensors")) << "saved again";
   EXPECT_FALSE(std::filesystem::exists(ckpt + "/step-00000016.partial")) << "the next save removes what saves left";
+}
+
+TEST_F(ZeroTrainTest, CorruptRunMetadataInACheckpointIsRefusedNamingTheKey) {
+  const std::string ckpt = dir_.file("ckpt");
+  const std::string args = absl::StrCat(tiny_run_args(""), " --checkpoint.dir=", ckpt, " --checkpoint.interval=6");
+  ASSERT_EQ(run_zero_train(args).exit_code, 0);
+  for (int rank = 0; rank < 2; ++rank) {  // train.world_size = -2 in every rank file of step 6
+    const std::string path = absl::StrCat(ckpt, "/step-00000006/rank-0000", rank, "-of-00002.safetensors");
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const SafetensorsEntry& entry : file->entries()) tensors.emplace_back(entry.name, *file->get(entry.name));
+    std::map<std::string, std::string> metadata = file->metadata();
+    metadata["train.world_size"] = "-2";
+    ASSERT_TRUE(write_safetensors(path, tensors, metadata).ok());
+  }
+  const RunResult resumed =
+      run_zero_train(absl::StrCat(tiny_run_args(""), " --checkpoint.resume=", ckpt, "/step-00000006"));
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("train.world_size = -2 is below 1; its metadata is corrupt"));
 }
 
 TEST_F(ZeroTrainTest, AMetricsFileThatCannotBeWrittenEndsTheRunWithTheReason) {

@@ -19,6 +19,7 @@ namespace zero {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using testing::bitwise_equal;
 using ::testing::HasSubstr;
 using testing::LocalOutcome;
@@ -212,6 +213,60 @@ TEST(Checkpoint, CallerMetadataRoundTripsAndTheLatestTagPointsAtTheNewest) {
   ASSERT_TRUE(write_latest_checkpoint_tag(dir, "step-3").ok());
   ASSERT_TRUE(write_latest_checkpoint_tag(dir, "step-7").ok());
   EXPECT_EQ(latest_checkpoint(dir).value_or(""), (fs::path(dir) / "step-7").string());
+}
+
+}  // namespace
+}  // namespace zero
+
+namespace zero {
+namespace {
+
+// --- Integrity: corrupt or mixed files are refused before anything changes -------------------------------
+
+TEST(CheckpointIntegrity, AFlippedBitIsRefusedNamingTheFileAndTheTensor) {
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
+  const TrainRun run = small_run(3, 2, DType::kF32);
+  ASSERT_TRUE(train_span(run, 0, 1, "", dir + "/step-1").status.ok());
+  const std::string file = dir + "/step-1/" + checkpoint_file_name(1, 3);
+  {
+    std::fstream bytes(file, std::ios::in | std::ios::out | std::ios::binary);
+    bytes.seekg(-6, std::ios::end);  // inside the last tensor's data
+    const char c = static_cast<char>(bytes.get());
+    bytes.seekp(-6, std::ios::end);
+    bytes.put(static_cast<char>(c ^ 0x10));
+  }
+  const LocalOutcome flipped = train_span(run, 1, 1, dir + "/step-1");
+  EXPECT_TRUE(absl::IsDataLoss(flipped.status)) << flipped.status;
+  EXPECT_THAT(flipped.status.message(), AllOf(HasSubstr(checkpoint_file_name(1, 3) + ": tensor '"),
+                                              HasSubstr("does not match its checksum"), HasSubstr("corrupt")));
+}
+
+TEST(CheckpointIntegrity, RankFilesOfTwoSavesInOneDirectoryAreRefusedEvenWhenEachRankReadsItsOwn) {
+  // Saved and loaded with the same layout, each rank reads only its own file: before, rank 1 would have
+  // resumed step 2's state beside ranks 0 and 2 at step 1.
+  const testing::ScopedTempDir temp;
+  const std::string dir = temp.path().string();
+  const TrainRun run = small_run(3, 2, DType::kF32);
+  ASSERT_TRUE(train_span(run, 0, 1, "", dir + "/step-1").status.ok());
+  ASSERT_TRUE(train_span(run, 1, 1, dir + "/step-1", dir + "/step-2").status.ok());
+  ASSERT_TRUE(train_span(run, 0, 1, "", dir + "/again-1").status.ok());  // the same step, another save
+  const std::string rank_1 = checkpoint_file_name(1, 3);
+
+  fs::copy_file(dir + "/step-1/" + rank_1, dir + "/step-1-rank-1");
+  fs::copy_file(dir + "/step-2/" + rank_1, dir + "/step-1/" + rank_1, fs::copy_options::overwrite_existing);
+  const LocalOutcome steps = train_span(run, 1, 1, dir + "/step-1");
+  EXPECT_TRUE(absl::IsDataLoss(steps.status)) << steps.status;
+  EXPECT_THAT(steps.status.message(), AllOf(HasSubstr("saved by another save than"), HasSubstr("(step 2 against 1)"),
+                                            HasSubstr("mixes two checkpoints")));
+
+  fs::copy_file(dir + "/again-1/" + rank_1, dir + "/step-1/" + rank_1, fs::copy_options::overwrite_existing);
+  const LocalOutcome saves = train_span(run, 1, 1, dir + "/step-1");
+  EXPECT_TRUE(absl::IsDataLoss(saves.status)) << saves.status;
+  EXPECT_THAT(saves.status.message(), HasSubstr("(step 1 against 1); the directory mixes two checkpoints"));
+
+  fs::copy_file(dir + "/step-1-rank-1", dir + "/step-1/" + rank_1, fs::copy_options::overwrite_existing);
+  EXPECT_TRUE(train_span(run, 1, 1, dir + "/step-1").status.ok()) << "its own files load";
 }
 
 }  // namespace
