@@ -1,6 +1,7 @@
 #include "models/gpt2_weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -93,6 +94,13 @@ absl::Status Gpt2HfReader::fill(absl::string_view unit, absl::string_view param,
   ZERO_ASSIGN_OR_RETURN(const Gpt2HfTensor* t, find_param(tensors_, unit, param));
   ZERO_RETURN_IF_ERROR(check_param_view(*t, dst));
   ZERO_ASSIGN_OR_RETURN(Tensor src, file_.get(gpt2_hf_name(unit, param)));
+  const float* values = src.data_as<float>();
+  if (const float* bad = std::find_if(values, values + src.numel(), [](float v) { return !std::isfinite(v); });
+      bad != values + src.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", gpt2_hf_name(unit, param), "' holds ", *bad,
+                                                   " at element ", bad - values,
+                                                   "; a model starts from finite weights"));
+  }
   if (t->transposed) {
     transpose(src.data_as<float>(), t->hf_shape[0], t->hf_shape[1], dst.data_as<float>());
     return absl::OkStatus();

@@ -223,6 +223,27 @@ absl::StatusOr<double> Engine::global_grad_norm() {
   return std::sqrt(SquareSum::from_wire(wire.data()).value());
 }
 
+absl::Status Engine::non_finite_gradients() {
+  // Every rank names its first unit with a NaN or infinity in its slice; the ranks agree on the first.
+  const int n = static_cast<int>(units_.size());
+  int32_t first_from_end = 0;  // n - i for this rank's first non-finite unit i: the max is the first
+  for (int i = 0; i < n && first_from_end == 0; ++i) {
+    ZERO_ASSIGN_OR_RETURN(const SquareSum sum, exact_square_sum(units_[i].grad_slice(dtype_), 1.0f));
+    if (!std::isfinite(sum.value())) first_from_end = n - i;
+  }
+  Work agree = meter_.counted(
+      &CommVolume::small, [&] { return comm_.allreduce(Tensor(&first_from_end, DType::kI32, {1}), ReduceOp::kMax); });
+  ZERO_RETURN_IF_ERROR(meter_.wait(agree));
+  const std::string where = first_from_end > 0
+                                ? absl::StrCat("the gradients of unit '", units_[n - first_from_end].name,
+                                               "' are not finite (NaN or infinity)")
+                                : "the gradients' norm overflowed";
+  return absl::AbortedError(absl::StrCat(
+      "step ", step_count_ + 1, ": ", where, " in ", dtype_name(dtype_),
+      ", so no rank updated; lower the learning rate or tighten gradient_clipping, or train in fp16, whose loss "
+      "scaling skips such steps"));
+}
+
 absl::Status Engine::update(float lr, double clip_coefficient) {
   // A unit kept whole where each rank updates a slice allgathers the slices. The allgather runs on the
   // communication thread while the next unit updates; all are waited for at the end (also after an error,
@@ -277,6 +298,7 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
   if (config_.gradient_clipping > 0 || scaler_.checks_overflow()) {
     ZERO_ASSIGN_OR_RETURN(result.grad_norm, global_grad_norm());
     result.skipped = !std::isfinite(result.grad_norm);
+    if (result.skipped && !scaler_.checks_overflow()) return non_finite_gradients();
     if (config_.gradient_clipping > 0) {
       clip_coefficient = config_.gradient_clipping / (result.grad_norm + 1e-6);  // torch clip_grad_norm_
     }

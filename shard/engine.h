@@ -155,6 +155,9 @@ class Engine {
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const std::vector<bool>& runs, bool evaluation);
   absl::Status backward(UnitContext& ctx, const std::vector<bool>& runs);
   absl::StatusOr<double> global_grad_norm();
+  // Where the norm is not finite and no loss scaler skips the step (fp32, bf16): Aborted on every rank,
+  // naming the first unit whose gradient holds a NaN or infinity. A collective.
+  absl::Status non_finite_gradients();
   absl::Status update(float lr, double clip_coefficient);
   absl::Status update_unit(UnitState& u, float lr, double clip_coefficient);
   // The step's loss sum, correct and predictions, summed over ranks into `result`.

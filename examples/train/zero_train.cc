@@ -96,8 +96,10 @@ absl::Status load_blobs(const BlobsKeys& b, Plan& plan) {
 absl::Status load_data(const DataConfig& d, Plan& plan) {
   if (d.source == "blobs") return load_blobs(d.blobs, plan);
   if (d.source == "tokens") {
-    ZERO_ASSIGN_OR_RETURN(data::TokenShardDataset train, data::TokenShardDataset::open(d.train_glob, d.seq_len));
-    ZERO_ASSIGN_OR_RETURN(data::TokenShardDataset val, data::TokenShardDataset::open(d.val_glob, d.seq_len));
+    ZERO_ASSIGN_OR_RETURN(data::TokenShardDataset train,
+                          data::TokenShardDataset::open(d.train_glob, d.seq_len, d.vocab_size));
+    ZERO_ASSIGN_OR_RETURN(data::TokenShardDataset val,
+                          data::TokenShardDataset::open(d.val_glob, d.seq_len, d.vocab_size));
     plan.train = std::make_shared<data::TokenShardDataset>(std::move(train));
     plan.val = std::make_shared<data::TokenShardDataset>(std::move(val));
     return absl::OkStatus();

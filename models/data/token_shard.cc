@@ -121,7 +121,8 @@ absl::StatusOr<std::vector<std::string>> glob_shards(const std::string& pattern)
   return paths;
 }
 
-absl::StatusOr<TokenShardDataset> TokenShardDataset::open(const std::string& pattern, int64_t seq_len) {
+absl::StatusOr<TokenShardDataset> TokenShardDataset::open(const std::string& pattern, int64_t seq_len,
+                                                          int64_t vocab_size) {
   if (seq_len < 1) {
     return absl::InvalidArgumentError(absl::StrCat("TokenShardDataset: sequence length ", seq_len, " must be >= 1"));
   }
@@ -131,7 +132,13 @@ absl::StatusOr<TokenShardDataset> TokenShardDataset::open(const std::string& pat
   dataset.sequence_starts_.push_back(0);
   for (const std::string& path : paths) {
     ZERO_ASSIGN_OR_RETURN(TokenShard shard, TokenShard::open(path));
-    const int64_t n = static_cast<int64_t>(shard.tokens().size());
+    const std::span<const uint16_t> tokens = shard.tokens();
+    if (const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](uint16_t t) { return t >= vocab_size; });
+        bad != tokens.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": token ", *bad, " at position ", bad - tokens.begin(),
+                                                     " is outside the vocabulary of ", vocab_size, " tokens"));
+    }
+    const int64_t n = static_cast<int64_t>(tokens.size());
     dataset.sequence_starts_.push_back(dataset.sequence_starts_.back() + (n > 0 ? (n - 1) / seq_len : 0));
     dataset.shards_.push_back(std::move(shard));
   }

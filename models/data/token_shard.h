@@ -61,9 +61,10 @@ absl::StatusOr<std::vector<std::string>> glob_shards(const std::string& pattern)
 // Targets are the next tokens everywhere (a shard carries no loss mask).
 class TokenShardDataset final : public SequenceDataset {
  public:
-  // Opens every shard `pattern` matches. Fails when a shard is invalid or all of them together hold no
-  // sequence of T + 1 tokens.
-  static absl::StatusOr<TokenShardDataset> open(const std::string& pattern, int64_t seq_len);
+  // Opens every shard `pattern` matches. Fails when a shard is invalid, holds a token id of `vocab_size`
+  // or more (named with its shard and position: found now, not when its batch is drawn), or all of them
+  // together hold no sequence of T + 1 tokens.
+  static absl::StatusOr<TokenShardDataset> open(const std::string& pattern, int64_t seq_len, int64_t vocab_size);
 
   int64_t size() const override { return sequence_starts_.back(); }
   int64_t seq_len() const override { return seq_len_; }

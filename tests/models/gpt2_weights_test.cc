@@ -139,6 +139,24 @@ TEST(Gpt2Weights, MissingTensorIsNamed) {
   expect_open_error_names(path, tiny(), "h.1.attn.c_proj.bias");
 }
 
+TEST(Gpt2Weights, ANaNInTheWeightsIsRefusedNamingTheTensorAndElement) {
+  std::vector<float> bias(32, 0.5f);
+  bias[7] = std::nanf("");
+  const testing::ScopedTempDir dir;
+  const std::string path = edited_fixture(dir, "nan.safetensors", [&](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "h.0.ln_1.bias") t = Tensor(bias.data(), DType::kF32, {32});
+    }
+  });
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(path, tiny());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  Params params(tiny());
+  const absl::Status filled = params.for_each([&](const std::string& unit, const std::string& param,
+                                                  const Tensor& dst) { return reader->fill(unit, param, dst); });
+  EXPECT_TRUE(absl::IsInvalidArgument(filled)) << filled;
+  EXPECT_EQ(filled.message(), "tensor 'h.0.ln_1.bias' holds nan at element 7; a model starts from finite weights");
+}
+
 TEST(Gpt2Weights, WrongShapeIsNamed) {
   std::vector<float> bigger(33, 1.0f);
   const testing::ScopedTempDir dir;

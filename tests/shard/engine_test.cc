@@ -705,3 +705,35 @@ TEST(EngineConfig, BadValuesNameTheKey) {
 
 }  // namespace
 }  // namespace zero
+
+namespace zero {
+namespace {
+
+TEST(NonFiniteGradients, WithoutLossScalingEveryRankStopsNamingTheFirstUnitWithANaN) {
+  // Rank 1 writes a NaN into hidden_1's gradient: fp32 and bf16 have no scaler to skip the step, so the
+  // clipped run must stop on every rank, naming the unit, before any rank updates (not call it an overflow).
+  for (const DType precision : {DType::kF32, DType::kBF16}) {
+    for (const int stage : {0, 3}) {
+      TrainRun run{.world_size = 2, .steps = 2};
+      run.zero.stage = stage;
+      run.zero.persistence_threshold = 0;
+      run.zero.precision = precision;
+      run.zero.gradient_clipping = 1.0;
+      run.hooks.after_backward = [](const UnitContext& ctx, absl::string_view unit, const ParamViews& grads) {
+        if (ctx.allocator.rank() != 1 || unit != "hidden_1") return;
+        const Tensor& g = grads.at("weight");
+        if (g.dtype() == DType::kF32) *static_cast<float*>(g.data()) = std::nanf("");
+        if (g.dtype() == DType::kBF16) *static_cast<uint16_t*>(g.data()) = 0x7FC0;  // bf16 NaN
+      };
+      const testing::LocalOutcome out = train_local(run);
+      EXPECT_TRUE(absl::IsAborted(out.status)) << out.status;
+      EXPECT_THAT(out.status.message(),
+                  AllOf(HasSubstr("step 1: the gradients of unit 'hidden_1' are not finite (NaN or infinity) in "),
+                        HasSubstr("no rank updated")))
+          << dtype_name(precision) << " stage " << stage;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zero

@@ -150,7 +150,7 @@ TEST(AdditionDataset, ShardHoldsTheSameSequencesUnmasked) {
   const AdditionConfig config{.digits = 2, .examples_per_row = 3, .rows = 20, .seed = 9};
   ASSERT_TRUE(write_addition_shard(config, path).ok());
   const AdditionDataset dataset = make(config);
-  absl::StatusOr<TokenShardDataset> shard = TokenShardDataset::open(path, dataset.seq_len());
+  absl::StatusOr<TokenShardDataset> shard = TokenShardDataset::open(path, dataset.seq_len(), kAdditionVocabSize);
   ASSERT_TRUE(shard.ok()) << shard.status();
   ASSERT_EQ(shard->size(), 20);
   for (int64_t i = 0; i < 20; ++i) {

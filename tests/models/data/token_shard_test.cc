@@ -148,7 +148,7 @@ TEST(TokenShardDataset, CutsOverlappingWindowsPerShardInPathOrder) {
   const std::string dir = temp.path().string();
   ASSERT_TRUE(write_token_shard(dir + "/d_1.bin", iota_tokens(100, 5)).ok());  // 1 window of T + 1 = 4
   ASSERT_TRUE(write_token_shard(dir + "/d_0.bin", iota_tokens(0, 11)).ok());   // 3 windows, token 10 unused
-  absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(dir + "/d_*.bin", 3);
+  absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(dir + "/d_*.bin", 3, 65536);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   ASSERT_EQ(dataset->size(), 4);
   ASSERT_EQ(dataset->seq_len(), 3);
@@ -170,9 +170,21 @@ TEST(TokenShardDataset, NoFullSequenceIsAnError) {
   const testing::ScopedTempDir temp;
   const std::string path = temp.file("tiny.bin");
   ASSERT_TRUE(write_token_shard(path, iota_tokens(0, 4)).ok());
-  absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(path, 4);
+  absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(path, 4, 65536);
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(dataset.status().message(), HasSubstr("no sequence of T + 1 = 5 tokens"));
+}
+
+TEST(TokenShardDataset, ATokenOutsideTheVocabularyIsFoundWhenTheShardOpensNamingItsPlace) {
+  const testing::ScopedTempDir temp;
+  const std::string path = temp.file("d_0.bin");
+  std::vector<uint16_t> tokens = iota_tokens(0, 40);
+  tokens[33] = 50;  // the vocabulary is 40 tokens: ids 0-39
+  ASSERT_TRUE(write_token_shard(path, tokens).ok());
+  absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(path, 4, 40);
+  EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(dataset.status().message(), path + ": token 50 at position 33 is outside the vocabulary of 40 tokens");
+  EXPECT_TRUE(TokenShardDataset::open(path, 4, 51).ok());
 }
 
 TEST(TokenShardDataset, InvalidShardFailsTheWholeOpen) {
@@ -180,7 +192,7 @@ TEST(TokenShardDataset, InvalidShardFailsTheWholeOpen) {
   const std::string dir = temp.path().string();
   ASSERT_TRUE(write_token_shard(dir + "/d_0.bin", iota_tokens(0, 9)).ok());
   write_bytes(dir + "/d_1.bin", "junk");
-  absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(dir + "/d_*.bin", 2);
+  absl::StatusOr<TokenShardDataset> dataset = TokenShardDataset::open(dir + "/d_*.bin", 2, 65536);
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(dataset.status().message(), HasSubstr(dir + "/d_1.bin"));
 }
