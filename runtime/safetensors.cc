@@ -230,8 +230,12 @@ absl::StatusOr<Tensor> SafetensorsFile::get(absl::string_view name, DType dtype,
   return t;
 }
 
-absl::StatusOr<std::string> serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                                  const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The file's first part: the header's length (8 bytes, little-endian) and the JSON header; the data section,
+// the tensors' bytes in the given order, follows it.
+absl::StatusOr<std::string> safetensors_header(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                               const std::map<std::string, std::string>& metadata) {
   Json header = Json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> seen;
@@ -253,16 +257,30 @@ absl::StatusOr<std::string> serialize_safetensors(const std::vector<std::pair<st
   }
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned, as the reference does
-  std::string out = le64(json.size()) + json;
-  out.reserve(out.size() + offset);
-  for (const auto& [name, t] : tensors) out.append(static_cast<const char*>(t.data()), t.nbytes());
+  return le64(json.size()) + json;
+}
+
+std::vector<absl::string_view> data_parts(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  std::vector<absl::string_view> parts;
+  for (const auto& [name, t] : tensors) parts.emplace_back(static_cast<const char*>(t.data()), t.nbytes());
+  return parts;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> serialize_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                                  const std::map<std::string, std::string>& metadata) {
+  ZERO_ASSIGN_OR_RETURN(std::string out, safetensors_header(tensors, metadata));
+  for (const absl::string_view part : data_parts(tensors)) out.append(part.data(), part.size());
   return out;
 }
 
 absl::Status write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                                const std::map<std::string, std::string>& metadata) {
-  ZERO_ASSIGN_OR_RETURN(std::string bytes, serialize_safetensors(tensors, metadata));
-  return write_file_atomically(path, bytes);
+  ZERO_ASSIGN_OR_RETURN(const std::string header, safetensors_header(tensors, metadata));
+  std::vector<absl::string_view> parts = data_parts(tensors);
+  parts.insert(parts.begin(), header);
+  return write_file_atomically(path, parts);  // each tensor from where it is: no copy of the file in memory
 }
 
 }  // namespace zero

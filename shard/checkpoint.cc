@@ -153,7 +153,7 @@ std::string checkpoint_file_name(int rank, int world_size) {
 }
 
 absl::Status write_latest_checkpoint_tag(const std::string& root, const std::string& tag) {
-  return write_file_atomically((directory_path(root) / "latest").string(), absl::StrCat(tag, "\n"));
+  return write_file_atomically((directory_path(root) / "latest").string(), {tag, "\n"});
 }
 
 absl::StatusOr<std::string> latest_checkpoint(const std::string& root) {

@@ -33,8 +33,8 @@ int files_in(const std::filesystem::path& dir) {
 TEST(AtomicFile, ReplacesTheFileWholeAndLeavesNothingElse) {
   const testing::ScopedTempDir dir;
   const std::string path = dir.file("out.bin");
-  ASSERT_TRUE(write_file_atomically(path, "first version").ok());
-  ASSERT_TRUE(write_file_atomically(path, "second").ok());
+  ASSERT_TRUE(write_file_atomically(path, {"first ", "version"}).ok());
+  ASSERT_TRUE(write_file_atomically(path, {"second"}).ok());
   EXPECT_EQ(contents(path), "second");
   EXPECT_EQ(files_in(dir.path()), 1) << "no temporary file is left beside it";
 }
@@ -43,7 +43,7 @@ TEST(AtomicFile, AWriteTheOsRefusesLeavesTheOldFileAndNamesTheReason) {
   // The OS refuses a write past RLIMIT_FSIZE (EFBIG) as it refuses one on a full disk (ENOSPC): mid-file.
   const testing::ScopedTempDir dir;
   const std::string path = dir.file("export.safetensors");
-  ASSERT_TRUE(write_file_atomically(path, "the previous export").ok());
+  ASSERT_TRUE(write_file_atomically(path, {"the previous export"}).ok());
   const std::string too_big(1 << 20, 'x');
 
   signal(SIGXFSZ, SIG_IGN);  // otherwise the write past the limit kills the process
@@ -52,7 +52,7 @@ TEST(AtomicFile, AWriteTheOsRefusesLeavesTheOldFileAndNamesTheReason) {
   rlimit limited = saved;
   limited.rlim_cur = 4096;
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
-  const absl::Status status = write_file_atomically(path, too_big);
+  const absl::Status status = write_file_atomically(path, {too_big});
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &saved), 0);
 
   EXPECT_FALSE(status.ok());
@@ -64,7 +64,7 @@ TEST(AtomicFile, AWriteTheOsRefusesLeavesTheOldFileAndNamesTheReason) {
 TEST(AtomicFile, ADirectoryThatDoesNotExistIsNamed) {
   const testing::ScopedTempDir dir;
   const std::string path = dir.file("missing/out.bin");
-  const absl::Status status = write_file_atomically(path, "x");
+  const absl::Status status = write_file_atomically(path, {"x"});
   EXPECT_TRUE(absl::IsNotFound(status)) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("No such file or directory"));
 }
