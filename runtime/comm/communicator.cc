@@ -246,7 +246,8 @@ absl::Status Communicator::execute(const Collective& c) {
     if (!failure_.ok()) return failure_;
   }
   const absl::Time deadline = absl::Now() + options_.timeout;
-  absl::Status status = options_.debug_collectives ? check_same_collective(c, deadline) : absl::OkStatus();
+  absl::Status status =
+      options_.debug_collectives.value_or(false) ? check_same_collective(c, deadline) : absl::OkStatus();
   if (status.ok()) status = backend_->run(c, deadline);
   return status.ok() ? status : fail(status);
 }
@@ -263,7 +264,11 @@ absl::Status Communicator::fail(const absl::Status& status) {
 
 absl::Status Communicator::check_same_collective(const Collective& c, absl::Time deadline) {
   std::vector<CollectiveFingerprint> all(world_size_);
-  ZERO_RETURN_IF_ERROR(backend_->exchange_fingerprints(CollectiveFingerprint::of(c), all, deadline));
+  const absl::Status exchanged = backend_->exchange_fingerprints(CollectiveFingerprint::of(c), all, deadline);
+  if (!exchanged.ok()) {  // the exchange is a collective of its own: name the one it was checking
+    return absl::Status(exchanged.code(),
+                        absl::StrCat("checking that every rank issues ", c.describe(), ": ", exchanged.message()));
+  }
   return check_fingerprints_agree(all);
 }
 

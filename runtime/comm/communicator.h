@@ -39,8 +39,11 @@ class SharedFailure {
 struct CommOptions {
   // A collective that has not finished by then fails on this rank, and so on every rank.
   absl::Duration timeout = absl::Seconds(300);
-  // Before each collective, check that every rank issues the same one; name the ranks that diverge.
-  bool debug_collectives = false;
+  // Before each collective, check that every rank issues the same one (sequence, op, dtype, count, root) and
+  // name the ranks that diverge. Unset: on for mpi, where a mismatched collective would corrupt memory
+  // rather than fail (one small allgather per collective), off for local (which compares what every rank
+  // posts anyway) and nccl (where the check costs a device round trip per collective).
+  std::optional<bool> debug_collectives;
   // Accounts the backend's scratch memory under MemoryCategory::kCommBuffers (and its budget); must outlive
   // the communicator. Null: the backend uses a private allocator, so the scratch counts against no budget.
   Allocator* allocator = nullptr;
@@ -48,7 +51,7 @@ struct CommOptions {
   std::shared_ptr<SharedFailure> shared_failure;
 
   // Defaults, overridden by ZERO_COMM_TIMEOUT_S (seconds: a finite number > 0, at most 10^6) and
-  // ZERO_DEBUG_COLLECTIVES (0 or 1); InvalidArgument naming the variable for any other value.
+  // ZERO_DEBUG_COLLECTIVES (1 on, 0 off for every backend); InvalidArgument naming the variable otherwise.
   static absl::StatusOr<CommOptions> parse_env();
   // The same, with the defaults kept where a variable is malformed: programs check parse_env() first.
   static CommOptions from_env();

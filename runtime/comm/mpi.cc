@@ -160,7 +160,7 @@ class MpiBackend final : public Backend {
       return absl::StrCat("timed out in ", c.describe(), " on rank ", rank_, " after ",
                           absl::FormatDuration(options_.timeout),
                           ": a peer stopped answering, died or issued a different collective (MPI cannot tell "
-                          "which). Set ZERO_DEBUG_COLLECTIVES=1 to check the sequence, or raise "
+                          "which; unless ZERO_DEBUG_COLLECTIVES=0, each collective is checked first). Raise "
                           "ZERO_COMM_TIMEOUT_S if a rank is legitimately slow");
     });
   }
@@ -326,6 +326,7 @@ absl::StatusOr<int64_t> piece_bytes_from_env() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(CommOptions options) {
+  if (!options.debug_collectives.has_value()) options.debug_collectives = true;  // see CommOptions
   ZERO_ASSIGN_OR_RETURN(const int64_t piece_bytes, piece_bytes_from_env());
   ZERO_RETURN_IF_ERROR(init_mpi());
   MPI_Comm comm = MPI_COMM_NULL;

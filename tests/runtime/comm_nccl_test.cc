@@ -158,7 +158,7 @@ TEST(CommNcclTest, DebugCheckStagesFingerprintsThroughTheGpu) {
   const auto statuses = run_nccl_ranks(
       1,
       [](Communicator& comm) -> absl::Status {
-        if (!comm.options().debug_collectives) return absl::InternalError("debug mode was not on");
+        if (!comm.options().debug_collectives.value_or(false)) return absl::InternalError("debug mode was not on");
         return check_every_collective(comm);
       },
       /*debug_collectives=*/true);
