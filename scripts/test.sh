@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: checks the tree's format, builds zero (tests included), then runs every test with ctest.
+# The whole test suite: checks the tree's format, builds zero (tests included), runs every test with ctest,
+# then runs them again built with AddressSanitizer and UndefinedBehaviorSanitizer (scripts/sanitize.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/check_format.sh
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600
+bash scripts/sanitize.sh

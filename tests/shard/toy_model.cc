@@ -14,7 +14,7 @@ namespace {
 
 absl::StatusOr<Buffer> floats(Allocator& alloc, int64_t n) {
   ZERO_ASSIGN_OR_RETURN(Buffer b, alloc.allocate(n * 4, MemoryCategory::kActivations));
-  std::memset(b.data(), 0, n * 4);
+  if (n > 0) std::memset(b.data(), 0, n * 4);  // an empty buffer has no data pointer to pass
   return b;
 }
 
