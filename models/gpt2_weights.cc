@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/kernels.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -118,13 +119,21 @@ absl::Status Gpt2HfWriter::add(absl::string_view unit, absl::string_view param, 
   if (it == order_.end()) {
     return absl::InvalidArgumentError(absl::StrCat("GPT-2 has no parameter '", param, "' in unit '", unit, "'"));
   }
-  ZERO_RETURN_IF_ERROR(check_param_view(*it, value));
+  // bf16 and fp16 weights are widened, exactly: the file holds the weights the model computed with.
+  std::vector<float> widened;
+  Tensor value32 = value;
+  if (is_floating(value.dtype()) && value.dtype() != DType::kF32 && value.device().is_cpu()) {
+    widened.resize(value.numel());
+    value32 = Tensor(widened.data(), DType::kF32, value.shape());
+    ZERO_RETURN_IF_ERROR(kernels::cast(value32, value));
+  }
+  ZERO_RETURN_IF_ERROR(check_param_view(*it, value32));
   std::vector<float>& out = data_[gpt2_hf_name(unit, param)];
   out.resize(shape_numel(it->hf_shape));
   if (it->transposed) {
-    transpose(value.data_as<float>(), it->shape[0], it->shape[1], out.data());
+    transpose(value32.data_as<float>(), it->shape[0], it->shape[1], out.data());
   } else {
-    std::memcpy(out.data(), value.data(), out.size() * sizeof(float));  // wte: its first V rows
+    std::memcpy(out.data(), value32.data(), out.size() * sizeof(float));  // wte: its first V rows
   }
   return absl::OkStatus();
 }

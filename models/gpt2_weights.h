@@ -57,8 +57,8 @@ class Gpt2HfWriter {
  public:
   explicit Gpt2HfWriter(const Gpt2Config& config);
 
-  // Copies parameter `param` of `unit` (zero's layout) in Hugging Face's. The signature of
-  // Engine::visit_full_params' visit.
+  // Copies parameter `param` of `unit` (zero's layout, a CPU tensor in fp32, or bf16/fp16 widened exactly
+  // to the file's fp32) in Hugging Face's. The signature of Engine::visit_full_params' visit.
   absl::Status add(absl::string_view unit, absl::string_view param, const Tensor& value);
   // Fails, naming it, if a parameter was never added.
   absl::Status write(const std::string& path) const;

@@ -155,7 +155,19 @@ int64_t physical_memory_bytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
 }
 
+// An export that cannot be written is refused before any training: its directory must exist.
+absl::Status check_export_path(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (dir.empty() || std::filesystem::is_directory(dir, ec)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("export_path = ", path, ": ", dir.string(),
+                   std::filesystem::exists(dir, ec) ? " is not a directory" : " does not exist"));
+}
+
 absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device device) {
+  ZERO_RETURN_IF_ERROR(check_export_path(config.export_path));
   Plan plan{.config = config};
   ZERO_ASSIGN_OR_RETURN(plan.batch, resolve_batch(config, world_size));
   ZERO_RETURN_IF_ERROR(load_data(config.data, plan));

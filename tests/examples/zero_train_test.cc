@@ -403,13 +403,37 @@ TEST_F(ZeroTrainTest, BatchMismatchExitsTwoBeforeTraining) {
   EXPECT_THAT(run.output, ::testing::Not(HasSubstr("step ")));
 }
 
-TEST_F(ZeroTrainTest, AnExportPathThatCannotBeCreatedExitsTwoWithThePlainMessageAndTheReason) {
-  // The path is at fault, which the user fixes: exit 2, as for a bad flag (a full disk exits 1).
-  const RunResult run = run_zero_train(
-      absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --export_path=/dev/null/model.safetensors"));
-  EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_THAT(run.output,
-              ::testing::EndsWith("\nzero-train: cannot create /dev/null/model.safetensors: Not a directory\n"));
+TEST_F(ZeroTrainTest, AnExportPathThatCannotBeWrittenIsRefusedBeforeTraining) {
+  // The path is at fault, which the user fixes: exit 2, as for a bad flag, and before any step trains.
+  for (const auto& [path, why] :
+       {std::pair<std::string, std::string>{"/dev/null/model.safetensors", "/dev/null is not a directory"},
+        {"/no/such/dir/model.safetensors", "/no/such/dir does not exist"}}) {
+    const RunResult run =
+        run_zero_train(absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --export_path=", path));
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_THAT(run.output, StartsWith(absl::StrCat("zero-train: export_path = ", path, ": ", why, "\n")));
+    EXPECT_THAT(run.output, ::testing::Not(HasSubstr("step 1/3")));
+  }
+}
+
+TEST_F(ZeroTrainTest, Bf16AndFp16RunsExportTheirWeightsWidenedToFp32) {
+  // Before, the export failed after all the training: the writer took only fp32 tensors.
+  for (const std::string precision : {"bf16", "fp16"}) {
+    const std::string path = dir_.file(precision + ".safetensors");
+    const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --", precision,
+                                                      ".enabled=true --export_path=", path));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(path);
+    ASSERT_TRUE(file.ok()) << file.status();
+    const absl::StatusOr<Tensor> wte = file->get("wte.weight");
+    ASSERT_TRUE(wte.ok()) << wte.status();
+    EXPECT_EQ(wte->dtype(), DType::kF32);
+    // Every value came from a 2-byte one: its low 13 (fp16) or 16 (bf16) mantissa bits are zero.
+    const uint32_t low = precision == "bf16" ? 0xFFFFu : 0x1FFFu;
+    for (int64_t k = 0; k < wte->numel(); ++k) {
+      ASSERT_EQ(float_bits(wte->data_as<float>()[k]) & low, 0u) << precision << " element " << k;
+    }
+  }
 }
 
 #ifdef ZERO_MPIEXEC
