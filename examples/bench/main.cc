@@ -15,6 +15,7 @@
 #include "examples/bench/offload_bench.h"
 #include "examples/bench/optim_bench.h"
 #include "examples/bench/stages_bench.h"
+#include "runtime/comm/communicator.h"
 
 namespace {
 
@@ -72,6 +73,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const absl::string_view name = args[1];
+  if (const absl::Status env = zero::CommOptions::parse_env().status(); !env.ok()) {
+    std::fprintf(stderr, "zero-bench: %s\n", std::string(env.message()).c_str());
+    return 2;
+  }
   for (const Subcommand& s : kSubcommands) {
     if (s.name != name) continue;
     const absl::Status status = s.run();

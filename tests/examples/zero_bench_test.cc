@@ -162,6 +162,12 @@ TEST(OptimBench, NonPositiveNumelNamesTheFlag) {
   EXPECT_THAT(r.output, HasSubstr("--numel: must be >= 1"));
 }
 
+TEST(BenchEnvironment, ACollectiveDeadlineThatIsNoPositiveNumberIsRefusedBeforeAnyBenchmark) {
+  const RunResult r = run_bench("comm", "ZERO_COMM_TIMEOUT_S=inf");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("zero-bench: ZERO_COMM_TIMEOUT_S = 'inf': the collective deadline is a number"));
+}
+
 // --- kernels ---
 
 // The CSV of `zero-bench kernels <args> --tokens=4 --warmup=0 --iters=1`, as rows of fields (header first).
