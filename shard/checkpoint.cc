@@ -23,6 +23,7 @@
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
+#include "shard/init.h"
 #include "shard/offload.h"
 #include "xxhash.h"
 
@@ -320,6 +321,20 @@ absl::Status check_coverage(const std::vector<UnitCheckpoint>& units, const Meta
   return absl::OkStatus();
 }
 
+// Which save wrote a rank file: its step and the save's identity (none in format 1).
+std::pair<std::string, std::string> save_identity(const Metadata& metadata) {
+  const auto steps = metadata.find("zero.steps");
+  const auto save = metadata.find("zero.save");
+  return {steps == metadata.end() ? "unknown" : steps->second, save == metadata.end() ? "" : save->second};
+}
+
+absl::Status mixed_saves(absl::string_view path, const Metadata& other, absl::string_view own_path,
+                         const Metadata& own) {
+  return absl::DataLossError(absl::StrCat(path, ": saved by another save than ", own_path, " (step ",
+                                          save_identity(other).first, " against ", save_identity(own).first,
+                                          "); the directory mixes two checkpoints"));
+}
+
 // Reads into `units` every saved piece that overlaps what they need, and returns the metadata. The rank's
 // own file comes first; when it was cut by the same `layout` (Engine::checkpoint_layout), it holds all
 // the rank needs and the others are not read. Coverage is checked either way.
@@ -333,7 +348,6 @@ absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<Uni
   }
   const int own = rank < saved_ranks ? rank : 0;
   Metadata metadata;  // the rank's own file's
-  bool all_read = false;
   for (int k = 0; k < saved_ranks; ++k) {
     const int r = (own + k) % saved_ranks;
     const std::string path = (root / checkpoint_file_name(r, saved_ranks)).string();
@@ -345,26 +359,14 @@ absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<Uni
                                                        metadata["zero.format"], "', expected ", kFormat, ")"));
       }
       ZERO_RETURN_IF_ERROR(check_same_model(metadata, units, where.size(), path));
-    } else {
-      // Every rank file must come from the same save, read or not: a rank reading only its own would
-      // otherwise resume at another step than its peers.
-      const Metadata& other = file.metadata();
-      const auto steps = other.find("zero.steps");
-      const auto save = other.find("zero.save");
-      if (steps == other.end() || steps->second != metadata["zero.steps"] ||
-          (save == other.end() ? "" : save->second) != metadata["zero.save"]) {
-        return absl::DataLossError(absl::StrCat(path, ": saved by another save than ",
-                                                checkpoint_file_name(own, saved_ranks), " (step ",
-                                                steps == other.end() ? "unknown" : steps->second, " against ",
-                                                metadata["zero.steps"], "); the directory mixes two checkpoints"));
-      }
+    } else if (const Metadata& other = file.metadata();
+               save_identity(other) != save_identity(metadata)) {  // files this rank reads; load_checkpoint
+      return mixed_saves(path, other, checkpoint_file_name(own, saved_ranks), metadata);  // compares the own ones
     }
-    if (all_read) continue;
-    const Metadata& file_metadata = file.metadata();
     for (const SafetensorsEntry& entry : file.entries()) {
-      ZERO_RETURN_IF_ERROR(read_piece(file, entry, where, file_metadata, units, path));
+      ZERO_RETURN_IF_ERROR(read_piece(file, entry, where, file.metadata(), units, path));
     }
-    all_read = !layout.empty() && metadata["zero.layout"] == layout;  // the own file held all of it
+    if (!layout.empty() && metadata["zero.layout"] == layout) break;  // the own file held all of it
   }
   ZERO_RETURN_IF_ERROR(check_coverage(units, metadata, saved_ranks, rank, root.string()));
   return metadata;
@@ -458,6 +460,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
   const absl::StatusOr<EngineCounters> counters =
       metadata.ok() ? counters_from(*metadata, dtype_, dir) : absl::StatusOr<EngineCounters>(metadata.status());
   ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, counters.status(), absl::StrCat("loading checkpoint ", dir)));
+  ZERO_RETURN_IF_ERROR(check_same_save_on_every_rank(*metadata, dir));
   ZERO_RETURN_IF_ERROR(install_checkpoint(*units));
   step_count_ = counters->steps;
   if (counters->scaler) scaler_.restore(*counters->scaler);  // an fp16 run from an fp16 checkpoint carries it on
@@ -467,6 +470,30 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
     if (!absl::StartsWith(key, "zero.")) extra[key] = value;
   }
   return extra;
+}
+
+absl::Status Engine::check_same_save_on_every_rank(const Metadata& own, const std::string& dir) {
+  // Each rank's own file: its step and a fingerprint of the save's identity, allgathered. A file every
+  // rank reads is compared by read_checkpoint; one only its rank reads (the same layout) only here.
+  const auto [steps, save] = save_identity(own);
+  const uint64_t fingerprint = param_key(steps, save);
+  int32_t mine[2] = {static_cast<int32_t>(fingerprint), static_cast<int32_t>(fingerprint >> 32)};
+  const int n = comm_.world_size();
+  std::vector<int32_t> all(2 * n);
+  ZERO_RETURN_IF_ERROR(
+      comm_.allgather(Tensor(mine, DType::kI32, {2}), Tensor(all.data(), DType::kI32, {2 * n})).wait());
+  ZERO_ASSIGN_OR_RETURN(const int saved_ranks, metadata_number<int>(own, "zero.world_size", dir));
+  const auto own_file = [&](int r) {
+    return (directory_path(dir) / checkpoint_file_name(r < saved_ranks ? r : 0, saved_ranks)).string();
+  };
+  for (int r = 1; r < n; ++r) {
+    if (all[2 * r] == all[0] && all[2 * r + 1] == all[1]) continue;
+    // Every rank found the same mismatch; each names it from the files themselves.
+    ZERO_ASSIGN_OR_RETURN(const SafetensorsFile first, SafetensorsFile::read(own_file(0)));
+    ZERO_ASSIGN_OR_RETURN(const SafetensorsFile other, SafetensorsFile::read(own_file(r)));
+    return mixed_saves(own_file(r), other.metadata(), checkpoint_file_name(0, saved_ranks), first.metadata());
+  }
+  return absl::OkStatus();
 }
 
 std::string Engine::checkpoint_layout() const {

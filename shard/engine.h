@@ -174,6 +174,9 @@ class Engine {
   // r's file. "" where every rank updates everything.
   std::string checkpoint_layout() const;
   absl::Status install_checkpoint(const std::vector<UnitCheckpoint>& units);
+  // DataLoss naming the files when the rank files the ranks read as their own come from different saves.
+  // A collective.
+  absl::Status check_same_save_on_every_rank(const std::map<std::string, std::string>& own, const std::string& dir);
 
   Model& model_;
   std::unique_ptr<WrappedModel> wrapped_;  // the units as flattened: the model's, small runs merged
