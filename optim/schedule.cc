@@ -45,8 +45,7 @@ double Schedule::decay(int64_t step, double peak) const {
 float Schedule::lr(int64_t step) const {
   const ScheduleOptions& o = options_;
   switch (o.kind) {
-    case ScheduleKind::kConstant:
-      return static_cast<float>(o.peak_lr);
+    case ScheduleKind::kConstant: return static_cast<float>(o.peak_lr);
     case ScheduleKind::kWarmupCosine:
     case ScheduleKind::kWarmupLinear:
       if (step <= o.warmup_steps) return static_cast<float>(o.peak_lr * step / o.warmup_steps);

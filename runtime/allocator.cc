@@ -16,20 +16,13 @@ constexpr absl::string_view kOutOfMemoryTag = "zero: out of memory";
 
 absl::string_view category_name(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::kParams:
-      return "params";
-    case MemoryCategory::kGrads:
-      return "grads";
-    case MemoryCategory::kOptimizerState:
-      return "optimizer_state";
-    case MemoryCategory::kMasterWeights:
-      return "master_weights";
-    case MemoryCategory::kCommBuffers:
-      return "comm_buffers";
-    case MemoryCategory::kActivations:
-      return "activations";
-    case MemoryCategory::kWorkspace:
-      return "workspace";
+    case MemoryCategory::kParams: return "params";
+    case MemoryCategory::kGrads: return "grads";
+    case MemoryCategory::kOptimizerState: return "optimizer_state";
+    case MemoryCategory::kMasterWeights: return "master_weights";
+    case MemoryCategory::kCommBuffers: return "comm_buffers";
+    case MemoryCategory::kActivations: return "activations";
+    case MemoryCategory::kWorkspace: return "workspace";
   }
   return "?";
 }

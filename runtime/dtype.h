@@ -15,32 +15,23 @@ enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kU16, kU8 };
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::kF32:
-    case DType::kI32:
-      return 4;
+    case DType::kI32: return 4;
     case DType::kBF16:
     case DType::kF16:
-    case DType::kU16:
-      return 2;
-    case DType::kU8:
-      return 1;
+    case DType::kU16: return 2;
+    case DType::kU8: return 1;
   }
   return 0;
 }
 
 constexpr absl::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32:
-      return "fp32";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kF16:
-      return "fp16";
-    case DType::kI32:
-      return "int32";
-    case DType::kU16:
-      return "uint16";
-    case DType::kU8:
-      return "uint8";
+    case DType::kF32: return "fp32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "fp16";
+    case DType::kI32: return "int32";
+    case DType::kU16: return "uint16";
+    case DType::kU8: return "uint8";
   }
   return "?";
 }
@@ -138,27 +129,18 @@ inline float fp16_to_float(uint16_t h) {
 // Reads element i of a floating buffer of type t as fp32 (exact for all three types).
 inline float load_as_float(const void* p, DType t, size_t i) {
   switch (t) {
-    case DType::kBF16:
-      return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DType::kF16:
-      return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
+    case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16: return fp16_to_float(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
   }
 }
 
 // Writes fp32 value v into element i of a floating buffer of type t, rounding to nearest even.
 inline void store_from_float(void* p, DType t, size_t i, float v) {
   switch (t) {
-    case DType::kBF16:
-      static_cast<uint16_t*>(p)[i] = float_to_bf16(v);
-      break;
-    case DType::kF16:
-      static_cast<uint16_t*>(p)[i] = float_to_fp16(v);
-      break;
-    default:
-      static_cast<float*>(p)[i] = v;
-      break;
+    case DType::kBF16: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); break;
+    case DType::kF16: static_cast<uint16_t*>(p)[i] = float_to_fp16(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
   }
 }
 

@@ -15,10 +15,8 @@ using DTypeConstant = std::integral_constant<DType, T>;
 template <typename Fn>
 decltype(auto) visit_floating(DType t, Fn&& fn) {
   switch (t) {
-    case DType::kBF16:
-      return fn(DTypeConstant<DType::kBF16>{});
-    case DType::kF16:
-      return fn(DTypeConstant<DType::kF16>{});
+    case DType::kBF16: return fn(DTypeConstant<DType::kBF16>{});
+    case DType::kF16: return fn(DTypeConstant<DType::kF16>{});
     default:
       ZERO_CHECK(t == DType::kF32, "visit_floating: ", dtype_name(t), " is not a floating dtype");
       return fn(DTypeConstant<DType::kF32>{});

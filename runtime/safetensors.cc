@@ -130,18 +130,12 @@ absl::Status check_no_overlap(const std::vector<SafetensorsEntry>& sorted) {
 
 absl::string_view safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32:
-      return "F32";
-    case DType::kBF16:
-      return "BF16";
-    case DType::kF16:
-      return "F16";
-    case DType::kI32:
-      return "I32";
-    case DType::kU16:
-      return "U16";
-    case DType::kU8:
-      return "U8";
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kI32: return "I32";
+    case DType::kU16: return "U16";
+    case DType::kU8: return "U8";
   }
   return "?";
 }

@@ -31,15 +31,9 @@ uint64_t param_key(absl::string_view unit, absl::string_view param) {
 void init_values(const Init& init, uint64_t seed, uint64_t key, int64_t begin, int64_t end, float* out) {
   for (int64_t i = begin; i < end; ++i) {
     switch (init.kind) {
-      case Init::Kind::kZeros:
-        out[i - begin] = 0.0f;
-        break;
-      case Init::Kind::kOnes:
-        out[i - begin] = 1.0f;
-        break;
-      case Init::Kind::kNormal:
-        out[i - begin] = init.std * normal_at(seed, key, i);
-        break;
+      case Init::Kind::kZeros: out[i - begin] = 0.0f; break;
+      case Init::Kind::kOnes: out[i - begin] = 1.0f; break;
+      case Init::Kind::kNormal: out[i - begin] = init.std * normal_at(seed, key, i); break;
     }
   }
 }

@@ -32,17 +32,10 @@ absl::StatusOr<int64_t> parse_size(absl::string_view text) {
   int64_t unit = 1;
   if (!text.empty()) {
     switch (absl::ascii_toupper(text.back())) {
-      case 'K':
-        unit = int64_t{1} << 10;
-        break;
-      case 'M':
-        unit = int64_t{1} << 20;
-        break;
-      case 'G':
-        unit = int64_t{1} << 30;
-        break;
-      default:
-        break;
+      case 'K': unit = int64_t{1} << 10; break;
+      case 'M': unit = int64_t{1} << 20; break;
+      case 'G': unit = int64_t{1} << 30; break;
+      default: break;
     }
   }
   absl::string_view digits = unit == 1 ? text : text.substr(0, text.size() - 1);

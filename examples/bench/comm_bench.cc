@@ -53,16 +53,11 @@ absl::Status start_line(Communicator& comm) {
 
 Work issue(Communicator& comm, CollectiveOp op, Tensor input, Tensor output) {
   switch (op) {
-    case CollectiveOp::kAllreduce:
-      return comm.allreduce(output, ReduceOp::kSum);
-    case CollectiveOp::kReduceScatter:
-      return comm.reduce_scatter(input, output, ReduceOp::kSum);
-    case CollectiveOp::kAllgather:
-      return comm.allgather(input, output);
-    case CollectiveOp::kBroadcast:
-      return comm.broadcast(output, /*root=*/0);
-    default:
-      ZERO_CHECK(false, collective_op_name(op), " is not benchmarked");
+    case CollectiveOp::kAllreduce: return comm.allreduce(output, ReduceOp::kSum);
+    case CollectiveOp::kReduceScatter: return comm.reduce_scatter(input, output, ReduceOp::kSum);
+    case CollectiveOp::kAllgather: return comm.allgather(input, output);
+    case CollectiveOp::kBroadcast: return comm.broadcast(output, /*root=*/0);
+    default: ZERO_CHECK(false, collective_op_name(op), " is not benchmarked");
   }
   return Work::completed();
 }
@@ -151,13 +146,10 @@ absl::StatusOr<std::vector<CollectiveOp>> parse_collective_list(absl::string_vie
 double bus_bandwidth_factor(CollectiveOp op, int world_size) {
   const double n = world_size;
   switch (op) {
-    case CollectiveOp::kAllreduce:
-      return 2 * (n - 1) / n;
+    case CollectiveOp::kAllreduce: return 2 * (n - 1) / n;
     case CollectiveOp::kReduceScatter:
-    case CollectiveOp::kAllgather:
-      return (n - 1) / n;
-    default:
-      return 1;
+    case CollectiveOp::kAllgather: return (n - 1) / n;
+    default: return 1;
   }
 }
 

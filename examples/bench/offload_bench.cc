@@ -40,12 +40,9 @@ enum class Offloaded { kNone, kOptimizer, kOptimizerAndParams };
 
 absl::string_view offloaded_name(Offloaded o) {
   switch (o) {
-    case Offloaded::kNone:
-      return "none";
-    case Offloaded::kOptimizer:
-      return "optimizer";
-    case Offloaded::kOptimizerAndParams:
-      return "optimizer+params";
+    case Offloaded::kNone: return "none";
+    case Offloaded::kOptimizer: return "optimizer";
+    case Offloaded::kOptimizerAndParams: return "optimizer+params";
   }
   return "";
 }

@@ -104,14 +104,10 @@ __device__ __forceinline__ T narrow(float x) {
 template <typename F>
 absl::Status with_type(DType t, F&& f) {
   switch (t) {
-    case DType::kF32:
-      return f(static_cast<float*>(nullptr));
-    case DType::kBF16:
-      return f(static_cast<__nv_bfloat16*>(nullptr));
-    case DType::kF16:
-      return f(static_cast<__half*>(nullptr));
-    default:
-      return absl::InternalError(absl::StrCat("matmul: no CUDA GEMM for ", dtype_name(t)));
+    case DType::kF32: return f(static_cast<float*>(nullptr));
+    case DType::kBF16: return f(static_cast<__nv_bfloat16*>(nullptr));
+    case DType::kF16: return f(static_cast<__half*>(nullptr));
+    default: return absl::InternalError(absl::StrCat("matmul: no CUDA GEMM for ", dtype_name(t)));
   }
 }
 

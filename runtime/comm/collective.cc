@@ -10,34 +10,23 @@ namespace zero {
 
 absl::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMax:
-      return "max";
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
   }
   return "?";
 }
 
 absl::string_view collective_op_name(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::kAllreduce:
-      return "allreduce";
-    case CollectiveOp::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveOp::kAllgather:
-      return "allgather";
-    case CollectiveOp::kBroadcast:
-      return "broadcast";
-    case CollectiveOp::kReduce:
-      return "reduce";
-    case CollectiveOp::kGather:
-      return "gather";
-    case CollectiveOp::kScatter:
-      return "scatter";
-    case CollectiveOp::kBarrier:
-      return "barrier";
+    case CollectiveOp::kAllreduce: return "allreduce";
+    case CollectiveOp::kReduceScatter: return "reduce_scatter";
+    case CollectiveOp::kAllgather: return "allgather";
+    case CollectiveOp::kBroadcast: return "broadcast";
+    case CollectiveOp::kReduce: return "reduce";
+    case CollectiveOp::kGather: return "gather";
+    case CollectiveOp::kScatter: return "scatter";
+    case CollectiveOp::kBarrier: return "barrier";
   }
   return "?";
 }
@@ -99,10 +88,8 @@ int64_t payload_bytes(const Collective& c, int world_size) {
     case CollectiveOp::kReduceScatter:
     case CollectiveOp::kAllgather:
     case CollectiveOp::kGather:
-    case CollectiveOp::kScatter:
-      return world_size * c.chunk_bytes();
-    default:
-      return c.op == CollectiveOp::kBarrier ? 0 : c.chunk_bytes();
+    case CollectiveOp::kScatter: return world_size * c.chunk_bytes();
+    default: return c.op == CollectiveOp::kBarrier ? 0 : c.chunk_bytes();
   }
 }
 
@@ -111,19 +98,14 @@ int64_t bytes_sent(const Collective& c, int rank, int world_size) {
   const int64_t bytes = c.chunk_bytes();
   const bool is_root = rank == c.root;
   switch (c.op) {
-    case CollectiveOp::kAllreduce:
-      return 2 * (n - 1) * bytes / n;
+    case CollectiveOp::kAllreduce: return 2 * (n - 1) * bytes / n;
     case CollectiveOp::kReduceScatter:
-    case CollectiveOp::kAllgather:
-      return (n - 1) * bytes;
+    case CollectiveOp::kAllgather: return (n - 1) * bytes;
     case CollectiveOp::kBroadcast:
-    case CollectiveOp::kScatter:
-      return is_root ? (n - 1) * bytes : 0;
+    case CollectiveOp::kScatter: return is_root ? (n - 1) * bytes : 0;
     case CollectiveOp::kReduce:
-    case CollectiveOp::kGather:
-      return is_root ? 0 : bytes;
-    case CollectiveOp::kBarrier:
-      return 0;
+    case CollectiveOp::kGather: return is_root ? 0 : bytes;
+    case CollectiveOp::kBarrier: return 0;
   }
   return 0;
 }

@@ -209,16 +209,11 @@ absl::Status Communicator::validate(CollectiveOp op, const Tensor* input, const 
                      " x ", chunk.numel(), " (one chunk per rank); pad it to a multiple of the world size"));
   };
   switch (op) {
-    case CollectiveOp::kReduceScatter:
-      return require_multiple(*input, *output);
-    case CollectiveOp::kAllgather:
-      return require_multiple(*output, *input);
-    case CollectiveOp::kGather:
-      return output != nullptr ? require_multiple(*output, *input) : absl::OkStatus();
-    case CollectiveOp::kScatter:
-      return input != nullptr ? require_multiple(*input, *output) : absl::OkStatus();
-    default:
-      return absl::OkStatus();
+    case CollectiveOp::kReduceScatter: return require_multiple(*input, *output);
+    case CollectiveOp::kAllgather: return require_multiple(*output, *input);
+    case CollectiveOp::kGather: return output != nullptr ? require_multiple(*output, *input) : absl::OkStatus();
+    case CollectiveOp::kScatter: return input != nullptr ? require_multiple(*input, *output) : absl::OkStatus();
+    default: return absl::OkStatus();
   }
 }
 

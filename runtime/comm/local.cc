@@ -101,8 +101,7 @@ class LocalBackend final : public Backend {
         return rank_ == c.root ? absl::OkStatus() : copy_bytes(c.device, c.recv, peer(c.root).recv, chunk);
       case CollectiveOp::kScatter:
         return copy_bytes(c.device, c.recv, at_bytes(peer(c.root).send, rank_ * chunk), chunk);
-      case CollectiveOp::kBarrier:
-        return absl::OkStatus();
+      case CollectiveOp::kBarrier: return absl::OkStatus();
     }
     return absl::InternalError("unknown collective");
   }

@@ -131,10 +131,8 @@ class MpiBackend final : public Backend {
         MPI_Request request;
         return finish(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier", request, c, deadline);
       }
-      case CollectiveOp::kAllreduce:
-        return allreduce(c, deadline);
-      default:
-        break;
+      case CollectiveOp::kAllreduce: return allreduce(c, deadline);
+      default: break;
     }
     const int64_t chunk = c.chunk_bytes();
     const int64_t piece = piece_bytes_for(c.dtype);
@@ -221,8 +219,7 @@ class MpiBackend final : public Backend {
       case CollectiveOp::kBroadcast:
         return finish(MPI_Ibcast(at_bytes(c.recv, offset), ilen, MPI_BYTE, c.root, comm_, &request), "MPI_Ibcast",
                       request, c, deadline);
-      default:
-        return absl::InternalError(absl::StrCat("mpi backend: no piecewise form of ", c.describe()));
+      default: return absl::InternalError(absl::StrCat("mpi backend: no piecewise form of ", c.describe()));
     }
   }
 

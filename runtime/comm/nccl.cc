@@ -52,27 +52,19 @@ absl::Status settle(ncclComm_t comm, ncclResult_t issued, absl::string_view what
 
 absl::StatusOr<ncclDataType_t> reduce_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32:
-      return ncclFloat32;
-    case DType::kBF16:
-      return ncclBfloat16;
-    case DType::kF16:
-      return ncclFloat16;
-    case DType::kI32:
-      return ncclInt32;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("nccl cannot reduce ", dtype_name(dtype)));
+    case DType::kF32: return ncclFloat32;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kI32: return ncclInt32;
+    default: return absl::InvalidArgumentError(absl::StrCat("nccl cannot reduce ", dtype_name(dtype)));
   }
 }
 
 ncclRedOp_t reduce_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum:
-      return ncclSum;
-    case ReduceOp::kAvg:
-      return ncclAvg;
-    case ReduceOp::kMax:
-      return ncclMax;
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
   }
   return ncclSum;
 }
@@ -264,10 +256,8 @@ class NcclBackend final : public Backend {
         ZERO_ASSIGN_OR_RETURN(const ncclDataType_t type, reduce_type(c.dtype));
         return issued(ncclReduce(c.send, c.recv, c.count, type, reduce_op(c.reduce_op), c.root, comm_, s));
       }
-      case CollectiveOp::kAllgather:
-        return issued(ncclAllGather(c.send, c.recv, chunk, ncclUint8, comm_, s));
-      case CollectiveOp::kBroadcast:
-        return issued(ncclBroadcast(c.send, c.recv, chunk, ncclUint8, c.root, comm_, s));
+      case CollectiveOp::kAllgather: return issued(ncclAllGather(c.send, c.recv, chunk, ncclUint8, comm_, s));
+      case CollectiveOp::kBroadcast: return issued(ncclBroadcast(c.send, c.recv, chunk, ncclUint8, c.root, comm_, s));
       case CollectiveOp::kGather:
         return grouped([&]() -> absl::Status {
           for (int r = 0; rank_ == c.root && r < world_size_; ++r) {
@@ -295,15 +285,11 @@ class NcclBackend final : public Backend {
     const int64_t chunk = c.chunk_bytes(), all = chunk * world_size_;
     switch (c.op) {
       case CollectiveOp::kReduceScatter:
-      case CollectiveOp::kScatter:
-        return {all, chunk};
+      case CollectiveOp::kScatter: return {all, chunk};
       case CollectiveOp::kAllgather:
-      case CollectiveOp::kGather:
-        return {chunk, all};
-      case CollectiveOp::kBarrier:
-        return {0, 0};
-      default:
-        return {0, chunk};  // allreduce, broadcast, reduce: in place
+      case CollectiveOp::kGather: return {chunk, all};
+      case CollectiveOp::kBarrier: return {0, 0};
+      default: return {0, chunk};  // allreduce, broadcast, reduce: in place
     }
   }
 

@@ -89,27 +89,19 @@ using BlockFn = void (*)(std::span<const void* const>, void*, int64_t, int64_t);
 template <ReduceOp kOp>
 BlockFn block_fn_for(DType dtype) {
   switch (dtype) {
-    case DType::kF32:
-      return reduce_float_block<F32Codec, kOp>;
-    case DType::kBF16:
-      return reduce_float_block<BF16Codec, kOp>;
-    case DType::kF16:
-      return reduce_float_block<F16Codec, kOp>;
-    case DType::kI32:
-      return kOp == ReduceOp::kAvg ? nullptr : reduce_int32_block<kOp>;
-    default:
-      return nullptr;
+    case DType::kF32: return reduce_float_block<F32Codec, kOp>;
+    case DType::kBF16: return reduce_float_block<BF16Codec, kOp>;
+    case DType::kF16: return reduce_float_block<F16Codec, kOp>;
+    case DType::kI32: return kOp == ReduceOp::kAvg ? nullptr : reduce_int32_block<kOp>;
+    default: return nullptr;
   }
 }
 
 BlockFn block_fn_for(DType dtype, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum:
-      return block_fn_for<ReduceOp::kSum>(dtype);
-    case ReduceOp::kAvg:
-      return block_fn_for<ReduceOp::kAvg>(dtype);
-    case ReduceOp::kMax:
-      return block_fn_for<ReduceOp::kMax>(dtype);
+    case ReduceOp::kSum: return block_fn_for<ReduceOp::kSum>(dtype);
+    case ReduceOp::kAvg: return block_fn_for<ReduceOp::kAvg>(dtype);
+    case ReduceOp::kMax: return block_fn_for<ReduceOp::kMax>(dtype);
   }
   return nullptr;
 }

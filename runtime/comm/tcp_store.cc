@@ -35,14 +35,10 @@ constexpr uint8_t kReplyError = 1;
 
 absl::string_view command_name(uint8_t command) {
   switch (command) {
-    case kSet:
-      return "set";
-    case kGet:
-      return "get";
-    case kAdd:
-      return "add";
-    case kWait:
-      return "wait";
+    case kSet: return "set";
+    case kGet: return "get";
+    case kAdd: return "add";
+    case kWait: return "wait";
   }
   return "?";
 }
@@ -313,9 +309,7 @@ class TcpStoreServer {
   absl::StatusOr<std::string> handle(int fd, uint8_t command, const std::string& key, std::string payload) {
     absl::MutexLock lock(&mu_);
     switch (command) {
-      case kSet:
-        data_[key] = std::move(payload);
-        return std::string();
+      case kSet: data_[key] = std::move(payload); return std::string();
       case kGet:
       case kWait: {
         // Parked until the key appears; the client bounds the wait by its timeout and hangs up, which is

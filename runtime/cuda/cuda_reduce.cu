@@ -68,20 +68,13 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
   const int blocks = static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 4096));
   cudaStream_t stream = cudaStreamPerThread;
   switch (dtype) {
-    case DType::kF32:
-      reduce_float_kernel<DType::kF32><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op);
-      break;
-    case DType::kBF16:
-      reduce_float_kernel<DType::kBF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op);
-      break;
-    case DType::kF16:
-      reduce_float_kernel<DType::kF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op);
-      break;
+    case DType::kF32: reduce_float_kernel<DType::kF32><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
+    case DType::kBF16: reduce_float_kernel<DType::kBF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
+    case DType::kF16: reduce_float_kernel<DType::kF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
     case DType::kI32:
       reduce_int32_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<int32_t*>(out), count, op);
       break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("cannot reduce ", dtype_name(dtype)));
+    default: return absl::InvalidArgumentError(absl::StrCat("cannot reduce ", dtype_name(dtype)));
   }
   ZERO_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   ZERO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));

@@ -32,34 +32,23 @@ struct Case {
 std::pair<int64_t, int64_t> buffer_elements(CollectiveOp op) {
   switch (op) {
     case CollectiveOp::kReduceScatter:
-    case CollectiveOp::kScatter:
-      return {kWorld * kCount, kCount};
+    case CollectiveOp::kScatter: return {kWorld * kCount, kCount};
     case CollectiveOp::kAllgather:
-    case CollectiveOp::kGather:
-      return {kCount, kWorld * kCount};
-    default:
-      return {kCount, 0};
+    case CollectiveOp::kGather: return {kCount, kWorld * kCount};
+    default: return {kCount, 0};
   }
 }
 
 Work issue(Communicator& comm, const Case& c, Tensor in, Tensor out) {
   switch (c.op) {
-    case CollectiveOp::kAllreduce:
-      return comm.allreduce(in, c.reduce_op);
-    case CollectiveOp::kReduceScatter:
-      return comm.reduce_scatter(in, out, c.reduce_op);
-    case CollectiveOp::kReduce:
-      return comm.reduce(in, kRoot, c.reduce_op);
-    case CollectiveOp::kAllgather:
-      return comm.allgather(in, out);
-    case CollectiveOp::kGather:
-      return comm.gather(in, out, kRoot);
-    case CollectiveOp::kBroadcast:
-      return comm.broadcast(in, kRoot);
-    case CollectiveOp::kScatter:
-      return comm.scatter(in, out, kRoot);
-    case CollectiveOp::kBarrier:
-      return comm.barrier();
+    case CollectiveOp::kAllreduce: return comm.allreduce(in, c.reduce_op);
+    case CollectiveOp::kReduceScatter: return comm.reduce_scatter(in, out, c.reduce_op);
+    case CollectiveOp::kReduce: return comm.reduce(in, kRoot, c.reduce_op);
+    case CollectiveOp::kAllgather: return comm.allgather(in, out);
+    case CollectiveOp::kGather: return comm.gather(in, out, kRoot);
+    case CollectiveOp::kBroadcast: return comm.broadcast(in, kRoot);
+    case CollectiveOp::kScatter: return comm.scatter(in, out, kRoot);
+    case CollectiveOp::kBarrier: return comm.barrier();
   }
   return Work::completed(absl::InternalError("unknown op"));
 }

@@ -58,12 +58,9 @@ absl::StatusOr<std::vector<uint8_t>> in_place_on_gpu(Communicator& comm, DType d
 // Unit roundoff of the type NCCL accumulates in.
 double unit_roundoff(DType dtype) {
   switch (dtype) {
-    case DType::kBF16:
-      return std::ldexp(1.0, -8);
-    case DType::kF16:
-      return std::ldexp(1.0, -11);
-    default:
-      return std::ldexp(1.0, -24);
+    case DType::kBF16: return std::ldexp(1.0, -8);
+    case DType::kF16: return std::ldexp(1.0, -11);
+    default: return std::ldexp(1.0, -24);
   }
 }
 
