@@ -61,6 +61,14 @@ int64_t Gpt2Config::num_real_parameters() const {
   return num_parameters() - (padded_vocab_size - vocab_size) * channels;
 }
 
+double Gpt2Config::parameter_count() const {
+  // wte (Vp, C) and wpe (maxT, C); per block two LayerNorms (4C), c_attn (3C, C) + 3C, c_proj (C, C) + C,
+  // c_fc (4C, C) + 4C and mlp c_proj (C, 4C) + C: 12C^2 + 13C; ln_f 2C.
+  const double c = static_cast<double>(channels);
+  return static_cast<double>(padded_vocab_size + max_seq_len) * c +
+         static_cast<double>(num_layers) * (12 * c * c + 13 * c) + 2 * c;
+}
+
 int64_t padded_vocab(int64_t vocab_size) { return (vocab_size + 127) / 128 * 128; }
 
 std::string gpt2_block_unit(int64_t layer) { return absl::StrCat("h.", layer); }

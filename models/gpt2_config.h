@@ -33,6 +33,9 @@ struct Gpt2Config {
   int64_t num_parameters() const;
   // The same with wte at V rows, as Hugging Face counts: 124,439,808 for d12.
   int64_t num_real_parameters() const;
+  // num_parameters() from the shape alone, in double: for a shape too large to declare or to count in
+  // int64 (exact below 2^53 parameters).
+  double parameter_count() const;
 };
 
 // vocab rounded up to a multiple of 128.

@@ -704,10 +704,7 @@ int64_t largest_bucket_numel(const std::vector<UnitSize>& units, const ZeroConfi
 
 absl::Status check_machine_holds(const TrainConfig& c, const Gpt2Config& g, int world_size, int ranks_here,
                                  int64_t memory_bytes) {
-  // In double: a shape that overflows int64 is as refused as one that merely does not fit.
-  const double cc = static_cast<double>(g.channels);
-  const double params = static_cast<double>(g.padded_vocab_size + g.max_seq_len) * cc + 2 * cc +
-                        static_cast<double>(g.num_layers) * (12 * cc * cc + 13 * cc);
+  const double params = g.parameter_count();  // a shape that overflows int64 is as refused as one that does not fit
   const DType precision = c.bf16 ? DType::kBF16 : c.fp16.enabled ? DType::kF16 : DType::kF32;
   const int64_t sample = int64_t{world_size} << 20;  // the formulas are linear in the parameters
   const ModelStateBytes per_rank =

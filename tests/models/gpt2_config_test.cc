@@ -22,6 +22,15 @@ TEST(Gpt2Config, D12CountsLlmcParameters) {
   EXPECT_EQ(c->num_parameters(), 124475904);
 }
 
+TEST(Gpt2Config, ParameterCountFromTheShapeEqualsTheDeclaredParameters) {
+  for (const char* name : {"tiny", "d12", "d24", "d36", "d48"}) {
+    const Gpt2Config c = *Gpt2Config::preset(name);
+    EXPECT_EQ(c.parameter_count(), static_cast<double>(c.num_parameters())) << name;
+  }
+  const Gpt2Config odd = Gpt2Config::make(52, 13, 3, 4, 64);
+  EXPECT_EQ(odd.parameter_count(), static_cast<double>(odd.num_parameters()));
+}
+
 // Hugging Face's gpt2 (50257 rows of wte): 124,439,808 parameters.
 TEST(Gpt2Config, D12CountsHuggingFaceParametersUnpadded) {
   EXPECT_EQ(Gpt2Config::preset("d12")->num_real_parameters(), 124439808);
