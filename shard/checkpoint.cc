@@ -476,24 +476,16 @@ absl::Status Engine::check_same_save_on_every_rank(const Metadata& own, const st
   // Each rank's own file: its step and a fingerprint of the save's identity, allgathered. A file every
   // rank reads is compared by read_checkpoint; one only its rank reads (the same layout) only here.
   const auto [steps, save] = save_identity(own);
-  const uint64_t fingerprint = param_key(steps, save);
-  int32_t mine[2] = {static_cast<int32_t>(fingerprint), static_cast<int32_t>(fingerprint >> 32)};
-  const int n = comm_.world_size();
-  std::vector<int32_t> all(2 * n);
-  ZERO_RETURN_IF_ERROR(
-      comm_.allgather(Tensor(mine, DType::kI32, {2}), Tensor(all.data(), DType::kI32, {2 * n})).wait());
+  ZERO_ASSIGN_OR_RETURN(const std::vector<int> differ, ranks_unlike_rank_0(comm_, param_key(steps, save)));
+  if (differ.empty()) return absl::OkStatus();
   ZERO_ASSIGN_OR_RETURN(const int saved_ranks, metadata_number<int>(own, "zero.world_size", dir));
   const auto own_file = [&](int r) {
     return (directory_path(dir) / checkpoint_file_name(r < saved_ranks ? r : 0, saved_ranks)).string();
   };
-  for (int r = 1; r < n; ++r) {
-    if (all[2 * r] == all[0] && all[2 * r + 1] == all[1]) continue;
-    // Every rank found the same mismatch; each names it from the files themselves.
-    ZERO_ASSIGN_OR_RETURN(const SafetensorsFile first, SafetensorsFile::read(own_file(0)));
-    ZERO_ASSIGN_OR_RETURN(const SafetensorsFile other, SafetensorsFile::read(own_file(r)));
-    return mixed_saves(own_file(r), other.metadata(), checkpoint_file_name(0, saved_ranks), first.metadata());
-  }
-  return absl::OkStatus();
+  // Every rank found the same mismatch; each names it from the files themselves.
+  ZERO_ASSIGN_OR_RETURN(const SafetensorsFile first, SafetensorsFile::read(own_file(0)));
+  ZERO_ASSIGN_OR_RETURN(const SafetensorsFile other, SafetensorsFile::read(own_file(differ[0])));
+  return mixed_saves(own_file(differ[0]), other.metadata(), checkpoint_file_name(0, saved_ranks), first.metadata());
 }
 
 std::string Engine::checkpoint_layout() const {

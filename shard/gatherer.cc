@@ -80,10 +80,7 @@ int64_t ParamGatherer::most_live_numel() const {
   for (const UnitState& u : units_) {
     if (u.sharded) sizes.push_back(u.layout.padded_numel);
   }
-  std::sort(sizes.rbegin(), sizes.rend());
-  int64_t live = 0;
-  for (size_t i = 0; i < sizes.size() && static_cast<int>(i) < max_live_units_; ++i) live += sizes[i];
-  return live;
+  return sum_of_largest(std::move(sizes), static_cast<size_t>(max_live_units_));
 }
 
 absl::Status ParamGatherer::start_gather(int i) {

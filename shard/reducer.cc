@@ -1,8 +1,6 @@
 // GradientReducer: bucket staging, the reductions in flight, no_sync, and the adds into the held gradients.
 #include "shard/reducer.h"
 
-#include <algorithm>
-
 #include "kernels/kernels.h"
 #include "runtime/status.h"
 #include "shard/stage.h"
@@ -70,10 +68,7 @@ absl::Status GradientReducer::zero_grads() {
 int64_t GradientReducer::most_live_numel() const {
   std::vector<int64_t> sizes;
   for (const Bucket& b : buckets_) sizes.push_back(b.numel);
-  std::sort(sizes.rbegin(), sizes.rend());
-  int64_t live = 0;
-  for (size_t i = 0; i < sizes.size() && i < 2; ++i) live += sizes[i];
-  return live;
+  return sum_of_largest(std::move(sizes), 2);
 }
 
 absl::StatusOr<Tensor> GradientReducer::staging_of(int i) {

@@ -2,6 +2,8 @@
 #include "shard/unit_state.h"
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -43,6 +45,12 @@ absl::StatusOr<std::vector<UnitState>> flat_unit_states(const std::vector<Unit*>
   return states;
 }
 
+int64_t sum_of_largest(std::vector<int64_t> sizes, size_t k) {
+  k = std::min(k, sizes.size());
+  std::partial_sort(sizes.begin(), sizes.begin() + k, sizes.end(), std::greater<>());
+  return std::accumulate(sizes.begin(), sizes.begin() + k, int64_t{0});
+}
+
 void initial_held_values(const UnitState& u, uint64_t seed, float* held) {
   std::fill(held, held + u.held_numel, 0.0f);  // padding stays zero
   const std::vector<ParamSpec> specs = u.unit->param_specs();
@@ -64,15 +72,8 @@ absl::Status check_same_units_on_every_rank(const std::vector<Unit*>& units, Com
     for (const ParamSpec& spec : u->param_specs()) absl::StrAppend(&layout, spec.name, shape_string(spec.shape), ",");
     absl::StrAppend(&layout, ";");
   }
-  const uint64_t fingerprint = param_key(layout, "");  // FNV-1a: the same in every process
-  const int n = comm.world_size();
-  int32_t mine[2] = {static_cast<int32_t>(fingerprint), static_cast<int32_t>(fingerprint >> 32)};
-  std::vector<int32_t> all(2 * n);
-  ZERO_RETURN_IF_ERROR(comm.allgather(Tensor(mine, DType::kI32, {2}), Tensor(all.data(), DType::kI32, {2 * n})).wait());
-  std::vector<int> differ;
-  for (int r = 1; r < n; ++r) {
-    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) differ.push_back(r);
-  }
+  // FNV-1a of the layout: the same in every process.
+  ZERO_ASSIGN_OR_RETURN(const std::vector<int> differ, ranks_unlike_rank_0(comm, param_key(layout, "")));
   if (differ.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("the model differs across ranks: rank(s) ", absl::StrJoin(differ, ", "),

@@ -73,6 +73,9 @@ struct RankContext {
   Device device;
 };
 
+// The sum of the `k` largest of `sizes`: the most that k of those buffers hold alive at once.
+int64_t sum_of_largest(std::vector<int64_t> sizes, size_t k);
+
 // The flat units of `units` on rank `rank` of `world_size`, buffers not yet allocated. Fails naming the
 // unit when a tie names a unit that does not come earlier or a parameter its owner does not declare.
 absl::StatusOr<std::vector<UnitState>> flat_unit_states(const std::vector<Unit*>& units, StagePolicy policy,

@@ -292,4 +292,16 @@ absl::Status agree_across_ranks(Communicator& comm, const absl::Status& mine, ab
       absl::StrCat(task, " failed on rank(s) ", absl::StrJoin(failed_ranks, ", "), "; their errors say why"));
 }
 
+absl::StatusOr<std::vector<int>> ranks_unlike_rank_0(Communicator& comm, uint64_t fingerprint) {
+  const int n = comm.world_size();
+  int32_t mine[2] = {static_cast<int32_t>(fingerprint), static_cast<int32_t>(fingerprint >> 32)};
+  std::vector<int32_t> all(2 * n);
+  ZERO_RETURN_IF_ERROR(comm.allgather(Tensor(mine, DType::kI32, {2}), Tensor(all.data(), DType::kI32, {2 * n})).wait());
+  std::vector<int> differ;
+  for (int r = 1; r < n; ++r) {
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) differ.push_back(r);
+  }
+  return differ;
+}
+
 }  // namespace zero

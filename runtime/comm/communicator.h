@@ -139,4 +139,8 @@ absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Comm
 // naming the failed ranks, so no rank goes on alone. A collective: every rank must call it.
 absl::Status agree_across_ranks(Communicator& comm, const absl::Status& mine, absl::string_view task);
 
+// The ranks whose `fingerprint` (a hash of what every rank must hold alike: a model's layout, the
+// checkpoint it read) differs from rank 0's, in order; empty when all agree. A collective.
+absl::StatusOr<std::vector<int>> ranks_unlike_rank_0(Communicator& comm, uint64_t fingerprint);
+
 }  // namespace zero
