@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The suite under AddressSanitizer and UndefinedBehaviorSanitizer: a CPU build (CUDA off) into build-asan/,
 # then every test but the install test (a consumer built without the sanitizers cannot link their libraries).
-# Open MPI's own leaks are suppressed (tests/sanitizers/lsan.supp); any other leak, overflow, use after free
-# or undefined behaviour fails the test that hit it.
+# Open MPI's own leaks and LeakSanitizer's own thread-start race are suppressed (tests/sanitizers/lsan.supp);
+# any other leak, overflow, use after free or undefined behaviour fails the test that hit it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
