@@ -3,6 +3,8 @@ find_package(Threads REQUIRED)
 find_package(absl REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)  # safetensors headers
 find_package(OpenMP REQUIRED COMPONENTS CXX)  # CPU optimizers
+include(ZeroOpenBLAS)                         # CPU GEMMs
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)  # checkpoint checksums (header-only)
 if(ZERO_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
@@ -58,8 +60,12 @@ zero_resolve_switch(ZERO_WITH_MPI ${mpi_found} "apt-get install libopenmpi-dev o
 
 set(nccl_found OFF)
 if(ZERO_HAS_CUDA AND NOT ZERO_WITH_NCCL STREQUAL "OFF")
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
-  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib)
+  # Beside the toolkit, or under NCCL_ROOT (-D or environment): the nvidia-nccl wheel's folder holds include/
+  # and lib/libnccl.so.2 without the unversioned link.
+  set(nccl_roots ${NCCL_ROOT} $ENV{NCCL_ROOT})
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${nccl_roots} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${nccl_roots} ${CUDAToolkit_LIBRARY_DIR}
+               ${CUDAToolkit_LIBRARY_ROOT}/lib PATH_SUFFIXES lib)
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     set(nccl_found ON)
     add_library(zero_nccl_lib INTERFACE)

@@ -22,7 +22,7 @@ configure_package_config_file(cmake/zeroConfig.cmake.in ${CMAKE_BINARY_DIR}/zero
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/zeroConfigVersion.cmake COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/zeroConfig.cmake ${CMAKE_BINARY_DIR}/zeroConfigVersion.cmake
-        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
+              cmake/ZeroOpenBLAS.cmake DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
 
 foreach(tool zero-train zero-plan zero-bench)
   if(TARGET ${tool})

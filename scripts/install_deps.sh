@@ -3,10 +3,10 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
-  nlohmann-json3-dev libxxhash-dev gnuplot-nox
+  nlohmann-json3-dev libxxhash-dev gnuplot-nox python3 xz-utils
   clang-format-14
 )
 
