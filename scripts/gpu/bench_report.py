@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The GPU benchmark's summary: zero's GPT-2 step against PyTorch's on the same GPU, with MFU.
+
+Reads zero-bench stages' CSV (one stage row) and benchmarks/torch_gpt2.py's CSVs (the model's shape and
+parameter count come from them). Model FLOPs per token as llm.c counts them: 6·N for the weights' forward
+and backward, plus 6·L·C·T for causal attention (QKᵀ and AV over half the T×T scores, times 3 for
+forward and backward). MFU is over the GPU's dense bf16 peak, looked up by its name.
+
+usage: bench_report.py --gpu NAME ZERO_CSV TORCH_CSV...
+"""
+import argparse
+import csv
+
+# Dense (not 2:4 sparse) bf16 tensor-core peaks from NVIDIA's data sheets, in FLOP/s; first match wins.
+DENSE_BF16_PEAK = [("H100 PCIe", 756e12), ("H100", 989.4e12), ("H200", 989.4e12), ("A100", 312e12)]
+
+
+def dense_bf16_peak(gpu):
+    return next((peak for name, peak in DENSE_BF16_PEAK if name in gpu), None)
+
+
+def flops_per_token(params, layers, channels, seq):
+    return 6 * params + 6 * layers * channels * seq
+
+
+def read_row(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 1:
+        raise SystemExit(f"{path}: expected one result row, found {len(rows)}")
+    return rows[0]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpu", required=True, help="the GPU's name, as nvidia-smi prints it")
+    p.add_argument("zero_csv")
+    p.add_argument("torch_csvs", nargs="+")
+    args = p.parse_args()
+
+    torch_rows = [read_row(path) for path in args.torch_csvs]
+    shape = torch_rows[0]
+    flops = flops_per_token(*(int(shape[k]) for k in ("params", "layers", "channels", "seq")))
+    peak = dense_bf16_peak(args.gpu)
+    zero_tps = float(read_row(args.zero_csv)["tokens/s"])
+    runs = [("zero", zero_tps)] + [(f"torch {r['mode']} ({r['torch']})", float(r["tokens/s"])) for r in torch_rows]
+
+    print(f"GPT-2: {shape['params']} parameters, L={shape['layers']} C={shape['channels']} T={shape['seq']}, "
+          f"B={shape['batch']}; {flops / 1e9:.3f} GFLOP per token")
+    print(f"{args.gpu}: dense bf16 peak " + (f"{peak / 1e12:.1f} TFLOP/s" if peak else "unknown (no MFU)"))
+    print(f"{'run':<32} {'tokens/s':>12} {'TFLOP/s':>9} {'MFU':>7} {'zero / it':>10}")
+    for name, tps in runs:
+        mfu = f"{tps * flops / peak:7.1%}" if peak else "      -"
+        print(f"{name:<32} {tps:12.1f} {tps * flops / 1e12:9.2f} {mfu} {zero_tps / tps:10.3f}")
+
+
+if __name__ == "__main__":
+    main()

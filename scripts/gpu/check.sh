@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# The GPU check, one phase per command, on a bare GPU machine (CUDA, NCCL and PyTorch from its image, the rest
+# from the kit that scripts/gpu/kit.sh packs here). Each phase writes OUT/<phase>.txt and fails loudly.
+#
+# usage: scripts/gpu/check.sh build|test|train|bench OUT
+#   build  configure and build build-gpu/ against the kit alone (system prefixes ignored), sm_90, CUDA and NCCL on
+#   test   every test with GPU tests required (a skip fails), then compute-sanitizer memcheck and racecheck over
+#          the CUDA kernel and optimizer tests
+#   train  the main job on the GPU (4 local ranks sharing it; the nccl backend, one rank) and on the CPU; losses
+#          compared
+#   bench  GPT-2 124M, bf16, sequence 1024: zero against PyTorch (eager and torch.compile) on the same GPU,
+#          with MFU; the stage table and the collectives on the GPU
+# Environment: ZERO_CUDA_ARCH (default 90), NCCL_ROOT (default: the nvidia-nccl wheel's folder, else the
+# toolkit's), ZERO_GPU_BATCH (bench: sequences per step, default 8).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+phase=${1:?"usage: scripts/gpu/check.sh build|test|train|bench OUT"}
+out=${2:?"usage: scripts/gpu/check.sh build|test|train|bench OUT"}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+report="$out/$phase.txt"
+build=build-gpu
+prefix=$PWD/.gpu-kit/usr
+lib=$prefix/lib/x86_64-linux-gnu
+
+# The report holds everything the phase prints; a phase's last line says whether it passed.
+exec > >(tee "$report") 2>&1
+echo "zero GPU check: $phase, $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
+trap 'echo "RESULT $phase: FAILED (line $LINENO: $BASH_COMMAND)"' ERR
+
+nccl_root() {
+  [ -n "${NCCL_ROOT:-}" ] && { echo "$NCCL_ROOT"; return; }
+  python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true
+}
+
+unpack_kit() {
+  [ -f .gpu-kit/deps.tar.xz ] || {
+    echo "no .gpu-kit/deps.tar.xz: run scripts/gpu/kit.sh on the build machine and carry .gpu-kit" >&2
+    return 1
+  }
+  if [ ! -d "$prefix" ] || [ .gpu-kit/deps.tar.xz -nt "$prefix" ]; then
+    rm -rf "$prefix" && tar -C .gpu-kit -xJf .gpu-kit/deps.tar.xz && touch "$prefix"
+  fi
+}
+
+# The kit's shared libraries and NCCL's, for every program the phases start (OpenBLAS needs the kit's gfortran).
+runtime_env() {
+  local nccl
+  nccl=$(nccl_root)
+  export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread${nccl:+:$nccl/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+phase_build() {
+  unpack_kit
+  command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+  nvcc --version | tail -1
+  local nccl
+  nccl=$(nccl_root)
+  echo "kit: $(tr '\n' ' ' <.gpu-kit/MANIFEST)"
+  echo "NCCL_ROOT: ${nccl:-none, NCCL beside the CUDA toolkit}"
+  # /usr ignored: every dependency the image lacks must come from the kit, as it would on the GPU machine.
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DZERO_WITH_CUDA=ON -DZERO_WITH_NCCL=ON -DZERO_WITH_MPI=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES="${ZERO_CUDA_ARCH:-90}" \
+    -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_IGNORE_PREFIX_PATH=/usr ${nccl:+-DNCCL_ROOT="$nccl"}
+  grep -E '^(absl|GTest|benchmark|nlohmann_json|OpenBLAS)_DIR|^XXHASH_INCLUDE_DIR|^NCCL_(INCLUDE_DIR|LIBRARY)' \
+    "$build/CMakeCache.txt"
+  local found
+  found=$(grep -E '^(absl|GTest|benchmark|nlohmann_json|OpenBLAS)_DIR|^XXHASH_INCLUDE_DIR' "$build/CMakeCache.txt")
+  if grep -v "$prefix" <<<"$found"; then
+    echo "the dependencies above were found outside the kit ($prefix)" >&2
+    return 1
+  fi
+  time ninja -C "$build"
+}
+
+phase_test() {
+  runtime_env
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  ZERO_REQUIRE_GPU=1 ctest --test-dir "$build" -j 8 --timeout 300 --output-on-failure
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck; do
+    for binary in kernels_test optim_cuda_test; do
+      echo "== compute-sanitizer --tool $tool $binary (its CUDA tests)"
+      ZERO_REQUIRE_GPU=1 timeout 240 "$sanitizer" --tool "$tool" --error-exitcode 1 \
+        "$build/bin/$binary" --gtest_filter='*Cuda*' --gtest_brief=1
+    done
+  done
+}
+
+# The embedded default for 300 steps, its metrics into $build/train/NAME.jsonl; extra flags pick device and backend.
+train() {
+  local name=$1
+  shift
+  echo "== zero-train $*"
+  "$build/bin/zero-train" --steps=300 --scheduler.params.warmup_num_steps=30 --eval_interval=300 \
+    --metrics_path="$build/train/$name.jsonl" "$@" | grep -E '^(zero-train|eval|step +(1|300)/)'
+}
+
+phase_train() {
+  runtime_env
+  rm -rf "$build/train" && mkdir -p "$build/train"
+  train cpu
+  train cuda_local --device=cuda
+  train cuda_nccl --device=cuda --backend=nccl --ranks=1
+  python3 scripts/gpu/compare_losses.py "$build/train/cpu.jsonl" "$build/train/cuda_local.jsonl" \
+    "$build/train/cuda_nccl.jsonl"
+}
+
+phase_bench() {
+  runtime_env
+  local batch=${ZERO_GPU_BATCH:-8} gpu
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  echo "GPU: $gpu; python3: $(python3 -c 'import torch; print("torch", torch.__version__)')"
+  echo "== zero: GPT-2 124M, bf16, B=$batch, T=1024, one rank (stage 0)"
+  timeout 480 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=1 --stages=0 \
+    --batch="$batch" --seq=1024 --warmup=2 --iters=10 --csv="$build/zero_gpt2.csv"
+  for mode in eager compile; do
+    echo "== PyTorch ($mode): the same model and step"
+    timeout 480 python3 benchmarks/torch_gpt2.py --mode="$mode" --batch="$batch" --seq=1024 \
+      --csv="$build/torch_$mode.csv"
+  done
+  python3 scripts/gpu/bench_report.py --gpu="$gpu" "$build/zero_gpt2.csv" "$build/torch_eager.csv" \
+    "$build/torch_compile.csv"
+  echo "== zero-bench stages on the GPU: 4 local ranks sharing it, bf16, B=2, T=1024"
+  timeout 480 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=4 --batch=2 \
+    --seq=1024 --warmup=1 --iters=3
+  echo "== zero-bench comm on the GPU"
+  timeout 240 "$build/bin/zero-bench" comm --device=cuda --ranks=4 --warmup=3 --iters=10
+  timeout 240 "$build/bin/zero-bench" comm --device=cuda --backend=nccl --ranks=1 --warmup=3 --iters=10
+}
+
+case "$phase" in
+  build | test | train | bench) "phase_$phase" ;;
+  *)
+    echo "unknown phase '$phase': use build, test, train or bench" >&2
+    exit 2
+    ;;
+esac
+echo "RESULT $phase: PASSED"
