@@ -2,32 +2,30 @@
 # The GPU check, one phase per command, on a bare GPU machine (CUDA, NCCL and PyTorch from its image, the rest
 # from the kit that scripts/gpu/kit.sh packs here). Each phase writes OUT/<phase>.txt and fails loudly.
 #
-# usage: scripts/gpu/check.sh build|test|train|bench OUT
+# usage: scripts/gpu/check.sh build|test|sanitize|train|bench|stages OUT
 #   build  configure and build build-gpu/ against the kit alone (system prefixes ignored), sm_90, CUDA and NCCL on
-#   test   every test with GPU tests required (a skip fails), then compute-sanitizer memcheck and racecheck over
-#          the CUDA kernel and optimizer tests
+#   test   every test, GPU tests required (a GPU test that skips fails)
+#   sanitize  compute-sanitizer memcheck and racecheck over the CUDA kernel and optimizer tests
 #   train  the main job on the GPU (4 local ranks sharing it; the nccl backend, one rank) and on the CPU; losses
 #          compared
 #   bench  GPT-2 124M, bf16, sequence 1024: zero against PyTorch (eager and torch.compile) on the same GPU,
-#          with MFU; the stage table and the collectives on the GPU
+#          with MFU
+#   stages zero-bench stages (GPT-2 124M, 4 local ranks sharing the GPU) and comm on the GPU
+# Every command has a time limit, so each phase ends inside 9 minutes (the device's 10 per command).
 # Environment: ZERO_CUDA_ARCH (default 90), NCCL_ROOT (default: the nvidia-nccl wheel's folder, else the
 # toolkit's), ZERO_GPU_BATCH (bench: sequences per step, default 8).
-set -euo pipefail
+set -eEuo pipefail  # -E: the ERR trap below fires inside the phase functions too
 cd "$(dirname "$0")/../.."
 
-phase=${1:?"usage: scripts/gpu/check.sh build|test|train|bench OUT"}
-out=${2:?"usage: scripts/gpu/check.sh build|test|train|bench OUT"}
+usage="usage: scripts/gpu/check.sh build|test|sanitize|train|bench|stages OUT"
+phase=${1:?$usage}
+out=${2:?$usage}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 report="$out/$phase.txt"
 build=build-gpu
 prefix=$PWD/.gpu-kit/usr
 lib=$prefix/lib/x86_64-linux-gnu
-
-# The report holds everything the phase prints; a phase's last line says whether it passed.
-exec > >(tee "$report") 2>&1
-echo "zero GPU check: $phase, $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
-trap 'echo "RESULT $phase: FAILED (line $LINENO: $BASH_COMMAND)"' ERR
 
 nccl_root() {
   [ -n "${NCCL_ROOT:-}" ] && { echo "$NCCL_ROOT"; return; }
@@ -78,13 +76,17 @@ phase_build() {
 phase_test() {
   runtime_env
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  ZERO_REQUIRE_GPU=1 ctest --test-dir "$build" -j 8 --timeout 300 --output-on-failure
+  ZERO_REQUIRE_GPU=1 timeout 480 ctest --test-dir "$build" -j 8 --timeout 300 --output-on-failure
+}
+
+phase_sanitize() {
+  runtime_env
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   for tool in memcheck racecheck; do
     for binary in kernels_test optim_cuda_test; do
       echo "== compute-sanitizer --tool $tool $binary (its CUDA tests)"
-      ZERO_REQUIRE_GPU=1 timeout 240 "$sanitizer" --tool "$tool" --error-exitcode 1 \
+      ZERO_REQUIRE_GPU=1 timeout 120 "$sanitizer" --tool "$tool" --error-exitcode 1 \
         "$build/bin/$binary" --gtest_filter='*Cuda*' --gtest_brief=1
     done
   done
@@ -95,7 +97,7 @@ train() {
   local name=$1
   shift
   echo "== zero-train $*"
-  "$build/bin/zero-train" --steps=300 --scheduler.params.warmup_num_steps=30 --eval_interval=300 \
+  timeout 100 "$build/bin/zero-train" --steps=300 --scheduler.params.warmup_num_steps=30 --eval_interval=300 \
     --metrics_path="$build/train/$name.jsonl" "$@" | grep -E '^(zero-train|eval|step +(1|300)/)'
 }
 
@@ -115,28 +117,40 @@ phase_bench() {
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "GPU: $gpu; python3: $(python3 -c 'import torch; print("torch", torch.__version__)')"
   echo "== zero: GPT-2 124M, bf16, B=$batch, T=1024, one rank (stage 0)"
-  timeout 480 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=1 --stages=0 \
+  timeout 150 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=1 --stages=0 \
     --batch="$batch" --seq=1024 --warmup=2 --iters=10 --csv="$build/zero_gpt2.csv"
   for mode in eager compile; do
     echo "== PyTorch ($mode): the same model and step"
-    timeout 480 python3 benchmarks/torch_gpt2.py --mode="$mode" --batch="$batch" --seq=1024 \
+    timeout 180 python3 benchmarks/torch_gpt2.py --mode="$mode" --batch="$batch" --seq=1024 \
       --csv="$build/torch_$mode.csv"
   done
   python3 scripts/gpu/bench_report.py --gpu="$gpu" "$build/zero_gpt2.csv" "$build/torch_eager.csv" \
     "$build/torch_compile.csv"
-  echo "== zero-bench stages on the GPU: 4 local ranks sharing it, bf16, B=2, T=1024"
-  timeout 480 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=4 --batch=2 \
+}
+
+phase_stages() {
+  runtime_env
+  echo "== zero-bench stages on the GPU: GPT-2 124M, 4 local ranks sharing it, bf16, B=2, T=1024"
+  timeout 300 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=4 --batch=2 \
     --seq=1024 --warmup=1 --iters=3
   echo "== zero-bench comm on the GPU"
-  timeout 240 "$build/bin/zero-bench" comm --device=cuda --ranks=4 --warmup=3 --iters=10
-  timeout 240 "$build/bin/zero-bench" comm --device=cuda --backend=nccl --ranks=1 --warmup=3 --iters=10
+  timeout 100 "$build/bin/zero-bench" comm --device=cuda --ranks=4 --warmup=3 --iters=10
+  timeout 100 "$build/bin/zero-bench" comm --device=cuda --backend=nccl --ranks=1 --warmup=3 --iters=10
 }
 
 case "$phase" in
-  build | test | train | bench) "phase_$phase" ;;
+  build | test | sanitize | train | bench | stages) ;;
   *)
-    echo "unknown phase '$phase': use build, test, train or bench" >&2
+    echo "unknown phase '$phase'; $usage" >&2
     exit 2
     ;;
 esac
-echo "RESULT $phase: PASSED"
+
+# The report holds everything the phase prints; its last line says whether the phase passed.
+run_phase() {
+  echo "zero GPU check: $phase, $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
+  trap 'echo "RESULT $phase: FAILED (line $LINENO: $BASH_COMMAND)"' ERR
+  "phase_$phase"
+  echo "RESULT $phase: PASSED"
+}
+run_phase 2>&1 | tee "$report"
