@@ -21,6 +21,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -247,6 +248,31 @@ absl::Status export_weights(const Plan& plan, Engine& engine, int rank) {
 bool started_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
          std::getenv("PMIX_RANK") != nullptr;
+}
+
+// The number of processes a launcher started this one among, and the variable that says so: mpirun's
+// (OMPI_COMM_WORLD_SIZE, PMI_SIZE) or a torchrun-style launcher's (WORLD_SIZE). {1, ""} when none did.
+std::pair<int64_t, std::string> launched_among() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"}) {
+    int64_t size = 0;
+    if (const char* value = std::getenv(name); value != nullptr && absl::SimpleAtoi(value, &size) && size > 1) {
+      return {size, name};
+    }
+  }
+  return {1, ""};
+}
+
+// backend = local, and nccl without mpirun, start every rank inside this process: started as one of several
+// processes, each would train a copy of its own. Refused, with the command that trains one model.
+absl::Status check_not_one_of_several_processes(const TrainConfig& config) {
+  const auto [processes, variable] = launched_among();
+  if (processes == 1) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "backend = ", config.backend, " starts all ", config.ranks, " rank(s) inside this process, but ", variable, "=",
+      processes, " says it is one of ", processes, " processes, each of which would train a copy of its own; ",
+      "under mpirun add --backend=mpi (or --backend=nccl --device=cuda), as mpirun -np ", processes,
+      " zero-train --backend=mpi; torchrun-style launchers are not supported: start one process with --ranks ",
+      processes, ", or mpirun"));
 }
 
 // A rank's allocator, with memory_budget_mib as its budget.
@@ -559,6 +585,8 @@ absl::Status run_ranks(const TrainConfig& config) {
     return absl::InvalidArgumentError("backend = mpi: this zero-train was built without MPI; use local");
 #endif
   }
+  const bool ranks_in_this_process = config.backend == "local" || !started_by_mpirun();
+  if (ranks_in_this_process) ZERO_RETURN_IF_ERROR(check_not_one_of_several_processes(config));
   if (config.backend == "nccl" && !started_by_mpirun()) return run_nccl_ranks_on_this_process(config);
   if (config.backend == "nccl") {
 #if defined(ZERO_HAS_NCCL) && defined(ZERO_HAS_MPI)

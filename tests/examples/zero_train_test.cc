@@ -436,7 +436,36 @@ TEST_F(ZeroTrainTest, Bf16AndFp16RunsExportTheirWeightsWidenedToFp32) {
   }
 }
 
+TEST_F(ZeroTrainTest, LocalRanksInOneOfSeveralProcessesAreRefusedNamingTheLaunchersVariable) {
+  // Each of the processes would train a model of its own: refused before any training, naming the fix.
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"}) {
+    const RunResult run = run_zero_train(tiny_run_args(metrics_path()), absl::StrCat(variable, "=2"));
+    EXPECT_EQ(run.exit_code, 2) << variable;
+    EXPECT_THAT(run.output, HasSubstr(absl::StrCat("backend = local starts all 2 rank(s) inside this process, but ",
+                                                   variable, "=2 says it is one of 2 processes")));
+    EXPECT_THAT(run.output, HasSubstr("add --backend=mpi"));
+    EXPECT_FALSE(std::filesystem::exists(metrics_path())) << variable << ": nothing may train";
+  }
+}
+
+#ifdef ZERO_HAS_NCCL  // elsewhere --device=cuda or --backend=nccl is refused before
+TEST_F(ZeroTrainTest, NcclRanksOfOneProcessUnderATorchrunStyleLauncherAreRefused) {
+  const RunResult run =
+      run_zero_train(absl::StrCat(tiny_run_args(metrics_path()), " --backend=nccl --device=cuda"), "WORLD_SIZE=4");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output, HasSubstr("backend = nccl starts all 2 rank(s) inside this process, but WORLD_SIZE=4"));
+  EXPECT_THAT(run.output, HasSubstr("torchrun-style launchers are not supported: start one process with --ranks 4"));
+}
+#endif
+
 #ifdef ZERO_MPIEXEC
+TEST_F(ZeroTrainTest, MpirunWithoutAnMpiBackendIsRefusedRatherThanTrainingTwoCopies) {
+  const RunResult run = run_zero_train(tiny_run_args(metrics_path()), mpiexec_launcher(ZERO_MPIEXEC, 2));
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_THAT(run.output, HasSubstr("OMPI_COMM_WORLD_SIZE=2 says it is one of 2 processes"));
+  EXPECT_FALSE(std::filesystem::exists(metrics_path()));
+}
+
 TEST_F(ZeroTrainTest, MpiRanksStartedByAnotherLauncherAreRefused) {
   // One MPI process that a torchrun-style launcher counted as one of two (WORLD_SIZE=2) would train alone.
   const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(metrics_path()), " --backend=mpi"),
