@@ -19,6 +19,9 @@ ABSL_FLAG(std::string, backend, "local",
           "Communicator backend: `local` runs --ranks ranks as threads of this process; `mpi` runs one rank per "
           "process, started with `mpirun -np N zero-bench ...` (only in builds with MPI)");
 ABSL_FLAG(int, ranks, 4, "Number of ranks for --backend=local (>= 1); under mpi the world size is mpirun's -np");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where the engines and the model (stages, offload) live: cpu, or cuda (a CUDA build with a GPU; the local "
+          "ranks share cuda:0)");
 ABSL_FLAG(std::string, dtype, "fp32", "Element type of the benchmarked buffers: fp32, bf16 or fp16");
 ABSL_FLAG(int, warmup, 5, "Untimed iterations before each timed loop (>= 0)");
 ABSL_FLAG(int, iters, 20, "Timed iterations per measurement (>= 1); a time per op is the loop's wall time / iters");
@@ -92,6 +95,14 @@ absl::Status run_on_ranks(const std::function<absl::Status(Communicator&)>& fn) 
   }
 #endif
   return root_cause(run_local_ranks(absl::GetFlag(FLAGS_ranks), fn));
+}
+
+absl::StatusOr<Device> device_flag() {
+  const std::string name = absl::GetFlag(FLAGS_device);
+  if (name == "cpu") return Device::cpu();
+  if (name != "cuda") return flag_error("device", absl::StrCat("'", name, "' is not cpu or cuda"));
+  if (cuda_device_count() == 0) return flag_error("device", absl::StrCat("cuda needs a GPU: ", why_no_cuda_device()));
+  return Device::cuda(0);
 }
 
 absl::StatusOr<DType> dtype_flag() {

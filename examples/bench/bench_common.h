@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "examples/common/result_table.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/device.h"
 #include "runtime/dtype.h"
 
 ABSL_DECLARE_FLAG(std::string, backend);
@@ -40,6 +41,9 @@ absl::Status check_backend_flags();
 // Runs fn once per rank of --backend: --ranks threads of this process for `local`, this process's rank
 // under mpirun for `mpi`. Returns the status that explains a failed run (see root_cause in local.h).
 absl::Status run_on_ranks(const std::function<absl::Status(Communicator&)>& fn);
+
+// --device: cpu, or cuda:0; cuda without a visible GPU (or in a build without CUDA) is refused naming the flag.
+absl::StatusOr<Device> device_flag();
 
 // --dtype: fp32, bf16 or fp16.
 absl::StatusOr<DType> dtype_flag();

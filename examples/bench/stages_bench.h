@@ -55,7 +55,7 @@ absl::StatusOr<std::vector<StageRow>> run_stages_bench(Communicator& comm, const
 // One stage of it.
 absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions& options, int stage);
 // The flags stages and offload share: --model ("mini" or a GPT-2 preset), --stages, --batch, --seq,
-// --dtype, --warmup and --iters; and a line describing the model and batch they give.
+// --dtype, --device, --warmup and --iters; and a line describing the model and batch they give.
 absl::StatusOr<StagesBenchOptions> stages_options_from_flags();
 std::string describe_model(const StagesBenchOptions& options);
 

@@ -394,8 +394,8 @@ TEST(CommBenchFlags, UnknownSubcommandIsAUsageError) {
 
 TEST(CommBenchFlags, HelpExplainsEveryFlag) {
   const RunResult r = run_bench("--help");
-  for (const char* flag : {"--backend", "--ranks", "--dtype", "--warmup", "--iters", "--csv", "--collectives",
-                           "--sizes", "--kernels", "--tokens"}) {
+  for (const char* flag : {"--backend", "--ranks", "--device", "--dtype", "--warmup", "--iters", "--csv",
+                           "--collectives", "--sizes", "--kernels", "--tokens"}) {
     EXPECT_THAT(r.output, HasSubstr(absl::StrCat("    ", flag, " ("))) << flag;
   }
   EXPECT_THAT(r.output, HasSubstr("comm  collective time"));
