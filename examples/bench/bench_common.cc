@@ -20,8 +20,8 @@ ABSL_FLAG(std::string, backend, "local",
           "process, started with `mpirun -np N zero-bench ...` (only in builds with MPI)");
 ABSL_FLAG(int, ranks, 4, "Number of ranks for --backend=local (>= 1); under mpi the world size is mpirun's -np");
 ABSL_FLAG(std::string, device, "cpu",
-          "Where the engines and the model (stages, offload) live: cpu, or cuda (a CUDA build with a GPU; the local "
-          "ranks share cuda:0)");
+          "Where the buffers (comm) or the engines and the model (stages, offload) live: cpu, or cuda (a CUDA build "
+          "with a GPU; the local ranks share cuda:0)");
 ABSL_FLAG(std::string, dtype, "fp32", "Element type of the benchmarked buffers: fp32, bf16 or fp16");
 ABSL_FLAG(int, warmup, 5, "Untimed iterations before each timed loop (>= 0)");
 ABSL_FLAG(int, iters, 20, "Timed iterations per measurement (>= 1); a time per op is the loop's wall time / iters");

@@ -27,7 +27,9 @@ struct Subcommand {
 
 // Adding a subcommand: write its `absl::Status run()` (and its flags) beside comm_bench.cc, list it here.
 constexpr Subcommand kSubcommands[] = {
-    {"comm", "collective time, algbw and busbw per size (nccl-tests style) beside single-thread memcpy",
+    {"comm",
+     "collective time, algbw and busbw per size (nccl-tests style) beside a copy on the same device "
+     "(single-thread memcpy, or device-to-device with --device=cuda)",
      zero::comm_command},
     {"kernels",
      "CPU kernels' GFLOP/s (matmul, attention) beside raw cblas_sgemm and GB/s (elementwise, norms, "
