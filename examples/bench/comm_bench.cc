@@ -202,7 +202,7 @@ absl::StatusOr<std::vector<CommBenchRow>> run_comm_bench(Communicator& comm, con
     }
   }
   Allocator allocator(comm.rank());
-  const Device device = options.device;
+  const Device device = rank_device(comm, options.device);
   ZERO_ASSIGN_OR_RETURN(std::vector<float> memcpy_gbps, memcpy_baselines(comm, allocator, device, plan));
   std::vector<CommBenchRow> rows;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -244,7 +244,7 @@ absl::Status comm_command() {
     ZERO_ASSIGN_OR_RETURN(std::vector<CommBenchRow> rows, run_comm_bench(comm, options));
     if (comm.rank() != 0) return absl::OkStatus();
     const ResultTable table = comm_bench_table(rows);
-    const Device device = options.device;
+    const Device device = rank_device(comm, options.device);
     std::printf(
         "# zero-bench comm: backend %s, %d ranks, %s, warmup %d, iters %d; time per op is the max over ranks\n"
         "# buffers: rank 0's on %s; memcpy: rank 0's %s of the payload there\n",

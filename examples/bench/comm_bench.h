@@ -22,7 +22,7 @@ struct CommBenchOptions {
   std::vector<int64_t> sizes;  // requested payload bytes (nccl-tests' size)
   DType dtype = DType::kF32;
   Repetitions reps;
-  Device device = Device::cpu();  // cuda:0 for every local rank on the GPU
+  Device device = Device::cpu();  // --device's: cuda:0 for every local rank on the GPU (see rank_device)
 };
 
 // One measured (collective, size). Every rank computes the same row.

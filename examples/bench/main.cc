@@ -52,7 +52,9 @@ std::string usage() {
   std::string text =
       "Benchmarks zero's parts; prints a table on rank 0 and, with --csv, writes it.\n\n"
       "usage: zero-bench <subcommand> [--flag=value ...]\n"
-      "       mpirun -np N zero-bench <subcommand> --backend=mpi [--flag=value ...]\n\nsubcommands:\n";
+      "       mpirun -np N zero-bench <subcommand> --backend=mpi [--flag=value ...]\n"
+      "       zero-bench <subcommand> --backend=nccl --device=cuda --ranks=N [...]   (one process driving N GPUs)\n\n"
+      "subcommands:\n";
   for (const Subcommand& s : kSubcommands) absl::StrAppend(&text, "  ", s.name, "  ", s.summary, "\n");
   return text;
 }

@@ -82,14 +82,14 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   config.offload_optimizer_path = o.offload_optimizer_path;
   config.offload_param_path = o.offload_param_path;
   config.persistence_threshold = o.persistence_threshold;
-  config.device = o.device;
+  config.device = rank_device(comm, o.device);
   // On the CPU timing costs clock reads only; on a GPU it would synchronize the device between phases.
-  config.time_phases = o.device.is_cpu();
+  config.time_phases = config.device.is_cpu();
   const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc, Device device) {
     return make_adam(AdamOptions{}, std::move(layout), alloc, device);
   };
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, allocator, adamw, config));
-  data::DeviceBatch on_device(allocator, o.device);
+  data::DeviceBatch on_device(allocator, config.device);
   const auto step = [&](int k) -> absl::Status {
     TokenBatch data = random_tokens(o, comm.rank(), k);
     ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(data.batch(o.batch, o.seq_len)));

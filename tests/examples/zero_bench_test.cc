@@ -142,6 +142,19 @@ TEST(CommBenchGpu, TwoLocalRanksOnOneGpuPrintOneRowPerCollectiveAndSize) {
   expect_rows({table.begin() + 1, table.end()}, 0.0005);
 }
 
+TEST(CommBenchGpu, OneNcclRankOnItsGpuPrintsARowPerCollective) {
+  ZERO_SKIP_WITHOUT_GPU();
+#ifndef ZERO_HAS_NCCL
+  GTEST_SKIP() << "this build has no NCCL";
+#else
+  const RunResult r = run_bench("comm --backend=nccl --device=cuda --ranks=1 --sizes=16K --warmup=1 --iters=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("# zero-bench comm: backend nccl, 1 ranks, fp32"));
+  EXPECT_THAT(r.output, HasSubstr("# buffers: rank 0's on cuda:0"));
+  EXPECT_EQ(records(r.output, ' ').size(), 5u) << "the header and one row per collective";
+#endif
+}
+
 TEST(CommBenchMpi, TwoProcessesPrintOneRowPerCollectiveAndSize) {
 #ifndef ZERO_HAS_MPI
   GTEST_SKIP() << "this build has no MPI";
@@ -402,6 +415,31 @@ TEST(CommBenchFlags, MpiBackendWithoutMpiNamesTheFlag) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("--backend: mpi: this zero-bench was built without MPI"));
 #endif
+}
+
+TEST(CommBenchFlags, NcclBackendNeedsABuildWithNcclAndTheGpu) {
+  const RunResult r = run_bench("comm --backend=nccl --device=cpu");
+  EXPECT_EQ(r.exit_code, 1);
+#ifdef ZERO_HAS_NCCL
+  EXPECT_THAT(r.output,
+              HasSubstr("--backend: nccl runs every rank on a GPU, but --device is 'cpu'; add --device=cuda"));
+#else
+  EXPECT_THAT(r.output, HasSubstr("--backend: nccl: this zero-bench was built without NCCL"));
+#endif
+  EXPECT_THAT(r.output, Not(HasSubstr("# zero-bench")));
+}
+
+TEST(CommBenchFlags, NcclBackendWithoutAGpuNamesTheDeviceFlag) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  const RunResult r = run_bench("comm --backend=nccl --device=cuda --ranks=1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--device: cuda needs a GPU"));
+}
+
+TEST(CommBenchFlags, UnknownBackendNamesTheChoices) {
+  const RunResult r = run_bench("comm --backend=gloo");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--backend: unknown backend 'gloo'; use local, mpi or nccl"));
 }
 
 TEST(CommBenchFlags, UnknownSubcommandIsAUsageError) {
