@@ -14,11 +14,20 @@
 #ifdef ZERO_HAS_MPI
 #include "runtime/comm/mpi.h"
 #endif
+#ifdef ZERO_HAS_NCCL
+#include "runtime/comm/nccl.h"
+#endif
 
 ABSL_FLAG(std::string, backend, "local",
           "Communicator backend: `local` runs --ranks ranks as threads of this process; `mpi` runs one rank per "
-          "process, started with `mpirun -np N zero-bench ...` (only in builds with MPI)");
-ABSL_FLAG(int, ranks, 4, "Number of ranks for --backend=local (>= 1); under mpi the world size is mpirun's -np");
+          "process, started with `mpirun -np N zero-bench ...` (only in builds with MPI); `nccl` runs --ranks ranks "
+          "as threads of this process, rank r on cuda:r (with --device=cuda, only in builds with NCCL)");
+ABSL_FLAG(int, ranks, 4,
+          "Number of ranks for --backend=local or nccl (>= 1; nccl needs a GPU per rank); under mpi the world size "
+          "is mpirun's -np");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where the buffers (comm) or the engines and the model (stages, offload) live: cpu, or cuda (a CUDA build "
+          "with a GPU; local ranks share cuda:0, nccl ranks take cuda:0 to cuda:N-1)");
 ABSL_FLAG(std::string, dtype, "fp32", "Element type of the benchmarked buffers: fp32, bf16 or fp16");
 ABSL_FLAG(int, warmup, 5, "Untimed iterations before each timed loop (>= 0)");
 ABSL_FLAG(int, iters, 20, "Timed iterations per measurement (>= 1); a time per op is the loop's wall time / iters");
@@ -47,6 +56,20 @@ absl::StatusOr<int64_t> parse_size(absl::string_view text) {
   return value * unit;
 }
 
+// nccl drives a GPU per rank: it needs a build with NCCL, and the buffers on the GPUs.
+absl::Status check_nccl_flags() {
+#ifdef ZERO_HAS_NCCL
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cuda") return absl::OkStatus();
+  return flag_error("backend", absl::StrCat("nccl runs every rank on a GPU, but --device is '", device,
+                                            "'; add --device=cuda, or use --backend=local on the CPU"));
+#else
+  return flag_error("backend",
+                    "nccl: this zero-bench was built without NCCL; install the CUDA toolkit and NCCL (libnccl-dev) "
+                    "and reconfigure with -DZERO_WITH_CUDA=ON -DZERO_WITH_NCCL=ON, or use --backend=local");
+#endif
+}
+
 }  // namespace
 
 absl::Status flag_error(absl::string_view flag, absl::string_view message) {
@@ -64,11 +87,6 @@ absl::StatusOr<std::vector<int64_t>> parse_size_list(absl::string_view list) {
 
 absl::Status check_backend_flags() {
   const std::string backend = absl::GetFlag(FLAGS_backend);
-  if (backend == "local") {
-    const int ranks = absl::GetFlag(FLAGS_ranks);
-    if (ranks < 1) return flag_error("ranks", absl::StrCat(ranks, " ranks requested; give at least 1"));
-    return absl::OkStatus();
-  }
   if (backend == "mpi") {
 #ifdef ZERO_HAS_MPI
     return absl::OkStatus();
@@ -78,20 +96,42 @@ absl::Status check_backend_flags() {
                       "reconfigure with -DZERO_WITH_MPI=ON, or use --backend=local");
 #endif
   }
-  return flag_error("backend", absl::StrCat("unknown backend '", backend, "'; use local or mpi"));
+  if (backend == "nccl") ZERO_RETURN_IF_ERROR(check_nccl_flags());
+  if (backend != "local" && backend != "nccl") {
+    return flag_error("backend", absl::StrCat("unknown backend '", backend, "'; use local, mpi or nccl"));
+  }
+  const int ranks = absl::GetFlag(FLAGS_ranks);
+  if (ranks < 1) return flag_error("ranks", absl::StrCat(ranks, " ranks requested; give at least 1"));
+  return absl::OkStatus();
 }
 
 absl::Status run_on_ranks(const std::function<absl::Status(Communicator&)>& fn) {
   ZERO_RETURN_IF_ERROR(check_backend_flags());
+  const std::string backend = absl::GetFlag(FLAGS_backend);
 #ifdef ZERO_HAS_MPI
-  if (absl::GetFlag(FLAGS_backend) == "mpi") {
+  if (backend == "mpi") {
     // A failing rank prints its error and aborts the job inside run_mpi_rank; a non-zero return is what is left.
     const int exit_code = run_mpi_rank(fn);
     if (exit_code != 0) return absl::InternalError(absl::StrCat("the mpi rank ended with exit code ", exit_code));
     return absl::OkStatus();
   }
 #endif
+#ifdef ZERO_HAS_NCCL
+  if (backend == "nccl") return root_cause(run_nccl_ranks_in_process(absl::GetFlag(FLAGS_ranks), fn));
+#endif
   return root_cause(run_local_ranks(absl::GetFlag(FLAGS_ranks), fn));
+}
+
+absl::StatusOr<Device> device_flag() {
+  const std::string name = absl::GetFlag(FLAGS_device);
+  if (name == "cpu") return Device::cpu();
+  if (name != "cuda") return flag_error("device", absl::StrCat("'", name, "' is not cpu or cuda"));
+  if (cuda_device_count() == 0) return flag_error("device", absl::StrCat("cuda needs a GPU: ", why_no_cuda_device()));
+  return Device::cuda(0);
+}
+
+Device rank_device(const Communicator& comm, Device device) {
+  return comm.home_device().is_cuda() ? comm.home_device() : device;
 }
 
 absl::StatusOr<DType> dtype_flag() {

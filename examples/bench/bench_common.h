@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "examples/common/result_table.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/device.h"
 #include "runtime/dtype.h"
 
 ABSL_DECLARE_FLAG(std::string, backend);
@@ -35,11 +36,19 @@ inline double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20)
 // InvalidArgument "--<flag>: <message>".
 absl::Status flag_error(absl::string_view flag, absl::string_view message);
 
-// Checks --backend and --ranks without running anything, so a bad value fails before any work starts.
+// Checks --backend and --ranks (and that nccl has --device=cuda) without running anything, so a bad value
+// fails before any work starts.
 absl::Status check_backend_flags();
 // Runs fn once per rank of --backend: --ranks threads of this process for `local`, this process's rank
-// under mpirun for `mpi`. Returns the status that explains a failed run (see root_cause in local.h).
+// under mpirun for `mpi`, --ranks threads of this process with a GPU each for `nccl` (as zero-train's
+// one process driving N GPUs). Returns the status that explains a failed run (see root_cause in local.h).
 absl::Status run_on_ranks(const std::function<absl::Status(Communicator&)>& fn);
+
+// --device: cpu, or cuda:0; cuda without a visible GPU (or in a build without CUDA) is refused naming the flag.
+absl::StatusOr<Device> device_flag();
+// Where `comm`'s rank puts its buffers given device_flag()'s device: its own GPU under nccl, which runs a
+// rank per GPU; that device otherwise (local ranks share cuda:0).
+Device rank_device(const Communicator& comm, Device device);
 
 // --dtype: fp32, bf16 or fp16.
 absl::StatusOr<DType> dtype_flag();

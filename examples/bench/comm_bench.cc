@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <map>
 
@@ -11,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kernels/kernels.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 
 ABSL_FLAG(std::string, collectives, "allreduce,reduce_scatter,allgather,broadcast",
@@ -36,10 +37,13 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // Keeps the compiler from merging or dropping copies whose results nothing reads.
 void clobber_memory() { asm volatile("" : : : "memory"); }
 
-// Zeroed, so reductions stay finite however many times they run, and touched, so the timed loop is warm.
-absl::StatusOr<Buffer> zeroed(Allocator& allocator, int64_t bytes, MemoryCategory category) {
-  ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator.allocate(bytes, category));
-  if (bytes > 0) std::memset(buffer.data(), 0, bytes);
+// Zeroed, so reductions stay finite however many times they run, and touched, so the timed loop is warm. On a
+// GPU the zeroing has finished when this returns, so that no timed op waits for it.
+absl::StatusOr<Buffer> zeroed(Allocator& allocator, int64_t bytes, MemoryCategory category, Device device) {
+  ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator.allocate(bytes, category, device));
+  if (bytes == 0) return buffer;
+  ZERO_RETURN_IF_ERROR(kernels::fill_zero(buffer.tensor(DType::kU8, {bytes})));
+  ZERO_RETURN_IF_ERROR(synchronize(device));
   return buffer;
 }
 
@@ -62,17 +66,19 @@ Work issue(Communicator& comm, CollectiveOp op, Tensor input, Tensor output) {
   return Work::completed();
 }
 
-// Seconds per op of `c` on this rank: warm-up ops waited one by one, a start line every rank crosses together,
-// then the timed ops issued back to back and waited for together, as nccl-tests launches its timed loop.
-absl::StatusOr<double> time_collective(Communicator& comm, Allocator& allocator, const Collective& c,
+// Seconds per op of `c` on this rank, its buffers on `device`: warm-up ops waited one by one, a start line every
+// rank crosses together, then the timed ops issued back to back and waited for together, as nccl-tests launches
+// its timed loop. The time includes the device's work: a Work's wait() returns once the collective finished there
+// (the local backend synchronizes each of its copies and reductions, nccl waits for an event after it).
+absl::StatusOr<double> time_collective(Communicator& comm, Allocator& allocator, Device device, const Collective& c,
                                        Repetitions reps) {
   const int64_t n = comm.world_size();
   const bool chunked = c.op == CollectiveOp::kReduceScatter || c.op == CollectiveOp::kAllgather;
   const int64_t input_count = c.op == CollectiveOp::kReduceScatter ? n * c.count : chunked ? c.count : 0;
   const int64_t output_count = c.op == CollectiveOp::kAllgather ? n * c.count : c.count;
   const int64_t element = static_cast<int64_t>(dtype_size(c.dtype));
-  ZERO_ASSIGN_OR_RETURN(Buffer in, zeroed(allocator, input_count * element, MemoryCategory::kCommBuffers));
-  ZERO_ASSIGN_OR_RETURN(Buffer out, zeroed(allocator, output_count * element, MemoryCategory::kCommBuffers));
+  ZERO_ASSIGN_OR_RETURN(Buffer in, zeroed(allocator, input_count * element, MemoryCategory::kCommBuffers, device));
+  ZERO_ASSIGN_OR_RETURN(Buffer out, zeroed(allocator, output_count * element, MemoryCategory::kCommBuffers, device));
   const Tensor input = in.tensor(c.dtype, {input_count});
   const Tensor output = out.tensor(c.dtype, {output_count});
 
@@ -92,8 +98,8 @@ absl::StatusOr<double> max_over_ranks(Communicator& comm, double value) {
   return v;
 }
 
-// Rank 0 measures memcpy for each planned payload size; every rank gets its numbers, in plan order.
-absl::StatusOr<std::vector<float>> memcpy_baselines(Communicator& comm, Allocator& allocator,
+// Rank 0 measures memcpy on its device for each planned payload size; every rank gets its numbers, in plan order.
+absl::StatusOr<std::vector<float>> memcpy_baselines(Communicator& comm, Allocator& allocator, Device device,
                                                     const std::vector<Collective>& plan) {
   std::vector<float> gbps(plan.size());
   if (comm.rank() == 0) {
@@ -102,7 +108,7 @@ absl::StatusOr<std::vector<float>> memcpy_baselines(Communicator& comm, Allocato
       const int64_t bytes = payload_bytes(plan[i], comm.world_size());
       auto it = by_bytes.find(bytes);
       if (it == by_bytes.end()) {
-        ZERO_ASSIGN_OR_RETURN(double measured, measure_memcpy_gbps(allocator, bytes));
+        ZERO_ASSIGN_OR_RETURN(double measured, measure_memcpy_gbps(allocator, device, bytes));
         it = by_bytes.emplace(bytes, measured).first;
       }
       gbps[i] = static_cast<float>(it->second);
@@ -169,17 +175,19 @@ absl::StatusOr<Collective> shape_collective(CollectiveOp op, int64_t bytes, DTyp
   return c;
 }
 
-absl::StatusOr<double> measure_memcpy_gbps(Allocator& allocator, int64_t bytes) {
-  ZERO_ASSIGN_OR_RETURN(Buffer src, zeroed(allocator, bytes, MemoryCategory::kWorkspace));
-  ZERO_ASSIGN_OR_RETURN(Buffer dst, zeroed(allocator, bytes, MemoryCategory::kWorkspace));
+absl::StatusOr<double> measure_memcpy_gbps(Allocator& allocator, Device device, int64_t bytes) {
+  ZERO_ASSIGN_OR_RETURN(Buffer src, zeroed(allocator, bytes, MemoryCategory::kWorkspace, device));
+  ZERO_ASSIGN_OR_RETURN(Buffer dst, zeroed(allocator, bytes, MemoryCategory::kWorkspace, device));
   const int64_t copies = std::max<int64_t>(1, kMemcpyTrialBytes / bytes);
   double best = std::numeric_limits<double>::infinity();
   for (int trial = 0; trial < kMemcpyTrials; ++trial) {
     const Clock::time_point start = Clock::now();
     for (int64_t i = 0; i < copies; ++i) {
-      std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));
+      ZERO_RETURN_IF_ERROR(copy_bytes(dst.data(), device, src.data(), device, static_cast<size_t>(bytes)));
       clobber_memory();
     }
+    // A device-to-device cudaMemcpy may return before the copy finished.
+    ZERO_RETURN_IF_ERROR(synchronize(device));
     best = std::min(best, seconds_since(start));
   }
   return static_cast<double>(bytes) * static_cast<double>(copies) / best / kBytesPerGB;
@@ -194,10 +202,11 @@ absl::StatusOr<std::vector<CommBenchRow>> run_comm_bench(Communicator& comm, con
     }
   }
   Allocator allocator(comm.rank());
-  ZERO_ASSIGN_OR_RETURN(std::vector<float> memcpy_gbps, memcpy_baselines(comm, allocator, plan));
+  const Device device = rank_device(comm, options.device);
+  ZERO_ASSIGN_OR_RETURN(std::vector<float> memcpy_gbps, memcpy_baselines(comm, allocator, device, plan));
   std::vector<CommBenchRow> rows;
   for (size_t i = 0; i < plan.size(); ++i) {
-    ZERO_ASSIGN_OR_RETURN(double mine, time_collective(comm, allocator, plan[i], options.reps));
+    ZERO_ASSIGN_OR_RETURN(double mine, time_collective(comm, allocator, device, plan[i], options.reps));
     ZERO_ASSIGN_OR_RETURN(double slowest, max_over_ranks(comm, mine));
     rows.push_back(make_row(plan[i], comm.world_size(), slowest, memcpy_gbps[i]));
   }
@@ -230,13 +239,18 @@ absl::Status comm_command() {
   options.sizes = *std::move(sizes);
   ZERO_ASSIGN_OR_RETURN(options.dtype, dtype_flag());
   ZERO_ASSIGN_OR_RETURN(options.reps, repetitions_flags());
+  ZERO_ASSIGN_OR_RETURN(options.device, device_flag());
   return run_on_ranks([&](Communicator& comm) -> absl::Status {
     ZERO_ASSIGN_OR_RETURN(std::vector<CommBenchRow> rows, run_comm_bench(comm, options));
     if (comm.rank() != 0) return absl::OkStatus();
     const ResultTable table = comm_bench_table(rows);
-    std::printf("# zero-bench comm: backend %s, %d ranks, %s, warmup %d, iters %d; time per op is the max over ranks\n",
-                std::string(comm.backend_name()).c_str(), comm.world_size(),
-                std::string(dtype_name(options.dtype)).c_str(), options.reps.warmup, options.reps.iters);
+    const Device device = rank_device(comm, options.device);
+    std::printf(
+        "# zero-bench comm: backend %s, %d ranks, %s, warmup %d, iters %d; time per op is the max over ranks\n"
+        "# buffers: rank 0's on %s; memcpy: rank 0's %s of the payload there\n",
+        std::string(comm.backend_name()).c_str(), comm.world_size(), std::string(dtype_name(options.dtype)).c_str(),
+        options.reps.warmup, options.reps.iters, device.to_string().c_str(),
+        device.is_cpu() ? "single-thread memcpy" : "device-to-device copy");
     std::fputs(table.to_text().c_str(), stdout);
     std::fflush(stdout);
     return write_csv_flag(table);

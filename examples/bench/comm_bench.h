@@ -1,4 +1,5 @@
-// zero-bench comm: time per collective and size, algbw and busbw as nccl-tests computes them, beside memcpy.
+// zero-bench comm: time per collective and size, algbw and busbw as nccl-tests computes them, beside a copy on the
+// same device.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@ struct CommBenchOptions {
   std::vector<int64_t> sizes;  // requested payload bytes (nccl-tests' size)
   DType dtype = DType::kF32;
   Repetitions reps;
+  Device device = Device::cpu();  // --device's: cuda:0 for every local rank on the GPU (see rank_device)
 };
 
 // One measured (collective, size). Every rank computes the same row.
@@ -31,7 +33,7 @@ struct CommBenchRow {
   double time_us = 0;      // timed loop / iters, the max over ranks
   double algbw_gbps = 0;   // bytes / time, 1e9 bytes per GB
   double busbw_gbps = 0;   // algbw * bus_bandwidth_factor
-  double memcpy_gbps = 0;  // rank 0's single-thread memcpy of `bytes`, warm, best of several
+  double memcpy_gbps = 0;  // rank 0's copy of `bytes` on its device (measure_memcpy_gbps), warm, best of several
 };
 
 // "allreduce,allgather" -> ops; the names are collective_op_name()'s, and only the four benchmarked ones.
@@ -45,8 +47,10 @@ double bus_bandwidth_factor(CollectiveOp op, int world_size);
 // elements, and for reduce_scatter and allgather to N equal chunks. InvalidArgument when that is empty.
 absl::StatusOr<Collective> shape_collective(CollectiveOp op, int64_t bytes, DType dtype, int world_size);
 
-// Single-thread memcpy bandwidth of `bytes` in GB/s: buffers warmed by one copy, best of several trials.
-absl::StatusOr<double> measure_memcpy_gbps(Allocator& allocator, int64_t bytes);
+// Copy bandwidth of `bytes` on `device` in GB/s (bytes copied / time): a single-thread memcpy on the CPU, a
+// device-to-device copy on a GPU, the bound a local collective's copies meet; buffers warmed by zeroing, best of
+// several trials.
+absl::StatusOr<double> measure_memcpy_gbps(Allocator& allocator, Device device, int64_t bytes);
 
 // Runs on every rank of `comm`: times each (collective, size) in order, collectives outermost.
 absl::StatusOr<std::vector<CommBenchRow>> run_comm_bench(Communicator& comm, const CommBenchOptions& options);

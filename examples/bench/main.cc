@@ -27,7 +27,9 @@ struct Subcommand {
 
 // Adding a subcommand: write its `absl::Status run()` (and its flags) beside comm_bench.cc, list it here.
 constexpr Subcommand kSubcommands[] = {
-    {"comm", "collective time, algbw and busbw per size (nccl-tests style) beside single-thread memcpy",
+    {"comm",
+     "collective time, algbw and busbw per size (nccl-tests style) beside a copy on the same device "
+     "(single-thread memcpy, or device-to-device with --device=cuda)",
      zero::comm_command},
     {"kernels",
      "CPU kernels' GFLOP/s (matmul, attention) beside raw cblas_sgemm and GB/s (elementwise, norms, "
@@ -50,7 +52,9 @@ std::string usage() {
   std::string text =
       "Benchmarks zero's parts; prints a table on rank 0 and, with --csv, writes it.\n\n"
       "usage: zero-bench <subcommand> [--flag=value ...]\n"
-      "       mpirun -np N zero-bench <subcommand> --backend=mpi [--flag=value ...]\n\nsubcommands:\n";
+      "       mpirun -np N zero-bench <subcommand> --backend=mpi [--flag=value ...]\n"
+      "       zero-bench <subcommand> --backend=nccl --device=cuda --ranks=N [...]   (one process driving N GPUs)\n\n"
+      "subcommands:\n";
   for (const Subcommand& s : kSubcommands) absl::StrAppend(&text, "  ", s.name, "  ", s.summary, "\n");
   return text;
 }

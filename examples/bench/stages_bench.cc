@@ -24,8 +24,6 @@ ABSL_FLAG(std::string, model, "mini",
 ABSL_FLAG(std::string, stages, "0,1,2,3", "stages: comma list of ZeRO stages to run, each from 0 to 3");
 ABSL_FLAG(int64_t, batch, 4, "stages: sequences per rank per step (B)");
 ABSL_FLAG(int64_t, seq, 64, "stages: tokens per sequence (T), at most the model's maxT");
-ABSL_FLAG(std::string, device, "cpu",
-          "stages: where the engines and the model run: cpu, or cuda (the local ranks share cuda:0; a CUDA build)");
 ABSL_FLAG(std::string, png, "",
           "stages: also plot peak memory per category (stacked) and step time per stage to this PNG (needs gnuplot)");
 
@@ -40,14 +38,6 @@ absl::StatusOr<Gpt2Config> gpt2_model_flag() {
   absl::StatusOr<Gpt2Config> preset = Gpt2Config::preset(name);
   if (!preset.ok()) return flag_error("model", absl::StrCat("'", name, "' is not mini, tiny, d12, d24, d36 or d48"));
   return preset;
-}
-
-absl::StatusOr<Device> device_flag() {
-  const std::string name = absl::GetFlag(FLAGS_device);
-  if (name == "cpu") return Device::cpu();
-  if (name != "cuda") return flag_error("device", absl::StrCat("'", name, "' is not cpu or cuda"));
-  if (cuda_device_count() == 0) return flag_error("device", absl::StrCat("cuda needs a GPU: ", why_no_cuda_device()));
-  return Device::cuda(0);
 }
 
 absl::StatusOr<std::vector<int>> stages_flag() {
@@ -92,14 +82,14 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   config.offload_optimizer_path = o.offload_optimizer_path;
   config.offload_param_path = o.offload_param_path;
   config.persistence_threshold = o.persistence_threshold;
-  config.device = o.device;
+  config.device = rank_device(comm, o.device);
   // On the CPU timing costs clock reads only; on a GPU it would synchronize the device between phases.
-  config.time_phases = o.device.is_cpu();
+  config.time_phases = config.device.is_cpu();
   const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc, Device device) {
     return make_adam(AdamOptions{}, std::move(layout), alloc, device);
   };
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, allocator, adamw, config));
-  data::DeviceBatch on_device(allocator, o.device);
+  data::DeviceBatch on_device(allocator, config.device);
   const auto step = [&](int k) -> absl::Status {
     TokenBatch data = random_tokens(o, comm.rank(), k);
     ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(data.batch(o.batch, o.seq_len)));

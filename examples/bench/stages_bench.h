@@ -23,7 +23,7 @@ struct StagesBenchOptions {
   int64_t batch = 4;     // B per rank per micro-batch
   int64_t seq_len = 64;  // T
   DType precision = DType::kF32;
-  Device device = Device::cpu();  // cuda:0 for every local rank on the GPU
+  Device device = Device::cpu();  // --device's: cuda:0 for every local rank on the GPU (see rank_device)
   Repetitions reps;
   std::string offload_optimizer_path;  // "" = optimizer state in RAM (ZeroConfig::offload_optimizer_path)
   std::string offload_param_path;      // "" = stage 3's parameter shards in RAM (ZeroConfig::offload_param_path)
@@ -55,7 +55,7 @@ absl::StatusOr<std::vector<StageRow>> run_stages_bench(Communicator& comm, const
 // One stage of it.
 absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions& options, int stage);
 // The flags stages and offload share: --model ("mini" or a GPT-2 preset), --stages, --batch, --seq,
-// --dtype, --warmup and --iters; and a line describing the model and batch they give.
+// --dtype, --device, --warmup and --iters; and a line describing the model and batch they give.
 absl::StatusOr<StagesBenchOptions> stages_options_from_flags();
 std::string describe_model(const StagesBenchOptions& options);
 

@@ -22,6 +22,7 @@
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
 #include "tests/examples/run_program.h"
+#include "tests/skip_without_gpu.h"
 #include "tests/temp_dir.h"
 
 namespace zero {
@@ -29,6 +30,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using testing::mpiexec_launcher;
 using testing::RunResult;
@@ -126,6 +128,31 @@ TEST_F(CommBenchRun, CsvHasTheSameColumnsAndRows) {
 
 TEST_F(CommBenchRun, PrintsWhatRan) {
   EXPECT_THAT(result_->output, HasSubstr("# zero-bench comm: backend local, 2 ranks, fp32, warmup 1, iters 3"));
+  EXPECT_THAT(result_->output, HasSubstr("# buffers: rank 0's on cpu; memcpy: rank 0's single-thread memcpy"));
+}
+
+TEST(CommBenchGpu, TwoLocalRanksOnOneGpuPrintOneRowPerCollectiveAndSize) {
+  ZERO_SKIP_WITHOUT_GPU();
+  const RunResult r = run_bench("comm --device=cuda --ranks=2 --sizes=16K,64K --warmup=1 --iters=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("# buffers: rank 0's on cuda:0; memcpy: rank 0's device-to-device copy"));
+  const auto table = records(r.output, ' ');
+  ASSERT_FALSE(table.empty()) << r.output;
+  EXPECT_EQ(table[0], kHeader);
+  expect_rows({table.begin() + 1, table.end()}, 0.0005);
+}
+
+TEST(CommBenchGpu, OneNcclRankOnItsGpuPrintsARowPerCollective) {
+  ZERO_SKIP_WITHOUT_GPU();
+#ifndef ZERO_HAS_NCCL
+  GTEST_SKIP() << "this build has no NCCL";
+#else
+  const RunResult r = run_bench("comm --backend=nccl --device=cuda --ranks=1 --sizes=16K --warmup=1 --iters=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("# zero-bench comm: backend nccl, 1 ranks, fp32"));
+  EXPECT_THAT(r.output, HasSubstr("# buffers: rank 0's on cuda:0"));
+  EXPECT_EQ(records(r.output, ' ').size(), 5u) << "the header and one row per collective";
+#endif
 }
 
 TEST(CommBenchMpi, TwoProcessesPrintOneRowPerCollectiveAndSize) {
@@ -292,14 +319,18 @@ TEST(StagesBench, Stage3WaitsOnItsGathersAndReductions) {
   for (double ms : wait_ms) EXPECT_GT(ms, 0);
 }
 
-TEST(StagesBenchFlags, DeviceIsCpuOrAVisibleGpu) {
-  RunResult r = run_bench("stages --device=tpu");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, HasSubstr("--device: 'tpu' is not cpu or cuda"));
-  if (cuda_device_count() > 0) return;
-  r = run_bench("stages --device=cuda");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, HasSubstr("--device: cuda needs a GPU"));
+TEST(BenchFlags, DeviceIsCpuOrAVisibleGpuBeforeAnyRun) {
+  for (const char* subcommand : {"comm", "stages"}) {
+    RunResult r = run_bench(absl::StrCat(subcommand, " --device=tpu"));
+    EXPECT_EQ(r.exit_code, 1) << subcommand;
+    EXPECT_THAT(r.output, HasSubstr("--device: 'tpu' is not cpu or cuda")) << subcommand;
+    if (cuda_device_count() > 0) continue;
+    // The reason after the colon is why_no_cuda_device()'s (no driver, or a build without CUDA).
+    r = run_bench(absl::StrCat(subcommand, " --device=cuda"));
+    EXPECT_EQ(r.exit_code, 1) << subcommand;
+    EXPECT_THAT(r.output, HasSubstr("--device: cuda needs a GPU")) << subcommand;
+    EXPECT_THAT(r.output, Not(HasSubstr("# zero-bench"))) << subcommand;
+  }
 }
 
 TEST(StagesBench, WritesAPngWithGnuplot) {
@@ -386,6 +417,31 @@ TEST(CommBenchFlags, MpiBackendWithoutMpiNamesTheFlag) {
 #endif
 }
 
+TEST(CommBenchFlags, NcclBackendNeedsABuildWithNcclAndTheGpu) {
+  const RunResult r = run_bench("comm --backend=nccl --device=cpu");
+  EXPECT_EQ(r.exit_code, 1);
+#ifdef ZERO_HAS_NCCL
+  EXPECT_THAT(r.output,
+              HasSubstr("--backend: nccl runs every rank on a GPU, but --device is 'cpu'; add --device=cuda"));
+#else
+  EXPECT_THAT(r.output, HasSubstr("--backend: nccl: this zero-bench was built without NCCL"));
+#endif
+  EXPECT_THAT(r.output, Not(HasSubstr("# zero-bench")));
+}
+
+TEST(CommBenchFlags, NcclBackendWithoutAGpuNamesTheDeviceFlag) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  const RunResult r = run_bench("comm --backend=nccl --device=cuda --ranks=1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--device: cuda needs a GPU"));
+}
+
+TEST(CommBenchFlags, UnknownBackendNamesTheChoices) {
+  const RunResult r = run_bench("comm --backend=gloo");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--backend: unknown backend 'gloo'; use local, mpi or nccl"));
+}
+
 TEST(CommBenchFlags, UnknownSubcommandIsAUsageError) {
   const RunResult r = run_bench("bandwidth");
   EXPECT_EQ(r.exit_code, 2);
@@ -394,8 +450,8 @@ TEST(CommBenchFlags, UnknownSubcommandIsAUsageError) {
 
 TEST(CommBenchFlags, HelpExplainsEveryFlag) {
   const RunResult r = run_bench("--help");
-  for (const char* flag : {"--backend", "--ranks", "--dtype", "--warmup", "--iters", "--csv", "--collectives",
-                           "--sizes", "--kernels", "--tokens"}) {
+  for (const char* flag : {"--backend", "--ranks", "--device", "--dtype", "--warmup", "--iters", "--csv",
+                           "--collectives", "--sizes", "--kernels", "--tokens"}) {
     EXPECT_THAT(r.output, HasSubstr(absl::StrCat("    ", flag, " ("))) << flag;
   }
   EXPECT_THAT(r.output, HasSubstr("comm  collective time"));
