@@ -20,6 +20,7 @@
 #include "examples/common/result_table.h"
 #include "models/gpt2_config.h"
 #include "runtime/comm/local.h"
+#include "runtime/device.h"
 #include "runtime/status.h"
 #include "tests/examples/run_program.h"
 #include "tests/temp_dir.h"
@@ -27,6 +28,7 @@
 namespace zero {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -299,7 +301,8 @@ TEST(StagesBenchFlags, DeviceIsCpuOrAVisibleGpu) {
   if (cuda_device_count() > 0) return;
   r = run_bench("stages --device=cuda");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, HasSubstr("--device: cuda needs a GPU"));
+  EXPECT_THAT(r.output, AllOf(HasSubstr(absl::StrCat("--device: cuda needs a GPU: ", why_no_cuda_device())),
+                              HasSubstr("or use --device=cpu")));
 }
 
 TEST(StagesBench, WritesAPngWithGnuplot) {
