@@ -92,7 +92,7 @@ class Buffer {
 // page (a third of a GPT-2 small stage-3 step on 2 ranks). The oldest kept blocks are freed once they
 // exceed the most this rank has held at once, or once what is held plus what is kept would exceed the
 // budget; MemoryStats::cached says how much is kept. CUDA memory comes from the device's stream-ordered
-// pool, which keeps nothing past the next synchronization, so what is accounted is what the device holds.
+// pool, which keeps freed memory for reuse itself: what is accounted is what is live, not what the pool holds.
 class Allocator {
  public:
   explicit Allocator(int rank = 0, std::optional<int64_t> budget_bytes = std::nullopt);

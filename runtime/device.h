@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace zero {
@@ -23,7 +24,12 @@ struct Device {
 
 // Visible CUDA devices; 0 when there is no driver or no device, or zero was built without CUDA (never an error).
 int cuda_device_count();
-// Why cuda_device_count() is 0 (the CUDA error, e.g. a driver older than the toolkit), for messages.
+// Why cuda_device_count() is 0 and what fixes it, for messages: no GPU or driver, a driver older than the CUDA
+// zero was built with, or a build without CUDA. The CUDA error alone misleads: with no driver at all, CUDA
+// reports cudaErrorInsufficientDriver, as for an old one.
 std::string why_no_cuda_device();
+// OK when cuda:index is visible, else FailedPrecondition saying why: the check a run that asks for a GPU makes
+// before its first CUDA call, which would fail with the bare CUDA error.
+absl::Status check_cuda_device(int index);
 
 }  // namespace zero

@@ -20,7 +20,7 @@ absl::StatusOr<void*> cpu_alloc(size_t nbytes) {
 
 #ifndef ZERO_HAS_CUDA
 int cuda_device_count() { return 0; }
-std::string why_no_cuda_device() { return "zero was built without CUDA"; }
+std::string why_no_cuda_device() { return "zero was built without CUDA; configure with -DZERO_WITH_CUDA=ON"; }
 absl::Status no_cuda(absl::string_view what, Device device) {
   return absl::FailedPreconditionError(
       absl::StrCat("cannot ", what, " ", device.to_string(), ": zero was built without CUDA (-DZERO_WITH_CUDA=ON)"));

@@ -23,6 +23,8 @@ Engine::Engine(Model& model, Communicator& comm, Allocator& allocator, ZeroConfi
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicator& comm, Allocator& allocator,
                                                        OptimizerFactory make_optimizer, ZeroConfig config) {
   ZERO_RETURN_IF_ERROR(config.validate());
+  // Refused here, saying why, rather than at the first allocation with the bare CUDA error.
+  if (config.device.is_cuda()) ZERO_RETURN_IF_ERROR(check_cuda_device(config.device.index));
   std::unique_ptr<Engine> engine(new Engine(model, comm, allocator, std::move(config)));
   ZERO_RETURN_IF_ERROR(engine->build(std::move(make_optimizer)));
   return engine;

@@ -126,7 +126,9 @@ absl::StatusOr<Device> device_flag() {
   const std::string name = absl::GetFlag(FLAGS_device);
   if (name == "cpu") return Device::cpu();
   if (name != "cuda") return flag_error("device", absl::StrCat("'", name, "' is not cpu or cuda"));
-  if (cuda_device_count() == 0) return flag_error("device", absl::StrCat("cuda needs a GPU: ", why_no_cuda_device()));
+  if (const absl::Status gpu = check_cuda_device(0); !gpu.ok()) {
+    return flag_error("device", absl::StrCat("cuda needs a GPU: ", gpu.message(), ", or use --device=cpu"));
+  }
   return Device::cuda(0);
 }
 

@@ -14,6 +14,7 @@
 #include "models/data/device_batch.h"
 #include "models/gpt2.h"
 #include "optim/optimizers.h"
+#include "runtime/device.h"
 #include "runtime/status.h"
 #include "shard/plan.h"
 #include "shard/stage.h"

@@ -43,6 +43,7 @@
 #include "models/gpt2_weights.h"
 #include "models/mlp.h"
 #include "runtime/comm/local.h"
+#include "runtime/device.h"
 #include "runtime/file_memory.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
@@ -553,6 +554,14 @@ absl::Status train_one_rank(Communicator& comm, const Plan& plan) {
   return RankRun(comm, plan, allocator).run();
 }
 
+// device = cuda with local ranks: refused before they start, naming what is missing (exit 2, as for the other
+// faults of where zero-train runs), not by the first CUDA call's bare error.
+absl::Status check_gpu() {
+  const absl::Status status = check_cuda_device(0);
+  if (status.ok()) return status;
+  return absl::FailedPreconditionError(absl::StrCat("device = cuda: ", status.message(), ", or use device = cpu"));
+}
+
 // backend = nccl without mpirun: this process drives config.ranks GPUs, rank r on cuda:r.
 absl::Status run_nccl_ranks_on_this_process(const TrainConfig& config) {
 #ifdef ZERO_HAS_NCCL
@@ -604,6 +613,7 @@ absl::Status run_ranks(const TrainConfig& config) {
   // Local ranks share one device; the plan is made before they start, so a bad config is refused first.
   const Device device = config.device == "cuda" ? Device::cuda(0) : Device::cpu();
   ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, config.ranks, device));
+  if (device.is_cuda()) ZERO_RETURN_IF_ERROR(check_gpu());
   return root_cause(run_local_ranks(config.ranks, [&](Communicator& comm) { return train_one_rank(comm, plan); }));
 }
 

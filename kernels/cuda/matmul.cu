@@ -1,55 +1,16 @@
 // matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (no TF32), bf16/fp16 tensor-core GEMMs with fp32 accumulation,
 // bias and deterministic bias gradient.
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <type_traits>
-#include <unordered_map>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_handle.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace zero::kernels::cuda {
 namespace {
-
-absl::Status cublas_status(cublasStatus_t s, const char* what) {
-  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")"));
-}
-
-#define ZERO_CUBLAS_RETURN_IF_ERROR(expr) ZERO_RETURN_IF_ERROR(cublas_status((expr), #expr))
-
-// One cuBLAS handle per (thread, device), as cuBLAS recommends for multi-threaded callers; created on first
-// use with the device current, destroyed when the thread exits.
-class ThreadHandles {
- public:
-  ~ThreadHandles() {
-    for (auto& [device, h] : handles_) cublasDestroy(h);
-  }
-  absl::StatusOr<cublasHandle_t> get(int device) {
-    if (auto it = handles_.find(device); it != handles_.end()) return it->second;
-    cublasHandle_t h = nullptr;
-    ZERO_CUBLAS_RETURN_IF_ERROR(cublasCreate(&h));
-    handles_[device] = h;
-    // fp32 in, fp32 products and sums: no TF32, so results differ from the CPU only by summation order.
-    // bf16/fp16 in (cublasGemmEx, compute 32F): tensor cores, products exact in fp32 and summed in fp32; the
-    // DISALLOW flag keeps split-K partial sums in fp32 too (by default cuBLAS may reduce them in a half C's
-    // dtype), so a half output is rounded exactly once. It changes nothing for fp32 outputs.
-    ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
-        h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-    ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, 0));
-    return h;
-  }
-
- private:
-  std::unordered_map<int, cublasHandle_t> handles_;
-};
-
-absl::StatusOr<cublasHandle_t> handle(int device) {
-  thread_local ThreadHandles handles;
-  return handles.get(device);
-}
 
 // Row-major C (M, N) = op(A) · op(B) is column-major C^T = op(B)^T · op(A)^T, so every call below passes
 // the operands swapped: cuBLAS sees each row-major (R, K) matrix as a column-major (K, R) one.
@@ -151,7 +112,7 @@ absl::Status matmul_forward(int device, float* out, const float* inp, const floa
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, handle(device));
+  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   if (bias != nullptr) {
     broadcast_rows_kernel<<<blocks_for(n * oc), kThreads>>>(out, bias, n, oc);
     ZERO_RETURN_IF_ERROR(launched("broadcast_rows_kernel"));
@@ -165,7 +126,7 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, handle(device));
+  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   if (dinp != nullptr) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)
     ZERO_RETURN_IF_ERROR(gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, 0.0f, dinp, c));
@@ -181,7 +142,7 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, handle(device));
+  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   // out (N, OC) = inp (N, C) · weight^T (C, OC), as matmul_forward's gemm.
   const auto product = [&](void* dst, DType dst_dtype, float beta) {
     return gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, half, beta, dst, dst_dtype, oc);
@@ -219,7 +180,7 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, handle(device));
+  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   if (dinp != nullptr) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)
     ZERO_RETURN_IF_ERROR(

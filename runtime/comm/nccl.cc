@@ -379,9 +379,9 @@ absl::Status check_device(int rank, int device) {
   const int visible = cuda_device_count();
   if (device >= 0 && device < visible) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      absl::StrCat("nccl rank ", rank, " wants cuda:", device, " but ", visible,
-                   " CUDA device(s) are visible; run one rank per "
-                   "GPU (LOCAL_RANK picks it) on a machine with a GPU and driver, or use the local or mpi backend"));
+      absl::StrCat("nccl rank ", rank, " wants cuda:", device, " but ", visible, " CUDA device(s) are visible",
+                   visible == 0 ? absl::StrCat(" (", why_no_cuda_device(), ")") : "",
+                   "; run one rank per GPU (LOCAL_RANK picks it), or use the local or mpi backend"));
 }
 
 // The GPU of the process with this local rank: that index among the visible devices, or the only one

@@ -1,8 +1,10 @@
 // CUDA device memory for the Allocator and copies. Memory comes from the device's stream-ordered pool
 // (cudaMallocAsync) in the order of the legacy default stream, where the kernels run: a free then needs
 // no device-wide synchronization, which cudaFree would impose on every stream (communication included)
-// at each bucket or gathered unit the engine lets go. The pool is set to keep no memory past the next
-// synchronization (release threshold 0), so what is accounted is what the device holds from then on.
+// at each bucket or gathered unit the engine lets go. The pool keeps what is freed for reuse (release threshold
+// UINT64_MAX): a step frees and allocates the same buckets and gathered units again, which the default threshold of
+// 0 would hand back to the driver at every synchronization to be mapped again. The Allocator accounts what is live.
+#include <cstdint>
 #include <mutex>
 #include <set>
 
@@ -22,15 +24,15 @@ absl::StatusOr<cudaMemPool_t> default_pool(int device) {
   return pool;
 }
 
-// Once per device: the pool returns freed memory to the driver at each synchronization.
+// Once per device: the pool keeps all freed memory, so it grows to about the most that was live at once and stays.
 absl::Status configure_pool(int device) {
   static std::mutex mu;
   static std::set<int> configured;
   std::lock_guard lock(mu);
   if (configured.contains(device)) return absl::OkStatus();
   ZERO_ASSIGN_OR_RETURN(cudaMemPool_t pool, default_pool(device));
-  uint64_t keep_nothing = 0;
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_nothing));
+  uint64_t keep_everything = UINT64_MAX;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
   configured.insert(device);
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@
 #include "examples/common/result_table.h"
 #include "models/gpt2_config.h"
 #include "runtime/comm/local.h"
+#include "runtime/device.h"
 #include "runtime/status.h"
 #include "tests/examples/run_program.h"
 #include "tests/skip_without_gpu.h"
@@ -28,6 +29,7 @@
 namespace zero {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -328,7 +330,9 @@ TEST(BenchFlags, DeviceIsCpuOrAVisibleGpuBeforeAnyRun) {
     // The reason after the colon is why_no_cuda_device()'s (no driver, or a build without CUDA).
     r = run_bench(absl::StrCat(subcommand, " --device=cuda"));
     EXPECT_EQ(r.exit_code, 1) << subcommand;
-    EXPECT_THAT(r.output, HasSubstr("--device: cuda needs a GPU")) << subcommand;
+    EXPECT_THAT(r.output, AllOf(HasSubstr(absl::StrCat("--device: cuda needs a GPU: ", why_no_cuda_device())),
+                                HasSubstr("or use --device=cpu")))
+        << subcommand;
     EXPECT_THAT(r.output, Not(HasSubstr("# zero-bench"))) << subcommand;
   }
 }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "runtime/device.h"
 #include "runtime/safetensors.h"
 #include "tests/examples/run_program.h"
 #include "tests/skip_without_gpu.h"
@@ -333,6 +334,19 @@ TEST_F(ZeroTrainTest, TwoRanksShareOneGpuAndTheLossFalls) {
   const std::vector<json> train = events(metrics_lines(path), "train");
   ASSERT_EQ(train.size(), 12u);
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
+}
+
+TEST_F(ZeroTrainTest, CudaWithoutAGpuExitsTwoSayingWhatIsMissingAndWhatToDo) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is visible";
+  const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(metrics_path()), " --device=cuda"));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+#ifdef ZERO_HAS_CUDA
+  // No driver here reads "no CUDA GPU or driver found" (cuda_runtime_test checks the reasons themselves).
+  EXPECT_THAT(run.output, AllOf(StartsWith("zero-train: device = cuda: "), HasSubstr(why_no_cuda_device()),
+                                HasSubstr("or use device = cpu")));
+#else
+  EXPECT_THAT(run.output, HasSubstr("this zero-train was built without CUDA"));
+#endif
 }
 
 TEST_F(ZeroTrainTest, NcclWithoutMpirunDrivesOneGpuPerRankFromThisProcess) {

@@ -18,7 +18,9 @@
 namespace zero {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 using testing::StreamHold;
 
 TEST(CudaRuntimeTest, StreamOnADeviceThatIsNotThereIsAnError) {
@@ -26,6 +28,26 @@ TEST(CudaRuntimeTest, StreamOnADeviceThatIsNotThereIsAnError) {
   auto stream = CudaStream::create(missing);
   ASSERT_FALSE(stream.ok());
   EXPECT_THAT(stream.status().message(), HasSubstr(absl::StrCat("cudaSetDevice(", missing, ")")));
+}
+
+// CUDA reports a missing driver as cudaErrorInsufficientDriver, as it does an old one: the message must not.
+TEST(CudaRuntimeTest, WithoutADriverTheReasonSaysSoAndNamesTheCudaToInstall) {
+  int driver = 0;
+  ASSERT_EQ(cudaDriverGetVersion(&driver), cudaSuccess);
+  if (driver != 0) GTEST_SKIP() << "a CUDA driver is loaded";
+  EXPECT_THAT(why_no_cuda_device(), AllOf(StartsWith("no CUDA GPU or driver found (cudaGetDeviceCount: "),
+                                          HasSubstr(absl::StrCat("a driver for CUDA ", CUDART_VERSION / 1000, "."))));
+}
+
+TEST(CudaRuntimeTest, CheckingADeviceThatIsNotThereFailsSayingWhy) {
+  const int missing = cuda_device_count();
+  const absl::Status status = check_cuda_device(missing);
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  if (missing == 0) {
+    EXPECT_EQ(status.message(), why_no_cuda_device());
+  } else {
+    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("cuda:", missing, " is not there")));
+  }
 }
 
 TEST(CudaRuntimeTest, AllocationOnADeviceThatIsNotThereFailsWithoutKeepingAccounting) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/comm/local.h"
+#include "runtime/device.h"
 #include "runtime/file_memory.h"
 #include "runtime/status.h"
 #include "tests/shard/toy_training.h"
@@ -689,6 +690,17 @@ TEST(EngineConfig, DifferentModelsOnDifferentRanksAreRefusedAtCreate) {
   for (const absl::Status& s : statuses) {
     EXPECT_THAT(std::string(s.message()), HasSubstr("the model differs across ranks: rank(s) 1 declare")) << s;
   }
+}
+
+TEST(EngineConfig, AGpuThatIsNotThereIsRefusedAtCreateSayingWhy) {
+  const Device missing = Device::cuda(cuda_device_count());
+  const std::vector<absl::Status> statuses = run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
+    Allocator allocator(comm.rank());
+    ToyModel model(ToyConfig{});
+    return Engine::create(model, comm, allocator, sgd_factory(), ZeroConfig{.device = missing}).status();
+  });
+  EXPECT_EQ(statuses[0], check_cuda_device(missing.index));
+  EXPECT_TRUE(absl::IsFailedPrecondition(statuses[0])) << statuses[0];
 }
 
 TEST(EngineConfig, BadValuesNameTheKey) {

@@ -1,0 +1,23 @@
+// cuBLAS handles for the CUDA kernels: one per (thread, device), lent by a pool that lives as long as the process.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/status.h"
+
+namespace zero::kernels::cuda {
+
+// OK, or an Internal error naming the call and cuBLAS's status.
+absl::Status cublas_status(cublasStatus_t s, const char* what);
+
+#define ZERO_CUBLAS_RETURN_IF_ERROR(expr) ZERO_RETURN_IF_ERROR(::zero::kernels::cuda::cublas_status((expr), #expr))
+
+// This thread's handle for `device`, which must be current: cuBLAS asks multi-threaded callers for a handle
+// per thread. It runs on the legacy default stream, fp32 GEMMs without TF32 and half GEMMs with fp32 sums.
+// The first call on a thread borrows one from the pool (made there when none is free); the thread gives it
+// back when it exits, for the next thread, since local ranks are threads started anew for each run.
+absl::StatusOr<cublasHandle_t> cublas_handle(int device);
+
+}  // namespace zero::kernels::cuda
