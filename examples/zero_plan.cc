@@ -13,14 +13,12 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "examples/common/tool_flags.h"
 #include "models/gpt2.h"
 #include "models/gpt2_config.h"
 #include "nlohmann/json.hpp"
@@ -533,22 +531,16 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
   return absl::StrCat(heading(r), aligned(rows), notes);
 }
 
-// --help lists zero-plan's own flags, not those of the libraries it links.
-bool is_plan_flag_file(absl::string_view filename) { return absl::StrContains(filename, "zero_plan"); }
-
 }  // namespace
 }  // namespace zero
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  const std::vector<char*> args = zero::parse_tool_flags(
+      argc, argv,
       "Per-rank memory by category, bytes sent per step and the largest model that fits, for ZeRO stages 0-3.\n\n"
       "usage: zero-plan (--model d12 [--num_layers L ...] | --num_layers L --num_heads NH --channels C\n"
-      "                  | --params 7.5e9) (--ranks N | --nodes A --gpus_per_node B) [--flag=value ...]");
-  absl::FlagsUsageConfig config;
-  config.contains_helpshort_flags = zero::is_plan_flag_file;
-  config.contains_help_flags = zero::is_plan_flag_file;
-  absl::SetFlagsUsageConfig(config);
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+      "                  | --params 7.5e9) (--ranks N | --nodes A --gpus_per_node B) [--flag=value ...]",
+      "examples/zero_plan.cc");
   if (args.size() > 1) {
     std::fprintf(stderr, "zero-plan: unexpected argument '%s'; every input is a --flag (--help lists them)\n", args[1]);
     return 2;

@@ -3,11 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "examples/bench/comm_bench.h"
@@ -15,6 +11,7 @@
 #include "examples/bench/offload_bench.h"
 #include "examples/bench/optim_bench.h"
 #include "examples/bench/stages_bench.h"
+#include "examples/common/tool_flags.h"
 #include "runtime/comm/communicator.h"
 
 namespace {
@@ -59,18 +56,10 @@ std::string usage() {
   return text;
 }
 
-// --help lists the flags of zero-bench's own sources, not those of the libraries it links.
-bool is_bench_flag_file(absl::string_view filename) { return absl::StrContains(filename, "examples/bench/"); }
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(usage());
-  absl::FlagsUsageConfig config;
-  config.contains_helpshort_flags = is_bench_flag_file;
-  config.contains_help_flags = is_bench_flag_file;
-  absl::SetFlagsUsageConfig(config);
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> args = zero::parse_tool_flags(argc, argv, usage(), "examples/bench/");
 
   if (args.size() != 2) {
     std::fprintf(stderr, "zero-bench: give exactly one subcommand.\n%s(--help lists the flags)\n", usage().c_str());

@@ -11,8 +11,8 @@
 #include <random>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "examples/common/tool_flags.h"
 #include "optim/optimizers.h"
 #include "runtime/comm/local.h"
 #include "runtime/status.h"
@@ -190,7 +190,10 @@ absl::Status check_flags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  zero::parse_tool_flags(argc, argv,
+                         "Trains a model written against zero's module contract (examples/custom_model/main.cc) under "
+                         "a ZeRO stage on in-process ranks.\n\nusage: custom_model [--stage S] [--ranks N] [--steps K]",
+                         "examples/custom_model/");
   if (const absl::Status bad = check_flags(); !bad.ok()) {
     std::fprintf(stderr, "custom_model: %s\n", std::string(bad.message()).c_str());
     return 2;

@@ -69,7 +69,8 @@ constexpr char kUsage[] =
     "       zero-train --backend=nccl --device=cuda --ranks N [...]      (one process driving N GPUs)\n"
     "Trains GPT-2 (or an MLP: --model.type=mlp --data.source=blobs) under ZeRO stage 0-3. Without --config it runs the "
     "embedded default (a small GPT-2 learning\n"
-    "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same.\n";
+    "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same;\n"
+    "every key, its default and its meaning: README.md, section \"Config reference (zero-train)\".\n";
 
 // Everything a rank needs, settled before any parameter is allocated.
 struct Plan {
@@ -449,14 +450,15 @@ struct Command {
   std::string config_path;
   std::vector<std::string> overrides;  // "key.path=value"
   bool help = false;
+  bool version = false;
 };
 
 absl::StatusOr<Command> parse_command_line(int argc, char** argv) {
   Command command;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      command.help = true;
+    if (arg == "--help" || arg == "-h" || arg == "--version") {
+      (arg == "--version" ? command.version : command.help) = true;
       continue;
     }
     if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
@@ -623,6 +625,10 @@ absl::Status run_ranks(const TrainConfig& config) {
 int main(int argc, char** argv) {
   using namespace zero::train;
   absl::StatusOr<Command> command = parse_command_line(argc, argv);
+  if (command.ok() && command->version) {
+    std::printf("zero-train %s\n", ZERO_VERSION);
+    return 0;
+  }
   if (command.ok() && command->help) {
     std::printf("%s\nThe embedded default, which --config replaces whole:\n%s", kUsage, default_config_json());
     return 0;
