@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/kernels.h"
 #include "runtime/status.h"
 
@@ -37,9 +39,124 @@ std::map<std::string, Gpt2HfTensor> by_hf_name(const std::vector<Gpt2HfTensor>& 
   return out;
 }
 
-bool is_attention_mask(absl::string_view name) {
-  return absl::StartsWith(name, "h.") &&
-         (absl::EndsWith(name, ".attn.bias") || absl::EndsWith(name, ".attn.masked_bias"));
+// GPT2LMHeadModel.save_pretrained names GPT2Model's tensors "transformer.wte.weight", ...
+constexpr absl::string_view kSavePretrainedPrefix = "transformer.";
+// GPT2LMHeadModel's output head, tied to wte.
+constexpr absl::string_view kLmHead = "lm_head.weight";
+
+// The prefix of the file's names: kSavePretrainedPrefix when they carry it, else "" (GPT2Model's, the hub's gpt2).
+std::string name_prefix(const SafetensorsFile& file) {
+  const bool prefixed = std::any_of(file.entries().begin(), file.entries().end(), [](const SafetensorsEntry& e) {
+    return absl::StartsWith(e.name, kSavePretrainedPrefix);
+  });
+  return prefixed ? std::string(kSavePretrainedPrefix) : "";
+}
+
+// HF's non-parameter buffers, by name: each block's causal mask (attn.bias) and masked_bias (older files).
+std::set<std::string> buffer_names(const Gpt2Config& config, absl::string_view prefix) {
+  std::set<std::string> out;
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    for (absl::string_view buffer : {"attn.bias", "attn.masked_bias"}) {
+      out.insert(absl::StrCat(prefix, gpt2_hf_name(gpt2_block_unit(layer), buffer)));
+    }
+  }
+  return out;
+}
+
+// The file's tensor `name`, which holds `t`: present, F32/BF16/F16, in Hugging Face's shape.
+absl::StatusOr<Tensor> stored_tensor(const SafetensorsFile& file, const std::string& path, const std::string& name,
+                                     const Gpt2HfTensor& t, const Gpt2Config& config) {
+  if (!file.contains(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " has no tensor '", name, "' (", shape_string(t.hf_shape),
+                                                   "); is it a GPT-2 checkpoint with ", config.num_layers, " layers?"));
+  }
+  ZERO_ASSIGN_OR_RETURN(const Tensor stored, file.get(name));
+  if (!is_floating(stored.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' is ",
+                                                   safetensors_dtype_name(stored.dtype()),
+                                                   "; GPT-2 weights are F32, BF16 or F16"));
+  }
+  return file.get(name, stored.dtype(), t.hf_shape);
+}
+
+// Fails naming the first tensor of the file that is neither one of `tensors` (under `prefix`), a known
+// buffer, nor the head.
+absl::Status check_no_other_tensors(const SafetensorsFile& file, const std::string& path,
+                                    const std::map<std::string, Gpt2HfTensor>& tensors, const std::string& prefix,
+                                    const Gpt2Config& config) {
+  const std::set<std::string> buffers = buffer_names(config, prefix);
+  for (const SafetensorsEntry& entry : file.entries()) {
+    const absl::string_view name = entry.name;
+    const bool param = absl::StartsWith(name, prefix) && tensors.contains(std::string(name.substr(prefix.size())));
+    if (!param && !buffers.contains(entry.name) && name != kLmHead) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " has tensor '", name, "', which a GPT-2 with ",
+                                                     config.num_layers, " layers, ", config.channels,
+                                                     " channels does not have; check the config"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// zero ties the head to wte, as GPT2LMHeadModel does: a file's lm_head.weight (transformers writes it
+// unless it drops tied copies) must be wte's values. Returns the note for the log, "" without one.
+absl::StatusOr<std::string> check_tied_head(const SafetensorsFile& file, const std::string& path,
+                                            const std::string& wte_name) {
+  if (!file.contains(kLmHead)) return "";
+  ZERO_ASSIGN_OR_RETURN(const Tensor wte, file.get(wte_name));
+  ZERO_ASSIGN_OR_RETURN(const Tensor head, file.get(kLmHead));
+  if (!is_floating(head.dtype()) || head.shape() != wte.shape()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": tensor '", kLmHead, "' is ", safetensors_dtype_name(head.dtype()),
+                     shape_string(head.shape()), " but '", wte_name, "' is ", safetensors_dtype_name(wte.dtype()),
+                     shape_string(wte.shape()), "; zero ties the head to wte, so the two must be the same tensor"));
+  }
+  for (int64_t i = 0; i < wte.numel(); ++i) {
+    const float h = load_as_float(head.data(), head.dtype(), i);
+    const float w = load_as_float(wte.data(), wte.dtype(), i);
+    if (float_bits(h) != float_bits(w)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": tensor '", kLmHead, "' differs from '", wte_name, "' at element ", i, " (", h, " vs ", w,
+          "); zero ties the head to wte and cannot train an untied one: remove lm_head.weight from the file to "
+          "start from wte"));
+    }
+  }
+  return absl::StrCat(kLmHead, " equals wte.weight (the tied head)");
+}
+
+// "tensors in BF16, widened exactly to fp32" when any of `dtypes` is not F32, else "".
+std::string widening_note(const std::set<DType>& dtypes) {
+  std::vector<std::string> halves;
+  for (DType dtype : dtypes) {
+    if (dtype != DType::kF32) halves.emplace_back(safetensors_dtype_name(dtype));
+  }
+  return halves.empty() ? "" : absl::StrCat("tensors in ", absl::StrJoin(halves, " and "), ", widened exactly to fp32");
+}
+
+// `t` in fp32: itself when it is fp32 (or no floating CPU tensor, for the caller's check to refuse), else
+// widened exactly (bf16, fp16) into `buffer`.
+absl::StatusOr<Tensor> widen_to_fp32(const Tensor& t, std::vector<float>& buffer) {
+  if (!is_floating(t.dtype()) || t.dtype() == DType::kF32 || !t.device().is_cpu()) return t;
+  buffer.resize(t.numel());
+  const Tensor out(buffer.data(), DType::kF32, t.shape());
+  ZERO_RETURN_IF_ERROR(kernels::cast(out, t));
+  return out;
+}
+
+absl::Status check_finite(const std::string& name, const Tensor& values32) {
+  const float* values = values32.data_as<float>();
+  const float* end = values + values32.numel();
+  if (const float* bad = std::find_if(values, end, [](float v) { return !std::isfinite(v); }); bad != end) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' holds ", *bad, " at element ", bad - values,
+                                                   "; a model starts from finite weights"));
+  }
+  return absl::OkStatus();
+}
+
+// dst = src's leading elements, the rest of dst zero: wte's V rows fill zero's first V of Vp.
+void copy_leading(const Tensor& src, const Tensor& dst) {
+  const size_t n = std::min(src.nbytes(), dst.nbytes());
+  std::memcpy(dst.data(), src.data(), n);
+  std::memset(static_cast<char*>(dst.data()) + n, 0, dst.nbytes() - n);
 }
 
 // dst (cols, rows) = src (rows, cols)^T.
@@ -72,42 +189,35 @@ absl::Status check_param_view(const Gpt2HfTensor& t, const Tensor& view) {
 absl::StatusOr<Gpt2HfReader> Gpt2HfReader::open(const std::string& path, const Gpt2Config& config) {
   ZERO_RETURN_IF_ERROR(config.validate());
   ZERO_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::read(path));
+  const std::string prefix = name_prefix(file);
   std::map<std::string, Gpt2HfTensor> tensors = by_hf_name(hf_tensors(config));
+  std::set<DType> dtypes;
   for (const auto& [name, t] : tensors) {
-    if (!file.contains(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, " has no tensor '", name, "' (", shape_string(t.hf_shape),
-                                                     "); is it a GPT-2 checkpoint with ", config.num_layers,
-                                                     " layers?"));
-    }
-    ZERO_RETURN_IF_ERROR(file.get(name, DType::kF32, t.hf_shape).status());
+    ZERO_ASSIGN_OR_RETURN(const Tensor stored, stored_tensor(file, path, prefix + name, t, config));
+    dtypes.insert(stored.dtype());
   }
-  for (const SafetensorsEntry& entry : file.entries()) {
-    if (!tensors.contains(entry.name) && !is_attention_mask(entry.name)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, " has tensor '", entry.name, "', which a GPT-2 with ",
-                                                     config.num_layers, " layers, ", config.channels,
-                                                     " channels does not have; check the config"));
-    }
+  ZERO_RETURN_IF_ERROR(check_no_other_tensors(file, path, tensors, prefix, config));
+  ZERO_ASSIGN_OR_RETURN(const std::string head_note, check_tied_head(file, path, prefix + "wte.weight"));
+  std::vector<std::string> notes;
+  for (const std::string& note : {widening_note(dtypes), head_note}) {
+    if (!note.empty()) notes.push_back(note);
   }
-  return Gpt2HfReader(std::move(file), std::move(tensors));
+  return Gpt2HfReader(std::move(file), std::move(tensors), prefix, std::move(notes));
 }
 
 absl::Status Gpt2HfReader::fill(absl::string_view unit, absl::string_view param, const Tensor& dst) const {
   ZERO_ASSIGN_OR_RETURN(const Gpt2HfTensor* t, find_param(tensors_, unit, param));
   ZERO_RETURN_IF_ERROR(check_param_view(*t, dst));
-  ZERO_ASSIGN_OR_RETURN(Tensor src, file_.get(gpt2_hf_name(unit, param)));
-  const float* values = src.data_as<float>();
-  if (const float* bad = std::find_if(values, values + src.numel(), [](float v) { return !std::isfinite(v); });
-      bad != values + src.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", gpt2_hf_name(unit, param), "' holds ", *bad,
-                                                   " at element ", bad - values,
-                                                   "; a model starts from finite weights"));
-  }
+  const std::string name = prefix_ + gpt2_hf_name(unit, param);
+  ZERO_ASSIGN_OR_RETURN(const Tensor stored, file_.get(name));
+  std::vector<float> buffer;
+  ZERO_ASSIGN_OR_RETURN(const Tensor src, widen_to_fp32(stored, buffer));
+  ZERO_RETURN_IF_ERROR(check_finite(name, src));
   if (t->transposed) {
     transpose(src.data_as<float>(), t->hf_shape[0], t->hf_shape[1], dst.data_as<float>());
-    return absl::OkStatus();
+  } else {
+    copy_leading(src, dst);
   }
-  std::memcpy(dst.data(), src.data(), src.nbytes());
-  std::memset(static_cast<char*>(dst.data()) + src.nbytes(), 0, dst.nbytes() - src.nbytes());  // wte's padding rows
   return absl::OkStatus();
 }
 
@@ -120,13 +230,8 @@ absl::Status Gpt2HfWriter::add(absl::string_view unit, absl::string_view param, 
     return absl::InvalidArgumentError(absl::StrCat("GPT-2 has no parameter '", param, "' in unit '", unit, "'"));
   }
   // bf16 and fp16 weights are widened, exactly: the file holds the weights the model computed with.
-  std::vector<float> widened;
-  Tensor value32 = value;
-  if (is_floating(value.dtype()) && value.dtype() != DType::kF32 && value.device().is_cpu()) {
-    widened.resize(value.numel());
-    value32 = Tensor(widened.data(), DType::kF32, value.shape());
-    ZERO_RETURN_IF_ERROR(kernels::cast(value32, value));
-  }
+  std::vector<float> buffer;
+  ZERO_ASSIGN_OR_RETURN(const Tensor value32, widen_to_fp32(value, buffer));
   ZERO_RETURN_IF_ERROR(check_param_view(*it, value32));
   std::vector<float>& out = data_[gpt2_hf_name(unit, param)];
   out.resize(shape_numel(it->hf_shape));

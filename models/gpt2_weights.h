@@ -1,13 +1,15 @@
 // Hugging Face GPT-2 checkpoints (safetensors): reading one into zero's layout and writing zero's parameters as one.
 #pragma once
 
-// Hugging Face names a parameter as gpt2_hf_name does ("wte.weight", "h.0.attn.c_attn.weight", "ln_f.weight";
-// no "transformer." prefix, as the hub's gpt2 model.safetensors). Two layouts differ from zero's:
+// Hugging Face names a parameter as gpt2_hf_name does ("wte.weight", "h.0.attn.c_attn.weight", "ln_f.weight",
+// as the hub's gpt2 model.safetensors). Two layouts differ from zero's:
 // - Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) are stored (in, out), the transpose
 //   of zero's (out, in) (nn.Linear's, the matmul kernel's);
 // - wte has the real vocab's V rows; zero's has Vp (padded_vocab_size): rows V..Vp-1 are zero on load
 //   and dropped on save.
-// Only fp32 files are read.
+// Files are read as transformers writes them: names with or without GPT2LMHeadModel's "transformer." prefix,
+// F32, BF16 or F16 (widened exactly to fp32), and an lm_head.weight equal to wte.weight (zero ties the head).
+// Files are written in fp32, unprefixed.
 
 #include <map>
 #include <string>
@@ -34,22 +36,29 @@ struct Gpt2HfTensor {
 // A Hugging Face GPT-2 file checked against a config, ready to fill zero's parameters.
 class Gpt2HfReader {
  public:
-  // Reads `path` and checks it holds every tensor the config needs, fp32, in Hugging Face's shape; the
-  // error names the first tensor that is missing or wrong. Tensors of a model with other sizes (another
-  // layer, say) are errors too; only HF's causal-mask buffers (h.{i}.attn.bias, h.{i}.attn.masked_bias)
-  // are skipped.
+  // Reads `path` and checks it holds every tensor the config needs, F32, BF16 or F16, in Hugging Face's
+  // shape; the error names the first tensor that is missing or wrong. Tensors of a model with other sizes
+  // (another layer, say) are errors too. HF's causal-mask buffers (h.{i}.attn.bias, h.{i}.attn.masked_bias)
+  // are skipped by name; an lm_head.weight is checked equal to wte.weight, and refused if it differs.
   static absl::StatusOr<Gpt2HfReader> open(const std::string& path, const Gpt2Config& config);
 
   // Writes parameter `param` of `unit` into dst in zero's layout (fp32, contiguous CPU, the ParamSpec's
   // shape). The signature of Engine::load_params' fill.
   absl::Status fill(absl::string_view unit, absl::string_view param, const Tensor& dst) const;
 
+  // What the load does beyond copying, one phrase each ("tensors in BF16, widened exactly to fp32"), for
+  // the log; empty for a file in zero's own format.
+  const std::vector<std::string>& notes() const { return notes_; }
+
  private:
-  Gpt2HfReader(SafetensorsFile file, std::map<std::string, Gpt2HfTensor> tensors)
-      : file_(std::move(file)), tensors_(std::move(tensors)) {}
+  Gpt2HfReader(SafetensorsFile file, std::map<std::string, Gpt2HfTensor> tensors, std::string prefix,
+               std::vector<std::string> notes)
+      : file_(std::move(file)), tensors_(std::move(tensors)), prefix_(std::move(prefix)), notes_(std::move(notes)) {}
 
   SafetensorsFile file_;
   std::map<std::string, Gpt2HfTensor> tensors_;  // by Hugging Face name
+  std::string prefix_;                           // of the file's names: "" or "transformer."
+  std::vector<std::string> notes_;
 };
 
 // Collects zero's parameters and writes them as a Hugging Face GPT-2 file.

@@ -224,15 +224,18 @@ std::string describe(const Plan& p, int world_size) {
       describe_offload(p.zero));
 }
 
-absl::Status load_initial_weights(const Plan& plan, Engine& engine) {
-  if (plan.config.init_from.empty()) return absl::OkStatus();
+// Fills the engine from init_from; returns a line saying what the load did beyond copying, "" if nothing.
+absl::StatusOr<std::string> load_initial_weights(const Plan& plan, Engine& engine) {
+  if (plan.config.init_from.empty()) return "";
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(plan.config.init_from, plan.gpt2);
   if (!reader.ok()) {
     return absl::Status(reader.status().code(),
                         absl::StrCat("init_from = ", plan.config.init_from, ": ", reader.status().message()));
   }
-  return engine.load_params(
-      [&](absl::string_view unit, absl::string_view param, Tensor dst) { return reader->fill(unit, param, dst); });
+  ZERO_RETURN_IF_ERROR(engine.load_params(
+      [&](absl::string_view unit, absl::string_view param, Tensor dst) { return reader->fill(unit, param, dst); }));
+  if (reader->notes().empty()) return "";
+  return absl::StrCat("  init_from ", plan.config.init_from, ": ", absl::StrJoin(reader->notes(), "; "));
 }
 
 absl::Status export_weights(const Plan& plan, Engine& engine, int rank) {
@@ -317,7 +320,7 @@ class RankRun {
     ZERO_ASSIGN_OR_RETURN(model_, create_model(plan_));
     ZERO_ASSIGN_OR_RETURN(
         engine_, Engine::create(*model_, comm_, allocator_, optimizer_factory(plan_.config.optimizer), plan_.zero));
-    ZERO_RETURN_IF_ERROR(load_initial_weights(plan_, *engine_));
+    ZERO_ASSIGN_OR_RETURN(const std::string loaded, load_initial_weights(plan_, *engine_));
     const data::SamplerOptions sampler{
         .world_size = comm_.world_size(), .rank = comm_.rank(), .seed = plan_.config.seed};
     absl::StatusOr<data::DataLoader> loader =
@@ -335,6 +338,7 @@ class RankRun {
                       mlp ? "samples/s" : "tok/s");
     if (!lead_) return absl::OkStatus();
     progress_->line(describe(plan_, comm_.world_size()));
+    if (!loaded.empty()) progress_->line(loaded);
     if (first_step_ > 0) {
       progress_->line(absl::StrFormat("resumed after step %d from a checkpoint (checkpoint.resume = %s)%s", first_step_,
                                       plan_.config.checkpoint.resume,

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
@@ -77,6 +79,61 @@ std::string edited_fixture(const testing::ScopedTempDir& dir, const std::string&
   const std::string path = dir.file(name);
   EXPECT_TRUE(write_safetensors(path, tensors).ok());
   return path;
+}
+
+// The fixture as GPT2LMHeadModel.save_pretrained(torch_dtype=dtype) writes it: every tensor rounded to `dtype`
+// (bf16 or fp16) under "transformer." + its name.
+std::string save_pretrained_fixture(const testing::ScopedTempDir& dir, DType dtype) {
+  std::vector<std::vector<uint16_t>> halves;  // the data, until it is written
+  return edited_fixture(dir, "save_pretrained.safetensors", [&](auto& tensors) {
+    halves.reserve(tensors.size());
+    for (auto& [name, t] : tensors) {
+      std::vector<uint16_t>& half = halves.emplace_back(t.numel());
+      for (int64_t i = 0; i < t.numel(); ++i) store_from_float(half.data(), dtype, i, t.template data_as<float>()[i]);
+      t = Tensor(half.data(), dtype, t.shape());
+      name = "transformer." + name;
+    }
+  });
+}
+
+// A file of the fixture's values in bf16 or fp16 loads as those values widened: the fp32 fixture's values,
+// rounded to `dtype` and back, bit for bit.
+void expect_loads_widened_exactly(DType dtype) {
+  const testing::ScopedTempDir dir;
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(save_pretrained_fixture(dir, dtype), tiny());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_THAT(reader->notes(), ::testing::ElementsAre(absl::StrCat("tensors in ", safetensors_dtype_name(dtype),
+                                                                   ", widened exactly to fp32")));
+  Params want = load_fixture();
+  Params got(tiny());
+  const absl::Status filled = got.for_each([&](const std::string& unit, const std::string& param, const Tensor& dst) {
+    return reader->fill(unit, param, dst);
+  });
+  ASSERT_TRUE(filled.ok()) << filled;
+  for (size_t u = 0; u < want.units.size(); ++u) {
+    for (size_t p = 0; p < want.units[u].second.size(); ++p) {
+      const std::vector<float>& w = want.units[u].second[p];
+      const std::vector<float>& g = got.units[u].second[p];
+      for (size_t i = 0; i < w.size(); ++i) {
+        uint16_t half = 0;
+        store_from_float(&half, dtype, 0, w[i]);
+        ASSERT_EQ(float_bits(g[i]), float_bits(load_as_float(&half, dtype, 0)))
+            << want.units[u].first.unit << " " << want.units[u].first.params[p].name << " element " << i;
+      }
+    }
+  }
+}
+
+// The fixture with lm_head.weight: wte's values, `element` of it set to 1 unless it is -1.
+std::string fixture_with_head(const testing::ScopedTempDir& dir, std::vector<float>& head, int64_t element) {
+  return edited_fixture(dir, "head.safetensors", [&](auto& tensors) {
+    for (const auto& [name, t] : std::vector(tensors)) {
+      if (name != "wte.weight") continue;
+      head.assign(t.template data_as<float>(), t.template data_as<float>() + t.numel());
+      if (element >= 0) head[element] = 1.0f;
+      tensors.emplace_back("lm_head.weight", Tensor(head.data(), DType::kF32, t.shape()));
+    }
+  });
 }
 
 void expect_open_error_names(const std::string& path, const Gpt2Config& config, const std::string& tensor) {
@@ -221,6 +278,66 @@ TEST(Gpt2Weights, AttentionMaskBuffersAreSkipped) {
     tensors.emplace_back("h.0.attn.bias", Tensor(mask.data(), DType::kF32, {1, 1, 16, 16}));
   });
   EXPECT_TRUE(Gpt2HfReader::open(path, tiny()).ok());
+}
+
+// Older transformers also wrote masked_bias; save_pretrained's files name both under "transformer.".
+TEST(Gpt2Weights, MaskBuffersUnderSavePretrainedNamesAreSkipped) {
+  std::vector<float> mask(16 * 16, 1.0f);
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "mask.safetensors", [&](auto& tensors) {
+    for (auto& [name, t] : tensors) name = "transformer." + name;
+    tensors.emplace_back("transformer.h.1.attn.bias", Tensor(mask.data(), DType::kF32, {1, 1, 16, 16}));
+    tensors.emplace_back("transformer.h.1.attn.masked_bias", Tensor(mask.data(), DType::kF32, {}));
+  });
+  EXPECT_TRUE(Gpt2HfReader::open(path, tiny()).ok());
+}
+
+// Buffers are skipped by name: the mask of a layer the config lacks says the file is another model's.
+TEST(Gpt2Weights, MaskBufferOfALayerTheConfigLacksIsNamed) {
+  std::vector<float> mask(16 * 16, 1.0f);
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "mask.safetensors", [&](auto& tensors) {
+    tensors.emplace_back("h.2.attn.bias", Tensor(mask.data(), DType::kF32, {1, 1, 16, 16}));
+  });
+  expect_open_error_names(path, tiny(), "h.2.attn.bias");
+}
+
+TEST(Gpt2Weights, F16FileUnderSavePretrainedNamesLoadsAsItsValuesWidenedExactly) {
+  expect_loads_widened_exactly(DType::kF16);
+}
+
+TEST(Gpt2Weights, Bf16FileUnderSavePretrainedNamesLoadsAsItsValuesWidenedExactly) {
+  expect_loads_widened_exactly(DType::kBF16);
+}
+
+// A file mixing "transformer."-prefixed and bare names is no file transformers writes.
+TEST(Gpt2Weights, ABareNameInAPrefixedFileIsNamed) {
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "mixed.safetensors", [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name != "ln_f.bias") name = "transformer." + name;
+    }
+  });
+  expect_open_error_names(path, tiny(), "transformer.ln_f.bias");
+}
+
+TEST(Gpt2Weights, LmHeadEqualToWteIsTakenAsTheTiedHead) {
+  std::vector<float> head;
+  const testing::ScopedTempDir dir;
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(fixture_with_head(dir, head, -1), tiny());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_THAT(reader->notes(), ::testing::ElementsAre("lm_head.weight equals wte.weight (the tied head)"));
+}
+
+TEST(Gpt2Weights, LmHeadThatDiffersFromWteIsRefusedNamingTheElement) {
+  std::vector<float> head;
+  const testing::ScopedTempDir dir;
+  const std::string path = fixture_with_head(dir, head, 37);
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(path, tiny());
+  ASSERT_TRUE(absl::IsInvalidArgument(reader.status())) << reader.status();
+  EXPECT_THAT(reader.status().message(),
+              ::testing::HasSubstr("tensor 'lm_head.weight' differs from 'wte.weight' at element 37 (1 vs "));
+  EXPECT_THAT(reader.status().message(), ::testing::HasSubstr("remove lm_head.weight from the file"));
 }
 
 TEST(Gpt2Weights, FillRejectsUnknownParameter) {
