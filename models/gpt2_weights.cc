@@ -63,7 +63,23 @@ std::set<std::string> buffer_names(const Gpt2Config& config, absl::string_view p
   return out;
 }
 
-// The file's tensor `name`, which holds `t`: present, F32/BF16/F16, in Hugging Face's shape.
+// The shape the file's tensor `name` (holding `t`) must have: Hugging Face's, except that wpe may have more
+// positions than the model's max_seq_len: the model takes the first ones, as fine-tuning the hub's gpt2
+// (1024 positions) at a shorter context does. Fewer are refused naming both counts.
+absl::StatusOr<Shape> file_shape(const Tensor& stored, const std::string& path, const std::string& name,
+                                 const Gpt2HfTensor& t) {
+  const Shape& shape = stored.shape();
+  if (t.param != "wpe.weight" || shape.size() != 2 || shape[1] != t.hf_shape[1]) return t.hf_shape;
+  if (shape[0] < t.hf_shape[0]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": tensor '", name, "' has ", shape[0], " positions but the model's max_seq_len is ",
+                     t.hf_shape[0], "; train on sequences of at most ", shape[0], " tokens, or start from a file with ",
+                     t.hf_shape[0], " positions or more"));
+  }
+  return shape;
+}
+
+// The file's tensor `name`, which holds `t`: present, F32/BF16/F16, in Hugging Face's shape (file_shape).
 absl::StatusOr<Tensor> stored_tensor(const SafetensorsFile& file, const std::string& path, const std::string& name,
                                      const Gpt2HfTensor& t, const Gpt2Config& config) {
   if (!file.contains(name)) {
@@ -76,7 +92,8 @@ absl::StatusOr<Tensor> stored_tensor(const SafetensorsFile& file, const std::str
                                                    safetensors_dtype_name(stored.dtype()),
                                                    "; GPT-2 weights are F32, BF16 or F16"));
   }
-  return file.get(name, stored.dtype(), t.hf_shape);
+  ZERO_ASSIGN_OR_RETURN(const Shape shape, file_shape(stored, path, name, t));
+  return file.get(name, stored.dtype(), shape);
 }
 
 // Fails naming the first tensor of the file that is neither one of `tensors` (under `prefix`), a known
@@ -132,6 +149,13 @@ std::string widening_note(const std::set<DType>& dtypes) {
   return halves.empty() ? "" : absl::StrCat("tensors in ", absl::StrJoin(halves, " and "), ", widened exactly to fp32");
 }
 
+// "wpe.weight has 1024 positions; the model (max_seq_len 64) takes the first 64" when the file has more, else "".
+std::string positions_note(int64_t positions, const Gpt2Config& config) {
+  if (positions == config.max_seq_len) return "";
+  return absl::StrCat("wpe.weight has ", positions, " positions; the model (max_seq_len ", config.max_seq_len,
+                      ") takes the first ", config.max_seq_len);
+}
+
 // `t` in fp32: itself when it is fp32 (or no floating CPU tensor, for the caller's check to refuse), else
 // widened exactly (bf16, fp16) into `buffer`.
 absl::StatusOr<Tensor> widen_to_fp32(const Tensor& t, std::vector<float>& buffer) {
@@ -152,7 +176,8 @@ absl::Status check_finite(const std::string& name, const Tensor& values32) {
   return absl::OkStatus();
 }
 
-// dst = src's leading elements, the rest of dst zero: wte's V rows fill zero's first V of Vp.
+// dst = src's leading elements, the rest of dst zero: wte's V rows fill zero's first V of Vp, and a wpe of
+// more positions than max_seq_len gives its first max_seq_len rows.
 void copy_leading(const Tensor& src, const Tensor& dst) {
   const size_t n = std::min(src.nbytes(), dst.nbytes());
   std::memcpy(dst.data(), src.data(), n);
@@ -192,14 +217,16 @@ absl::StatusOr<Gpt2HfReader> Gpt2HfReader::open(const std::string& path, const G
   const std::string prefix = name_prefix(file);
   std::map<std::string, Gpt2HfTensor> tensors = by_hf_name(hf_tensors(config));
   std::set<DType> dtypes;
+  int64_t positions = 0;
   for (const auto& [name, t] : tensors) {
     ZERO_ASSIGN_OR_RETURN(const Tensor stored, stored_tensor(file, path, prefix + name, t, config));
     dtypes.insert(stored.dtype());
+    if (name == "wpe.weight") positions = stored.shape()[0];
   }
   ZERO_RETURN_IF_ERROR(check_no_other_tensors(file, path, tensors, prefix, config));
   ZERO_ASSIGN_OR_RETURN(const std::string head_note, check_tied_head(file, path, prefix + "wte.weight"));
   std::vector<std::string> notes;
-  for (const std::string& note : {widening_note(dtypes), head_note}) {
+  for (const std::string& note : {positions_note(positions, config), widening_note(dtypes), head_note}) {
     if (!note.empty()) notes.push_back(note);
   }
   return Gpt2HfReader(std::move(file), std::move(tensors), prefix, std::move(notes));

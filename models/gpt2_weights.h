@@ -8,8 +8,9 @@
 // - wte has the real vocab's V rows; zero's has Vp (padded_vocab_size): rows V..Vp-1 are zero on load
 //   and dropped on save.
 // Files are read as transformers writes them: names with or without GPT2LMHeadModel's "transformer." prefix,
-// F32, BF16 or F16 (widened exactly to fp32), and an lm_head.weight equal to wte.weight (zero ties the head).
-// Files are written in fp32, unprefixed.
+// F32, BF16 or F16 (widened exactly to fp32), an lm_head.weight equal to wte.weight (zero ties the head),
+// and a wpe of more positions than max_seq_len (the model takes the first max_seq_len rows).
+// Files are written in fp32, unprefixed, with the model's own max_seq_len rows of wpe.
 
 #include <map>
 #include <string>
@@ -37,9 +38,10 @@ struct Gpt2HfTensor {
 class Gpt2HfReader {
  public:
   // Reads `path` and checks it holds every tensor the config needs, F32, BF16 or F16, in Hugging Face's
-  // shape; the error names the first tensor that is missing or wrong. Tensors of a model with other sizes
-  // (another layer, say) are errors too. HF's causal-mask buffers (h.{i}.attn.bias, h.{i}.attn.masked_bias)
-  // are skipped by name; an lm_head.weight is checked equal to wte.weight, and refused if it differs.
+  // shape (wpe with max_seq_len positions or more); the error names the first tensor that is missing or
+  // wrong. Tensors of a model with other sizes (another layer, say) are errors too. HF's causal-mask buffers
+  // (h.{i}.attn.bias, h.{i}.attn.masked_bias) are skipped by name; an lm_head.weight is checked equal to
+  // wte.weight, and refused if it differs.
   static absl::StatusOr<Gpt2HfReader> open(const std::string& path, const Gpt2Config& config);
 
   // Writes parameter `param` of `unit` into dst in zero's layout (fp32, contiguous CPU, the ParamSpec's

@@ -136,6 +136,20 @@ std::string fixture_with_head(const testing::ScopedTempDir& dir, std::vector<flo
   });
 }
 
+// The fixture with a wpe of `rows` positions holding 0, 1, 2, ... in `wpe`.
+std::string fixture_with_positions(const testing::ScopedTempDir& dir, std::vector<float>& wpe, int64_t rows) {
+  wpe.resize(rows * 32);
+  for (size_t i = 0; i < wpe.size(); ++i) wpe[i] = static_cast<float>(i);
+  return edited_fixture(dir, "positions.safetensors", [&](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "wpe.weight") t = Tensor(wpe.data(), DType::kF32, {rows, 32});
+    }
+  });
+}
+
+// The tiny model at max_seq_len 64 (the fixture's wpe has 16 positions).
+Gpt2Config tiny_at_64_positions() { return Gpt2Config::make(64, 100, 2, 2, 32); }
+
 void expect_open_error_names(const std::string& path, const Gpt2Config& config, const std::string& tensor) {
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(path, config);
   ASSERT_FALSE(reader.ok());
@@ -338,6 +352,57 @@ TEST(Gpt2Weights, LmHeadThatDiffersFromWteIsRefusedNamingTheElement) {
   EXPECT_THAT(reader.status().message(),
               ::testing::HasSubstr("tensor 'lm_head.weight' differs from 'wte.weight' at element 37 (1 vs "));
   EXPECT_THAT(reader.status().message(), ::testing::HasSubstr("remove lm_head.weight from the file"));
+}
+
+// The hub's gpt2 has 1024 positions; fine-tuning at a shorter context takes the first ones, as GPT-2 trainers do.
+TEST(Gpt2Weights, WpeOfMorePositionsLoadsItsFirstMaxSeqLenRows) {
+  std::vector<float> wpe;
+  const testing::ScopedTempDir dir;
+  absl::StatusOr<Gpt2HfReader> reader =
+      Gpt2HfReader::open(fixture_with_positions(dir, wpe, 1024), tiny_at_64_positions());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_THAT(reader->notes(),
+              ::testing::ElementsAre("wpe.weight has 1024 positions; the model (max_seq_len 64) takes the first 64"));
+  Params params(tiny_at_64_positions());
+  const absl::Status filled = params.for_each([&](const std::string& unit, const std::string& param,
+                                                  const Tensor& dst) { return reader->fill(unit, param, dst); });
+  ASSERT_TRUE(filled.ok()) << filled;
+  const Tensor got = params.get("embedding", "wpe.weight");
+  ASSERT_EQ(got.shape(), (Shape{64, 32}));
+  EXPECT_EQ(std::vector<float>(got.data_as<float>(), got.data_as<float>() + got.numel()),
+            std::vector<float>(wpe.begin(), wpe.begin() + 64 * 32));
+}
+
+TEST(Gpt2Weights, WpeOfFewerPositionsThanMaxSeqLenIsRefusedNamingBoth) {
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kFixture, tiny_at_64_positions());
+  ASSERT_TRUE(absl::IsInvalidArgument(reader.status())) << reader.status();
+  EXPECT_EQ(reader.status().message(),
+            absl::StrCat(kFixture,
+                         ": tensor 'wpe.weight' has 16 positions but the model's max_seq_len is 64; train on "
+                         "sequences of at most 16 tokens, or start from a file with 64 positions or more"));
+}
+
+// An export writes the model's own positions: the file it started from had more, which it never trained.
+TEST(Gpt2Weights, SaveAfterALongerWpeWritesTheModelsMaxSeqLenRows) {
+  std::vector<float> wpe;
+  const testing::ScopedTempDir dir;
+  absl::StatusOr<Gpt2HfReader> reader =
+      Gpt2HfReader::open(fixture_with_positions(dir, wpe, 1024), tiny_at_64_positions());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  Gpt2HfWriter writer(tiny_at_64_positions());
+  Params params(tiny_at_64_positions());
+  const absl::Status saved = params.for_each([&](const std::string& unit, const std::string& param, const Tensor& v) {
+    ZERO_RETURN_IF_ERROR(reader->fill(unit, param, v));
+    return writer.add(unit, param, v);
+  });
+  ASSERT_TRUE(saved.ok()) << saved;
+  ASSERT_TRUE(writer.write(dir.file("out.safetensors")).ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(dir.file("out.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<Tensor> written = file->get("wpe.weight");
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ(written->shape(), (Shape{64, 32}));
+  EXPECT_EQ(std::memcmp(written->data(), wpe.data(), written->nbytes()), 0);
 }
 
 TEST(Gpt2Weights, FillRejectsUnknownParameter) {
