@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <utility>
 
@@ -10,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/kernels.h"
+#include "nlohmann/json.hpp"
+#include "runtime/atomic_file.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -209,7 +213,51 @@ absl::Status check_param_view(const Gpt2HfTensor& t, const Tensor& view) {
   return absl::OkStatus();
 }
 
+// GPT-2's <|endoftext|>, its bos and eos token, in its own 50257-token vocabulary.
+constexpr int64_t kGpt2Vocab = 50257;
+constexpr int64_t kGpt2EndOfText = 50256;
+
+nlohmann::ordered_json hf_config(const Gpt2Config& config) {
+  nlohmann::ordered_json out = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", config.vocab_size},
+      {"n_positions", config.max_seq_len},
+      {"n_ctx", config.max_seq_len},  // older transformers size the attention mask by it
+      {"n_embd", config.channels},
+      {"n_layer", config.num_layers},
+      {"n_head", config.num_heads},
+      {"n_inner", nullptr},  // 4 * n_embd
+      {"activation_function", "gelu_new"},
+      {"layer_norm_epsilon", 1e-5},  // kernels::kLayerNormEps, written as a double
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "float32"},
+  };
+  if (config.vocab_size == kGpt2Vocab) {
+    out["bos_token_id"] = kGpt2EndOfText;
+    out["eos_token_id"] = kGpt2EndOfText;
+  }
+  return out;
+}
+
+// Whether config.json at `path` may be written: there is none, or it holds `config` already.
+bool config_json_is_free(const std::filesystem::path& path, const std::string& config) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return true;
+  std::ifstream in(path);
+  const nlohmann::json there = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return !there.is_discarded() && there == nlohmann::json::parse(config);
+}
+
 }  // namespace
+
+std::string gpt2_hf_config_json(const Gpt2Config& config) { return hf_config(config).dump(2) + "\n"; }
+
+std::string gpt2_hf_export_file(const std::string& path) {
+  std::error_code ec;
+  if (!absl::EndsWith(path, "/") && !std::filesystem::is_directory(path, ec)) return path;
+  return (std::filesystem::path(path) / "model.safetensors").string();
+}
 
 absl::StatusOr<Gpt2HfReader> Gpt2HfReader::open(const std::string& path, const Gpt2Config& config) {
   ZERO_RETURN_IF_ERROR(config.validate());
@@ -248,7 +296,7 @@ absl::Status Gpt2HfReader::fill(absl::string_view unit, absl::string_view param,
   return absl::OkStatus();
 }
 
-Gpt2HfWriter::Gpt2HfWriter(const Gpt2Config& config) : order_(hf_tensors(config)) {}
+Gpt2HfWriter::Gpt2HfWriter(const Gpt2Config& config) : config_(config), order_(hf_tensors(config)) {}
 
 absl::Status Gpt2HfWriter::add(absl::string_view unit, absl::string_view param, const Tensor& value) {
   auto it = std::find_if(order_.begin(), order_.end(),
@@ -282,6 +330,20 @@ absl::Status Gpt2HfWriter::write(const std::string& path) const {
     tensors.emplace_back(name, Tensor(const_cast<float*>(it->second.data()), DType::kF32, t.hf_shape));
   }
   return write_safetensors(path, tensors, {{"format", "pt"}});
+}
+
+absl::StatusOr<std::string> Gpt2HfWriter::export_to(const std::string& path) const {
+  const std::filesystem::path model = gpt2_hf_export_file(path);
+  ZERO_RETURN_IF_ERROR(write(model.string()));
+  const std::filesystem::path config_path = model.parent_path() / "config.json";
+  const std::string config = gpt2_hf_config_json(config_);
+  if (model.filename() != "model.safetensors" && !config_json_is_free(config_path, config)) {
+    return absl::StrCat("exported ", model.string(), "; kept ", config_path.string(),
+                        ", which describes another model (export_path = a directory writes model.safetensors and "
+                        "config.json in it)");
+  }
+  ZERO_RETURN_IF_ERROR(write_file_atomically(config_path.string(), {config}));
+  return absl::StrCat("exported ", model.string(), " and ", config_path.string());
 }
 
 }  // namespace zero

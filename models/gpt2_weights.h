@@ -63,6 +63,15 @@ class Gpt2HfReader {
   std::vector<std::string> notes_;
 };
 
+// The config.json transformers' from_pretrained reads beside the weights, for a GPT2LMHeadModel of `config`'s
+// shape: vocab_size V (wte's rows in the file, not Vp), n_positions max_seq_len (wpe's rows), gelu_new,
+// layer_norm_epsilon 1e-5, a tied head, float32; bos/eos 50256 for GPT-2's own 50257 tokens only.
+std::string gpt2_hf_config_json(const Gpt2Config& config);
+
+// The safetensors file an export to `path` writes: path/model.safetensors when `path` names a directory
+// (ends in '/' or is an existing one), else `path` itself.
+std::string gpt2_hf_export_file(const std::string& path);
+
 // Collects zero's parameters and writes them as a Hugging Face GPT-2 file.
 class Gpt2HfWriter {
  public:
@@ -73,8 +82,15 @@ class Gpt2HfWriter {
   absl::Status add(absl::string_view unit, absl::string_view param, const Tensor& value);
   // Fails, naming it, if a parameter was never added.
   absl::Status write(const std::string& path) const;
+  // A model transformers loads: the weights written to gpt2_hf_export_file(path) and config.json
+  // (gpt2_hf_config_json) beside them. Beside a model.safetensors config.json is replaced: the two are
+  // Hugging Face's layout of one model, which from_pretrained(dir) reads. Beside another name it is written
+  // unless a different config.json is there already (it may describe another model), which is kept.
+  // Returns a line saying what it wrote, for the log.
+  absl::StatusOr<std::string> export_to(const std::string& path) const;
 
  private:
+  Gpt2Config config_;
   std::vector<Gpt2HfTensor> order_;
   std::map<std::string, std::vector<float>> data_;  // by Hugging Face name, Hugging Face's layout
 };

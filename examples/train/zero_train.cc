@@ -159,7 +159,7 @@ int64_t physical_memory_bytes() {
 // An export that cannot be written is refused before any training: its directory must exist.
 absl::Status check_export_path(const std::string& path) {
   if (path.empty()) return absl::OkStatus();
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const std::filesystem::path dir = std::filesystem::path(gpt2_hf_export_file(path)).parent_path();
   std::error_code ec;
   if (dir.empty() || std::filesystem::is_directory(dir, ec)) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -238,13 +238,16 @@ absl::StatusOr<std::string> load_initial_weights(const Plan& plan, Engine& engin
   return absl::StrCat("  init_from ", plan.config.init_from, ": ", absl::StrJoin(reader->notes(), "; "));
 }
 
-absl::Status export_weights(const Plan& plan, Engine& engine, int rank) {
-  if (plan.config.export_path.empty()) return absl::OkStatus();
+// Rank 0 writes the full weights and their config.json to export_path; returns its line for the log ("" on
+// other ranks and without an export).
+absl::StatusOr<std::string> export_weights(const Plan& plan, Engine& engine, int rank) {
+  if (plan.config.export_path.empty()) return "";
   Gpt2HfWriter writer(plan.gpt2);
   ZERO_RETURN_IF_ERROR(engine.visit_full_params([&](absl::string_view unit, absl::string_view param, const Tensor& v) {
     return rank == 0 ? writer.add(unit, param, v) : absl::OkStatus();
   }));
-  return rank == 0 ? writer.write(plan.config.export_path) : absl::OkStatus();
+  if (rank != 0) return "";
+  return writer.export_to(plan.config.export_path);
 }
 
 // Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMI and PMIx launchers (MPICH's, srun's) PMI_SIZE or PMIX_RANK.
@@ -312,7 +315,8 @@ class RankRun {
         ZERO_RETURN_IF_ERROR(save_run(plan_.config.checkpoint, *engine_, comm_, *loader_, step));
       }
     }
-    ZERO_RETURN_IF_ERROR(export_weights(plan_, *engine_, comm_.rank()));
+    ZERO_ASSIGN_OR_RETURN(const std::string exported, export_weights(plan_, *engine_, comm_.rank()));
+    if (!exported.empty()) progress_->line(exported);
     return first_step_ < steps ? summarize() : absl::OkStatus();
   }
 

@@ -304,7 +304,7 @@ TEST_F(ZeroTrainTest, AnExportTheOsRefusesLeavesThePreviousExportWhole) {
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr(absl::StrCat("cannot write ", path, ": File too large")));
   EXPECT_TRUE(file_bytes(path) == previous) << "the failed export changed the previous one";
-  EXPECT_EQ(files_under(dir_.path()).size(), 1u) << "no temporary file is left";
+  EXPECT_EQ(files_under(dir_.path()).size(), 2u) << "no temporary file is left beside model.safetensors, config.json";
 }
 
 TEST_F(ZeroTrainTest, AConfigThatIsNoRegularFileIsRefusedNotReadForever) {
@@ -407,7 +407,8 @@ TEST_F(ZeroTrainTest, AnExportPathThatCannotBeWrittenIsRefusedBeforeTraining) {
   // The path is at fault, which the user fixes: exit 2, as for a bad flag, and before any step trains.
   for (const auto& [path, why] :
        {std::pair<std::string, std::string>{"/dev/null/model.safetensors", "/dev/null is not a directory"},
-        {"/no/such/dir/model.safetensors", "/no/such/dir does not exist"}}) {
+        {"/no/such/dir/model.safetensors", "/no/such/dir does not exist"},
+        {"/no/such/dir/", "/no/such/dir does not exist"}}) {
     const RunResult run =
         run_zero_train(absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --export_path=", path));
     EXPECT_EQ(run.exit_code, 2) << run.output;
@@ -464,12 +465,19 @@ TEST_F(ZeroTrainTest, FineTuningAShorterContextFromSavePretrainedBf16WeightsTake
   const std::string hub = dir_.file("hub.safetensors");
   write_as_save_pretrained(base, hub);
 
-  // With lr 0 the export is the weights as loaded: the base's, rounded to bf16 and widened back.
-  const std::string tuned = dir_.file("tuned.safetensors");
+  // With lr 0 the export is the weights as loaded: the base's, rounded to bf16 and widened back. Exported to a
+  // directory, they come with the config.json transformers reads, of the model's own positions.
+  const std::string folder = dir_.file("tuned/");
+  ASSERT_TRUE(std::filesystem::create_directory(folder));
+  const std::string tuned = folder + "model.safetensors";
   const RunResult run = run_zero_train(
       absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --optimizer.params.lr=0 --init_from=", hub,
-                   " --export_path=", tuned));
+                   " --export_path=", folder));
   ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr(absl::StrCat("\nexported ", tuned, " and ", folder, "config.json\n")));
+  std::ifstream config_file(folder + "config.json");
+  const json config = json::parse(config_file, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(config.is_object()) << file_bytes(folder + "config.json");
   EXPECT_THAT(run.output, HasSubstr(absl::StrCat("\n  init_from ", hub,
                                                  ": wpe.weight has 1024 positions; the model "
                                                  "(max_seq_len ")));
@@ -477,6 +485,8 @@ TEST_F(ZeroTrainTest, FineTuningAShorterContextFromSavePretrainedBf16WeightsTake
                                     "(the tied head)\n"));
   const SafetensorsFile want = *SafetensorsFile::read(base);
   const SafetensorsFile got = *SafetensorsFile::read(tuned);
+  EXPECT_EQ(config["n_positions"], (*want.get("wpe.weight")).shape()[0]);
+  EXPECT_EQ(config["vocab_size"], (*want.get("wte.weight")).shape()[0]);
   ASSERT_EQ(got.entries().size(), want.entries().size());
   for (const SafetensorsEntry& e : want.entries()) {
     const absl::StatusOr<Tensor> g = got.get(e.name, DType::kF32, e.shape);  // wpe: the model's own positions

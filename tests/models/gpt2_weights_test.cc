@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
 #include "tests/temp_dir.h"
@@ -403,6 +405,103 @@ TEST(Gpt2Weights, SaveAfterALongerWpeWritesTheModelsMaxSeqLenRows) {
   ASSERT_TRUE(written.ok()) << written.status();
   ASSERT_EQ(written->shape(), (Shape{64, 32}));
   EXPECT_EQ(std::memcmp(written->data(), wpe.data(), written->nbytes()), 0);
+}
+
+// The fixture's weights in a writer, ready to export.
+std::unique_ptr<Gpt2HfWriter> fixture_writer() {
+  Params params = load_fixture();
+  auto writer = std::make_unique<Gpt2HfWriter>(tiny());
+  const absl::Status added = params.for_each(
+      [&](const std::string& unit, const std::string& param, const Tensor& v) { return writer->add(unit, param, v); });
+  EXPECT_TRUE(added.ok()) << added;
+  return writer;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+// The folder transformers' GPT2LMHeadModel.from_pretrained(dir) loads: model.safetensors and its config.json.
+TEST(Gpt2Weights, ExportToADirectoryWritesModelSafetensorsAndTheConfigJsonTransformersReads) {
+  const testing::ScopedTempDir dir;
+  const std::string folder = dir.path().string() + "/";
+  absl::StatusOr<std::string> exported = fixture_writer()->export_to(folder);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(*exported, absl::StrCat("exported ", folder, "model.safetensors and ", folder, "config.json"));
+
+  const nlohmann::json config = read_json(folder + "config.json");
+  const nlohmann::json want = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", 100},
+      {"n_positions", 16},
+      {"n_ctx", 16},
+      {"n_embd", 32},
+      {"n_layer", 2},
+      {"n_head", 2},
+      {"n_inner", nullptr},
+      {"activation_function", "gelu_new"},
+      {"layer_norm_epsilon", 1e-5},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "float32"},
+  };
+  EXPECT_EQ(config, want) << config.dump(2);  // no bos/eos: the vocabulary is not GPT-2's
+  // The file's wte and wpe have the rows the config says: V, not the padded Vp, and n_positions.
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(folder + "model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->get("wte.weight", DType::kF32, {100, 32}).ok());
+  EXPECT_TRUE(file->get("wpe.weight", DType::kF32, {16, 32}).ok());
+}
+
+TEST(Gpt2Weights, ConfigJsonNamesEndOfTextAsBosAndEosForGpt2sVocabularyOnly) {
+  const nlohmann::json d12 = nlohmann::json::parse(gpt2_hf_config_json(*Gpt2Config::preset("d12")));
+  EXPECT_EQ(d12["vocab_size"], 50257);  // wte's rows in the file, not the 50304 zero trains
+  EXPECT_EQ(d12["n_positions"], 1024);
+  EXPECT_EQ(d12["bos_token_id"], 50256);
+  EXPECT_EQ(d12["eos_token_id"], 50256);
+  const nlohmann::json tiny_config = nlohmann::json::parse(gpt2_hf_config_json(tiny()));
+  EXPECT_FALSE(tiny_config.contains("bos_token_id"));
+  EXPECT_FALSE(tiny_config.contains("eos_token_id"));
+}
+
+TEST(Gpt2Weights, ExportFileOfAnExistingDirectoryIsModelSafetensorsInIt) {
+  const testing::ScopedTempDir dir;
+  EXPECT_EQ(gpt2_hf_export_file(dir.path().string()), dir.file("model.safetensors"));
+  EXPECT_EQ(gpt2_hf_export_file("no/such/dir/"), "no/such/dir/model.safetensors");
+  EXPECT_EQ(gpt2_hf_export_file(dir.file("ft.safetensors")), dir.file("ft.safetensors"));
+}
+
+// An export named otherwise shares its directory: a config.json there may describe another model.
+TEST(Gpt2Weights, ExportBesideAnotherFileKeepsADifferentConfigJson) {
+  const testing::ScopedTempDir dir;
+  std::ofstream(dir.file("config.json")) << R"({"model_type": "bert"})";
+  absl::StatusOr<std::string> exported = fixture_writer()->export_to(dir.file("ft.safetensors"));
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_THAT(*exported, ::testing::StartsWith(absl::StrCat("exported ", dir.file("ft.safetensors"), "; kept ",
+                                                            dir.file("config.json"), ", which describes another")));
+  EXPECT_EQ(read_json(dir.file("config.json")), nlohmann::json({{"model_type", "bert"}}));
+  EXPECT_TRUE(SafetensorsFile::read(dir.file("ft.safetensors")).ok());
+}
+
+// Exporting the same model again beside another name (a resumed run) finds its own config.json.
+TEST(Gpt2Weights, ExportBesideAnotherFileWritesConfigJsonWhenNoneOrTheSameIsThere) {
+  const testing::ScopedTempDir dir;
+  for (const std::string name : {"a.safetensors", "b.safetensors"}) {
+    absl::StatusOr<std::string> exported = fixture_writer()->export_to(dir.file(name));
+    ASSERT_TRUE(exported.ok()) << exported.status();
+    EXPECT_EQ(*exported, absl::StrCat("exported ", dir.file(name), " and ", dir.file("config.json")));
+  }
+  EXPECT_EQ(read_json(dir.file("config.json")), nlohmann::json::parse(gpt2_hf_config_json(tiny())));
+}
+
+// model.safetensors and config.json are one model in Hugging Face's layout: replacing one replaces both.
+TEST(Gpt2Weights, ExportToModelSafetensorsReplacesTheConfigJsonBesideIt) {
+  const testing::ScopedTempDir dir;
+  std::ofstream(dir.file("config.json")) << R"({"model_type": "gpt2", "n_positions": 1024})";
+  absl::StatusOr<std::string> exported = fixture_writer()->export_to(dir.file("model.safetensors"));
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(read_json(dir.file("config.json")), nlohmann::json::parse(gpt2_hf_config_json(tiny())));
 }
 
 TEST(Gpt2Weights, FillRejectsUnknownParameter) {
