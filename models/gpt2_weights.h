@@ -1,13 +1,16 @@
 // Hugging Face GPT-2 checkpoints (safetensors): reading one into zero's layout and writing zero's parameters as one.
 #pragma once
 
-// Hugging Face names a parameter as gpt2_hf_name does ("wte.weight", "h.0.attn.c_attn.weight", "ln_f.weight";
-// no "transformer." prefix, as the hub's gpt2 model.safetensors). Two layouts differ from zero's:
+// Hugging Face names a parameter as gpt2_hf_name does ("wte.weight", "h.0.attn.c_attn.weight", "ln_f.weight",
+// as the hub's gpt2 model.safetensors). Two layouts differ from zero's:
 // - Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) are stored (in, out), the transpose
 //   of zero's (out, in) (nn.Linear's, the matmul kernel's);
 // - wte has the real vocab's V rows; zero's has Vp (padded_vocab_size): rows V..Vp-1 are zero on load
 //   and dropped on save.
-// Only fp32 files are read.
+// Files are read as transformers writes them: names with or without GPT2LMHeadModel's "transformer." prefix,
+// F32, BF16 or F16 (widened exactly to fp32), an lm_head.weight equal to wte.weight (zero ties the head),
+// and a wpe of more positions than max_seq_len (the model takes the first max_seq_len rows).
+// Files are written in fp32, unprefixed, with the model's own max_seq_len rows of wpe.
 
 #include <map>
 #include <string>
@@ -34,23 +37,40 @@ struct Gpt2HfTensor {
 // A Hugging Face GPT-2 file checked against a config, ready to fill zero's parameters.
 class Gpt2HfReader {
  public:
-  // Reads `path` and checks it holds every tensor the config needs, fp32, in Hugging Face's shape; the
-  // error names the first tensor that is missing or wrong. Tensors of a model with other sizes (another
-  // layer, say) are errors too; only HF's causal-mask buffers (h.{i}.attn.bias, h.{i}.attn.masked_bias)
-  // are skipped.
+  // Reads `path` and checks it holds every tensor the config needs, F32, BF16 or F16, in Hugging Face's
+  // shape (wpe with max_seq_len positions or more); the error names the first tensor that is missing or
+  // wrong. Tensors of a model with other sizes (another layer, say) are errors too. HF's causal-mask buffers
+  // (h.{i}.attn.bias, h.{i}.attn.masked_bias) are skipped by name; an lm_head.weight is checked equal to
+  // wte.weight, and refused if it differs.
   static absl::StatusOr<Gpt2HfReader> open(const std::string& path, const Gpt2Config& config);
 
   // Writes parameter `param` of `unit` into dst in zero's layout (fp32, contiguous CPU, the ParamSpec's
   // shape). The signature of Engine::load_params' fill.
   absl::Status fill(absl::string_view unit, absl::string_view param, const Tensor& dst) const;
 
+  // What the load does beyond copying, one phrase each ("tensors in BF16, widened exactly to fp32"), for
+  // the log; empty for a file in zero's own format.
+  const std::vector<std::string>& notes() const { return notes_; }
+
  private:
-  Gpt2HfReader(SafetensorsFile file, std::map<std::string, Gpt2HfTensor> tensors)
-      : file_(std::move(file)), tensors_(std::move(tensors)) {}
+  Gpt2HfReader(SafetensorsFile file, std::map<std::string, Gpt2HfTensor> tensors, std::string prefix,
+               std::vector<std::string> notes)
+      : file_(std::move(file)), tensors_(std::move(tensors)), prefix_(std::move(prefix)), notes_(std::move(notes)) {}
 
   SafetensorsFile file_;
   std::map<std::string, Gpt2HfTensor> tensors_;  // by Hugging Face name
+  std::string prefix_;                           // of the file's names: "" or "transformer."
+  std::vector<std::string> notes_;
 };
+
+// The config.json transformers' from_pretrained reads beside the weights, for a GPT2LMHeadModel of `config`'s
+// shape: vocab_size V (wte's rows in the file, not Vp), n_positions max_seq_len (wpe's rows), gelu_new,
+// layer_norm_epsilon 1e-5, a tied head, float32; bos/eos 50256 for GPT-2's own 50257 tokens only.
+std::string gpt2_hf_config_json(const Gpt2Config& config);
+
+// The safetensors file an export to `path` writes: path/model.safetensors when `path` names a directory
+// (ends in '/' or is an existing one), else `path` itself.
+std::string gpt2_hf_export_file(const std::string& path);
 
 // Collects zero's parameters and writes them as a Hugging Face GPT-2 file.
 class Gpt2HfWriter {
@@ -62,8 +82,15 @@ class Gpt2HfWriter {
   absl::Status add(absl::string_view unit, absl::string_view param, const Tensor& value);
   // Fails, naming it, if a parameter was never added.
   absl::Status write(const std::string& path) const;
+  // A model transformers loads: the weights written to gpt2_hf_export_file(path) and config.json
+  // (gpt2_hf_config_json) beside them. Beside a model.safetensors config.json is replaced: the two are
+  // Hugging Face's layout of one model, which from_pretrained(dir) reads. Beside another name it is written
+  // unless a different config.json is there already (it may describe another model), which is kept.
+  // Returns a line saying what it wrote, for the log.
+  absl::StatusOr<std::string> export_to(const std::string& path) const;
 
  private:
+  Gpt2Config config_;
   std::vector<Gpt2HfTensor> order_;
   std::map<std::string, std::vector<float>> data_;  // by Hugging Face name, Hugging Face's layout
 };

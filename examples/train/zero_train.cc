@@ -161,7 +161,7 @@ int64_t physical_memory_bytes() {
 // An export that cannot be written is refused before any training: its directory must exist.
 absl::Status check_export_path(const std::string& path) {
   if (path.empty()) return absl::OkStatus();
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const std::filesystem::path dir = std::filesystem::path(gpt2_hf_export_file(path)).parent_path();
   std::error_code ec;
   if (dir.empty() || std::filesystem::is_directory(dir, ec)) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -226,24 +226,30 @@ std::string describe(const Plan& p, int world_size) {
       describe_offload(p.zero));
 }
 
-absl::Status load_initial_weights(const Plan& plan, Engine& engine) {
-  if (plan.config.init_from.empty()) return absl::OkStatus();
+// Fills the engine from init_from; returns a line saying what the load did beyond copying, "" if nothing.
+absl::StatusOr<std::string> load_initial_weights(const Plan& plan, Engine& engine) {
+  if (plan.config.init_from.empty()) return "";
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(plan.config.init_from, plan.gpt2);
   if (!reader.ok()) {
     return absl::Status(reader.status().code(),
                         absl::StrCat("init_from = ", plan.config.init_from, ": ", reader.status().message()));
   }
-  return engine.load_params(
-      [&](absl::string_view unit, absl::string_view param, Tensor dst) { return reader->fill(unit, param, dst); });
+  ZERO_RETURN_IF_ERROR(engine.load_params(
+      [&](absl::string_view unit, absl::string_view param, Tensor dst) { return reader->fill(unit, param, dst); }));
+  if (reader->notes().empty()) return "";
+  return absl::StrCat("  init_from ", plan.config.init_from, ": ", absl::StrJoin(reader->notes(), "; "));
 }
 
-absl::Status export_weights(const Plan& plan, Engine& engine, int rank) {
-  if (plan.config.export_path.empty()) return absl::OkStatus();
+// Rank 0 writes the full weights and their config.json to export_path; returns its line for the log ("" on
+// other ranks and without an export).
+absl::StatusOr<std::string> export_weights(const Plan& plan, Engine& engine, int rank) {
+  if (plan.config.export_path.empty()) return "";
   Gpt2HfWriter writer(plan.gpt2);
   ZERO_RETURN_IF_ERROR(engine.visit_full_params([&](absl::string_view unit, absl::string_view param, const Tensor& v) {
     return rank == 0 ? writer.add(unit, param, v) : absl::OkStatus();
   }));
-  return rank == 0 ? writer.write(plan.config.export_path) : absl::OkStatus();
+  if (rank != 0) return "";
+  return writer.export_to(plan.config.export_path);
 }
 
 // Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMI and PMIx launchers (MPICH's, srun's) PMI_SIZE or PMIX_RANK.
@@ -311,7 +317,8 @@ class RankRun {
         ZERO_RETURN_IF_ERROR(save_run(plan_.config.checkpoint, *engine_, comm_, *loader_, step));
       }
     }
-    ZERO_RETURN_IF_ERROR(export_weights(plan_, *engine_, comm_.rank()));
+    ZERO_ASSIGN_OR_RETURN(const std::string exported, export_weights(plan_, *engine_, comm_.rank()));
+    if (!exported.empty()) progress_->line(exported);
     return first_step_ < steps ? summarize() : absl::OkStatus();
   }
 
@@ -319,7 +326,7 @@ class RankRun {
     ZERO_ASSIGN_OR_RETURN(model_, create_model(plan_));
     ZERO_ASSIGN_OR_RETURN(
         engine_, Engine::create(*model_, comm_, allocator_, optimizer_factory(plan_.config.optimizer), plan_.zero));
-    ZERO_RETURN_IF_ERROR(load_initial_weights(plan_, *engine_));
+    ZERO_ASSIGN_OR_RETURN(const std::string loaded, load_initial_weights(plan_, *engine_));
     const data::SamplerOptions sampler{
         .world_size = comm_.world_size(), .rank = comm_.rank(), .seed = plan_.config.seed};
     absl::StatusOr<data::DataLoader> loader =
@@ -337,6 +344,7 @@ class RankRun {
                       mlp ? "samples/s" : "tok/s");
     if (!lead_) return absl::OkStatus();
     progress_->line(describe(plan_, comm_.world_size()));
+    if (!loaded.empty()) progress_->line(loaded);
     if (first_step_ > 0) {
       progress_->line(absl::StrFormat("resumed after step %d from a checkpoint (checkpoint.resume = %s)%s", first_step_,
                                       plan_.config.checkpoint.resume,

@@ -305,7 +305,7 @@ TEST_F(ZeroTrainTest, AnExportTheOsRefusesLeavesThePreviousExportWhole) {
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr(absl::StrCat("cannot write ", path, ": File too large")));
   EXPECT_TRUE(file_bytes(path) == previous) << "the failed export changed the previous one";
-  EXPECT_EQ(files_under(dir_.path()).size(), 1u) << "no temporary file is left";
+  EXPECT_EQ(files_under(dir_.path()).size(), 2u) << "no temporary file is left beside model.safetensors, config.json";
 }
 
 TEST_F(ZeroTrainTest, AConfigThatIsNoRegularFileIsRefusedNotReadForever) {
@@ -421,7 +421,8 @@ TEST_F(ZeroTrainTest, AnExportPathThatCannotBeWrittenIsRefusedBeforeTraining) {
   // The path is at fault, which the user fixes: exit 2, as for a bad flag, and before any step trains.
   for (const auto& [path, why] :
        {std::pair<std::string, std::string>{"/dev/null/model.safetensors", "/dev/null is not a directory"},
-        {"/no/such/dir/model.safetensors", "/no/such/dir does not exist"}}) {
+        {"/no/such/dir/model.safetensors", "/no/such/dir does not exist"},
+        {"/no/such/dir/", "/no/such/dir does not exist"}}) {
     const RunResult run =
         run_zero_train(absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --export_path=", path));
     EXPECT_EQ(run.exit_code, 2) << run.output;
@@ -446,6 +447,67 @@ TEST_F(ZeroTrainTest, Bf16AndFp16RunsExportTheirWeightsWidenedToFp32) {
     const uint32_t low = precision == "bf16" ? 0xFFFFu : 0x1FFFu;
     for (int64_t k = 0; k < wte->numel(); ++k) {
       ASSERT_EQ(float_bits(wte->data_as<float>()[k]) & low, 0u) << precision << " element " << k;
+    }
+  }
+}
+
+// The export at `base` as GPT2LMHeadModel.save_pretrained(torch_dtype=torch.bfloat16) writes a model of 1024
+// positions: "transformer." names, BF16, wpe rows past the export's (0.5), and lm_head.weight, wte's copy.
+void write_as_save_pretrained(const std::string& base, const std::string& path) {
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(base);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<std::vector<uint16_t>> data;  // the tensors' bytes, until written
+  data.reserve(file->entries().size());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const SafetensorsEntry& e : file->entries()) {
+    const Tensor t = *file->get(e.name);
+    Shape shape = t.shape();
+    if (e.name == "wpe.weight") shape[0] = 1024;
+    std::vector<uint16_t>& bf16 = data.emplace_back(shape_numel(shape), float_to_bf16(0.5f));
+    for (int64_t i = 0; i < t.numel(); ++i) bf16[i] = float_to_bf16(t.data_as<float>()[i]);
+    tensors.emplace_back("transformer." + e.name, Tensor(bf16.data(), DType::kBF16, shape));
+    if (e.name == "wte.weight") tensors.emplace_back("lm_head.weight", tensors.back().second);
+  }
+  ASSERT_TRUE(write_safetensors(path, tensors).ok());
+}
+
+TEST_F(ZeroTrainTest, FineTuningAShorterContextFromSavePretrainedBf16WeightsTakesTheirFirstPositions) {
+  const std::string base = dir_.file("base.safetensors");
+  const RunResult first =
+      run_zero_train(absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --export_path=", base));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string hub = dir_.file("hub.safetensors");
+  write_as_save_pretrained(base, hub);
+
+  // With lr 0 the export is the weights as loaded: the base's, rounded to bf16 and widened back. Exported to a
+  // directory, they come with the config.json transformers reads, of the model's own positions.
+  const std::string folder = dir_.file("tuned/");
+  ASSERT_TRUE(std::filesystem::create_directory(folder));
+  const std::string tuned = folder + "model.safetensors";
+  const RunResult run = run_zero_train(
+      absl::StrCat(tiny_run_args(""), " --steps=3 --eval_interval=0 --optimizer.params.lr=0 --init_from=", hub,
+                   " --export_path=", folder));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr(absl::StrCat("\nexported ", tuned, " and ", folder, "config.json\n")));
+  std::ifstream config_file(folder + "config.json");
+  const json config = json::parse(config_file, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(config.is_object()) << file_bytes(folder + "config.json");
+  EXPECT_THAT(run.output, HasSubstr(absl::StrCat("\n  init_from ", hub,
+                                                 ": wpe.weight has 1024 positions; the model "
+                                                 "(max_seq_len ")));
+  EXPECT_THAT(run.output, HasSubstr("; tensors in BF16, widened exactly to fp32; lm_head.weight equals wte.weight "
+                                    "(the tied head)\n"));
+  const SafetensorsFile want = *SafetensorsFile::read(base);
+  const SafetensorsFile got = *SafetensorsFile::read(tuned);
+  EXPECT_EQ(config["n_positions"], (*want.get("wpe.weight")).shape()[0]);
+  EXPECT_EQ(config["vocab_size"], (*want.get("wte.weight")).shape()[0]);
+  ASSERT_EQ(got.entries().size(), want.entries().size());
+  for (const SafetensorsEntry& e : want.entries()) {
+    const absl::StatusOr<Tensor> g = got.get(e.name, DType::kF32, e.shape);  // wpe: the model's own positions
+    ASSERT_TRUE(g.ok()) << g.status();
+    const Tensor w = *want.get(e.name);
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      ASSERT_EQ(g->data_as<float>()[i], bf16_to_float(float_to_bf16(w.data_as<float>()[i]))) << e.name << " " << i;
     }
   }
 }

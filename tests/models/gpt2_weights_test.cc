@@ -7,11 +7,15 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
 #include "tests/temp_dir.h"
@@ -78,6 +82,75 @@ std::string edited_fixture(const testing::ScopedTempDir& dir, const std::string&
   EXPECT_TRUE(write_safetensors(path, tensors).ok());
   return path;
 }
+
+// The fixture as GPT2LMHeadModel.save_pretrained(torch_dtype=dtype) writes it: every tensor rounded to `dtype`
+// (bf16 or fp16) under "transformer." + its name.
+std::string save_pretrained_fixture(const testing::ScopedTempDir& dir, DType dtype) {
+  std::vector<std::vector<uint16_t>> halves;  // the data, until it is written
+  return edited_fixture(dir, "save_pretrained.safetensors", [&](auto& tensors) {
+    halves.reserve(tensors.size());
+    for (auto& [name, t] : tensors) {
+      std::vector<uint16_t>& half = halves.emplace_back(t.numel());
+      for (int64_t i = 0; i < t.numel(); ++i) store_from_float(half.data(), dtype, i, t.template data_as<float>()[i]);
+      t = Tensor(half.data(), dtype, t.shape());
+      name = "transformer." + name;
+    }
+  });
+}
+
+// A file of the fixture's values in bf16 or fp16 loads as those values widened: the fp32 fixture's values,
+// rounded to `dtype` and back, bit for bit.
+void expect_loads_widened_exactly(DType dtype) {
+  const testing::ScopedTempDir dir;
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(save_pretrained_fixture(dir, dtype), tiny());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_THAT(reader->notes(), ::testing::ElementsAre(absl::StrCat("tensors in ", safetensors_dtype_name(dtype),
+                                                                   ", widened exactly to fp32")));
+  Params want = load_fixture();
+  Params got(tiny());
+  const absl::Status filled = got.for_each([&](const std::string& unit, const std::string& param, const Tensor& dst) {
+    return reader->fill(unit, param, dst);
+  });
+  ASSERT_TRUE(filled.ok()) << filled;
+  for (size_t u = 0; u < want.units.size(); ++u) {
+    for (size_t p = 0; p < want.units[u].second.size(); ++p) {
+      const std::vector<float>& w = want.units[u].second[p];
+      const std::vector<float>& g = got.units[u].second[p];
+      for (size_t i = 0; i < w.size(); ++i) {
+        uint16_t half = 0;
+        store_from_float(&half, dtype, 0, w[i]);
+        ASSERT_EQ(float_bits(g[i]), float_bits(load_as_float(&half, dtype, 0)))
+            << want.units[u].first.unit << " " << want.units[u].first.params[p].name << " element " << i;
+      }
+    }
+  }
+}
+
+// The fixture with lm_head.weight: wte's values, `element` of it set to 1 unless it is -1.
+std::string fixture_with_head(const testing::ScopedTempDir& dir, std::vector<float>& head, int64_t element) {
+  return edited_fixture(dir, "head.safetensors", [&](auto& tensors) {
+    for (const auto& [name, t] : std::vector(tensors)) {
+      if (name != "wte.weight") continue;
+      head.assign(t.template data_as<float>(), t.template data_as<float>() + t.numel());
+      if (element >= 0) head[element] = 1.0f;
+      tensors.emplace_back("lm_head.weight", Tensor(head.data(), DType::kF32, t.shape()));
+    }
+  });
+}
+
+// The fixture with a wpe of `rows` positions holding 0, 1, 2, ... in `wpe`.
+std::string fixture_with_positions(const testing::ScopedTempDir& dir, std::vector<float>& wpe, int64_t rows) {
+  wpe.resize(rows * 32);
+  for (size_t i = 0; i < wpe.size(); ++i) wpe[i] = static_cast<float>(i);
+  return edited_fixture(dir, "positions.safetensors", [&](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name == "wpe.weight") t = Tensor(wpe.data(), DType::kF32, {rows, 32});
+    }
+  });
+}
+
+// The tiny model at max_seq_len 64 (the fixture's wpe has 16 positions).
+Gpt2Config tiny_at_64_positions() { return Gpt2Config::make(64, 100, 2, 2, 32); }
 
 void expect_open_error_names(const std::string& path, const Gpt2Config& config, const std::string& tensor) {
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(path, config);
@@ -221,6 +294,214 @@ TEST(Gpt2Weights, AttentionMaskBuffersAreSkipped) {
     tensors.emplace_back("h.0.attn.bias", Tensor(mask.data(), DType::kF32, {1, 1, 16, 16}));
   });
   EXPECT_TRUE(Gpt2HfReader::open(path, tiny()).ok());
+}
+
+// Older transformers also wrote masked_bias; save_pretrained's files name both under "transformer.".
+TEST(Gpt2Weights, MaskBuffersUnderSavePretrainedNamesAreSkipped) {
+  std::vector<float> mask(16 * 16, 1.0f);
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "mask.safetensors", [&](auto& tensors) {
+    for (auto& [name, t] : tensors) name = "transformer." + name;
+    tensors.emplace_back("transformer.h.1.attn.bias", Tensor(mask.data(), DType::kF32, {1, 1, 16, 16}));
+    tensors.emplace_back("transformer.h.1.attn.masked_bias", Tensor(mask.data(), DType::kF32, {}));
+  });
+  EXPECT_TRUE(Gpt2HfReader::open(path, tiny()).ok());
+}
+
+// Buffers are skipped by name: the mask of a layer the config lacks says the file is another model's.
+TEST(Gpt2Weights, MaskBufferOfALayerTheConfigLacksIsNamed) {
+  std::vector<float> mask(16 * 16, 1.0f);
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "mask.safetensors", [&](auto& tensors) {
+    tensors.emplace_back("h.2.attn.bias", Tensor(mask.data(), DType::kF32, {1, 1, 16, 16}));
+  });
+  expect_open_error_names(path, tiny(), "h.2.attn.bias");
+}
+
+TEST(Gpt2Weights, F16FileUnderSavePretrainedNamesLoadsAsItsValuesWidenedExactly) {
+  expect_loads_widened_exactly(DType::kF16);
+}
+
+TEST(Gpt2Weights, Bf16FileUnderSavePretrainedNamesLoadsAsItsValuesWidenedExactly) {
+  expect_loads_widened_exactly(DType::kBF16);
+}
+
+// A file mixing "transformer."-prefixed and bare names is no file transformers writes.
+TEST(Gpt2Weights, ABareNameInAPrefixedFileIsNamed) {
+  const testing::ScopedTempDir dir;
+  std::string path = edited_fixture(dir, "mixed.safetensors", [](auto& tensors) {
+    for (auto& [name, t] : tensors) {
+      if (name != "ln_f.bias") name = "transformer." + name;
+    }
+  });
+  expect_open_error_names(path, tiny(), "transformer.ln_f.bias");
+}
+
+TEST(Gpt2Weights, LmHeadEqualToWteIsTakenAsTheTiedHead) {
+  std::vector<float> head;
+  const testing::ScopedTempDir dir;
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(fixture_with_head(dir, head, -1), tiny());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_THAT(reader->notes(), ::testing::ElementsAre("lm_head.weight equals wte.weight (the tied head)"));
+}
+
+TEST(Gpt2Weights, LmHeadThatDiffersFromWteIsRefusedNamingTheElement) {
+  std::vector<float> head;
+  const testing::ScopedTempDir dir;
+  const std::string path = fixture_with_head(dir, head, 37);
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(path, tiny());
+  ASSERT_TRUE(absl::IsInvalidArgument(reader.status())) << reader.status();
+  EXPECT_THAT(reader.status().message(),
+              ::testing::HasSubstr("tensor 'lm_head.weight' differs from 'wte.weight' at element 37 (1 vs "));
+  EXPECT_THAT(reader.status().message(), ::testing::HasSubstr("remove lm_head.weight from the file"));
+}
+
+// The hub's gpt2 has 1024 positions; fine-tuning at a shorter context takes the first ones, as GPT-2 trainers do.
+TEST(Gpt2Weights, WpeOfMorePositionsLoadsItsFirstMaxSeqLenRows) {
+  std::vector<float> wpe;
+  const testing::ScopedTempDir dir;
+  absl::StatusOr<Gpt2HfReader> reader =
+      Gpt2HfReader::open(fixture_with_positions(dir, wpe, 1024), tiny_at_64_positions());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_THAT(reader->notes(),
+              ::testing::ElementsAre("wpe.weight has 1024 positions; the model (max_seq_len 64) takes the first 64"));
+  Params params(tiny_at_64_positions());
+  const absl::Status filled = params.for_each([&](const std::string& unit, const std::string& param,
+                                                  const Tensor& dst) { return reader->fill(unit, param, dst); });
+  ASSERT_TRUE(filled.ok()) << filled;
+  const Tensor got = params.get("embedding", "wpe.weight");
+  ASSERT_EQ(got.shape(), (Shape{64, 32}));
+  EXPECT_EQ(std::vector<float>(got.data_as<float>(), got.data_as<float>() + got.numel()),
+            std::vector<float>(wpe.begin(), wpe.begin() + 64 * 32));
+}
+
+TEST(Gpt2Weights, WpeOfFewerPositionsThanMaxSeqLenIsRefusedNamingBoth) {
+  absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(kFixture, tiny_at_64_positions());
+  ASSERT_TRUE(absl::IsInvalidArgument(reader.status())) << reader.status();
+  EXPECT_EQ(reader.status().message(),
+            absl::StrCat(kFixture,
+                         ": tensor 'wpe.weight' has 16 positions but the model's max_seq_len is 64; train on "
+                         "sequences of at most 16 tokens, or start from a file with 64 positions or more"));
+}
+
+// An export writes the model's own positions: the file it started from had more, which it never trained.
+TEST(Gpt2Weights, SaveAfterALongerWpeWritesTheModelsMaxSeqLenRows) {
+  std::vector<float> wpe;
+  const testing::ScopedTempDir dir;
+  absl::StatusOr<Gpt2HfReader> reader =
+      Gpt2HfReader::open(fixture_with_positions(dir, wpe, 1024), tiny_at_64_positions());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  Gpt2HfWriter writer(tiny_at_64_positions());
+  Params params(tiny_at_64_positions());
+  const absl::Status saved = params.for_each([&](const std::string& unit, const std::string& param, const Tensor& v) {
+    ZERO_RETURN_IF_ERROR(reader->fill(unit, param, v));
+    return writer.add(unit, param, v);
+  });
+  ASSERT_TRUE(saved.ok()) << saved;
+  ASSERT_TRUE(writer.write(dir.file("out.safetensors")).ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(dir.file("out.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<Tensor> written = file->get("wpe.weight");
+  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_EQ(written->shape(), (Shape{64, 32}));
+  EXPECT_EQ(std::memcmp(written->data(), wpe.data(), written->nbytes()), 0);
+}
+
+// The fixture's weights in a writer, ready to export.
+std::unique_ptr<Gpt2HfWriter> fixture_writer() {
+  Params params = load_fixture();
+  auto writer = std::make_unique<Gpt2HfWriter>(tiny());
+  const absl::Status added = params.for_each(
+      [&](const std::string& unit, const std::string& param, const Tensor& v) { return writer->add(unit, param, v); });
+  EXPECT_TRUE(added.ok()) << added;
+  return writer;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+// The folder transformers' GPT2LMHeadModel.from_pretrained(dir) loads: model.safetensors and its config.json.
+TEST(Gpt2Weights, ExportToADirectoryWritesModelSafetensorsAndTheConfigJsonTransformersReads) {
+  const testing::ScopedTempDir dir;
+  const std::string folder = dir.path().string() + "/";
+  absl::StatusOr<std::string> exported = fixture_writer()->export_to(folder);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(*exported, absl::StrCat("exported ", folder, "model.safetensors and ", folder, "config.json"));
+
+  const nlohmann::json config = read_json(folder + "config.json");
+  const nlohmann::json want = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"vocab_size", 100},
+      {"n_positions", 16},
+      {"n_ctx", 16},
+      {"n_embd", 32},
+      {"n_layer", 2},
+      {"n_head", 2},
+      {"n_inner", nullptr},
+      {"activation_function", "gelu_new"},
+      {"layer_norm_epsilon", 1e-5},
+      {"tie_word_embeddings", true},
+      {"torch_dtype", "float32"},
+  };
+  EXPECT_EQ(config, want) << config.dump(2);  // no bos/eos: the vocabulary is not GPT-2's
+  // The file's wte and wpe have the rows the config says: V, not the padded Vp, and n_positions.
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(folder + "model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->get("wte.weight", DType::kF32, {100, 32}).ok());
+  EXPECT_TRUE(file->get("wpe.weight", DType::kF32, {16, 32}).ok());
+}
+
+TEST(Gpt2Weights, ConfigJsonNamesEndOfTextAsBosAndEosForGpt2sVocabularyOnly) {
+  const nlohmann::json d12 = nlohmann::json::parse(gpt2_hf_config_json(*Gpt2Config::preset("d12")));
+  EXPECT_EQ(d12["vocab_size"], 50257);  // wte's rows in the file, not the 50304 zero trains
+  EXPECT_EQ(d12["n_positions"], 1024);
+  EXPECT_EQ(d12["bos_token_id"], 50256);
+  EXPECT_EQ(d12["eos_token_id"], 50256);
+  const nlohmann::json tiny_config = nlohmann::json::parse(gpt2_hf_config_json(tiny()));
+  EXPECT_FALSE(tiny_config.contains("bos_token_id"));
+  EXPECT_FALSE(tiny_config.contains("eos_token_id"));
+}
+
+TEST(Gpt2Weights, ExportFileOfAnExistingDirectoryIsModelSafetensorsInIt) {
+  const testing::ScopedTempDir dir;
+  EXPECT_EQ(gpt2_hf_export_file(dir.path().string()), dir.file("model.safetensors"));
+  EXPECT_EQ(gpt2_hf_export_file("no/such/dir/"), "no/such/dir/model.safetensors");
+  EXPECT_EQ(gpt2_hf_export_file(dir.file("ft.safetensors")), dir.file("ft.safetensors"));
+}
+
+// An export named otherwise shares its directory: a config.json there may describe another model.
+TEST(Gpt2Weights, ExportBesideAnotherFileKeepsADifferentConfigJson) {
+  const testing::ScopedTempDir dir;
+  std::ofstream(dir.file("config.json")) << R"({"model_type": "bert"})";
+  absl::StatusOr<std::string> exported = fixture_writer()->export_to(dir.file("ft.safetensors"));
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_THAT(*exported, ::testing::StartsWith(absl::StrCat("exported ", dir.file("ft.safetensors"), "; kept ",
+                                                            dir.file("config.json"), ", which describes another")));
+  EXPECT_EQ(read_json(dir.file("config.json")), nlohmann::json({{"model_type", "bert"}}));
+  EXPECT_TRUE(SafetensorsFile::read(dir.file("ft.safetensors")).ok());
+}
+
+// Exporting the same model again beside another name (a resumed run) finds its own config.json.
+TEST(Gpt2Weights, ExportBesideAnotherFileWritesConfigJsonWhenNoneOrTheSameIsThere) {
+  const testing::ScopedTempDir dir;
+  for (const std::string name : {"a.safetensors", "b.safetensors"}) {
+    absl::StatusOr<std::string> exported = fixture_writer()->export_to(dir.file(name));
+    ASSERT_TRUE(exported.ok()) << exported.status();
+    EXPECT_EQ(*exported, absl::StrCat("exported ", dir.file(name), " and ", dir.file("config.json")));
+  }
+  EXPECT_EQ(read_json(dir.file("config.json")), nlohmann::json::parse(gpt2_hf_config_json(tiny())));
+}
+
+// model.safetensors and config.json are one model in Hugging Face's layout: replacing one replaces both.
+TEST(Gpt2Weights, ExportToModelSafetensorsReplacesTheConfigJsonBesideIt) {
+  const testing::ScopedTempDir dir;
+  std::ofstream(dir.file("config.json")) << R"({"model_type": "gpt2", "n_positions": 1024})";
+  absl::StatusOr<std::string> exported = fixture_writer()->export_to(dir.file("model.safetensors"));
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(read_json(dir.file("config.json")), nlohmann::json::parse(gpt2_hf_config_json(tiny())));
 }
 
 TEST(Gpt2Weights, FillRejectsUnknownParameter) {
