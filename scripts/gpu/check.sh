@@ -7,7 +7,7 @@
 #   test   every test, GPU tests required (a GPU test that skips fails)
 #   sanitize  compute-sanitizer memcheck and racecheck over the CUDA kernel and optimizer tests
 #   train  the main job on the GPU (4 local ranks sharing it; the nccl backend, one rank) and on the CPU; losses
-#          compared
+#          compared; the CPU run's export loaded by transformers' from_pretrained
 #   bench  GPT-2 124M, bf16, sequence 1024: zero against PyTorch (eager and torch.compile) on the same GPU,
 #          with MFU
 #   stages zero-bench stages (GPT-2 124M, 4 local ranks sharing the GPU) and comm on the GPU
@@ -104,11 +104,13 @@ train() {
 phase_train() {
   runtime_env
   rm -rf "$build/train" && mkdir -p "$build/train"
-  train cpu
+  mkdir -p "$build/train/export"
+  train cpu --export_path="$build/train/export/"
   train cuda_local --device=cuda
   train cuda_nccl --device=cuda --backend=nccl --ranks=1
   python3 scripts/gpu/compare_losses.py "$build/train/cpu.jsonl" "$build/train/cuda_local.jsonl" \
     "$build/train/cuda_nccl.jsonl"
+  python3 scripts/gpu/load_export.py "$build/train/export"
 }
 
 phase_bench() {

@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""Loads a zero-train export (DIR/model.safetensors + DIR/config.json) with transformers' from_pretrained.
+
+The GPU image has transformers, this machine does not: the train phase proves the export loads unchanged and
+computes a finite loss. usage: load_export.py DIR
+"""
+import math
+import sys
+
+import torch
+import transformers
+
+
+def main(path):
+    model = transformers.GPT2LMHeadModel.from_pretrained(path)
+    params = sum(p.numel() for p in model.parameters())
+    tokens = torch.arange(min(8, model.config.vocab_size)).unsqueeze(0)  # (1, T)
+    with torch.no_grad():
+        loss = model(tokens, labels=tokens).loss.item()
+    print(f"transformers {transformers.__version__} loaded {path}: {params} parameters, "
+          f"n_layer {model.config.n_layer}, vocab {model.config.vocab_size}; loss on tokens 0..7 {loss:.4f}")
+    return 0 if math.isfinite(loss) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
