@@ -50,7 +50,9 @@ ABSL_FLAG(std::optional<int>, nodes, std::nullopt, "nodes; N = nodes x gpus_per_
 ABSL_FLAG(std::optional<int>, gpus_per_node, std::nullopt, "ranks per node");
 ABSL_FLAG(std::string, stage, "all", "ZeRO stage 0, 1, 2, 3, or all (side by side)");
 ABSL_FLAG(std::string, precision, "fp32", "parameters and gradients: fp32, or bf16/fp16 with fp32 master weights");
-ABSL_FLAG(std::string, optimizer, "adamw", "adamw (8 bytes of state per parameter), sgd (0) or sgd_momentum (4)");
+ABSL_FLAG(std::string, optimizer, "adamw",
+          "adamw or adam (8 bytes of state per parameter: the ZeRO paper's K = 12 with the fp32 master copy), sgd (0) "
+          "or sgd_momentum (4)");
 ABSL_FLAG(std::string, offload_optimizer, "none",
           "none, or nvme: master weights and optimizer state in files (ZeRO-Infinity), not in RAM");
 ABSL_FLAG(std::string, offload_param, "none",
@@ -300,14 +302,14 @@ absl::Status resolve_training(Request& r) {
   else
     return flag_error("precision", absl::StrCat("'", precision, "' is not fp32, bf16 or fp16"));
   r.optimizer = absl::GetFlag(FLAGS_optimizer);
-  if (r.optimizer == "adamw")
+  if (r.optimizer == "adamw" || r.optimizer == "adam")  // the same two moments
     r.plan.optimizer_state_bytes = 8;
   else if (r.optimizer == "sgd")
     r.plan.optimizer_state_bytes = 0;
   else if (r.optimizer == "sgd_momentum")
     r.plan.optimizer_state_bytes = 4;
   else
-    return flag_error("optimizer", absl::StrCat("'", r.optimizer, "' is not adamw, sgd or sgd_momentum"));
+    return flag_error("optimizer", absl::StrCat("'", r.optimizer, "' is not adamw, adam, sgd or sgd_momentum"));
   ZERO_ASSIGN_OR_RETURN(r.plan.offload_optimizer, offload_to_nvme("offload_optimizer", FLAGS_offload_optimizer));
   ZERO_ASSIGN_OR_RETURN(r.offload_param, offload_to_nvme("offload_param", FLAGS_offload_param));
   if (r.offload_param && r.stages.size() == 1 && r.stages[0] != 3) {

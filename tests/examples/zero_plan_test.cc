@@ -85,6 +85,16 @@ TEST(ZeroPlan, JsonCarriesEveryStagesBytesAndTraffic) {
   EXPECT_EQ(stage2["optimizer_state"], 937'500'000);  // 8Ψ/64
 }
 
+TEST(ZeroPlan, AdamHoldsWhatAdamWHolds) {
+  // The ZeRO paper's optimizer: its two moments are AdamW's, so every figure is the same but the name.
+  nlohmann::json adam = run_json(absl::StrCat(kPaperExample, " --optimizer adam"));
+  nlohmann::json adamw = run_json(kPaperExample);
+  ASSERT_EQ(adam["optimizer"], "adam");
+  adam.erase("optimizer");
+  adamw.erase("optimizer");
+  EXPECT_EQ(adam, adamw);
+}
+
 TEST(ZeroPlan, TableShowsTheSameFiguresInTheChosenUnits) {
   RunResult run = run_plan(kPaperExample);
   ASSERT_EQ(run.exit_code, 0) << run.output;
