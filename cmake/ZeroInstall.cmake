@@ -14,7 +14,7 @@ endif()
 
 install(TARGETS ${zero_export_targets} EXPORT zeroTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY runtime kernels optim shard models DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+install(DIRECTORY runtime kernels optim shard models DESTINATION include/zero
         FILES_MATCHING PATTERN "*.h")
 install(EXPORT zeroTargets NAMESPACE zero:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
 

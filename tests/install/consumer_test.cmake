@@ -10,6 +10,11 @@ endfunction()
 
 file(REMOVE_RECURSE ${WORK_DIR})
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+# zero's headers stay in one folder of their own: a top-level include/runtime would collide with other packages.
+file(GLOB installed_includes RELATIVE ${WORK_DIR}/prefix/include ${WORK_DIR}/prefix/include/*)
+if(NOT installed_includes STREQUAL "zero")
+  message(FATAL_ERROR "include/ holds ${installed_includes}; zero's headers belong in include/zero/ alone")
+endif()
 string(REPLACE "|" ";" prefixes "${WORK_DIR}/prefix|${DEPENDENCY_PREFIXES}")
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build -G Ninja
     -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${prefixes}")
