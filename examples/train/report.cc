@@ -1,5 +1,9 @@
 #include "examples/train/report.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <type_traits>
@@ -96,7 +100,24 @@ std::string ratio(int64_t measured, int64_t theory) {
   return theory == 0 ? std::string("-") : absl::StrFormat("%.3f", static_cast<double>(measured) / theory);
 }
 
+// stdout's width in columns, or 80 where it is not a terminal that says.
+int terminal_columns() {
+  winsize size{};
+  return ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0 ? size.ws_col : 80;
+}
+
 }  // namespace
+
+std::string progress_bar_line(absl::string_view text, int64_t step, int64_t steps, int columns) {
+  // At most columns - 1 characters: writing the last column makes some terminals wrap, and "\r" then
+  // rewrites only the new line. The bar takes what the text leaves, up to 30 characters.
+  const int room = columns - 1;
+  if (static_cast<int>(text.size()) >= room) return std::string(text.substr(0, std::max(room, 0)));
+  const int width = std::min(30, room - static_cast<int>(text.size()) - 3);  // "[", "] "
+  if (width < 5) return std::string(text);
+  const int filled = static_cast<int>(width * step / steps);
+  return absl::StrCat("[", std::string(filled, '#'), std::string(width - filled, '.'), "] ", text);
+}
 
 void Progress::step(int64_t step, const StepResult& r, float lr, double rate, double elapsed_s) {
   const double eta = elapsed_s / (step - first_step_) * (steps_ - step);
@@ -105,10 +126,8 @@ void Progress::step(int64_t step, const StepResult& r, float lr, double rate, do
                       static_cast<int>(absl::StrCat(steps_).size()), step, steps_, r.loss, lr, rate, rate_unit_,
                       duration(elapsed_s), duration(eta), r.skipped ? "  (fp16 overflow: step skipped)" : "");
   if (tty_) {
-    const int width = 30;
-    const int filled = static_cast<int>(width * step / steps_);
-    std::printf("\r[%s%s] %s", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                text.c_str());
+    // Cleared to the end (\x1b[K) so a shorter line leaves nothing of the last one.
+    std::printf("\r%s\x1b[K", progress_bar_line(text, step, steps_, terminal_columns()).c_str());
     open_line_ = true;
   } else if (step == first_step_ + 1 || step == steps_ || step % steps_per_print_ == 0) {
     std::printf("%s\n", text.c_str());

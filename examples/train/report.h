@@ -9,12 +9,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
 #include "shard/engine.h"
 
 namespace zero::train {
+
+// The in-place progress line for a terminal `columns` wide: a bar of step/steps before `text` where it fits,
+// `text` cut to the width where even it does not.
+std::string progress_bar_line(absl::string_view text, int64_t step, int64_t steps, int columns);
 
 // Rank 0's progress: on a terminal one line rewritten in place ("\r"), otherwise a log line every
 // steps_per_print steps (and the first and last).
