@@ -2,8 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <random>
 
 #include "absl/flags/flag.h"
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "examples/common/gnuplot.h"
 #include "models/data/device_batch.h"
 #include "models/gpt2.h"
 #include "optim/optimizers.h"
@@ -143,7 +142,7 @@ namespace {
 // gnuplot reads the CSV's columns by number; see stages_bench_table for the order.
 constexpr absl::string_view kPlotScript = R"(set datafile separator ','
 set terminal pngcairo noenhanced size 1200,480 font ',10'
-set output '%s'
+set output '{png}'
 set multiplot layout 1,2
 set style data histograms
 set style histogram rowstacked
@@ -152,27 +151,21 @@ set boxwidth 0.6
 set key outside right
 set title 'Peak memory per category, rank 0 (stacked peaks)'
 set ylabel 'MiB'
-plot for [c=5:11] '%s' using c:xtic(sprintf('stage %%d', column(1))) title columnhead(c)
+plot for [c=5:11] '{csv}' using c:xtic(sprintf('stage %d', column(1))) title columnhead(c)
 set style histogram clustered
 set title 'Step time'
 set ylabel 'ms'
 set yrange [0:*]
 unset key
-plot '%s' every ::1 using 2:xtic(sprintf('stage %%d', column(1)))
+plot '{csv}' every ::1 using 2:xtic(sprintf('stage %d', column(1)))
 unset multiplot
 )";
 
 absl::Status plot_png(const ResultTable& table, const std::string& png) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    return flag_error("png", "needs gnuplot on PATH (apt-get install gnuplot-nox; scripts/install_deps.sh does)");
+  if (const absl::Status status = render_png(png, table.to_csv(), kPlotScript); !status.ok()) {
+    return flag_error("png", status.message());
   }
-  const std::string csv = png + ".csv", script = png + ".gp";
-  std::ofstream(csv) << table.to_csv();
-  std::ofstream(script) << absl::StrFormat(kPlotScript, png, csv, csv);
-  if (std::system(absl::StrCat("gnuplot '", script, "'").c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("gnuplot failed on ", script));
-  }
-  std::printf("# plot: %s (data %s)\n", png.c_str(), csv.c_str());
+  std::printf("# plot: %s (data %s.csv)\n", png.c_str(), png.c_str());
   return absl::OkStatus();
 }
 
