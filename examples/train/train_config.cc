@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/algorithm/container.h"
@@ -48,19 +49,26 @@ constexpr char kDefaultConfig[] = R"({
 }
 )";
 
+// Damerau-Levenshtein distance in its optimal-string-alignment form: an insertion, a deletion, a substitution
+// or a swap of two adjacent characters ("stgae") costs one.
 size_t edit_distance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      diagonal = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   }
-  return row[b.size()];
+  return d[a.size()][b.size()];
+}
+
+// The last component of a dotted key: what a typo is made in.
+absl::string_view last_component(absl::string_view key) {
+  const size_t dot = key.rfind('.');
+  return dot == absl::string_view::npos ? key : key.substr(dot + 1);
 }
 
 absl::Status bad_type(absl::string_view key, absl::string_view expected, const json& value) {
@@ -201,22 +209,40 @@ class KeyReader {
         continue;
       }
       if (is_parent) return bad_type(key, "an object", value);
-      return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'; did you mean '", closest(key), "'?"));
+      return unknown_key(key);
     }
     return absl::OkStatus();
   }
 
-  // The known key or section nearest to `key` in edit distance.
-  std::string closest(absl::string_view key) const {
-    std::set<std::string> candidates;
+  absl::Status unknown_key(const std::string& key) const {
+    const std::optional<std::string> near = closest(key);
+    if (near) return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'; did you mean '", *near, "'?"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown key '", key, "'; remove it (README's config reference lists the keys zero-train takes)"));
+  }
+
+  // The known key or section whose last component is a typo away from `key`'s: within a Damerau-Levenshtein
+  // distance of max(2, length / 4) and short of retyping it whole, nearest first, then nearest in full. None
+  // beyond that: a far suggestion ("sparse_attention" -> "data.addition") sends the user the wrong way.
+  std::optional<std::string> closest(const std::string& key) const {
+    std::set<std::string> candidates(known_sections_.begin(), known_sections_.end());
     for (const std::string& k : known_) {
       for (size_t dot = k.find('.'); dot != std::string::npos; dot = k.find('.', dot + 1))
         candidates.insert(k.substr(0, dot));
       candidates.insert(k);
     }
-    return *std::min_element(candidates.begin(), candidates.end(), [&](const std::string& a, const std::string& b) {
-      return edit_distance(key, a) < edit_distance(key, b);
-    });
+    const absl::string_view typed = last_component(key);
+    const size_t threshold = std::min(std::max<size_t>(2, typed.size() / 4), typed.size() - 1);
+    std::optional<std::string> best;
+    std::pair<size_t, size_t> best_distance;
+    for (const std::string& c : candidates) {
+      const std::pair<size_t, size_t> distance = {edit_distance(typed, last_component(c)), edit_distance(key, c)};
+      if (distance.first <= threshold && (!best || distance < best_distance)) {
+        best = c;
+        best_distance = distance;
+      }
+    }
+    return best;
   }
 
   const json& root_;
