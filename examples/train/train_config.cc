@@ -335,6 +335,7 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.momentum", o.momentum));
   SchedulerConfig& s = c.scheduler;
   ZERO_RETURN_IF_ERROR(r.read("scheduler.type", s.type));
+  if (absl::EqualsIgnoreCase(s.type, "none")) s.type.clear();  // zero's name for DeepSpeed's absent scheduler
   ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_min_lr", s.warmup_min_lr));
   ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_max_lr", s.warmup_max_lr));
   ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_num_steps", s.warmup_num_steps));
@@ -466,7 +467,7 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(o.momentum >= 0, "optimizer.params.momentum", o.momentum, "must be >= 0"));
   const SchedulerConfig& s = c.scheduler;
   ZERO_RETURN_IF_ERROR(require(one_of(s.type, {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}), "scheduler.type",
-                               s.type, "use WarmupLR, WarmupDecayLR or WarmupCosineLR (or leave it out)"));
+                               s.type, "use WarmupLR, WarmupDecayLR, WarmupCosineLR or none"));
   ZERO_RETURN_IF_ERROR(require(one_of(s.warmup_type, {"log", "linear"}), "scheduler.params.warmup_type", s.warmup_type,
                                "use log or linear"));
   ZERO_RETURN_IF_ERROR(
@@ -582,11 +583,28 @@ absl::Status validate_run(const TrainConfig& c) {
                  "safetensors import and export are for gpt2 models");
 }
 
+// `--key.path=null` removes the key, so that its default applies: null is no key's value, and a file's key
+// could not be unset otherwise. A key the tree does not hold is left absent.
+void remove_key(json& root, absl::string_view path) {
+  const std::vector<std::string> parts = absl::StrSplit(path, '.');
+  json* node = &root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (!node->is_object() || !node->contains(parts[i])) return;
+    node = &(*node)[parts[i]];
+  }
+  if (node->is_object()) node->erase(parts.back());
+}
+
 // Sets `key.path` = value in the tree, creating objects on the way. The value is JSON if it parses, else a string.
 absl::Status apply_override(json& root, absl::string_view override_arg) {
   const std::vector<absl::string_view> kv = absl::StrSplit(override_arg, absl::MaxSplits('=', 1));
   if (kv.size() != 2 || kv[0].empty()) {
     return absl::InvalidArgumentError(absl::StrCat("override '", override_arg, "': write it as key.path=value"));
+  }
+  json value = json::parse(kv[1], nullptr, /*allow_exceptions=*/false);
+  if (value.is_null()) {
+    remove_key(root, kv[0]);
+    return absl::OkStatus();
   }
   json* node = &root;
   std::string walked;
@@ -596,7 +614,6 @@ absl::Status apply_override(json& root, absl::string_view override_arg) {
     walked = walked.empty() ? std::string(part) : absl::StrCat(walked, ".", part);
     if (node->is_null()) *node = json::object();
   }
-  json value = json::parse(kv[1], nullptr, /*allow_exceptions=*/false);
   *node = value.is_discarded() ? json(std::string(kv[1])) : std::move(value);
   return absl::OkStatus();
 }

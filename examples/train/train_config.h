@@ -3,7 +3,8 @@
 
 // Where a key is DeepSpeed's, so are its units and defaults: bucket and prefetch sizes count elements,
 // fp16.loss_scale 0 means dynamic scaling. Every key can be overridden on the command line as
-// `--zero_optimization.stage=3` (or `--ranks 4`); the value is read as JSON, else as a string.
+// `--zero_optimization.stage=3` (or `--ranks 4`); the value is read as JSON, else as a string, and null
+// removes the key.
 // Unknown keys, wrong types and impossible values are refused by parse_train_config, naming the key;
 // what needs the world size (the batch rule) or the model (the budget, stage-3 live parameters) is
 // checked by resolve_batch and engine_config, still before any parameter is allocated.
@@ -59,7 +60,7 @@ struct OptimizerConfig {       // "optimizer"
 };
 
 struct SchedulerConfig {        // "scheduler"; type "" = the optimizer's lr throughout
-  std::string type;             // WarmupLR, WarmupDecayLR or WarmupCosineLR
+  std::string type;             // WarmupLR, WarmupDecayLR or WarmupCosineLR; "none" (any case) reads as ""
   double warmup_min_lr = 0;     // WarmupLR, WarmupDecayLR
   double warmup_max_lr = 1e-3;  // WarmupLR, WarmupDecayLR
   int64_t warmup_num_steps = 1000;

@@ -107,6 +107,25 @@ TEST(TrainConfigTest, OverridesReplaceAddAndParseTheirValuesAsJson) {
   EXPECT_EQ(c.metrics_path, "out/m.jsonl");
 }
 
+TEST(TrainConfigTest, AnOverrideOfNullRemovesTheKeySoItsDefaultApplies) {
+  const TrainConfig c = parse_ok(default_config_json(), {"gradient_clipping=null", "optimizer.params=null",
+                                                         "zero_optimization.stage3_param_persistence_threshold=null"});
+  EXPECT_EQ(c.gradient_clipping, 0);                                           // the default's 1.0 removed
+  EXPECT_EQ(c.optimizer.lr, 1e-3);                                             // the whole params object
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 100'000);  // DeepSpeed's default
+  EXPECT_EQ(c.zero_optimization.stage, 3);                                     // its siblings stay
+  // Removing a key the config does not hold is no error: it is absent, as asked.
+  EXPECT_EQ(parse_ok(kMinimal, {"checkpoint.dir=null", "data.tokens.train=null"}).checkpoint.dir, "");
+}
+
+TEST(TrainConfigTest, SchedulerTypeNoneInAnyCaseKeepsTheOptimizersLr) {
+  for (const char* none : {"scheduler.type=none", "scheduler.type=None", "scheduler.type=NONE"}) {
+    const TrainConfig c = parse_ok(default_config_json(), {none, "optimizer.params.lr=0.25"});
+    EXPECT_EQ(c.scheduler.type, "");
+    EXPECT_FLOAT_EQ(LrSchedule(c.scheduler, c.optimizer.lr, c.steps).lr(1), 0.25f);
+  }
+}
+
 struct BadConfig {
   std::string override_arg;
   std::vector<std::string> expected;  // substrings of the message
