@@ -482,7 +482,7 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
       s.total_num_steps > 0 ? absl::StrCat("scheduler.params.total_num_steps = ", total)
                             : absl::StrCat("steps = ", total, " (scheduler.params.total_num_steps defaults to it)"),
       ": ", s.type, " decays after its warmup, so it must exceed max(2, scheduler.params.warmup_num_steps = ",
-      s.warmup_num_steps, ") = ", warmup, "; raise it or shorten the warmup"));
+      s.warmup_num_steps, ") = ", warmup, "; raise it, shorten the warmup, or set scheduler.type = none"));
 }
 
 absl::Status validate_gpt2(const ModelConfig& m, const DataConfig& d) {
@@ -681,7 +681,28 @@ absl::StatusOr<json> parse_json_object(const std::string& text) {
 
 const char* default_config_json() { return kDefaultConfig; }
 
-absl::StatusOr<TrainConfig> parse_train_config(const std::string& text, const std::vector<std::string>& overrides) {
+namespace {
+
+// Whether an override sets `key` itself or an object that holds it.
+bool overrides_set(const std::vector<std::string>& overrides, absl::string_view key) {
+  return absl::c_any_of(overrides, [&](const std::string& o) {
+    const absl::string_view set = absl::string_view(o).substr(0, o.find('='));
+    return set == key || absl::StartsWith(key, absl::StrCat(set, "."));
+  });
+}
+
+// The embedded default's 20-step warmup is sized for its 900 steps: a shorter run (--steps=8 to try it)
+// warms up for a tenth of itself instead, where a fixed 20 would outlast the decay. A warmup the user set
+// is theirs, and one that does not fit stays an error.
+void fit_default_warmup_to_the_run(const std::vector<std::string>& overrides, TrainConfig& c) {
+  if (overrides_set(overrides, "scheduler.params.warmup_num_steps")) return;
+  c.scheduler.warmup_num_steps = std::min(c.scheduler.warmup_num_steps, c.steps / 10);
+}
+
+enum class Source { kFile, kEmbeddedDefault };
+
+absl::StatusOr<TrainConfig> parse_config(const std::string& text, const std::vector<std::string>& overrides,
+                                         Source source) {
   ZERO_ASSIGN_OR_RETURN(json root, parse_json_object(text));
   for (const std::string& o : overrides) ZERO_RETURN_IF_ERROR(apply_override(root, o));
   TrainConfig config;
@@ -689,10 +710,21 @@ absl::StatusOr<TrainConfig> parse_train_config(const std::string& text, const st
   ZERO_RETURN_IF_ERROR(read_deepspeed_keys(reader, config));
   ZERO_RETURN_IF_ERROR(read_zero_train_keys(reader, config));
   ZERO_RETURN_IF_ERROR(reader.check_no_unknown_keys());
+  if (source == Source::kEmbeddedDefault) fit_default_warmup_to_the_run(overrides, config);
   ZERO_RETURN_IF_ERROR(validate_deepspeed_keys(config));
   ZERO_RETURN_IF_ERROR(validate_model_and_data(config));
   ZERO_RETURN_IF_ERROR(validate_run(config));
   return config;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainConfig> parse_train_config(const std::string& text, const std::vector<std::string>& overrides) {
+  return parse_config(text, overrides, Source::kFile);
+}
+
+absl::StatusOr<TrainConfig> parse_default_config(const std::vector<std::string>& overrides) {
+  return parse_config(kDefaultConfig, overrides, Source::kEmbeddedDefault);
 }
 
 absl::StatusOr<BatchPlan> resolve_batch(const TrainConfig& c, int world_size) {

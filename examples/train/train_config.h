@@ -158,6 +158,10 @@ const char* default_config_json();
 // every key and value that does not need the world size or the model.
 absl::StatusOr<TrainConfig> parse_train_config(const std::string& json, const std::vector<std::string>& overrides);
 
+// The embedded default with `overrides`, as parse_train_config reads it, except that its warmup shrinks to
+// a tenth of a run too short for it, unless an override sets scheduler.params.warmup_num_steps.
+absl::StatusOr<TrainConfig> parse_default_config(const std::vector<std::string>& overrides);
+
 // DeepSpeed's batch rule for world size N: any two of train_batch_size, train_micro_batch_size_per_gpu and
 // gradient_accumulation_steps determine the third (one alone: accumulation 1); all three must agree.
 absl::StatusOr<BatchPlan> resolve_batch(const TrainConfig& config, int world_size);

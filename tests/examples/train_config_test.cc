@@ -285,6 +285,28 @@ TEST(TrainConfigTest, DecayingScheduleMustOutlastItsWarmup) {
             HasSubstr("scheduler.params.warmup_num_steps = 20")));
 }
 
+TEST(TrainConfigTest, TheEmbeddedDefaultsWarmupShrinksToATenthOfAShortRun) {
+  EXPECT_EQ(parse_ok(default_config_json()).scheduler.warmup_num_steps, 20);
+  const absl::StatusOr<TrainConfig> whole = parse_default_config({});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->scheduler.warmup_num_steps, 20);  // 900 steps: a tenth is more than the default's 20
+  const absl::StatusOr<TrainConfig> short_run = parse_default_config({"steps=8"});
+  ASSERT_TRUE(short_run.ok()) << short_run.status();
+  EXPECT_EQ(short_run->scheduler.warmup_num_steps, 0);  // DeepSpeed's floor of 2 steps, then the cosine
+  const LrSchedule schedule(short_run->scheduler, short_run->optimizer.lr, short_run->steps);
+  EXPECT_GT(schedule.lr(3), schedule.lr(8));
+  EXPECT_EQ(parse_default_config({"steps=100"})->scheduler.warmup_num_steps, 10);
+}
+
+TEST(TrainConfigTest, AWarmupTheUserSetThatOutlastsTheRunStaysAnError) {
+  const absl::StatusOr<TrainConfig> set = parse_default_config({"steps=8", "scheduler.params.warmup_num_steps=20"});
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.status().message(), AllOf(HasSubstr("steps = 8"), HasSubstr("warmup_num_steps = 20")));
+  EXPECT_FALSE(parse_default_config({"steps=8", "scheduler={\"type\": \"WarmupDecayLR\"}"}).ok());  // 1000
+  // A config file's warmup is the user's: the same text given as --config is not adjusted.
+  EXPECT_THAT(parse_error(default_config_json(), {"steps=8"}), HasSubstr("or set scheduler.type = none"));
+}
+
 TEST(TrainConfigTest, MalformedJsonIsRefusedAtItsLineAndColumn) {
   EXPECT_THAT(parse_error("{\"steps\": 3,\n \"ranks\": 2,\n  \"seed\" 7}"),
               HasSubstr("not valid JSON at line 3, column 10"));

@@ -98,6 +98,15 @@ TEST_F(ZeroTrainTest, Stage3OnTwoRanksWritesMetricsAndTheLossFalls) {
   EXPECT_TRUE(summary[0]["phase_ms_per_step"].empty());  // timed only with wall_clock_breakdown
 }
 
+TEST_F(ZeroTrainTest, TheEmbeddedDefaultRunsEightSteps) {
+  const RunResult run =
+      run_zero_train(absl::StrCat("--steps=8 --eval_interval=0 --eval_batches=1 --data.addition.val_rows=64 "
+                                  "--metrics_path=",
+                                  metrics_path()));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(events(metrics_lines(metrics_path()), "train").size(), 8u);
+}
+
 TEST_F(ZeroTrainTest, WallClockBreakdownReportsEveryRanksPhases) {
   const std::string path = metrics_path();
   const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --wall_clock_breakdown=true"));
