@@ -333,6 +333,9 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.weight_decay", o.weight_decay));
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.adam_w_mode", o.adam_w_mode));
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.momentum", o.momentum));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.bias_correction", o.bias_correction));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.max_coeff", o.max_coeff));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.min_coeff", o.min_coeff));
   SchedulerConfig& s = c.scheduler;
   ZERO_RETURN_IF_ERROR(r.read("scheduler.type", s.type));
   if (absl::EqualsIgnoreCase(s.type, "none")) s.type.clear();  // zero's name for DeepSpeed's absent scheduler
@@ -465,6 +468,9 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(o.eps > 0, "optimizer.params.eps", o.eps, "must be positive"));
   ZERO_RETURN_IF_ERROR(require(o.weight_decay >= 0, "optimizer.params.weight_decay", o.weight_decay, "must be >= 0"));
   ZERO_RETURN_IF_ERROR(require(o.momentum >= 0, "optimizer.params.momentum", o.momentum, "must be >= 0"));
+  ZERO_RETURN_IF_ERROR(require(o.min_coeff >= 0 && o.min_coeff <= o.max_coeff, "optimizer.params.min_coeff/max_coeff",
+                               absl::StrCat(o.min_coeff, "/", o.max_coeff),
+                               "the trust ratio's range needs 0 <= min_coeff <= max_coeff"));
   const SchedulerConfig& s = c.scheduler;
   ZERO_RETURN_IF_ERROR(require(one_of(s.type, {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}), "scheduler.type",
                                s.type, "use WarmupLR, WarmupDecayLR, WarmupCosineLR or none"));

@@ -57,6 +57,11 @@ struct OptimizerConfig {       // "optimizer"
   double weight_decay = 0;
   bool adam_w_mode = true;  // Adam only: DeepSpeed's Adam decouples weight decay by default
   double momentum = 0;      // SGD only
+  // Lamb only, DeepSpeed's FusedLamb: bias correction as a step-size factor (else none), and the range the
+  // trust ratio is clamped to.
+  bool bias_correction = true;
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
 };
 
 struct SchedulerConfig {        // "scheduler"; type "" = the optimizer's lr throughout

@@ -313,6 +313,20 @@ TEST(TrainConfigTest, MalformedJsonIsRefusedAtItsLineAndColumn) {
   EXPECT_THAT(parse_error("[1, 2]"), HasSubstr("the config is array, not a JSON object"));
 }
 
+TEST(TrainConfigTest, LambTakesFusedLambsBiasCorrectionAndTrustRatioRange) {
+  const TrainConfig defaults = parse_ok(kMinimal, {"optimizer.type=Lamb"});
+  EXPECT_TRUE(defaults.optimizer.bias_correction);
+  EXPECT_EQ(defaults.optimizer.max_coeff, 10.0);
+  EXPECT_EQ(defaults.optimizer.min_coeff, 0.01);
+  const TrainConfig c = parse_ok(kMinimal, {"optimizer.type=Lamb", "optimizer.params.bias_correction=false",
+                                            "optimizer.params.max_coeff=0.3", "optimizer.params.min_coeff=0"});
+  EXPECT_FALSE(c.optimizer.bias_correction);
+  EXPECT_EQ(c.optimizer.max_coeff, 0.3);
+  EXPECT_EQ(c.optimizer.min_coeff, 0);
+  EXPECT_THAT(parse_error(kMinimal, {"optimizer.params.min_coeff=20"}),
+              HasSubstr("optimizer.params.min_coeff/max_coeff = 20/10: the trust ratio's range needs 0 <= min_coeff"));
+}
+
 TEST(TrainConfigTest, OptimizerTypeIsReadInAnyCase) {
   EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=adamw"}).optimizer.type, "AdamW");
   EXPECT_EQ(parse_ok(kMinimal, {"optimizer.type=LAMB"}).optimizer.type, "Lamb");
