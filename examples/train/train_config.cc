@@ -272,8 +272,13 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   }
   // Keys that change nothing here, whatever their value.
   r.accept("zero_optimization.sub_group_size");  // the optimizer steps one flat unit's slice at a time
-  r.accept("zero_optimization.stage3_gather_16bit_weights_on_model_save");  // export_path gathers every stage
-  r.accept("zero_optimization.offload_optimizer.pin_memory");               // offload goes from host memory to files
+  // export_path gathers the whole model from every stage; the second is the first's old name.
+  r.accept("zero_optimization.stage3_gather_16bit_weights_on_model_save");
+  r.accept("zero_optimization.stage3_gather_fp16_weights_on_model_save");
+  // DeepSpeed's choice of torch.optim.Adam/AdamW over its fused kernel: the same algorithm, which zero's
+  // Adam follows either way (torch's formulas).
+  r.accept("optimizer.params.torch_adam");
+  r.accept("zero_optimization.offload_optimizer.pin_memory");  // offload goes from host memory to files
   r.accept("zero_optimization.offload_param.pin_memory");
   r.accept("zero_allow_untested_optimizer");  // every optimizer zero has is sharded
   // Tuning of DeepSpeed's asynchronous NVMe swapper: zero's offload maps files and pages them itself.
@@ -286,6 +291,13 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   ZERO_RETURN_IF_ERROR(r.read_fixed("fp16.auto_cast", false, "the model computes in the training precision itself"));
   ZERO_RETURN_IF_ERROR(
       r.read_fixed("fp16.consecutive_hysteresis", false, "hysteresis counts overflows since the scale last changed"));
+  ZERO_RETURN_IF_ERROR(
+      r.read_fixed("fp16.fp16_master_weights_and_grads", false,
+                   "it keeps fp32 master weights and optimizer state and steps them in fp32; DeepSpeed "
+                   "takes fp16 ones only with ZeRO-Offload's CPU Adam at stage 2"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.cpu_offload", false,
+                                    "it is DeepSpeed's old name for zero_optimization.offload_optimizer.device = cpu; "
+                                    "set offload_optimizer.device instead: nvme or none"));
   // Gathered units alive are bounded by stage3_max_live_parameters, and a unit kept for a reuse within
   // them holds no more copies than prefetch would: freeing it earlier would only gather it again.
   r.accept("zero_optimization.stage3_max_reuse_distance");
@@ -404,9 +416,9 @@ bool one_of(const std::string& value, absl::Span<const absl::string_view> allowe
 // One of offload_optimizer and offload_param: "none", or "nvme" with a path, from an engine on the CPU.
 absl::Status validate_offload_target(const std::string& key, const Offload& o, const std::string& device) {
   ZERO_RETURN_IF_ERROR(require(o.device != "cpu", key + ".device", o.device,
-                               "ZeRO-Offload (states on the host for an engine on a GPU) is not built; on the CPU "
-                               "they are in host memory already: use nvme with nvme_path to take them out of RAM, "
-                               "or none"));
+                               "ZeRO-Offload (states in host memory for an engine on a GPU) is not built yet: it "
+                               "arrives with the CPU-offload work. Today use nvme with nvme_path (ZeRO-Infinity, "
+                               "CPU engines), or none"));
   ZERO_RETURN_IF_ERROR(require(one_of(o.device, {"none", "nvme"}), key + ".device", o.device, "use none or nvme"));
   ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || device == "cpu", key + ".device", o.device,
                                "offloading from a GPU is not built; use device = cpu, or none"));
@@ -435,8 +447,8 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   const ZeroOptimization& z = c.zero_optimization;
   ZERO_RETURN_IF_ERROR(
       require(StagePolicy::valid(z.stage), "zero_optimization.stage", z.stage, "the stage is 0, 1, 2 or 3"));
-  ZERO_RETURN_IF_ERROR(require(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size", z.reduce_bucket_size,
-                               "must be a positive number of elements"));
+  ZERO_RETURN_IF_ERROR(require(z.reduce_bucket_size >= 0, "zero_optimization.reduce_bucket_size", z.reduce_bucket_size,
+                               "must be >= 0 elements (0 = every unit reduced alone)"));
   ZERO_RETURN_IF_ERROR(require(z.allgather_bucket_size > 0, "zero_optimization.allgather_bucket_size",
                                z.allgather_bucket_size, "must be a positive number of elements"));
   ZERO_RETURN_IF_ERROR(require(z.stage3_prefetch_bucket_size >= 0, "zero_optimization.stage3_prefetch_bucket_size",
@@ -824,8 +836,10 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   // DeepSpeed counts bucket sizes in elements, the engine in bytes of the training dtype. Stage 0 packs
   // units into buckets up to reduce_bucket_size; stages 1-3 reduce-scatter and allgather one flat unit
   // per collective (so every rank's slice is contiguous), which allgather_bucket_size cannot change.
+  // reduce_bucket_size 0, with which DeepSpeed reduces each gradient alone, is a cap of one element: no
+  // two units share a bucket.
   const int64_t element_bytes = static_cast<int64_t>(dtype_size(config.precision));
-  config.bucket_cap_bytes = z.reduce_bucket_size * element_bytes;
+  config.bucket_cap_bytes = std::max<int64_t>(1, z.reduce_bucket_size) * element_bytes;
   config.first_bucket_cap_bytes = std::min(config.first_bucket_cap_bytes, config.bucket_cap_bytes);
   // Stage 3: the engine bounds gathered units, not elements. The unit in use is always gathered (as in
   // DeepSpeed); beside it, as many of the largest sharded unit as fit in stage3_prefetch_bucket_size are

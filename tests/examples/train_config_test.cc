@@ -151,7 +151,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"optimizer.params.betas=0.9", {"optimizer.params.betas: expected an array of numbers"}},
         BadConfig{"zero_optimization.stage=4", {"zero_optimization.stage = 4", "0, 1, 2 or 3"}},
         BadConfig{"zero_optimization.stage=-1", {"zero_optimization.stage = -1"}},
-        BadConfig{"zero_optimization.reduce_bucket_size=0", {"zero_optimization.reduce_bucket_size = 0"}},
+        BadConfig{"zero_optimization.reduce_bucket_size=-1", {"zero_optimization.reduce_bucket_size = -1"}},
         BadConfig{"zero_optimization.allgather_bucket_size=0", {"zero_optimization.allgather_bucket_size = 0"}},
         BadConfig{"zero_optimization.stage3_max_live_parameters=0",
                   {"zero_optimization.stage3_max_live_parameters = 0"}},
@@ -194,7 +194,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"gradient_predivide_factor=2", {"gradient_predivide_factor = 2", "always runs as 1.0"}},
         BadConfig{"tensorboard={\"enabled\": true}", {"tensorboard.enabled = true", "metrics_path"}},
         BadConfig{"activation_checkpointing={}", {"zero does not take 'activation_checkpointing'", "recompute"}},
-        BadConfig{"log_interval=10", {"zero does not take 'log_interval': renamed steps_per_print"}}));
+        BadConfig{"log_interval=10", {"zero does not take 'log_interval': renamed steps_per_print"}},
+        BadConfig{"fp16.fp16_master_weights_and_grads=true",
+                  {"fp16.fp16_master_weights_and_grads = true: zero always runs as false", "fp32 master weights"}},
+        BadConfig{"zero_optimization.cpu_offload=true",
+                  {"zero_optimization.cpu_offload = true", "old name for zero_optimization.offload_optimizer.device"}},
+        BadConfig{"zero_optimization.offload_optimizer.device=cpu", {"arrives with the CPU-offload work"}}));
+
+TEST(TrainConfigTest, AcceptsTheKeysDeepSpeedConfigsCarryThatAskWhatZeroDoes) {
+  parse_ok(kMinimal,
+           {"zero_optimization.stage3_gather_16bit_weights_on_model_save=true",
+            "zero_optimization.stage3_gather_fp16_weights_on_model_save=true", "optimizer.params.torch_adam=true",
+            "fp16.fp16_master_weights_and_grads=false", "zero_optimization.cpu_offload=false"});
+}
 
 TEST(TrainConfigTest, ACloseTypoIsAnsweredWithTheKeyItMisspells) {
   EXPECT_EQ(parse_error(kMinimal, {"zero_optimization.reduce_bucket_sise=5"}),
@@ -445,6 +457,13 @@ TEST(EngineConfigTest, BucketElementsBecomeBytesOfTheTrainingDtype) {
             2000);
   // The engine's first, smaller bucket never exceeds the cap.
   EXPECT_EQ(engine_config_ok({"zero_optimization.reduce_bucket_size=1000"}).first_bucket_cap_bytes, 4000);
+}
+
+TEST(EngineConfigTest, ReduceBucketSizeZeroReducesEveryUnitAlone) {
+  const ZeroConfig z = engine_config_ok({"zero_optimization.reduce_bucket_size=0"});
+  EXPECT_EQ(z.gradient_buckets({4000, 10'000, 200}), (std::vector<std::vector<int>>{{2}, {1}, {0}}));
+  // DeepSpeed's default 5e8 packs all three into the first bucket (up to 1 MiB).
+  EXPECT_EQ(engine_config_ok({}).gradient_buckets({4000, 10'000, 200}), (std::vector<std::vector<int>>{{2, 1, 0}}));
 }
 
 TEST(EngineConfigTest, PrefetchAndLiveParametersCountLargestSharedUnits) {
