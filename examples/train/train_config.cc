@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
+#include "examples/train/auto_values.h"
 #include "models/gpt2_config.h"
 #include "nlohmann/json.hpp"
 #include "runtime/allocator.h"
@@ -157,6 +158,7 @@ class KeyReader {
   template <typename T>
   absl::Status read(absl::string_view key, T& out) {
     known_.insert(std::string(key));
+    defaults_.emplace(key, default_as_json(out));
     const json* node = &root_;
     std::string walked;
     for (absl::string_view part : absl::StrSplit(key, '.')) {
@@ -189,29 +191,55 @@ class KeyReader {
   }
 
   // A DeepSpeed key, or a whole section, that changes nothing here: accepted with any value.
-  void accept(absl::string_view key) { known_.insert(std::string(key)); }
+  void accept(absl::string_view key) {
+    known_.insert(std::string(key));
+    any_value_.insert(std::string(key));
+  }
   void accept_section(absl::string_view section) { known_sections_.insert(std::string(section)); }
 
-  absl::Status check_no_unknown_keys() const { return check_object(root_, ""); }
+  // Every key in the tree, and those whose "auto" take_auto_values took out of it, is one zero reads.
+  absl::Status check_no_unknown_keys(const std::vector<std::string>& auto_keys) const {
+    ZERO_RETURN_IF_ERROR(check_object(root_, ""));
+    for (const std::string& key : auto_keys) ZERO_RETURN_IF_ERROR(check_key(key, json("auto")));
+    return absl::OkStatus();
+  }
+
+  KeyFacts facts(const std::string& key) const {
+    const auto it = defaults_.find(key);
+    return {.takes_any_value = any_value_.contains(key) || in_known_section(key),
+            .default_value = it == defaults_.end() ? std::nullopt : it->second};
+  }
 
  private:
+  template <typename T>
+  static std::optional<json> default_as_json(const T& value) {
+    return json(value);
+  }
+  static std::optional<json> default_as_json(const std::optional<int64_t>&) { return std::nullopt; }  // derived
+
+  bool in_known_section(const std::string& key) const {
+    return absl::c_any_of(known_sections_,
+                          [&](const std::string& s) { return key == s || absl::StartsWith(key, s + "."); });
+  }
+  bool is_parent(const std::string& key) const {
+    return absl::c_any_of(known_, [&](const std::string& k) { return absl::StartsWith(k, key + "."); });
+  }
+
   absl::Status check_object(const json& object, const std::string& prefix) const {
     for (const auto& [name, value] : object.items()) {
       const std::string key = prefix.empty() ? name : absl::StrCat(prefix, ".", name);
-      if (known_.contains(key) || known_sections_.contains(key)) continue;
-      if (const auto it = kKeysNotTaken.find(key); it != kKeysNotTaken.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("zero does not take '", key, "': ", it->second));
-      }
-      const bool is_parent =
-          std::any_of(known_.begin(), known_.end(), [&](const std::string& k) { return k.starts_with(key + "."); });
-      if (is_parent && value.is_object()) {
-        ZERO_RETURN_IF_ERROR(check_object(value, key));
-        continue;
-      }
-      if (is_parent) return bad_type(key, "an object", value);
-      return unknown_key(key);
+      ZERO_RETURN_IF_ERROR(is_parent(key) && value.is_object() ? check_object(value, key) : check_key(key, value));
     }
     return absl::OkStatus();
+  }
+
+  absl::Status check_key(const std::string& key, const json& value) const {
+    if (known_.contains(key) || in_known_section(key)) return absl::OkStatus();
+    if (const auto it = kKeysNotTaken.find(key); it != kKeysNotTaken.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("zero does not take '", key, "': ", it->second));
+    }
+    if (is_parent(key)) return bad_type(key, "an object", value);
+    return unknown_key(key);
   }
 
   absl::Status unknown_key(const std::string& key) const {
@@ -247,7 +275,9 @@ class KeyReader {
 
   const json& root_;
   std::set<std::string> known_;
-  std::set<std::string> known_sections_;  // read_disabled_section's: anything inside is accepted
+  std::set<std::string> any_value_;                      // accept's keys
+  std::set<std::string> known_sections_;                 // anything inside is accepted
+  std::map<std::string, std::optional<json>> defaults_;  // read's keys, at the value they have when absent
 };
 
 // DeepSpeed keys a config may carry that ask nothing zero does not do anyway.
@@ -723,11 +753,14 @@ absl::StatusOr<TrainConfig> parse_config(const std::string& text, const std::vec
                                          Source source) {
   ZERO_ASSIGN_OR_RETURN(json root, parse_json_object(text));
   for (const std::string& o : overrides) ZERO_RETURN_IF_ERROR(apply_override(root, o));
+  const std::vector<std::string> auto_keys = take_auto_values(root);
   TrainConfig config;
   KeyReader reader(root);
   ZERO_RETURN_IF_ERROR(read_deepspeed_keys(reader, config));
   ZERO_RETURN_IF_ERROR(read_zero_train_keys(reader, config));
-  ZERO_RETURN_IF_ERROR(reader.check_no_unknown_keys());
+  ZERO_RETURN_IF_ERROR(reader.check_no_unknown_keys(auto_keys));
+  ZERO_RETURN_IF_ERROR(fill_auto_values(
+      auto_keys, [&](const std::string& key) { return reader.facts(key); }, config));
   if (source == Source::kEmbeddedDefault) fit_default_warmup_to_the_run(overrides, config);
   ZERO_RETURN_IF_ERROR(validate_deepspeed_keys(config));
   ZERO_RETURN_IF_ERROR(validate_model_and_data(config));

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "examples/train/auto_values.h"
 #include "examples/train/deepspeed_optim.h"
 
 namespace zero::train {
@@ -410,6 +411,71 @@ TEST(BatchRuleTest, AccumulationAloneIsNotEnough) {
   const absl::StatusOr<BatchPlan> plan = batch_of(std::nullopt, std::nullopt, 2, 4);
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.status().message(), HasSubstr("train_micro_batch_size_per_gpu"));
+}
+
+// --- "auto", the Hugging Face Trainer's placeholder (examples/train/auto_values.h) ---------------------
+
+constexpr char kAllAuto[] = R"({
+  "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+  "gradient_clipping": "auto", "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                    "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+  "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                        "stage3_param_persistence_threshold": "auto"}})";
+
+TEST(AutoValuesTest, EveryAutoOfTheTrainersConfigsIsFilledAsTheTrainerWould) {
+  const TrainConfig c = parse_ok(kAllAuto, {"optimizer.params.lr=0.01"});
+  expect_plan(resolve_batch(c, 4), 32, kAutoMicroBatch, 1);
+  EXPECT_EQ(c.gradient_clipping, 1.0);  // max_grad_norm
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_FALSE(c.bf16);
+  EXPECT_EQ(c.optimizer.lr, 0.01);  // an override replaces the "auto"
+  EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.9, 0.999}));
+  EXPECT_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_EQ(c.optimizer.weight_decay, 0);
+  EXPECT_EQ(c.scheduler.warmup_min_lr, 0);
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 0.01);  // the optimizer's lr
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 0);
+  EXPECT_EQ(c.scheduler.total_num_steps, 0);  // the run's steps
+  // The default custom GPT-2's hidden size is its 64 channels.
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 64 * 64);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 3686);  // 0.9 * 64²
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 640);
+}
+
+TEST(AutoValuesTest, BucketSizesFollowThePresetsHiddenSize) {
+  const TrainConfig c = parse_ok(kAllAuto, {"model.preset=d12"});
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 768 * 768);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 530'841);
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 7680);
+  const TrainConfig mlp = parse_ok(kAllAuto, {"model.type=mlp", "data.source=blobs"});
+  EXPECT_EQ(mlp.zero_optimization.reduce_bucket_size, 64 * 64);  // the widest of [16, 64, 64, 4]
+}
+
+TEST(AutoValuesTest, AutoBatchKeysAreDerivedFromTheOthers) {
+  expect_plan(resolve_batch(parse_ok(kAllAuto, {"gradient_accumulation_steps=4"}), 4), 128, kAutoMicroBatch, 4);
+  expect_plan(resolve_batch(parse_ok(kAllAuto, {"train_batch_size=64"}), 4), 64, 16, 1);
+  expect_plan(resolve_batch(parse_ok(kAllAuto, {"train_micro_batch_size_per_gpu=2"}), 2), 4, 2, 1);
+}
+
+TEST(AutoValuesTest, KeysAutoCannotFillAreListedInOneMessageWithTheirDefaults) {
+  EXPECT_EQ(parse_error(kMinimal,
+                        {"zero_optimization.stage=auto", "optimizer.type=auto", "steps=auto", "fp16.loss_scale=auto"}),
+            "zero has no value for \"auto\" (the Hugging Face Trainer's placeholder) in 4 keys; write a value for "
+            "each, or remove it for the default shown: fp16.loss_scale (0.0), optimizer.type (\"AdamW\"), steps "
+            "(300), zero_optimization.stage (0)");
+}
+
+TEST(AutoValuesTest, AutoInAKeyThatTakesAnyValueAsksForNothing) {
+  parse_ok(kMinimal, {"zero_optimization.stage3_gather_16bit_weights_on_model_save=auto", "amp.opt_level=auto",
+                      "amp.enabled=auto"});
+}
+
+TEST(AutoValuesTest, AutoInAnUnknownKeyIsAnUnknownKey) {
+  EXPECT_EQ(parse_error(kMinimal, {"gradient_cliping=auto"}),
+            "unknown key 'gradient_cliping'; did you mean 'gradient_clipping'?");
+  EXPECT_THAT(parse_error(kMinimal, {"scheduler=auto"}), HasSubstr("scheduler: expected an object, got \"auto\""));
 }
 
 const BatchPlan kOneStep{.train_batch_size = 4, .micro_batch = 1, .accumulation_steps = 1};
