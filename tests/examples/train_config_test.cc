@@ -2,6 +2,8 @@
 #include "examples/train/train_config.h"
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -598,6 +600,115 @@ TEST(EngineConfigTest, BudgetMustAlsoHoldTheLargestGradientBucket) {
   EXPECT_THAT(stage3.status().message(),
               AllOf(HasSubstr("unit 'h.0' gathered 3.81 MiB, largest gradient bucket 3.81 MiB"),
                     HasSubstr("a rank needs 13.05 MiB")));
+}
+
+// --- Real configs (tests/fixtures/deepspeed_configs/README.md): each loads, or is refused naming why ------
+
+absl::StatusOr<TrainConfig> parse_fixture(const std::string& name, const std::vector<std::string>& overrides = {}) {
+  std::ifstream file(std::string(ZERO_FIXTURES_DIR "/deepspeed_configs/") + name);
+  EXPECT_TRUE(file) << name;
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_train_config(text.str(), overrides);
+}
+
+// The fixture as zero-train settles it: the config, the batch for its ranks, and the engine's knobs.
+TrainConfig load_fixture(const std::string& name, const std::vector<std::string>& overrides = {}) {
+  const absl::StatusOr<TrainConfig> c = parse_fixture(name, overrides);
+  EXPECT_TRUE(c.ok()) << name << ": " << c.status();
+  if (!c.ok()) return TrainConfig{};
+  const absl::StatusOr<BatchPlan> batch = resolve_batch(*c, c->ranks);
+  EXPECT_TRUE(batch.ok()) << name << ": " << batch.status();
+  if (batch.ok()) EXPECT_TRUE(engine_config(*c, *batch, c->ranks, kUnits).ok()) << name;
+  return *c;
+}
+
+std::string fixture_error(const std::string& name, const std::vector<std::string>& overrides = {}) {
+  const absl::StatusOr<TrainConfig> c = parse_fixture(name, overrides);
+  EXPECT_FALSE(c.ok()) << name;
+  return std::string(c.status().message());
+}
+
+TEST(DeepSpeedConfigs, DeepSpeedExamplesZero2LoadsAsStage2InFp16) {
+  const TrainConfig c = load_fixture("ds_zero2.json");
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  EXPECT_TRUE(c.fp16.enabled);
+  EXPECT_EQ(c.scheduler.type, "WarmupLR");
+  expect_plan(resolve_batch(c, 4), 32, 4, 2);
+}
+
+TEST(DeepSpeedConfigs, DeepSpeedExamplesZero3LoadsWithTheOldNameOfTheGatherFlag) {
+  const TrainConfig c = load_fixture("ds_zero3.json");
+  EXPECT_EQ(c.zero_optimization.stage, 3);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50'000'000);
+  EXPECT_EQ(c.scheduler.total_num_steps, 10'000);
+}
+
+TEST(DeepSpeedConfigs, DeepSpeedExamplesFp16LoadsAtStage0WithItsLossScaling) {
+  const TrainConfig c = load_fixture("ds_fp16.json");
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_EQ(c.fp16.initial_scale_power, 15);
+  EXPECT_EQ(c.fp16.loss_scale_window, 500);
+  EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.8, 0.999}));
+}
+
+TEST(DeepSpeedConfigs, Bf16ConfigLoadsWithItsCosineSchedule) {
+  const TrainConfig c = load_fixture("ds_bf16.json");
+  EXPECT_TRUE(c.bf16);
+  EXPECT_EQ(c.scheduler.type, "WarmupCosineLR");
+  expect_plan(resolve_batch(c, 4), 64, 8, 2);
+}
+
+TEST(DeepSpeedConfigs, ZeroInfinityLoadsWithParametersAndOptimizerOnNvme) {
+  const TrainConfig c = load_fixture("ds_zero_infinity_nvme.json");
+  EXPECT_EQ(c.zero_optimization.offload_param.device, "nvme");
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.nvme_path, "/local_nvme");
+}
+
+TEST(DeepSpeedConfigs, BertLambLoadsAsFusedLambWithoutBiasCorrection) {
+  const TrainConfig c = load_fixture("ds_bert_lamb.json");
+  EXPECT_EQ(c.optimizer.type, "Lamb");
+  EXPECT_FALSE(c.optimizer.bias_correction);
+  EXPECT_EQ(c.optimizer.max_coeff, 0.3);
+  EXPECT_EQ(c.optimizer.min_coeff, 0.01);
+  expect_plan(resolve_batch(c, 4), 65536, 64, 256);
+}
+
+TEST(DeepSpeedConfigs, HfTrainerZero2IsRefusedForCpuOffloadAndLoadsWithItRemoved) {
+  EXPECT_THAT(fixture_error("hf_trainer_zero2.json"),
+              AllOf(HasSubstr("zero_optimization.offload_optimizer.device = cpu"),
+                    HasSubstr("arrives with the CPU-offload work")));
+  const TrainConfig c = load_fixture("hf_trainer_zero2.json", {"zero_optimization.offload_optimizer=null"});
+  expect_plan(resolve_batch(c, 4), 4 * kAutoMicroBatch, kAutoMicroBatch, 1);
+  EXPECT_EQ(c.gradient_clipping, 1.0);
+  EXPECT_EQ(c.scheduler.warmup_max_lr, c.optimizer.lr);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 200'000'000);  // the file's own value
+}
+
+TEST(DeepSpeedConfigs, HfTrainerZero3IsRefusedForCpuOffloadAndLoadsWithItRemoved) {
+  EXPECT_THAT(fixture_error("hf_trainer_zero3.json"), HasSubstr("offload_optimizer.device = cpu"));
+  EXPECT_THAT(fixture_error("hf_trainer_zero3.json", {"zero_optimization.offload_optimizer=null"}),
+              HasSubstr("offload_param.device = cpu"));
+  const TrainConfig c = load_fixture(
+      "hf_trainer_zero3.json", {"zero_optimization.offload_optimizer=null", "zero_optimization.offload_param=null"});
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 64 * 64);
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 640);
+  EXPECT_FALSE(c.fp16.enabled);
+}
+
+TEST(DeepSpeedConfigs, AccelerateZero2LoadsWithTorchAdamAndADecayToTheRunsEnd) {
+  const TrainConfig c = load_fixture("accelerate_zero2.json");
+  EXPECT_TRUE(c.fp16.enabled);
+  EXPECT_EQ(c.scheduler.type, "WarmupDecayLR");
+  EXPECT_EQ(c.scheduler.total_num_steps, 0);  // the run's steps
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 64 * 64);
+}
+
+TEST(DeepSpeedConfigs, AccelerateZero3LoadsWithAnAutoGatherFlag) {
+  const TrainConfig c = load_fixture("accelerate_zero3.json");
+  EXPECT_EQ(c.zero_optimization.stage, 3);
+  EXPECT_FALSE(c.bf16);
+  expect_plan(resolve_batch(c, 4), 4 * kAutoMicroBatch, kAutoMicroBatch, 1);
 }
 
 float lr_at(const std::vector<std::string>& overrides, int64_t step) {
