@@ -4,7 +4,7 @@
 // Where a key is DeepSpeed's, so are its units and defaults: bucket and prefetch sizes count elements,
 // fp16.loss_scale 0 means dynamic scaling. Every key can be overridden on the command line as
 // `--zero_optimization.stage=3` (or `--ranks 4`); the value is read as JSON, else as a string, and null
-// removes the key.
+// removes the key. Hugging Face's "auto" values are filled by auto_values.h, which the reader never sees.
 // Unknown keys, wrong types and impossible values are refused by parse_train_config, naming the key;
 // what needs the world size (the batch rule) or the model (the budget, stage-3 live parameters) is
 // checked by resolve_batch and engine_config, still before any parameter is allocated.

@@ -68,7 +68,9 @@ constexpr char kUsage[] =
     "       zero-train --backend=nccl --device=cuda --ranks N [...]      (one process driving N GPUs)\n"
     "Trains GPT-2 (or an MLP: --model.type=mlp --data.source=blobs) under ZeRO stage 0-3. Without --config it runs the "
     "embedded default (a small GPT-2 learning\n"
-    "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same.\n";
+    "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same;\n"
+    "--key.path=null removes a key (its default applies), and \"auto\" values are filled as Hugging Face's Trainer "
+    "fills them.\n";
 
 // Everything a rank needs, settled before any parameter is allocated.
 struct Plan {
