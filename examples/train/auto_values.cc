@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,11 +14,16 @@ namespace {
 using json = nlohmann::json;
 using Fill = std::function<void(TrainConfig&)>;
 
+// zero's own keys for which "auto" is a value of theirs, not the Trainer's placeholder.
+const std::set<std::string, std::less<>> kAutoIsAValue = {
+    "checkpoint.resume",  // resume from the newest checkpoint when there is one
+};
+
 void take_from(json& object, const std::string& prefix, std::vector<std::string>& keys) {
   for (auto it = object.begin(); it != object.end();) {
     const std::string key = prefix.empty() ? it.key() : absl::StrCat(prefix, ".", it.key());
     if (it->is_object()) take_from(*it, key, keys);
-    if (*it != "auto") {
+    if (*it != "auto" || kAutoIsAValue.contains(key)) {
       ++it;
       continue;
     }

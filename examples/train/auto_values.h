@@ -19,6 +19,7 @@ inline constexpr int64_t kAutoMicroBatch = 8;
 
 // Takes every "auto" value out of the tree and returns their keys ("optimizer.params.lr"), in key order, so
 // that the reader sees only values and leaves those keys' fields at their defaults for fill_auto_values.
+// checkpoint.resume keeps its "auto", which is a value of its own.
 std::vector<std::string> take_auto_values(nlohmann::json& root);
 
 // What the config reader knows of a key "auto" has no value for: a key that takes any value asks for

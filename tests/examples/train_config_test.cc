@@ -474,6 +474,10 @@ TEST(AutoValuesTest, AutoInAKeyThatTakesAnyValueAsksForNothing) {
                       "amp.enabled=auto"});
 }
 
+TEST(AutoValuesTest, CheckpointResumeAutoIsZerosOwnValueAndStays) {
+  EXPECT_EQ(parse_ok(kMinimal, {"checkpoint.dir=ckpt", "checkpoint.resume=auto"}).checkpoint.resume, "auto");
+}
+
 TEST(AutoValuesTest, AutoInAnUnknownKeyIsAnUnknownKey) {
   EXPECT_EQ(parse_error(kMinimal, {"gradient_cliping=auto"}),
             "unknown key 'gradient_cliping'; did you mean 'gradient_clipping'?");
