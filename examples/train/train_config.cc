@@ -260,6 +260,7 @@ class KeyReader {
       candidates.insert(k);
     }
     const absl::string_view typed = last_component(key);
+    if (typed.empty()) return std::nullopt;
     const size_t threshold = std::min(std::max<size_t>(2, typed.size() / 4), typed.size() - 1);
     std::optional<std::string> best;
     std::pair<size_t, size_t> best_distance;
