@@ -1,5 +1,7 @@
 // LAMB (You et al. 2019, Algorithm 2) with whole-parameter trust ratios from one allreduce per step.
+#include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "optim/adam_coeffs.h"
@@ -35,20 +37,36 @@ class Lamb final : public Optimizer {
     std::vector<optim::LambCoeffs> coeffs;
     for (const ParamGroup& g : layout().groups()) {
       // Weight decay enters through u, not through Adam's l2 or decoupled decay.
-      coeffs.push_back({optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps, /*decoupled=*/true, a,
-                                           ParamGroup{g.lr_scale, 0.0f}),
-                        g.weight_decay});
+      optim::AdamCoeffs adam = optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps, /*decoupled=*/true, a,
+                                                  ParamGroup{g.lr_scale, 0.0f});
+      if (options_.bias_correction != LambBiasCorrection::kMoments) {
+        adam.bias_correction1 = adam.bias_correction2 = 1.0f;  // u from the raw moments
+      }
+      coeffs.push_back({adam, g.weight_decay});
     }
     ZERO_ASSIGN_OR_RETURN(ChunkSums sums, square_sums(a, coeffs));
     using Norms = std::vector<std::array<double, 2>>;
     ZERO_ASSIGN_OR_RETURN(Norms norms, whole_param_norms(sums, a.comm));
+    const double lr = a.lr * step_size_factor(a.step);
     std::vector<float> neg_step(norms.size());
     for (size_t i = 0; i < norms.size(); ++i) {
-      const auto [p_norm, u_norm] = norms[i];
-      const double trust_ratio = p_norm > 0 && u_norm > 0 ? p_norm / u_norm : 1.0;
-      neg_step[i] = static_cast<float>(-(a.lr * layout().group_of(static_cast<int>(i)).lr_scale * trust_ratio));
+      const double ratio = trust_ratio(norms[i][0], norms[i][1]);
+      neg_step[i] = static_cast<float>(-(lr * layout().group_of(static_cast<int>(i)).lr_scale * ratio));
     }
     return apply(a, coeffs, neg_step);
+  }
+
+  // ||p|| / ||u||, clamped to the options' range; 1 when either norm is 0 (a fresh or a still parameter).
+  double trust_ratio(double p_norm, double u_norm) const {
+    if (p_norm == 0 || u_norm == 0) return 1.0;
+    return std::clamp(p_norm / u_norm, options_.min_trust_ratio, options_.max_trust_ratio);
+  }
+
+  // FusedLamb's bias correction, applied to the step after the trust ratio (which would cancel it in u).
+  double step_size_factor(int64_t step) const {
+    if (options_.bias_correction != LambBiasCorrection::kStepSize) return 1.0;
+    const double t = static_cast<double>(step);
+    return std::sqrt(1.0 - std::pow(options_.beta2, t)) / (1.0 - std::pow(options_.beta1, t));
   }
 
   absl::StatusOr<ChunkSums> square_sums(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs) {
@@ -103,6 +121,10 @@ absl::StatusOr<std::unique_ptr<Optimizer>> make_lamb(const LambOptions& options,
   if (!(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 && options.eps >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat("LAMB betas (", options.beta1, ", ", options.beta2, ") and eps ",
                                                    options.eps, ": betas must lie in [0, 1) and eps be >= 0"));
+  }
+  if (!(options.min_trust_ratio >= 0 && options.min_trust_ratio <= options.max_trust_ratio)) {
+    return absl::InvalidArgumentError(absl::StrCat("LAMB trust ratio range [", options.min_trust_ratio, ", ",
+                                                   options.max_trust_ratio, "]: needs 0 <= min <= max"));
   }
   ZERO_RETURN_IF_ERROR(optim::check_device(device, "LAMB", /*has_cuda_kernel=*/true));
   auto opt = std::make_unique<Lamb>(options, std::move(layout), device);

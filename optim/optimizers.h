@@ -1,6 +1,7 @@
 // The optimizers: SGD, Adam/AdamW, LAMB and LARS over one rank's flat fp32 shard, matching PyTorch's formulas.
 #pragma once
 
+#include <limits>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -35,13 +36,25 @@ struct AdamOptions {
 absl::StatusOr<std::unique_ptr<Optimizer>> make_adam(const AdamOptions& options, ShardLayout layout,
                                                      Allocator& allocator, Device device = Device::cpu());
 
+// Where LAMB corrects the bias of its moments.
+enum class LambBiasCorrection {
+  kMoments,   // You et al.: u from m_hat = m / (1 - beta1^t) and v_hat = v / (1 - beta2^t)
+  kStepSize,  // DeepSpeed's FusedLamb: u from m and v, the step times sqrt(1 - beta2^t) / (1 - beta1^t)
+  kNone,      // u from m and v, the step lr * trust ratio (FusedLamb's bias_correction = false)
+};
+
 // LAMB, You et al. 2019 ("Large Batch Optimization for Deep Learning"), Algorithm 2 with phi = identity:
 // m, v as Adam; r = m_hat / (sqrt(v_hat) + eps); u = r + wd*p; p -= lr * (||p|| / ||u||) * u, with the
 // trust ratio 1 when either norm is 0. Norms are of each whole parameter. State: "exp_avg", "exp_avg_sq".
+// DeepSpeed's FusedLamb is {.bias_correction = kStepSize, .min_trust_ratio = 0.01, .max_trust_ratio = 10}.
 struct LambOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-6;
+  LambBiasCorrection bias_correction = LambBiasCorrection::kMoments;
+  // A trust ratio computed from two nonzero norms is clamped to [min, max] (FusedLamb's min_coeff, max_coeff).
+  double min_trust_ratio = 0;
+  double max_trust_ratio = std::numeric_limits<double>::infinity();
 };
 absl::StatusOr<std::unique_ptr<Optimizer>> make_lamb(const LambOptions& options, ShardLayout layout,
                                                      Allocator& allocator, Device device = Device::cpu());

@@ -19,8 +19,8 @@ absl::Status render_png(const std::string& png, absl::string_view csv, absl::str
   ZERO_RETURN_IF_ERROR(check_gnuplot());
   const std::string csv_path = png + ".csv", script_path = png + ".gp";
   ZERO_RETURN_IF_ERROR(write_file_atomically(csv_path, {csv}));
-  ZERO_RETURN_IF_ERROR(write_file_atomically(
-      script_path, {absl::StrReplaceAll(script, {{"{png}", png}, {"{csv}", csv_path}})}));
+  ZERO_RETURN_IF_ERROR(
+      write_file_atomically(script_path, {absl::StrReplaceAll(script, {{"{png}", png}, {"{csv}", csv_path}})}));
   if (std::system(absl::StrCat("gnuplot '", script_path, "'").c_str()) != 0) {
     return absl::InternalError(absl::StrCat("gnuplot failed on ", script_path));
   }

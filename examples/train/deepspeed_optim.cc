@@ -14,7 +14,13 @@ OptimizerFactory optimizer_factory(const OptimizerConfig& o) {
     return [options](ShardLayout layout, Allocator& a, Device d) { return make_sgd(options, std::move(layout), a, d); };
   }
   if (o.type == "Lamb") {
-    const LambOptions options{.beta1 = o.betas[0], .beta2 = o.betas[1], .eps = o.eps};
+    const LambOptions options{
+        .beta1 = o.betas[0],
+        .beta2 = o.betas[1],
+        .eps = o.eps,
+        .bias_correction = o.bias_correction ? LambBiasCorrection::kStepSize : LambBiasCorrection::kNone,
+        .min_trust_ratio = o.min_coeff,
+        .max_trust_ratio = o.max_coeff};
     return
         [options](ShardLayout layout, Allocator& a, Device d) { return make_lamb(options, std::move(layout), a, d); };
   }

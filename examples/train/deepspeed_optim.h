@@ -8,8 +8,9 @@
 
 namespace zero::train {
 
-// Adam (decoupled weight decay unless adam_w_mode is false, as DeepSpeed's), AdamW, Lamb or SGD over
-// each unit's shard. Weight decay itself is the engine's (ZeroConfig::weight_decay, per parameter group).
+// Adam (decoupled weight decay unless adam_w_mode is false, as DeepSpeed's), AdamW, Lamb (as DeepSpeed's
+// FusedLamb: bias_correction, max_coeff, min_coeff) or SGD over each unit's shard. Weight decay itself is
+// the engine's (ZeroConfig::weight_decay, per parameter group).
 OptimizerFactory optimizer_factory(const OptimizerConfig& optimizer);
 
 // DeepSpeed's lr_schedules.py, as a function of the optimizer step k = 1, 2, ... evaluated at DeepSpeed's

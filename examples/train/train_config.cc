@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/algorithm/container.h"
@@ -15,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
+#include "examples/train/auto_values.h"
 #include "models/gpt2_config.h"
 #include "nlohmann/json.hpp"
 #include "runtime/allocator.h"
@@ -48,19 +50,26 @@ constexpr char kDefaultConfig[] = R"({
 }
 )";
 
+// Damerau-Levenshtein distance in its optimal-string-alignment form: an insertion, a deletion, a substitution
+// or a swap of two adjacent characters ("stgae") costs one.
 size_t edit_distance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
-      diagonal = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   }
-  return row[b.size()];
+  return d[a.size()][b.size()];
+}
+
+// The last component of a dotted key: what a typo is made in.
+absl::string_view last_component(absl::string_view key) {
+  const size_t dot = key.rfind('.');
+  return dot == absl::string_view::npos ? key : key.substr(dot + 1);
 }
 
 absl::Status bad_type(absl::string_view key, absl::string_view expected, const json& value) {
@@ -149,6 +158,7 @@ class KeyReader {
   template <typename T>
   absl::Status read(absl::string_view key, T& out) {
     known_.insert(std::string(key));
+    defaults_.emplace(key, default_as_json(out));
     const json* node = &root_;
     std::string walked;
     for (absl::string_view part : absl::StrSplit(key, '.')) {
@@ -181,47 +191,94 @@ class KeyReader {
   }
 
   // A DeepSpeed key, or a whole section, that changes nothing here: accepted with any value.
-  void accept(absl::string_view key) { known_.insert(std::string(key)); }
+  void accept(absl::string_view key) {
+    known_.insert(std::string(key));
+    any_value_.insert(std::string(key));
+  }
   void accept_section(absl::string_view section) { known_sections_.insert(std::string(section)); }
 
-  absl::Status check_no_unknown_keys() const { return check_object(root_, ""); }
+  // Every key in the tree, and those whose "auto" take_auto_values took out of it, is one zero reads.
+  absl::Status check_no_unknown_keys(const std::vector<std::string>& auto_keys) const {
+    ZERO_RETURN_IF_ERROR(check_object(root_, ""));
+    for (const std::string& key : auto_keys) ZERO_RETURN_IF_ERROR(check_key(key, json("auto")));
+    return absl::OkStatus();
+  }
+
+  KeyFacts facts(const std::string& key) const {
+    const auto it = defaults_.find(key);
+    return {.takes_any_value = any_value_.contains(key) || in_known_section(key),
+            .default_value = it == defaults_.end() ? std::nullopt : it->second};
+  }
 
  private:
+  template <typename T>
+  static std::optional<json> default_as_json(const T& value) {
+    return json(value);
+  }
+  static std::optional<json> default_as_json(const std::optional<int64_t>&) { return std::nullopt; }  // derived
+
+  bool in_known_section(const std::string& key) const {
+    return absl::c_any_of(known_sections_,
+                          [&](const std::string& s) { return key == s || absl::StartsWith(key, s + "."); });
+  }
+  bool is_parent(const std::string& key) const {
+    return absl::c_any_of(known_, [&](const std::string& k) { return absl::StartsWith(k, key + "."); });
+  }
+
   absl::Status check_object(const json& object, const std::string& prefix) const {
     for (const auto& [name, value] : object.items()) {
       const std::string key = prefix.empty() ? name : absl::StrCat(prefix, ".", name);
-      if (known_.contains(key) || known_sections_.contains(key)) continue;
-      if (const auto it = kKeysNotTaken.find(key); it != kKeysNotTaken.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("zero does not take '", key, "': ", it->second));
-      }
-      const bool is_parent =
-          std::any_of(known_.begin(), known_.end(), [&](const std::string& k) { return k.starts_with(key + "."); });
-      if (is_parent && value.is_object()) {
-        ZERO_RETURN_IF_ERROR(check_object(value, key));
-        continue;
-      }
-      if (is_parent) return bad_type(key, "an object", value);
-      return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'; did you mean '", closest(key), "'?"));
+      ZERO_RETURN_IF_ERROR(is_parent(key) && value.is_object() ? check_object(value, key) : check_key(key, value));
     }
     return absl::OkStatus();
   }
 
-  // The known key or section nearest to `key` in edit distance.
-  std::string closest(absl::string_view key) const {
-    std::set<std::string> candidates;
+  absl::Status check_key(const std::string& key, const json& value) const {
+    if (known_.contains(key) || in_known_section(key)) return absl::OkStatus();
+    if (const auto it = kKeysNotTaken.find(key); it != kKeysNotTaken.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("zero does not take '", key, "': ", it->second));
+    }
+    if (is_parent(key)) return bad_type(key, "an object", value);
+    return unknown_key(key);
+  }
+
+  absl::Status unknown_key(const std::string& key) const {
+    const std::optional<std::string> near = closest(key);
+    if (near) return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'; did you mean '", *near, "'?"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown key '", key, "'; remove it (README's config reference lists the keys zero-train takes)"));
+  }
+
+  // The known key or section whose last component is a typo away from `key`'s: within a Damerau-Levenshtein
+  // distance of max(2, length / 4) and short of retyping it whole, nearest first, then nearest in full. None
+  // beyond that: a far suggestion ("sparse_attention" -> "data.addition") sends the user the wrong way.
+  std::optional<std::string> closest(const std::string& key) const {
+    std::set<std::string> candidates(known_sections_.begin(), known_sections_.end());
     for (const std::string& k : known_) {
       for (size_t dot = k.find('.'); dot != std::string::npos; dot = k.find('.', dot + 1))
         candidates.insert(k.substr(0, dot));
       candidates.insert(k);
     }
-    return *std::min_element(candidates.begin(), candidates.end(), [&](const std::string& a, const std::string& b) {
-      return edit_distance(key, a) < edit_distance(key, b);
-    });
+    const absl::string_view typed = last_component(key);
+    if (typed.empty()) return std::nullopt;
+    const size_t threshold = std::min(std::max<size_t>(2, typed.size() / 4), typed.size() - 1);
+    std::optional<std::string> best;
+    std::pair<size_t, size_t> best_distance;
+    for (const std::string& c : candidates) {
+      const std::pair<size_t, size_t> distance = {edit_distance(typed, last_component(c)), edit_distance(key, c)};
+      if (distance.first <= threshold && (!best || distance < best_distance)) {
+        best = c;
+        best_distance = distance;
+      }
+    }
+    return best;
   }
 
   const json& root_;
   std::set<std::string> known_;
-  std::set<std::string> known_sections_;  // read_disabled_section's: anything inside is accepted
+  std::set<std::string> any_value_;                      // accept's keys
+  std::set<std::string> known_sections_;                 // anything inside is accepted
+  std::map<std::string, std::optional<json>> defaults_;  // read's keys, at the value they have when absent
 };
 
 // DeepSpeed keys a config may carry that ask nothing zero does not do anyway.
@@ -246,8 +303,13 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   }
   // Keys that change nothing here, whatever their value.
   r.accept("zero_optimization.sub_group_size");  // the optimizer steps one flat unit's slice at a time
-  r.accept("zero_optimization.stage3_gather_16bit_weights_on_model_save");  // export_path gathers every stage
-  r.accept("zero_optimization.offload_optimizer.pin_memory");               // offload goes from host memory to files
+  // export_path gathers the whole model from every stage; the second is the first's old name.
+  r.accept("zero_optimization.stage3_gather_16bit_weights_on_model_save");
+  r.accept("zero_optimization.stage3_gather_fp16_weights_on_model_save");
+  // DeepSpeed's choice of torch.optim.Adam/AdamW over its fused kernel: the same algorithm, which zero's
+  // Adam follows either way (torch's formulas).
+  r.accept("optimizer.params.torch_adam");
+  r.accept("zero_optimization.offload_optimizer.pin_memory");  // offload goes from host memory to files
   r.accept("zero_optimization.offload_param.pin_memory");
   r.accept("zero_allow_untested_optimizer");  // every optimizer zero has is sharded
   // Tuning of DeepSpeed's asynchronous NVMe swapper: zero's offload maps files and pages them itself.
@@ -260,6 +322,13 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   ZERO_RETURN_IF_ERROR(r.read_fixed("fp16.auto_cast", false, "the model computes in the training precision itself"));
   ZERO_RETURN_IF_ERROR(
       r.read_fixed("fp16.consecutive_hysteresis", false, "hysteresis counts overflows since the scale last changed"));
+  ZERO_RETURN_IF_ERROR(
+      r.read_fixed("fp16.fp16_master_weights_and_grads", false,
+                   "it keeps fp32 master weights and optimizer state and steps them in fp32; DeepSpeed "
+                   "takes fp16 ones only with ZeRO-Offload's CPU Adam at stage 2"));
+  ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.cpu_offload", false,
+                                    "it is DeepSpeed's old name for zero_optimization.offload_optimizer.device = cpu; "
+                                    "set offload_optimizer.device instead: nvme or none"));
   // Gathered units alive are bounded by stage3_max_live_parameters, and a unit kept for a reuse within
   // them holds no more copies than prefetch would: freeing it earlier would only gather it again.
   r.accept("zero_optimization.stage3_max_reuse_distance");
@@ -307,8 +376,12 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.weight_decay", o.weight_decay));
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.adam_w_mode", o.adam_w_mode));
   ZERO_RETURN_IF_ERROR(r.read("optimizer.params.momentum", o.momentum));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.bias_correction", o.bias_correction));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.max_coeff", o.max_coeff));
+  ZERO_RETURN_IF_ERROR(r.read("optimizer.params.min_coeff", o.min_coeff));
   SchedulerConfig& s = c.scheduler;
   ZERO_RETURN_IF_ERROR(r.read("scheduler.type", s.type));
+  if (absl::EqualsIgnoreCase(s.type, "none")) s.type.clear();  // zero's name for DeepSpeed's absent scheduler
   ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_min_lr", s.warmup_min_lr));
   ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_max_lr", s.warmup_max_lr));
   ZERO_RETURN_IF_ERROR(r.read("scheduler.params.warmup_num_steps", s.warmup_num_steps));
@@ -374,9 +447,9 @@ bool one_of(const std::string& value, absl::Span<const absl::string_view> allowe
 // One of offload_optimizer and offload_param: "none", or "nvme" with a path, from an engine on the CPU.
 absl::Status validate_offload_target(const std::string& key, const Offload& o, const std::string& device) {
   ZERO_RETURN_IF_ERROR(require(o.device != "cpu", key + ".device", o.device,
-                               "ZeRO-Offload (states on the host for an engine on a GPU) is not built; on the CPU "
-                               "they are in host memory already: use nvme with nvme_path to take them out of RAM, "
-                               "or none"));
+                               "ZeRO-Offload (states in host memory for an engine on a GPU) is not built yet: it "
+                               "arrives with the CPU-offload work. Today use nvme with nvme_path (ZeRO-Infinity, "
+                               "CPU engines), or none"));
   ZERO_RETURN_IF_ERROR(require(one_of(o.device, {"none", "nvme"}), key + ".device", o.device, "use none or nvme"));
   ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || device == "cpu", key + ".device", o.device,
                                "offloading from a GPU is not built; use device = cpu, or none"));
@@ -405,8 +478,8 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   const ZeroOptimization& z = c.zero_optimization;
   ZERO_RETURN_IF_ERROR(
       require(StagePolicy::valid(z.stage), "zero_optimization.stage", z.stage, "the stage is 0, 1, 2 or 3"));
-  ZERO_RETURN_IF_ERROR(require(z.reduce_bucket_size > 0, "zero_optimization.reduce_bucket_size", z.reduce_bucket_size,
-                               "must be a positive number of elements"));
+  ZERO_RETURN_IF_ERROR(require(z.reduce_bucket_size >= 0, "zero_optimization.reduce_bucket_size", z.reduce_bucket_size,
+                               "must be >= 0 elements (0 = every unit reduced alone)"));
   ZERO_RETURN_IF_ERROR(require(z.allgather_bucket_size > 0, "zero_optimization.allgather_bucket_size",
                                z.allgather_bucket_size, "must be a positive number of elements"));
   ZERO_RETURN_IF_ERROR(require(z.stage3_prefetch_bucket_size >= 0, "zero_optimization.stage3_prefetch_bucket_size",
@@ -438,9 +511,12 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(o.eps > 0, "optimizer.params.eps", o.eps, "must be positive"));
   ZERO_RETURN_IF_ERROR(require(o.weight_decay >= 0, "optimizer.params.weight_decay", o.weight_decay, "must be >= 0"));
   ZERO_RETURN_IF_ERROR(require(o.momentum >= 0, "optimizer.params.momentum", o.momentum, "must be >= 0"));
+  ZERO_RETURN_IF_ERROR(require(o.min_coeff >= 0 && o.min_coeff <= o.max_coeff, "optimizer.params.min_coeff/max_coeff",
+                               absl::StrCat(o.min_coeff, "/", o.max_coeff),
+                               "the trust ratio's range needs 0 <= min_coeff <= max_coeff"));
   const SchedulerConfig& s = c.scheduler;
   ZERO_RETURN_IF_ERROR(require(one_of(s.type, {"", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}), "scheduler.type",
-                               s.type, "use WarmupLR, WarmupDecayLR or WarmupCosineLR (or leave it out)"));
+                               s.type, "use WarmupLR, WarmupDecayLR, WarmupCosineLR or none"));
   ZERO_RETURN_IF_ERROR(require(one_of(s.warmup_type, {"log", "linear"}), "scheduler.params.warmup_type", s.warmup_type,
                                "use log or linear"));
   ZERO_RETURN_IF_ERROR(
@@ -455,7 +531,7 @@ absl::Status validate_deepspeed_keys(const TrainConfig& c) {
       s.total_num_steps > 0 ? absl::StrCat("scheduler.params.total_num_steps = ", total)
                             : absl::StrCat("steps = ", total, " (scheduler.params.total_num_steps defaults to it)"),
       ": ", s.type, " decays after its warmup, so it must exceed max(2, scheduler.params.warmup_num_steps = ",
-      s.warmup_num_steps, ") = ", warmup, "; raise it or shorten the warmup"));
+      s.warmup_num_steps, ") = ", warmup, "; raise it, shorten the warmup, or set scheduler.type = none"));
 }
 
 absl::Status validate_gpt2(const ModelConfig& m, const DataConfig& d) {
@@ -556,11 +632,28 @@ absl::Status validate_run(const TrainConfig& c) {
                  "safetensors import and export are for gpt2 models");
 }
 
+// `--key.path=null` removes the key, so that its default applies: null is no key's value, and a file's key
+// could not be unset otherwise. A key the tree does not hold is left absent.
+void remove_key(json& root, absl::string_view path) {
+  const std::vector<std::string> parts = absl::StrSplit(path, '.');
+  json* node = &root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (!node->is_object() || !node->contains(parts[i])) return;
+    node = &(*node)[parts[i]];
+  }
+  if (node->is_object()) node->erase(parts.back());
+}
+
 // Sets `key.path` = value in the tree, creating objects on the way. The value is JSON if it parses, else a string.
 absl::Status apply_override(json& root, absl::string_view override_arg) {
   const std::vector<absl::string_view> kv = absl::StrSplit(override_arg, absl::MaxSplits('=', 1));
   if (kv.size() != 2 || kv[0].empty()) {
     return absl::InvalidArgumentError(absl::StrCat("override '", override_arg, "': write it as key.path=value"));
+  }
+  json value = json::parse(kv[1], nullptr, /*allow_exceptions=*/false);
+  if (value.is_null()) {
+    remove_key(root, kv[0]);
+    return absl::OkStatus();
   }
   json* node = &root;
   std::string walked;
@@ -570,7 +663,6 @@ absl::Status apply_override(json& root, absl::string_view override_arg) {
     walked = walked.empty() ? std::string(part) : absl::StrCat(walked, ".", part);
     if (node->is_null()) *node = json::object();
   }
-  json value = json::parse(kv[1], nullptr, /*allow_exceptions=*/false);
   *node = value.is_discarded() ? json(std::string(kv[1])) : std::move(value);
   return absl::OkStatus();
 }
@@ -638,18 +730,53 @@ absl::StatusOr<json> parse_json_object(const std::string& text) {
 
 const char* default_config_json() { return kDefaultConfig; }
 
-absl::StatusOr<TrainConfig> parse_train_config(const std::string& text, const std::vector<std::string>& overrides) {
+namespace {
+
+// Whether an override sets `key` itself or an object that holds it.
+bool overrides_set(const std::vector<std::string>& overrides, absl::string_view key) {
+  return absl::c_any_of(overrides, [&](const std::string& o) {
+    const absl::string_view set = absl::string_view(o).substr(0, o.find('='));
+    return set == key || absl::StartsWith(key, absl::StrCat(set, "."));
+  });
+}
+
+// The embedded default's 20-step warmup is sized for its 900 steps: a shorter run (--steps=8 to try it)
+// warms up for a tenth of itself instead, where a fixed 20 would outlast the decay. A warmup the user set
+// is theirs, and one that does not fit stays an error.
+void fit_default_warmup_to_the_run(const std::vector<std::string>& overrides, TrainConfig& c) {
+  if (overrides_set(overrides, "scheduler.params.warmup_num_steps")) return;
+  c.scheduler.warmup_num_steps = std::min(c.scheduler.warmup_num_steps, c.steps / 10);
+}
+
+enum class Source { kFile, kEmbeddedDefault };
+
+absl::StatusOr<TrainConfig> parse_config(const std::string& text, const std::vector<std::string>& overrides,
+                                         Source source) {
   ZERO_ASSIGN_OR_RETURN(json root, parse_json_object(text));
   for (const std::string& o : overrides) ZERO_RETURN_IF_ERROR(apply_override(root, o));
+  const std::vector<std::string> auto_keys = take_auto_values(root);
   TrainConfig config;
   KeyReader reader(root);
   ZERO_RETURN_IF_ERROR(read_deepspeed_keys(reader, config));
   ZERO_RETURN_IF_ERROR(read_zero_train_keys(reader, config));
-  ZERO_RETURN_IF_ERROR(reader.check_no_unknown_keys());
+  ZERO_RETURN_IF_ERROR(reader.check_no_unknown_keys(auto_keys));
+  ZERO_RETURN_IF_ERROR(fill_auto_values(
+      auto_keys, [&](const std::string& key) { return reader.facts(key); }, config));
+  if (source == Source::kEmbeddedDefault) fit_default_warmup_to_the_run(overrides, config);
   ZERO_RETURN_IF_ERROR(validate_deepspeed_keys(config));
   ZERO_RETURN_IF_ERROR(validate_model_and_data(config));
   ZERO_RETURN_IF_ERROR(validate_run(config));
   return config;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainConfig> parse_train_config(const std::string& text, const std::vector<std::string>& overrides) {
+  return parse_config(text, overrides, Source::kFile);
+}
+
+absl::StatusOr<TrainConfig> parse_default_config(const std::vector<std::string>& overrides) {
+  return parse_config(kDefaultConfig, overrides, Source::kEmbeddedDefault);
 }
 
 absl::StatusOr<BatchPlan> resolve_batch(const TrainConfig& c, int world_size) {
@@ -743,8 +870,10 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   // DeepSpeed counts bucket sizes in elements, the engine in bytes of the training dtype. Stage 0 packs
   // units into buckets up to reduce_bucket_size; stages 1-3 reduce-scatter and allgather one flat unit
   // per collective (so every rank's slice is contiguous), which allgather_bucket_size cannot change.
+  // reduce_bucket_size 0, with which DeepSpeed reduces each gradient alone, is a cap of one element: no
+  // two units share a bucket.
   const int64_t element_bytes = static_cast<int64_t>(dtype_size(config.precision));
-  config.bucket_cap_bytes = z.reduce_bucket_size * element_bytes;
+  config.bucket_cap_bytes = std::max<int64_t>(1, z.reduce_bucket_size) * element_bytes;
   config.first_bucket_cap_bytes = std::min(config.first_bucket_cap_bytes, config.bucket_cap_bytes);
   // Stage 3: the engine bounds gathered units, not elements. The unit in use is always gathered (as in
   // DeepSpeed); beside it, as many of the largest sharded unit as fit in stage3_prefetch_bucket_size are

@@ -3,7 +3,8 @@
 
 // Where a key is DeepSpeed's, so are its units and defaults: bucket and prefetch sizes count elements,
 // fp16.loss_scale 0 means dynamic scaling. Every key can be overridden on the command line as
-// `--zero_optimization.stage=3` (or `--ranks 4`); the value is read as JSON, else as a string.
+// `--zero_optimization.stage=3` (or `--ranks 4`); the value is read as JSON, else as a string, and null
+// removes the key. Hugging Face's "auto" values are filled by auto_values.h, which the reader never sees.
 // Unknown keys, wrong types and impossible values are refused by parse_train_config, naming the key;
 // what needs the world size (the batch rule) or the model (the budget, stage-3 live parameters) is
 // checked by resolve_batch and engine_config, still before any parameter is allocated.
@@ -56,10 +57,15 @@ struct OptimizerConfig {       // "optimizer"
   double weight_decay = 0;
   bool adam_w_mode = true;  // Adam only: DeepSpeed's Adam decouples weight decay by default
   double momentum = 0;      // SGD only
+  // Lamb only, DeepSpeed's FusedLamb: bias correction as a step-size factor (else none), and the range the
+  // trust ratio is clamped to.
+  bool bias_correction = true;
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
 };
 
 struct SchedulerConfig {        // "scheduler"; type "" = the optimizer's lr throughout
-  std::string type;             // WarmupLR, WarmupDecayLR or WarmupCosineLR
+  std::string type;             // WarmupLR, WarmupDecayLR or WarmupCosineLR; "none" (any case) reads as ""
   double warmup_min_lr = 0;     // WarmupLR, WarmupDecayLR
   double warmup_max_lr = 1e-3;  // WarmupLR, WarmupDecayLR
   int64_t warmup_num_steps = 1000;
@@ -156,6 +162,10 @@ const char* default_config_json();
 // Parses `json` (a config file's text), applies `overrides` ("key.path=value", later ones win) and checks
 // every key and value that does not need the world size or the model.
 absl::StatusOr<TrainConfig> parse_train_config(const std::string& json, const std::vector<std::string>& overrides);
+
+// The embedded default with `overrides`, as parse_train_config reads it, except that its warmup shrinks to
+// a tenth of a run too short for it, unless an override sets scheduler.params.warmup_num_steps.
+absl::StatusOr<TrainConfig> parse_default_config(const std::vector<std::string>& overrides);
 
 // DeepSpeed's batch rule for world size N: any two of train_batch_size, train_micro_batch_size_per_gpu and
 // gradient_accumulation_steps determine the third (one alone: accumulation 1); all three must agree.

@@ -70,6 +70,8 @@ constexpr char kUsage[] =
     "Trains GPT-2 (or an MLP: --model.type=mlp --data.source=blobs) under ZeRO stage 0-3. Without --config it runs the "
     "embedded default (a small GPT-2 learning\n"
     "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same;\n"
+    "--key.path=null removes a key (its default applies), and \"auto\" values are filled as Hugging Face's Trainer "
+    "fills them;\n"
     "every key, its default and its meaning: README.md, section \"Config reference (zero-train)\".\n";
 
 // Everything a rank needs, settled before any parameter is allocated.
@@ -486,29 +488,31 @@ absl::StatusOr<Command> parse_command_line(int argc, char** argv) {
   return command;
 }
 
-absl::StatusOr<TrainConfig> load_config(const Command& command) {
-  std::string text = default_config_json();
-  if (!command.config_path.empty()) {
-    // A config is a small regular file: /dev/zero or a fifo would be read until memory runs out.
-    constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;
-    std::error_code ec;
-    const std::filesystem::file_status type = std::filesystem::status(command.config_path, ec);
-    if (!ec && type.type() != std::filesystem::file_type::regular) {
-      return absl::InvalidArgumentError(absl::StrCat("--config ", command.config_path, ": not a regular file"));
-    }
-    const uintmax_t bytes = ec ? 0 : std::filesystem::file_size(command.config_path, ec);
-    if (!ec && bytes > kMaxConfigBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("--config ", command.config_path, ": ", bytes,
-                                                     " bytes; a config is at most ", kMaxConfigBytes, " bytes"));
-    }
-    std::ifstream file(command.config_path);
-    if (!file) return absl::NotFoundError(absl::StrCat("--config ", command.config_path, ": cannot read it"));
-    std::stringstream buffer;
-    buffer << file.rdbuf();
-    text = buffer.str();
+// A config file's text. A config is a small regular file: /dev/zero or a fifo would be read until memory runs out.
+absl::StatusOr<std::string> read_config_file(const std::string& path) {
+  constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;
+  std::error_code ec;
+  const std::filesystem::file_status type = std::filesystem::status(path, ec);
+  if (!ec && type.type() != std::filesystem::file_type::regular) {
+    return absl::InvalidArgumentError(absl::StrCat("--config ", path, ": not a regular file"));
   }
+  const uintmax_t bytes = ec ? 0 : std::filesystem::file_size(path, ec);
+  if (!ec && bytes > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--config ", path, ": ", bytes, " bytes; a config is at most ", kMaxConfigBytes, " bytes"));
+  }
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError(absl::StrCat("--config ", path, ": cannot read it"));
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  return buffer.str();
+}
+
+absl::StatusOr<TrainConfig> load_config(const Command& command) {
+  if (command.config_path.empty()) return parse_default_config(command.overrides);
+  ZERO_ASSIGN_OR_RETURN(const std::string text, read_config_file(command.config_path));
   absl::StatusOr<TrainConfig> config = parse_train_config(text, command.overrides);
-  if (!config.ok() && !command.config_path.empty()) {
+  if (!config.ok()) {
     return absl::Status(config.status().code(), absl::StrCat(command.config_path, ": ", config.status().message()));
   }
   return config;
@@ -638,7 +642,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command.ok() && command->help) {
-    std::printf("%s\nThe embedded default, which --config replaces whole:\n%s", kUsage, default_config_json());
+    std::printf(
+        "%s\nThe embedded default, which --config replaces whole (a run shorter than 200 steps warms up for a "
+        "tenth of itself):\n%s",
+        kUsage, default_config_json());
     return 0;
   }
   absl::StatusOr<TrainConfig> config = command.ok() ? load_config(*command) : command.status();

@@ -2,12 +2,15 @@
 #include "examples/train/train_config.h"
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "examples/train/auto_values.h"
 #include "examples/train/deepspeed_optim.h"
 
 namespace zero::train {
@@ -107,6 +110,25 @@ TEST(TrainConfigTest, OverridesReplaceAddAndParseTheirValuesAsJson) {
   EXPECT_EQ(c.metrics_path, "out/m.jsonl");
 }
 
+TEST(TrainConfigTest, AnOverrideOfNullRemovesTheKeySoItsDefaultApplies) {
+  const TrainConfig c = parse_ok(default_config_json(), {"gradient_clipping=null", "optimizer.params=null",
+                                                         "zero_optimization.stage3_param_persistence_threshold=null"});
+  EXPECT_EQ(c.gradient_clipping, 0);                                           // the default's 1.0 removed
+  EXPECT_EQ(c.optimizer.lr, 1e-3);                                             // the whole params object
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 100'000);  // DeepSpeed's default
+  EXPECT_EQ(c.zero_optimization.stage, 3);                                     // its siblings stay
+  // Removing a key the config does not hold is no error: it is absent, as asked.
+  EXPECT_EQ(parse_ok(kMinimal, {"checkpoint.dir=null", "data.tokens.train=null"}).checkpoint.dir, "");
+}
+
+TEST(TrainConfigTest, SchedulerTypeNoneInAnyCaseKeepsTheOptimizersLr) {
+  for (const char* none : {"scheduler.type=none", "scheduler.type=None", "scheduler.type=NONE"}) {
+    const TrainConfig c = parse_ok(default_config_json(), {none, "optimizer.params.lr=0.25"});
+    EXPECT_EQ(c.scheduler.type, "");
+    EXPECT_FLOAT_EQ(LrSchedule(c.scheduler, c.optimizer.lr, c.steps).lr(1), 0.25f);
+  }
+}
+
 struct BadConfig {
   std::string override_arg;
   std::vector<std::string> expected;  // substrings of the message
@@ -132,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"optimizer.params.betas=0.9", {"optimizer.params.betas: expected an array of numbers"}},
         BadConfig{"zero_optimization.stage=4", {"zero_optimization.stage = 4", "0, 1, 2 or 3"}},
         BadConfig{"zero_optimization.stage=-1", {"zero_optimization.stage = -1"}},
-        BadConfig{"zero_optimization.reduce_bucket_size=0", {"zero_optimization.reduce_bucket_size = 0"}},
+        BadConfig{"zero_optimization.reduce_bucket_size=-1", {"zero_optimization.reduce_bucket_size = -1"}},
         BadConfig{"zero_optimization.allgather_bucket_size=0", {"zero_optimization.allgather_bucket_size = 0"}},
         BadConfig{"zero_optimization.stage3_max_live_parameters=0",
                   {"zero_optimization.stage3_max_live_parameters = 0"}},
@@ -168,7 +190,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"zero_optimization.offload_param.device=cpu", {"offload_param.device = cpu", "is not built"}},
         BadConfig{"checkpoint.keep_last=-2", {"checkpoint.keep_last = -2"}},
         BadConfig{"checkpoint.resume=latest", {"checkpoint.resume = latest", "needs checkpoint.dir"}},
-        BadConfig{"checkpoint.every=5", {"unknown key 'checkpoint.every'", "did you mean"}},
         BadConfig{"steps_per_print=0", {"steps_per_print = 0", "at least 1"}},
         BadConfig{"zero_optimization.contiguous_gradients=false",
                   {"zero_optimization.contiguous_gradients = false: zero always runs as true", "flat bucket"}},
@@ -176,7 +197,34 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"gradient_predivide_factor=2", {"gradient_predivide_factor = 2", "always runs as 1.0"}},
         BadConfig{"tensorboard={\"enabled\": true}", {"tensorboard.enabled = true", "metrics_path"}},
         BadConfig{"activation_checkpointing={}", {"zero does not take 'activation_checkpointing'", "recompute"}},
-        BadConfig{"log_interval=10", {"zero does not take 'log_interval': renamed steps_per_print"}}));
+        BadConfig{"log_interval=10", {"zero does not take 'log_interval': renamed steps_per_print"}},
+        BadConfig{"fp16.fp16_master_weights_and_grads=true",
+                  {"fp16.fp16_master_weights_and_grads = true: zero always runs as false", "fp32 master weights"}},
+        BadConfig{"zero_optimization.cpu_offload=true",
+                  {"zero_optimization.cpu_offload = true", "old name for zero_optimization.offload_optimizer.device"}},
+        BadConfig{"zero_optimization.offload_optimizer.device=cpu", {"arrives with the CPU-offload work"}}));
+
+TEST(TrainConfigTest, AcceptsTheKeysDeepSpeedConfigsCarryThatAskWhatZeroDoes) {
+  parse_ok(kMinimal,
+           {"zero_optimization.stage3_gather_16bit_weights_on_model_save=true",
+            "zero_optimization.stage3_gather_fp16_weights_on_model_save=true", "optimizer.params.torch_adam=true",
+            "fp16.fp16_master_weights_and_grads=false", "zero_optimization.cpu_offload=false"});
+}
+
+TEST(TrainConfigTest, ACloseTypoIsAnsweredWithTheKeyItMisspells) {
+  EXPECT_EQ(parse_error(kMinimal, {"zero_optimization.reduce_bucket_sise=5"}),
+            "unknown key 'zero_optimization.reduce_bucket_sise'; did you mean 'zero_optimization.reduce_bucket_size'?");
+  // The typo is in the last component, wherever the key sits: a known key of that name is suggested.
+  EXPECT_THAT(parse_error(kMinimal, {"optimizer.lr=0.1"}), HasSubstr("did you mean 'optimizer.params.lr'?"));
+}
+
+TEST(TrainConfigTest, AFarKeyIsRefusedWithoutASuggestion) {
+  for (const char* far : {"sparse_attention={}", "checkpoint.every=5", "zero_optimization.xy=1"}) {
+    const std::string message = parse_error(kMinimal, {far});
+    EXPECT_THAT(message, AllOf(HasSubstr("unknown key '"), HasSubstr("remove it")));
+    EXPECT_THAT(message, ::testing::Not(HasSubstr("did you mean")));
+  }
+}
 
 TEST(TrainConfigTest, TakesATypicalDeepSpeedZero3Config) {
   // The zero_optimization block of DeepSpeed's and Hugging Face's ZeRO-3 examples, with NVMe offload and
@@ -252,10 +300,46 @@ TEST(TrainConfigTest, DecayingScheduleMustOutlastItsWarmup) {
             HasSubstr("scheduler.params.warmup_num_steps = 20")));
 }
 
+TEST(TrainConfigTest, TheEmbeddedDefaultsWarmupShrinksToATenthOfAShortRun) {
+  EXPECT_EQ(parse_ok(default_config_json()).scheduler.warmup_num_steps, 20);
+  const absl::StatusOr<TrainConfig> whole = parse_default_config({});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->scheduler.warmup_num_steps, 20);  // 900 steps: a tenth is more than the default's 20
+  const absl::StatusOr<TrainConfig> short_run = parse_default_config({"steps=8"});
+  ASSERT_TRUE(short_run.ok()) << short_run.status();
+  EXPECT_EQ(short_run->scheduler.warmup_num_steps, 0);  // DeepSpeed's floor of 2 steps, then the cosine
+  const LrSchedule schedule(short_run->scheduler, short_run->optimizer.lr, short_run->steps);
+  EXPECT_GT(schedule.lr(3), schedule.lr(8));
+  EXPECT_EQ(parse_default_config({"steps=100"})->scheduler.warmup_num_steps, 10);
+}
+
+TEST(TrainConfigTest, AWarmupTheUserSetThatOutlastsTheRunStaysAnError) {
+  const absl::StatusOr<TrainConfig> set = parse_default_config({"steps=8", "scheduler.params.warmup_num_steps=20"});
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.status().message(), AllOf(HasSubstr("steps = 8"), HasSubstr("warmup_num_steps = 20")));
+  EXPECT_FALSE(parse_default_config({"steps=8", "scheduler={\"type\": \"WarmupDecayLR\"}"}).ok());  // 1000
+  // A config file's warmup is the user's: the same text given as --config is not adjusted.
+  EXPECT_THAT(parse_error(default_config_json(), {"steps=8"}), HasSubstr("or set scheduler.type = none"));
+}
+
 TEST(TrainConfigTest, MalformedJsonIsRefusedAtItsLineAndColumn) {
   EXPECT_THAT(parse_error("{\"steps\": 3,\n \"ranks\": 2,\n  \"seed\" 7}"),
               HasSubstr("not valid JSON at line 3, column 10"));
   EXPECT_THAT(parse_error("[1, 2]"), HasSubstr("the config is array, not a JSON object"));
+}
+
+TEST(TrainConfigTest, LambTakesFusedLambsBiasCorrectionAndTrustRatioRange) {
+  const TrainConfig defaults = parse_ok(kMinimal, {"optimizer.type=Lamb"});
+  EXPECT_TRUE(defaults.optimizer.bias_correction);
+  EXPECT_EQ(defaults.optimizer.max_coeff, 10.0);
+  EXPECT_EQ(defaults.optimizer.min_coeff, 0.01);
+  const TrainConfig c = parse_ok(kMinimal, {"optimizer.type=Lamb", "optimizer.params.bias_correction=false",
+                                            "optimizer.params.max_coeff=0.3", "optimizer.params.min_coeff=0"});
+  EXPECT_FALSE(c.optimizer.bias_correction);
+  EXPECT_EQ(c.optimizer.max_coeff, 0.3);
+  EXPECT_EQ(c.optimizer.min_coeff, 0);
+  EXPECT_THAT(parse_error(kMinimal, {"optimizer.params.min_coeff=20"}),
+              HasSubstr("optimizer.params.min_coeff/max_coeff = 20/10: the trust ratio's range needs 0 <= min_coeff"));
 }
 
 TEST(TrainConfigTest, OptimizerTypeIsReadInAnyCase) {
@@ -331,6 +415,75 @@ TEST(BatchRuleTest, AccumulationAloneIsNotEnough) {
   EXPECT_THAT(plan.status().message(), HasSubstr("train_micro_batch_size_per_gpu"));
 }
 
+// --- "auto", the Hugging Face Trainer's placeholder (examples/train/auto_values.h) ---------------------
+
+constexpr char kAllAuto[] = R"({
+  "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+  "gradient_clipping": "auto", "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                    "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+  "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                        "stage3_param_persistence_threshold": "auto"}})";
+
+TEST(AutoValuesTest, EveryAutoOfTheTrainersConfigsIsFilledAsTheTrainerWould) {
+  const TrainConfig c = parse_ok(kAllAuto, {"optimizer.params.lr=0.01"});
+  expect_plan(resolve_batch(c, 4), 32, kAutoMicroBatch, 1);
+  EXPECT_EQ(c.gradient_clipping, 1.0);  // max_grad_norm
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_FALSE(c.bf16);
+  EXPECT_EQ(c.optimizer.lr, 0.01);  // an override replaces the "auto"
+  EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.9, 0.999}));
+  EXPECT_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_EQ(c.optimizer.weight_decay, 0);
+  EXPECT_EQ(c.scheduler.warmup_min_lr, 0);
+  EXPECT_EQ(c.scheduler.warmup_max_lr, 0.01);  // the optimizer's lr
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 0);
+  EXPECT_EQ(c.scheduler.total_num_steps, 0);  // the run's steps
+  // The default custom GPT-2's hidden size is its 64 channels.
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 64 * 64);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 3686);  // 0.9 * 64²
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 640);
+}
+
+TEST(AutoValuesTest, BucketSizesFollowThePresetsHiddenSize) {
+  const TrainConfig c = parse_ok(kAllAuto, {"model.preset=d12"});
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 768 * 768);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 530'841);
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 7680);
+  const TrainConfig mlp = parse_ok(kAllAuto, {"model.type=mlp", "data.source=blobs"});
+  EXPECT_EQ(mlp.zero_optimization.reduce_bucket_size, 64 * 64);  // the widest of [16, 64, 64, 4]
+}
+
+TEST(AutoValuesTest, AutoBatchKeysAreDerivedFromTheOthers) {
+  expect_plan(resolve_batch(parse_ok(kAllAuto, {"gradient_accumulation_steps=4"}), 4), 128, kAutoMicroBatch, 4);
+  expect_plan(resolve_batch(parse_ok(kAllAuto, {"train_batch_size=64"}), 4), 64, 16, 1);
+  expect_plan(resolve_batch(parse_ok(kAllAuto, {"train_micro_batch_size_per_gpu=2"}), 2), 4, 2, 1);
+}
+
+TEST(AutoValuesTest, KeysAutoCannotFillAreListedInOneMessageWithTheirDefaults) {
+  EXPECT_EQ(parse_error(kMinimal,
+                        {"zero_optimization.stage=auto", "optimizer.type=auto", "steps=auto", "fp16.loss_scale=auto"}),
+            "zero has no value for \"auto\" (the Hugging Face Trainer's placeholder) in 4 keys; write a value for "
+            "each, or remove it for the default shown: fp16.loss_scale (0.0), optimizer.type (\"AdamW\"), steps "
+            "(300), zero_optimization.stage (0)");
+}
+
+TEST(AutoValuesTest, AutoInAKeyThatTakesAnyValueAsksForNothing) {
+  parse_ok(kMinimal, {"zero_optimization.stage3_gather_16bit_weights_on_model_save=auto", "amp.opt_level=auto",
+                      "amp.enabled=auto"});
+}
+
+TEST(AutoValuesTest, CheckpointResumeAutoIsZerosOwnValueAndStays) {
+  EXPECT_EQ(parse_ok(kMinimal, {"checkpoint.dir=ckpt", "checkpoint.resume=auto"}).checkpoint.resume, "auto");
+}
+
+TEST(AutoValuesTest, AutoInAnUnknownKeyIsAnUnknownKey) {
+  EXPECT_EQ(parse_error(kMinimal, {"gradient_cliping=auto"}),
+            "unknown key 'gradient_cliping'; did you mean 'gradient_clipping'?");
+  EXPECT_THAT(parse_error(kMinimal, {"scheduler=auto"}), HasSubstr("scheduler: expected an object, got \"auto\""));
+}
+
 const BatchPlan kOneStep{.train_batch_size = 4, .micro_batch = 1, .accumulation_steps = 1};
 const std::vector<UnitSize> kUnits = {{"embedding", 4000}, {"h.0", 10'000}, {"head", 200}};
 
@@ -376,6 +529,13 @@ TEST(EngineConfigTest, BucketElementsBecomeBytesOfTheTrainingDtype) {
             2000);
   // The engine's first, smaller bucket never exceeds the cap.
   EXPECT_EQ(engine_config_ok({"zero_optimization.reduce_bucket_size=1000"}).first_bucket_cap_bytes, 4000);
+}
+
+TEST(EngineConfigTest, ReduceBucketSizeZeroReducesEveryUnitAlone) {
+  const ZeroConfig z = engine_config_ok({"zero_optimization.reduce_bucket_size=0"});
+  EXPECT_EQ(z.gradient_buckets({4000, 10'000, 200}), (std::vector<std::vector<int>>{{2}, {1}, {0}}));
+  // DeepSpeed's default 5e8 packs all three into the first bucket (up to 1 MiB).
+  EXPECT_EQ(engine_config_ok({}).gradient_buckets({4000, 10'000, 200}), (std::vector<std::vector<int>>{{2, 1, 0}}));
 }
 
 TEST(EngineConfigTest, PrefetchAndLiveParametersCountLargestSharedUnits) {
@@ -444,6 +604,117 @@ TEST(EngineConfigTest, BudgetMustAlsoHoldTheLargestGradientBucket) {
   EXPECT_THAT(stage3.status().message(),
               AllOf(HasSubstr("unit 'h.0' gathered 3.81 MiB, largest gradient bucket 3.81 MiB"),
                     HasSubstr("a rank needs 13.05 MiB")));
+}
+
+// --- Real configs (tests/fixtures/deepspeed_configs/README.md): each loads, or is refused naming why ------
+
+absl::StatusOr<TrainConfig> parse_fixture(const std::string& name, const std::vector<std::string>& overrides = {}) {
+  std::ifstream file(std::string(ZERO_FIXTURES_DIR "/deepspeed_configs/") + name);
+  EXPECT_TRUE(file) << name;
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_train_config(text.str(), overrides);
+}
+
+// The fixture as zero-train settles it: the config, the batch for its ranks, and the engine's knobs.
+TrainConfig load_fixture(const std::string& name, const std::vector<std::string>& overrides = {}) {
+  const absl::StatusOr<TrainConfig> c = parse_fixture(name, overrides);
+  EXPECT_TRUE(c.ok()) << name << ": " << c.status();
+  if (!c.ok()) return TrainConfig{};
+  const absl::StatusOr<BatchPlan> batch = resolve_batch(*c, c->ranks);
+  EXPECT_TRUE(batch.ok()) << name << ": " << batch.status();
+  if (batch.ok()) {
+    EXPECT_TRUE(engine_config(*c, *batch, c->ranks, kUnits).ok()) << name;
+  }
+  return *c;
+}
+
+std::string fixture_error(const std::string& name, const std::vector<std::string>& overrides = {}) {
+  const absl::StatusOr<TrainConfig> c = parse_fixture(name, overrides);
+  EXPECT_FALSE(c.ok()) << name;
+  return std::string(c.status().message());
+}
+
+TEST(DeepSpeedConfigs, DeepSpeedExamplesZero2LoadsAsStage2InFp16) {
+  const TrainConfig c = load_fixture("ds_zero2.json");
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  EXPECT_TRUE(c.fp16.enabled);
+  EXPECT_EQ(c.scheduler.type, "WarmupLR");
+  expect_plan(resolve_batch(c, 4), 32, 4, 2);
+}
+
+TEST(DeepSpeedConfigs, DeepSpeedExamplesZero3LoadsWithTheOldNameOfTheGatherFlag) {
+  const TrainConfig c = load_fixture("ds_zero3.json");
+  EXPECT_EQ(c.zero_optimization.stage, 3);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50'000'000);
+  EXPECT_EQ(c.scheduler.total_num_steps, 10'000);
+}
+
+TEST(DeepSpeedConfigs, DeepSpeedExamplesFp16LoadsAtStage0WithItsLossScaling) {
+  const TrainConfig c = load_fixture("ds_fp16.json");
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_EQ(c.fp16.initial_scale_power, 15);
+  EXPECT_EQ(c.fp16.loss_scale_window, 500);
+  EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.8, 0.999}));
+}
+
+TEST(DeepSpeedConfigs, Bf16ConfigLoadsWithItsCosineSchedule) {
+  const TrainConfig c = load_fixture("ds_bf16.json");
+  EXPECT_TRUE(c.bf16);
+  EXPECT_EQ(c.scheduler.type, "WarmupCosineLR");
+  expect_plan(resolve_batch(c, 4), 64, 8, 2);
+}
+
+TEST(DeepSpeedConfigs, ZeroInfinityLoadsWithParametersAndOptimizerOnNvme) {
+  const TrainConfig c = load_fixture("ds_zero_infinity_nvme.json");
+  EXPECT_EQ(c.zero_optimization.offload_param.device, "nvme");
+  EXPECT_EQ(c.zero_optimization.offload_optimizer.nvme_path, "/local_nvme");
+}
+
+TEST(DeepSpeedConfigs, BertLambLoadsAsFusedLambWithoutBiasCorrection) {
+  const TrainConfig c = load_fixture("ds_bert_lamb.json");
+  EXPECT_EQ(c.optimizer.type, "Lamb");
+  EXPECT_FALSE(c.optimizer.bias_correction);
+  EXPECT_EQ(c.optimizer.max_coeff, 0.3);
+  EXPECT_EQ(c.optimizer.min_coeff, 0.01);
+  expect_plan(resolve_batch(c, 4), 65536, 64, 256);
+}
+
+TEST(DeepSpeedConfigs, HfTrainerZero2IsRefusedForCpuOffloadAndLoadsWithItRemoved) {
+  EXPECT_THAT(fixture_error("hf_trainer_zero2.json"),
+              AllOf(HasSubstr("zero_optimization.offload_optimizer.device = cpu"),
+                    HasSubstr("arrives with the CPU-offload work")));
+  const TrainConfig c = load_fixture("hf_trainer_zero2.json", {"zero_optimization.offload_optimizer=null"});
+  expect_plan(resolve_batch(c, 4), 4 * kAutoMicroBatch, kAutoMicroBatch, 1);
+  EXPECT_EQ(c.gradient_clipping, 1.0);
+  EXPECT_EQ(c.scheduler.warmup_max_lr, c.optimizer.lr);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 200'000'000);  // the file's own value
+}
+
+TEST(DeepSpeedConfigs, HfTrainerZero3IsRefusedForCpuOffloadAndLoadsWithItRemoved) {
+  EXPECT_THAT(fixture_error("hf_trainer_zero3.json"), HasSubstr("offload_optimizer.device = cpu"));
+  EXPECT_THAT(fixture_error("hf_trainer_zero3.json", {"zero_optimization.offload_optimizer=null"}),
+              HasSubstr("offload_param.device = cpu"));
+  const TrainConfig c = load_fixture(
+      "hf_trainer_zero3.json", {"zero_optimization.offload_optimizer=null", "zero_optimization.offload_param=null"});
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 64 * 64);
+  EXPECT_EQ(c.zero_optimization.stage3_param_persistence_threshold, 640);
+  EXPECT_FALSE(c.fp16.enabled);
+}
+
+TEST(DeepSpeedConfigs, AccelerateZero2LoadsWithTorchAdamAndADecayToTheRunsEnd) {
+  const TrainConfig c = load_fixture("accelerate_zero2.json");
+  EXPECT_TRUE(c.fp16.enabled);
+  EXPECT_EQ(c.scheduler.type, "WarmupDecayLR");
+  EXPECT_EQ(c.scheduler.total_num_steps, 0);  // the run's steps
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 64 * 64);
+}
+
+TEST(DeepSpeedConfigs, AccelerateZero3LoadsWithAnAutoGatherFlag) {
+  const TrainConfig c = load_fixture("accelerate_zero3.json");
+  EXPECT_EQ(c.zero_optimization.stage, 3);
+  EXPECT_FALSE(c.bf16);
+  expect_plan(resolve_batch(c, 4), 4 * kAutoMicroBatch, kAutoMicroBatch, 1);
 }
 
 float lr_at(const std::vector<std::string>& overrides, int64_t step) {

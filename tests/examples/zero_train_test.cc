@@ -99,6 +99,27 @@ TEST_F(ZeroTrainTest, Stage3OnTwoRanksWritesMetricsAndTheLossFalls) {
   EXPECT_TRUE(summary[0]["phase_ms_per_step"].empty());  // timed only with wall_clock_breakdown
 }
 
+TEST_F(ZeroTrainTest, TheEmbeddedDefaultRunsEightSteps) {
+  const RunResult run =
+      run_zero_train(absl::StrCat("--steps=8 --eval_interval=0 --eval_batches=1 --data.addition.val_rows=64 "
+                                  "--metrics_path=",
+                                  metrics_path()));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(events(metrics_lines(metrics_path()), "train").size(), 8u);
+}
+
+TEST_F(ZeroTrainTest, TheHuggingFaceTrainersZero3ConfigTrainsWithItsAutosFilledAndCpuOffloadRemoved) {
+  const RunResult run = run_zero_train(
+      absl::StrCat("--config " ZERO_FIXTURES_DIR
+                   "/deepspeed_configs/hf_trainer_zero3.json --zero_optimization.offload_optimizer=null "
+                   "--zero_optimization.offload_param=null --ranks 2 --steps=4 --eval_interval=0 --eval_batches=1 "
+                   "--data.addition.val_rows=64 --metrics_path=",
+                   metrics_path()));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("ZeRO stage 3, fp32"));
+  EXPECT_EQ(events(metrics_lines(metrics_path()), "train").size(), 4u);
+}
+
 TEST_F(ZeroTrainTest, WallClockBreakdownReportsEveryRanksPhases) {
   const std::string path = metrics_path();
   const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(path), " --wall_clock_breakdown=true"));
