@@ -425,6 +425,7 @@ absl::Status read_zero_train_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("eval_batches", c.eval_batches));
   ZERO_RETURN_IF_ERROR(r.read("seed", c.seed));
   ZERO_RETURN_IF_ERROR(r.read("metrics_path", c.metrics_path));
+  ZERO_RETURN_IF_ERROR(r.read("plot_path", c.plot_path));
   ZERO_RETURN_IF_ERROR(r.read("init_from", c.init_from));
   ZERO_RETURN_IF_ERROR(r.read("export_path", c.export_path));
   ZERO_RETURN_IF_ERROR(r.read("checkpoint.dir", c.checkpoint.dir));
@@ -627,6 +628,8 @@ absl::Status validate_run(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(k.keep_last >= 0, "checkpoint.keep_last", k.keep_last, "must be >= 0 (0 = keep all)"));
   ZERO_RETURN_IF_ERROR(require(!k.dir.empty() || !one_of(k.resume, {"latest", "auto"}), "checkpoint.resume", k.resume,
                                "resuming from the latest checkpoint needs checkpoint.dir"));
+  ZERO_RETURN_IF_ERROR(require(c.plot_path.empty() || !c.metrics_path.empty(), "plot_path", c.plot_path,
+                               "the curve is drawn from the metrics file: set metrics_path too"));
   const bool gpt2_weights = c.init_from.empty() && c.export_path.empty();
   return require(gpt2_weights || c.model.type == "gpt2", "init_from/export_path", c.model.type,
                  "safetensors import and export are for gpt2 models");

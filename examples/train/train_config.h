@@ -144,6 +144,7 @@ struct TrainConfig {
   int64_t eval_batches = 4;                               // micro-batches per rank per evaluation
   uint64_t seed = 1234;                                   // parameter init and data order
   std::string metrics_path = "zero-train-metrics.jsonl";  // JSON lines; "" = none
+  std::string plot_path;    // at the end, metrics_path's losses and learning rate drawn into this PNG; "" = none
   std::string init_from;    // Hugging Face GPT-2 safetensors to start from; "" = random init
   std::string export_path;  // where to save the trained GPT-2 as safetensors; "" = not saved
   CheckpointConfig checkpoint;

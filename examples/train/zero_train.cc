@@ -29,9 +29,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "examples/common/gnuplot.h"
 #include "examples/train/checkpoints.h"
 #include "examples/train/deepspeed_optim.h"
 #include "examples/train/evaluate.h"
+#include "examples/train/loss_plot.h"
 #include "examples/train/report.h"
 #include "examples/train/train_config.h"
 #include "models/data/addition.h"
@@ -72,7 +74,8 @@ constexpr char kUsage[] =
     "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same;\n"
     "--key.path=null removes a key (its default applies), and \"auto\" values are filled as Hugging Face's Trainer "
     "fills them;\n"
-    "every key, its default and its meaning: README.md, section \"Config reference (zero-train)\".\n";
+    "every key, its default and its meaning: README.md, section \"Config reference (zero-train)\".\n"
+    "       zero-train --plot_metrics=FILE.jsonl   draws a metrics file's loss curve into FILE.png\n";
 
 // Everything a rank needs, settled before any parameter is allocated.
 struct Plan {
@@ -173,6 +176,9 @@ absl::Status check_export_path(const std::string& path) {
 
 absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device device) {
   ZERO_RETURN_IF_ERROR(check_export_path(config.export_path));
+  if (const absl::Status gnuplot = check_gnuplot(); !config.plot_path.empty() && !gnuplot.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("plot_path = ", config.plot_path, ": ", gnuplot.message()));
+  }
   Plan plan{.config = config};
   ZERO_ASSIGN_OR_RETURN(plan.batch, resolve_batch(config, world_size));
   ZERO_RETURN_IF_ERROR(load_data(config.data, plan));
@@ -321,7 +327,16 @@ class RankRun {
     }
     ZERO_ASSIGN_OR_RETURN(const std::string exported, export_weights(plan_, *engine_, comm_.rank()));
     if (!exported.empty()) progress_->line(exported);
-    return first_step_ < steps ? summarize() : absl::OkStatus();
+    if (first_step_ < steps) ZERO_RETURN_IF_ERROR(summarize());
+    return plot_loss();
+  }
+
+  // Rank 0 draws the metrics file it wrote, once its last line is in.
+  absl::Status plot_loss() {
+    if (!lead_ || plan_.config.plot_path.empty()) return absl::OkStatus();
+    ZERO_ASSIGN_OR_RETURN(const std::string line, plot_loss_curve(plan_.config.metrics_path, plan_.config.plot_path));
+    progress_->line(line);
+    return absl::OkStatus();
   }
 
   absl::Status setup() {
@@ -461,6 +476,7 @@ struct Command {
   std::vector<std::string> overrides;  // "key.path=value"
   bool help = false;
   bool version = false;
+  std::string plot_metrics;  // --plot_metrics=FILE: draw FILE's loss curve into FILE.png, train nothing
 };
 
 absl::StatusOr<Command> parse_command_line(int argc, char** argv) {
@@ -478,6 +494,10 @@ absl::StatusOr<Command> parse_command_line(int argc, char** argv) {
     if (key_value.find('=') == std::string::npos) {
       if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
       key_value = absl::StrCat(key_value, "=", argv[++i]);
+    }
+    if (absl::StartsWith(key_value, "plot_metrics=")) {
+      command.plot_metrics = key_value.substr(std::strlen("plot_metrics="));
+      continue;
     }
     if (absl::StartsWith(key_value, "config=")) {
       command.config_path = key_value.substr(7);
@@ -639,6 +659,13 @@ int main(int argc, char** argv) {
   absl::StatusOr<Command> command = parse_command_line(argc, argv);
   if (command.ok() && command->version) {
     std::printf("zero-train %s\n", ZERO_VERSION);
+    return 0;
+  }
+  if (command.ok() && !command->plot_metrics.empty()) {
+    const std::string png = std::filesystem::path(command->plot_metrics).replace_extension(".png").string();
+    const absl::StatusOr<std::string> plotted = plot_loss_curve(command->plot_metrics, png);
+    if (!plotted.ok()) return report_failure(plotted.status());
+    std::printf("%s\n", plotted->c_str());
     return 0;
   }
   if (command.ok() && command->help) {

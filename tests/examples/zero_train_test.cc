@@ -1,6 +1,7 @@
 // zero-train run end to end: a few stage-3 steps on 2 ranks write parseable metrics with a falling loss; bad keys exit
 // non-zero.
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "runtime/device.h"
 #include "runtime/safetensors.h"
@@ -396,6 +398,43 @@ TEST_F(ZeroTrainTest, HelpPrintsTheUsageAndTheEmbeddedDefault) {
   EXPECT_EQ(run.exit_code, 0);
   EXPECT_THAT(run.output, AllOf(HasSubstr("usage: zero-train"), HasSubstr("The embedded default"),
                                 HasSubstr("\"train_batch_size\": 64")));
+}
+
+TEST_F(ZeroTrainTest, PlotPathDrawsTheRunsLossCurveAndPlotMetricsRedrawsItFromTheFile) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
+  const std::string png = dir_.file("loss.png");
+  const RunResult run = run_zero_train(absl::StrCat(tiny_run_args(metrics_path()), " --plot_path=", png));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr(absl::StrCat("loss curve: ", png, " (data ", png, ".csv)")));
+  const auto png_signature = [](const std::string& path) {
+    std::string head(8, '\0');
+    std::ifstream(path, std::ios::binary).read(head.data(), 8);
+    return head;
+  };
+  EXPECT_EQ(png_signature(png), std::string("\x89PNG\r\n\x1a\n", 8));
+  // Its data: the 12 training steps, with the validation loss at the two evaluations (steps 6 and 12).
+  std::ifstream csv(png + ".csv");
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(csv, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 13u);
+  EXPECT_EQ(rows[0], "step,loss,val_loss,lr");
+  for (int step = 1; step <= 12; ++step) {
+    const std::vector<std::string> cells = absl::StrSplit(rows[step], ',');
+    ASSERT_EQ(cells.size(), 4u) << rows[step];
+    EXPECT_EQ(cells[0], absl::StrCat(step));
+    EXPECT_EQ(cells[2] == "nan", step % 6 != 0) << rows[step];
+  }
+
+  const RunResult redraw = run_zero_train(absl::StrCat("--plot_metrics=", metrics_path()));
+  ASSERT_EQ(redraw.exit_code, 0) << redraw.output;
+  EXPECT_EQ(png_signature(dir_.file("metrics.png")), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+TEST_F(ZeroTrainTest, PlotPathWithoutAMetricsFileIsRefusedBeforeTraining) {
+  const RunResult run = run_zero_train("--plot_path=loss.png --metrics_path=");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output,
+              HasSubstr("plot_path = loss.png: the curve is drawn from the metrics file: set metrics_path"));
 }
 
 TEST_F(ZeroTrainTest, UnknownKeyExitsTwoNamingIt) {
