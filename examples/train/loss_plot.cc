@@ -51,7 +51,8 @@ absl::StatusOr<std::string> loss_curve_csv(const std::string& metrics_path) {
           absl::StrCat("metrics file ", metrics_path, ", line ", number, ": not a JSON object"));
     }
     const std::string event = record.value("event", "");
-    if (event == "train") steps[record.value("step", int64_t{0})] = {record.value("loss", 0.0), record.value("lr", 0.0)};
+    if (event == "train")
+      steps[record.value("step", int64_t{0})] = {record.value("loss", 0.0), record.value("lr", 0.0)};
     if (event == "eval") evals[record.value("step", int64_t{0})] = record.value("val_loss", 0.0);
   }
   if (steps.empty()) {

@@ -108,6 +108,15 @@ int terminal_columns() {
 
 }  // namespace
 
+double median_after_warmup(std::vector<double> step_seconds) {
+  if (step_seconds.size() > 1) step_seconds.erase(step_seconds.begin());
+  if (step_seconds.empty()) return 0;
+  const auto middle = step_seconds.begin() + static_cast<std::ptrdiff_t>(step_seconds.size() / 2);
+  std::nth_element(step_seconds.begin(), middle, step_seconds.end());
+  if (step_seconds.size() % 2 == 1) return *middle;
+  return (*middle + *std::max_element(step_seconds.begin(), middle)) / 2;
+}
+
 std::string progress_bar_line(absl::string_view text, int64_t step, int64_t steps, int columns) {
   // At most columns - 1 characters: writing the last column makes some terminals wrap, and "\r" then
   // rewrites only the new line. The bar takes what the text leaves, up to 30 characters.
@@ -203,8 +212,10 @@ std::string summary_tables(const RunFacts& f, const std::vector<MemoryStats>& pe
             "next max_live_units gathers need it, and gathers a tied owner again for a unit that reads it "
             "otherwise, as GPT-2's head reads the embedding's wte)\n"
           : "",
-      absl::StrFormat("\nstep time %.1f ms (mean of %d steps), %.0f %s/s\n", 1e3 * f.train_seconds / f.steps, f.steps,
-                      f.predictions_per_s, f.predictions),
+      absl::StrFormat("\nstep time %.1f ms (median of the %d steps after the first; mean of all %d: %.1f ms), "
+                      "%.0f %s/s\n",
+                      1e3 * f.median_step_seconds, std::max<int64_t>(f.steps - 1, 1), f.steps,
+                      1e3 * f.train_seconds / f.steps, f.predictions_per_s, f.predictions),
       phase_table(f));
 }
 
@@ -239,7 +250,8 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
             {"grad_reduce", f.traffic.grad_reduce / f.steps},
             {"small", f.traffic.small / f.steps}}},
           {"theory_bytes_per_step", {{"param_gather", theory.param_gather}, {"grad_reduce", theory.grad_reduce}}},
-          {"step_ms", 1e3 * f.train_seconds / f.steps},
+          {"step_ms", 1e3 * f.median_step_seconds},
+          {"mean_step_ms", 1e3 * f.train_seconds / f.steps},
           {"phase_ms_per_step", phases},
           {f.predictions + "_per_s", f.predictions_per_s}};
 }

@@ -70,17 +70,22 @@ struct RunFacts {
   int accumulation_steps = 1;
   DType precision = DType::kF32;
   int optimizer_state_floats = 2;
-  bool offload_optimizer = false;  // master weights and optimizer state in files (MemoryStats::in_files)
-  bool offload_param = false;      // stage 3 parameter shards in files
-  int64_t params = 0;              // Ψ
-  int64_t padded_params = 0;       // Ψ as the engine lays it out: each unit padded to a multiple of N
-  int64_t steps = 0;               // this process ran (after a resume, the steps since)
-  CommVolume traffic;              // rank 0's bytes sent over those steps
-  double train_seconds = 0;        // those steps
-  std::vector<PhaseTimes> phases;  // every rank's over those steps, with wall_clock_breakdown; else empty
-  double predictions_per_s = 0;
+  bool offload_optimizer = false;      // master weights and optimizer state in files (MemoryStats::in_files)
+  bool offload_param = false;          // stage 3 parameter shards in files
+  int64_t params = 0;                  // Ψ
+  int64_t padded_params = 0;           // Ψ as the engine lays it out: each unit padded to a multiple of N
+  int64_t steps = 0;                   // this process ran (after a resume, the steps since)
+  CommVolume traffic;                  // rank 0's bytes sent over those steps
+  double train_seconds = 0;            // those steps
+  double median_step_seconds = 0;      // median_after_warmup of their times
+  std::vector<PhaseTimes> phases;      // every rank's over those steps, with wall_clock_breakdown; else empty
+  double predictions_per_s = 0;        // at the median step time
   std::string predictions = "tokens";  // what a prediction is: tokens (GPT-2) or samples (the MLP)
 };
+
+// The median of the step times after the first (which warms up caches, pools and, on a GPU, the kernels), as
+// benchmarks report a step; the one time there is when there is one. 0 for none.
+double median_after_warmup(std::vector<double> step_seconds);
 
 // The tables: peak memory per category per rank beside the ZeRO formula, bytes sent per step beside
 // theory, and step time. Also as JSON for the metrics file.

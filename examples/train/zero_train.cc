@@ -379,7 +379,8 @@ class RankRun {
       ZERO_RETURN_IF_ERROR(engine_->forward_backward(batch));
     }
     ZERO_ASSIGN_OR_RETURN(StepResult result, engine_->step(lr));
-    train_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    step_seconds_.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    train_seconds_ += step_seconds_.back();
     const CommVolume v = engine_->comm_volume();
     traffic_.param_gather += v.param_gather;
     traffic_.grad_reduce += v.grad_reduce;
@@ -429,21 +430,23 @@ class RankRun {
     }
     if (!lead_) return absl::OkStatus();
     const int64_t steps_run = plan_.config.steps - first_step_;
-    const RunFacts facts{.stage = plan_.zero.stage,
-                         .world_size = comm_.world_size(),
-                         .accumulation_steps = plan_.zero.accumulation_steps,
-                         .precision = plan_.zero.precision,
-                         .optimizer_state_floats = optimizer_state_floats(plan_.config.optimizer),
-                         .offload_optimizer = !plan_.zero.offload_optimizer_path.empty(),
-                         .offload_param = !plan_.zero.offload_param_path.empty(),
-                         .params = engine_->num_params(),
-                         .padded_params = engine_->num_padded_params(),
-                         .steps = steps_run,
-                         .traffic = traffic_,
-                         .train_seconds = train_seconds_,
-                         .phases = std::move(phases),
-                         .predictions_per_s = static_cast<double>(steps_run * predictions_per_step()) / train_seconds_,
-                         .predictions = prediction_name()};
+    const RunFacts facts{
+        .stage = plan_.zero.stage,
+        .world_size = comm_.world_size(),
+        .accumulation_steps = plan_.zero.accumulation_steps,
+        .precision = plan_.zero.precision,
+        .optimizer_state_floats = optimizer_state_floats(plan_.config.optimizer),
+        .offload_optimizer = !plan_.zero.offload_optimizer_path.empty(),
+        .offload_param = !plan_.zero.offload_param_path.empty(),
+        .params = engine_->num_params(),
+        .padded_params = engine_->num_padded_params(),
+        .steps = steps_run,
+        .traffic = traffic_,
+        .train_seconds = train_seconds_,
+        .median_step_seconds = median_after_warmup(step_seconds_),
+        .phases = std::move(phases),
+        .predictions_per_s = static_cast<double>(predictions_per_step()) / median_after_warmup(step_seconds_),
+        .predictions = prediction_name()};
     progress_->line(summary_tables(facts, peaks));
     return metrics_.write(summary_json(facts, peaks));
   }
@@ -469,6 +472,7 @@ class RankRun {
   CommVolume traffic_;
   int64_t first_step_ = 0;  // steps done before this process started (from a checkpoint)
   double train_seconds_ = 0;
+  std::vector<double> step_seconds_;  // each step's, in order
 };
 
 struct Command {

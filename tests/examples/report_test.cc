@@ -38,6 +38,13 @@ TEST(ProgressBarLine, NoBarWhereItWouldBeUnderFiveAndTheTextIsCutToTheWidth) {
   EXPECT_EQ(progress_bar_line(kText, 450, 900, 40), std::string(kText).substr(0, 39));
 }
 
+TEST(StepTime, IsTheMedianOfTheStepsAfterTheFirst) {
+  EXPECT_EQ(median_after_warmup({}), 0);
+  EXPECT_EQ(median_after_warmup({5}), 5);                  // one step: its own time
+  EXPECT_EQ(median_after_warmup({100, 1, 3, 2}), 2);       // the first, warming up, is left out
+  EXPECT_EQ(median_after_warmup({100, 4, 1, 3, 2}), 2.5);  // an even count: the middle two's mean
+}
+
 TEST(LossCurve, OneRowPerTrainingStepWithTheValidationLossWhereThereWasOne) {
   const testing::ScopedTempDir dir;
   const std::string path = dir.file("metrics.jsonl");
