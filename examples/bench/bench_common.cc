@@ -30,7 +30,9 @@ ABSL_FLAG(std::string, device, "cpu",
           "with a GPU; local ranks share cuda:0, nccl ranks take cuda:0 to cuda:N-1)");
 ABSL_FLAG(std::string, dtype, "fp32", "Element type of the benchmarked buffers: fp32, bf16 or fp16");
 ABSL_FLAG(int, warmup, 5, "Untimed iterations before each timed loop (>= 0)");
-ABSL_FLAG(int, iters, 20, "Timed iterations per measurement (>= 1); a time per op is the loop's wall time / iters");
+ABSL_FLAG(int, iters, 20,
+          "Timed iterations per measurement (>= 1): stages and offload report the median step, the others a time per "
+          "op as the loop's wall time / iters");
 ABSL_FLAG(std::string, csv, "", "Also write the result rows, with the table's columns, to this CSV file (rank 0)");
 
 namespace zero {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "examples/common/gnuplot.h"
+#include "examples/common/median.h"
 #include "models/data/device_batch.h"
 #include "models/gpt2.h"
 #include "optim/optimizers.h"
@@ -99,10 +100,14 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   for (int k = 0; k < o.reps.warmup; ++k) ZERO_RETURN_IF_ERROR(step(k));
   ZERO_RETURN_IF_ERROR(barrier(comm));
   engine->reset_phase_times();
-  const Clock::time_point start = Clock::now();
-  for (int k = 0; k < o.reps.iters; ++k) ZERO_RETURN_IF_ERROR(step(o.reps.warmup + k));
-  ZERO_RETURN_IF_ERROR(barrier(comm));  // the slowest rank's time
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / o.reps.iters;
+  std::vector<double> step_seconds;  // each the slowest rank's, through the barrier
+  for (int k = 0; k < o.reps.iters; ++k) {
+    const Clock::time_point start = Clock::now();
+    ZERO_RETURN_IF_ERROR(step(o.reps.warmup + k));
+    ZERO_RETURN_IF_ERROR(barrier(comm));
+    step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  const double seconds = median(step_seconds);
 
   const PlanInput plan{.params = engine->num_params(),
                        .padded_params = engine->num_padded_params(),

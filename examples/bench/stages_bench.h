@@ -34,7 +34,7 @@ struct StagesBenchOptions {
 struct StageRow {
   int stage = 0;
   int world_size = 1;
-  double step_ms = 0;       // timed steps / iters
+  double step_ms = 0;       // the median of the timed steps
   double tokens_per_s = 0;  // N·B·T per step / step time
   // Rank 0's time per step blocked on communication (PhaseTimes::waiting); measured on the CPU only.
   std::optional<double> wait_ms;

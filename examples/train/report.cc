@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "examples/common/median.h"
 #include "examples/common/result_table.h"
 #include "runtime/status.h"
 #include "shard/plan.h"
@@ -110,11 +111,7 @@ int terminal_columns() {
 
 double median_after_warmup(std::vector<double> step_seconds) {
   if (step_seconds.size() > 1) step_seconds.erase(step_seconds.begin());
-  if (step_seconds.empty()) return 0;
-  const auto middle = step_seconds.begin() + static_cast<std::ptrdiff_t>(step_seconds.size() / 2);
-  std::nth_element(step_seconds.begin(), middle, step_seconds.end());
-  if (step_seconds.size() % 2 == 1) return *middle;
-  return (*middle + *std::max_element(step_seconds.begin(), middle)) / 2;
+  return median(std::move(step_seconds));
 }
 
 std::string progress_bar_line(absl::string_view text, int64_t step, int64_t steps, int columns) {
