@@ -6,7 +6,7 @@ packages=(
   cmake ninja-build g++
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
-  nlohmann-json3-dev libxxhash-dev gnuplot-nox python3 xz-utils
+  nlohmann-json3-dev libxxhash-dev gnuplot-nox python3 python3-venv xz-utils
   clang-format-14 clang libclang-rt-14-dev
 )
 

@@ -1,7 +1,8 @@
 // GPT-2 forward+backward tokens/s on the CPU, tiny and d12 (124M), beside the same model in PyTorch measured in the
 // same run. Usage: models_bench [B=4] [T=64] [iterations=3] [threads=2] (T capped at a preset's max_seq_len). PyTorch
-// is optional: /usr/bin/python3 with torch. Both sides time the model alone, as loss.backward() does: zero's units
-// through testing::ModelRunner, without the engine's reductions or an optimizer step.
+// is optional: the benchmarks' Python (examples/common/bench_python.h: $ZERO_BENCH_PYTHON or .venv-bench). Both sides
+// time the model alone, as loss.backward() does: zero's units through testing::ModelRunner, without the engine's
+// reductions or an optimizer step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "examples/common/bench_python.h"
 #include "kernels/kernels.h"
 #include "models/gpt2.h"
 #include "runtime/status.h"
@@ -51,10 +53,10 @@ absl::StatusOr<double> zero_tokens_per_second(const Gpt2Config& config, const Ar
   return static_cast<double>(args.batch * args.seq_len * done) / elapsed.count();
 }
 
-// PyTorch's tokens/s for the same model and batch, or 0 where /usr/bin/python3 has no torch.
+// PyTorch's tokens/s for the same model and batch, or 0 where the benchmarks' Python has no torch.
 double torch_tokens_per_second(const Gpt2Config& c, const Args& args) {
   const std::string cmd =
-      absl::StrCat("/usr/bin/python3 " ZERO_BENCH_SCRIPT " ", c.max_seq_len, " ", c.vocab_size, " ",
+      absl::StrCat(benchmark_python(), " " ZERO_BENCH_SCRIPT " ", c.max_seq_len, " ", c.vocab_size, " ",
                    c.padded_vocab_size, " ", c.num_layers, " ", c.num_heads, " ", c.channels, " ", args.batch, " ",
                    args.seq_len, " ", args.iterations, " ", kMinSeconds, " ", args.threads, " 2>/dev/null");
   FILE* torch = popen(cmd.c_str(), "r");
@@ -88,7 +90,7 @@ int run(const Args& args) {
     if (torch > 0) {
       std::printf("%-4s %35s torch %9.1f tokens/s; zero is %.2fx\n", preset, "", torch, *zero / torch);
     } else {
-      std::printf("      (PyTorch not found: /usr/bin/python3 -c 'import torch' fails; no comparison)\n");
+      std::fputs(missing_torch_note(benchmark_python()).c_str(), stdout);
     }
   }
   return 0;

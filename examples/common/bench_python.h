@@ -1,0 +1,18 @@
+// The Python whose PyTorch the benchmarks measure as their baseline: the newest from PyPI, in the project's
+// .venv-bench (scripts/bench_venv.sh makes it), unless the user names another.
+#pragma once
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace zero {
+
+// `chosen` if not empty (a --python flag), else $ZERO_BENCH_PYTHON, else <source tree>/.venv-bench/bin/python3
+// where it exists, else python3 on PATH.
+std::string benchmark_python(absl::string_view chosen = "");
+
+// A line for a benchmark whose baseline could not run: which Python was tried and how to get PyTorch there.
+std::string missing_torch_note(const std::string& python);
+
+}  // namespace zero
