@@ -20,7 +20,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 VOCAB = 50257
-PADDED_VOCAB = 50304  # zero's padded_vocab(50257): a multiple of 128
+
+
+def padded_vocab(vocab):
+    return (vocab + 127) // 128 * 128  # as zero pads wte's rows (models/gpt2_config.h)
 
 
 class Block(nn.Module):
@@ -44,9 +47,10 @@ class Block(nn.Module):
 
 
 class Gpt2(nn.Module):
-    def __init__(self, max_seq, layers, heads, channels):
+    def __init__(self, max_seq, layers, heads, channels, vocab=VOCAB):
         super().__init__()
-        self.wte = nn.Embedding(PADDED_VOCAB, channels)
+        self.vocab = vocab
+        self.wte = nn.Embedding(padded_vocab(vocab), channels)
         self.wpe = nn.Embedding(max_seq, channels)
         self.blocks = nn.ModuleList(Block(channels, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(channels)
@@ -55,8 +59,8 @@ class Gpt2(nn.Module):
         x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1], device=tokens.device))
         for block in self.blocks:
             x = block(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # (B, T, PADDED_VOCAB); the padded rows are never targets
-        return F.cross_entropy(logits[..., :VOCAB].float().flatten(0, 1), targets.flatten())
+        logits = self.ln_f(x) @ self.wte.weight.t()  # (B, T, padded vocab); the padded rows are never targets
+        return F.cross_entropy(logits[..., :self.vocab].float().flatten(0, 1), targets.flatten())
 
 
 def main():

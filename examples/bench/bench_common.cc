@@ -33,6 +33,10 @@ ABSL_FLAG(int, warmup, 5, "Untimed iterations before each timed loop (>= 0)");
 ABSL_FLAG(int, iters, 20,
           "Timed iterations per measurement (>= 1): stages and offload report the median step, the others a time per "
           "op as the loop's wall time / iters");
+ABSL_FLAG(
+    std::string, python, "",
+    "optim, stages --torch: the Python whose PyTorch is the baseline; default: $ZERO_BENCH_PYTHON, else the project's "
+    ".venv-bench (scripts/bench_venv.sh: the newest PyTorch from PyPI), else python3 on PATH");
 ABSL_FLAG(std::string, csv, "", "Also write the result rows, with the table's columns, to this CSV file (rank 0)");
 
 namespace zero {

@@ -21,6 +21,7 @@ ABSL_DECLARE_FLAG(std::string, dtype);
 ABSL_DECLARE_FLAG(int, warmup);
 ABSL_DECLARE_FLAG(int, iters);
 ABSL_DECLARE_FLAG(std::string, csv);
+ABSL_DECLARE_FLAG(std::string, python);
 
 namespace zero {
 

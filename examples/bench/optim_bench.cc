@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "examples/bench/adamw_bench.h"
 #include "examples/bench/bench_common.h"
@@ -11,9 +12,6 @@
 #include "examples/common/result_table.h"
 #include "runtime/status.h"
 
-ABSL_FLAG(std::string, python, "",
-          "optim: the Python whose PyTorch is the baseline; default: $ZERO_BENCH_PYTHON, else the project's "
-          ".venv-bench (scripts/bench_venv.sh: the newest PyTorch from PyPI), else python3 on PATH");
 ABSL_FLAG(int64_t, numel, 100'000'000, "optim: fp32 parameters in the AdamW shard (the issue's 100M by default)");
 
 namespace zero {
@@ -23,21 +21,17 @@ namespace {
 // empty when PyTorch is absent.
 std::vector<std::pair<std::string, double>> torch_adamw_rates(const std::string& python, int64_t numel, int iterations,
                                                               int threads) {
-  const std::string command =
-      absl::StrCat(python, " ", ZERO_TORCH_ADAMW_SCRIPT, " ", numel, " ", iterations, " ", threads, " 2>/dev/null");
   std::vector<std::pair<std::string, double>> rates;
-  FILE* torch = popen(command.c_str(), "r");
-  if (torch == nullptr) return rates;
-  char line[256], name[64];
-  double rate = 0;
-  while (std::fgets(line, sizeof line, torch) != nullptr) {
-    if (line[0] == '#') {
-      std::fputs(line, stdout);  // the version, or a variant this PyTorch lacks
-    } else if (std::sscanf(line, "%63s %lf", name, &rate) == 2) {
+  for (const std::string& line :
+       run_baseline(python, ZERO_TORCH_ADAMW_SCRIPT, absl::StrCat(numel, " ", iterations, " ", threads))) {
+    char name[64];
+    double rate = 0;
+    if (absl::StartsWith(line, "#")) {
+      std::printf("%s\n", line.c_str());  // the version, or a variant this PyTorch lacks
+    } else if (std::sscanf(line.c_str(), "%63s %lf", name, &rate) == 2) {
       rates.emplace_back(name, rate);
     }
   }
-  pclose(torch);
   return rates;
 }
 

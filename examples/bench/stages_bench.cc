@@ -2,13 +2,18 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <random>
+#include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "examples/common/bench_python.h"
 #include "examples/common/gnuplot.h"
 #include "examples/common/median.h"
 #include "models/data/device_batch.h"
@@ -25,6 +30,10 @@ ABSL_FLAG(std::string, model, "mini",
 ABSL_FLAG(std::string, stages, "0,1,2,3", "stages: comma list of ZeRO stages to run, each from 0 to 3");
 ABSL_FLAG(int64_t, batch, 4, "stages: sequences per rank per step (B)");
 ABSL_FLAG(int64_t, seq, 64, "stages: tokens per sequence (T), at most the model's maxT");
+ABSL_FLAG(bool, torch, false,
+          "stages: also run PyTorch's counterpart of each stage on the same model, batch and ranks (DDP, DDP + "
+          "ZeroRedundancyOptimizer, FSDP SHARD_GRAD_OP, FSDP FULL_SHARD; gloo, one process per rank; "
+          "benchmarks/torch_stages.py under --python) and print it beside zero's (CPU, fp32)");
 ABSL_FLAG(std::string, png, "",
           "stages: also plot peak memory per category (stacked) and step time per stage to this PNG (needs gnuplot)");
 
@@ -233,6 +242,10 @@ absl::StatusOr<StagesBenchOptions> stages_options_from_flags() {
   ZERO_ASSIGN_OR_RETURN(options.precision, dtype_flag());
   ZERO_ASSIGN_OR_RETURN(options.device, device_flag());
   ZERO_ASSIGN_OR_RETURN(options.reps, repetitions_flags());
+  options.torch = absl::GetFlag(FLAGS_torch);
+  if (options.torch && (!options.device.is_cpu() || options.precision != DType::kF32)) {
+    return flag_error("torch", "PyTorch's stages run on the CPU in fp32: use --device=cpu --dtype=fp32 with it");
+  }
   return options;
 }
 
@@ -242,6 +255,55 @@ std::string describe_model(const StagesBenchOptions& o) {
                          g.channels, g.num_heads, g.padded_vocab_size, g.num_parameters(), o.batch, o.seq_len,
                          dtype_name(o.precision), o.device.to_string());
 }
+
+namespace {
+
+// One stage's PyTorch run, as benchmarks/torch_stages.py prints it.
+struct TorchStage {
+  int stage = 0;
+  std::string wrapper;
+  double step_ms = 0;
+  double peak_rss_mib = 0;
+  std::string version;
+};
+
+std::vector<TorchStage> run_torch_stages(const StagesBenchOptions& o, int world_size) {
+  const Gpt2Config& g = o.model;
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world_size);
+  const std::string args = absl::StrCat(
+      "--layers ", g.num_layers, " --heads ", g.num_heads, " --channels ", g.channels, " --max_seq ", g.max_seq_len,
+      " --vocab ", g.vocab_size, " --batch ", o.batch, " --seq ", o.seq_len, " --ranks ", world_size, " --stages ",
+      absl::StrJoin(o.stages, ","), " --warmup ", o.reps.warmup, " --iters ", o.reps.iters, " --threads ", threads);
+  std::vector<TorchStage> rows;
+  for (const std::string& line :
+       run_baseline(benchmark_python(absl::GetFlag(FLAGS_python)), ZERO_TORCH_STAGES_SCRIPT, args)) {
+    std::map<std::string, std::string> field;
+    for (absl::string_view pair : absl::StrSplit(line, ' '))
+      field.insert(absl::StrSplit(pair, absl::MaxSplits('=', 1)));
+    TorchStage row{.wrapper = field["wrapper"], .version = field["torch"]};
+    if (absl::SimpleAtoi(field["stage"], &row.stage) && absl::SimpleAtod(field["step_ms"], &row.step_ms) &&
+        absl::SimpleAtod(field["peak_rss_mib"], &row.peak_rss_mib)) {
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+// PyTorch's stages beside zero's step times; zero_speedup = PyTorch's time / zero's.
+void print_torch_comparison(const std::vector<StageRow>& zero, const std::vector<TorchStage>& torch, int world_size) {
+  ResultTable table({{"stage"}, {"zero_ms", 1}, {"torch"}, {"torch_ms", 1}, {"zero_speedup", 2}, {"torch_rss_MiB", 0}});
+  for (const TorchStage& t : torch) {
+    const auto z = absl::c_find_if(zero, [&](const StageRow& r) { return r.stage == t.stage; });
+    if (z == zero.end()) continue;
+    table.add_row({int64_t{t.stage}, z->step_ms, t.wrapper, t.step_ms, t.step_ms / z->step_ms, t.peak_rss_mib});
+  }
+  std::printf(
+      "# PyTorch %s beside zero: the same model, batch and %d ranks; gloo, one process per rank, AdamW "
+      "fused; median step (torch_rss: rank 0's process peak, all it holds)\n%s",
+      torch.front().version.c_str(), world_size, table.to_text().c_str());
+}
+
+}  // namespace
 
 absl::Status stages_command() {
   ZERO_ASSIGN_OR_RETURN(const StagesBenchOptions options, stages_options_from_flags());
@@ -260,6 +322,14 @@ absl::Status stages_command() {
     std::fputs(table.to_text().c_str(), stdout);
     std::fflush(stdout);
     ZERO_RETURN_IF_ERROR(write_csv_flag(table));
+    if (options.torch) {
+      const std::vector<TorchStage> torch = run_torch_stages(options, comm.world_size());
+      if (torch.empty()) {
+        std::fputs(missing_torch_note(benchmark_python(absl::GetFlag(FLAGS_python))).c_str(), stdout);
+      } else {
+        print_torch_comparison(rows, torch, comm.world_size());
+      }
+    }
     const std::string png = absl::GetFlag(FLAGS_png);
     return png.empty() ? absl::OkStatus() : plot_png(table, png);
   });

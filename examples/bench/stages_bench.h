@@ -28,6 +28,7 @@ struct StagesBenchOptions {
   std::string offload_optimizer_path;  // "" = optimizer state in RAM (ZeroConfig::offload_optimizer_path)
   std::string offload_param_path;      // "" = stage 3's parameter shards in RAM (ZeroConfig::offload_param_path)
   int64_t persistence_threshold = ZeroConfig{}.persistence_threshold;  // stage 3: smaller units stay whole
+  bool torch = false;  // also PyTorch's counterpart of each stage (benchmarks/torch_stages.py)
 };
 
 // One stage as rank 0 saw it; times are the slowest rank's.

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -30,6 +32,7 @@ namespace zero {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::ContainsRegex;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -174,14 +177,15 @@ TEST(CommBenchMpi, TwoProcessesPrintOneRowPerCollectiveAndSize) {
 
 // --- optim ---
 
-TEST(OptimBench, PrintsZeroBesideTheBandwidthBound) {
-  const RunResult r = run_bench("optim --numel=100000 --iters=1");
+TEST(OptimBench, PrintsZeroBesideTheMemoryBound) {
+  // No PyTorch (--python=/bin/false), whatever this machine has: header, zero, bound.
+  const RunResult r = run_bench("optim --numel=100000 --iters=1 --python=/bin/false");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = records(r.output, absl::ByString("  "));
-  ASSERT_GE(rows.size(), 3u) << r.output;  // header, zero, bound (and torch rows when PyTorch is there)
-  EXPECT_EQ(rows[1][0], "zero AdamW");
+  ASSERT_GE(rows.size(), 3u) << r.output;
+  EXPECT_EQ(absl::StripAsciiWhitespace(rows[1][0]), "zero AdamW");
   EXPECT_EQ(rows[1][2], "1.00");
-  EXPECT_THAT(rows[2][0], HasSubstr("bandwidth bound"));
+  EXPECT_THAT(rows[2][0], HasSubstr("memory bound (28 B/param)"));
   EXPECT_GT(number(rows[2][1]), 0);
 }
 
@@ -335,6 +339,34 @@ TEST(BenchFlags, DeviceIsCpuOrAVisibleGpuBeforeAnyRun) {
         << subcommand;
     EXPECT_THAT(r.output, Not(HasSubstr("# zero-bench"))) << subcommand;
   }
+}
+
+TEST(StagesBench, TorchPrintsPyTorchsStagesBesideZerosFromTheBaselinesLines) {
+  // A stand-in for the Python: it prints what benchmarks/torch_stages.py prints, so the table is checked here
+  // without PyTorch.
+  const ScopedTempDir dir;
+  const std::string python = dir.file("python");
+  std::ofstream(python) << "#!/bin/sh\n"
+                           "echo 'stage=0 wrapper=DDP step_ms=50.000 peak_rss_mib=700.0 torch=9.9.9'\n"
+                           "echo 'stage=3 wrapper=FSDP(FULL_SHARD) step_ms=80.000 peak_rss_mib=650.0 torch=9.9.9'\n";
+  std::filesystem::permissions(python, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+  const RunResult r = run_bench(absl::StrCat(
+      "stages --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 --stages=0,3 --torch --python=", python));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("# PyTorch 9.9.9 beside zero: the same model, batch and 2 ranks"));
+  EXPECT_THAT(r.output, ContainsRegex("\n +0 +[0-9.]+ +DDP +50\\.0 +[0-9.]+ +700\n"));
+  EXPECT_THAT(r.output, ContainsRegex("\n +3 +[0-9.]+ +FSDP\\(FULL_SHARD\\) +80\\.0 +[0-9.]+ +650\n"));
+
+  const RunResult missing = run_bench(
+      "stages --model=tiny --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 --stages=0 --torch --python=/bin/false");
+  ASSERT_EQ(missing.exit_code, 0) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr("# no PyTorch baseline: /bin/false -c 'import torch' fails"));
+}
+
+TEST(StagesBenchFlags, TorchRunsOnTheCpuInFp32) {
+  const RunResult r = run_bench("stages --model=tiny --seq=4 --dtype=bf16 --torch");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--torch: PyTorch's stages run on the CPU in fp32"));
 }
 
 TEST(StagesBench, WritesAPngWithGnuplot) {

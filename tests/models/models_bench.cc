@@ -55,18 +55,13 @@ absl::StatusOr<double> zero_tokens_per_second(const Gpt2Config& config, const Ar
 
 // PyTorch's tokens/s for the same model and batch, or 0 where the benchmarks' Python has no torch.
 double torch_tokens_per_second(const Gpt2Config& c, const Args& args) {
-  const std::string cmd =
-      absl::StrCat(benchmark_python(), " " ZERO_BENCH_SCRIPT " ", c.max_seq_len, " ", c.vocab_size, " ",
-                   c.padded_vocab_size, " ", c.num_layers, " ", c.num_heads, " ", c.channels, " ", args.batch, " ",
-                   args.seq_len, " ", args.iterations, " ", kMinSeconds, " ", args.threads, " 2>/dev/null");
-  FILE* torch = popen(cmd.c_str(), "r");
-  if (torch == nullptr) return 0;
-  char line[256];
+  const std::string shape = absl::StrCat(c.max_seq_len, " ", c.vocab_size, " ", c.padded_vocab_size, " ", c.num_layers,
+                                         " ", c.num_heads, " ", c.channels, " ", args.batch, " ", args.seq_len, " ",
+                                         args.iterations, " ", kMinSeconds, " ", args.threads);
   double rate = 0;
-  while (std::fgets(line, sizeof line, torch) != nullptr) {
-    if (std::sscanf(line, "tokens_per_s %lf", &rate) != 1) std::printf("  %s", line);
+  for (const std::string& line : run_baseline(benchmark_python(), ZERO_BENCH_SCRIPT, shape)) {
+    if (std::sscanf(line.c_str(), "tokens_per_s %lf", &rate) != 1) std::printf("  %s\n", line.c_str());
   }
-  pclose(torch);
   return rate;
 }
 
