@@ -6,13 +6,9 @@
 #include <cstdint>
 
 #include "runtime/dtype.h"
+#include "runtime/vector_clones.h"
 
 namespace zero::kernels::detail {
-
-// Compiles a function for AVX2 and for the baseline ISA and picks one when the program loads (GCC/Clang
-// target_clones). Only for code whose bits do not depend on the vector width: elementwise math and reductions
-// in a fixed order (as sum_fp64), no fp32 `omp simd reduction(+)`. AVX2 without FMA: no contraction either.
-#define ZERO_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 
 // tanh(x) as the [13/6] odd rational function Eigen uses for float: within 7 ulps of glibc's tanhf on
 // [-10, 10] (tests/kernels/elementwise_test.cc measures it). Beyond |x| = 7.9053, tanh rounds to ±1 in

@@ -6,12 +6,19 @@
 #include "optim/cpu_loops.h"
 #include "optim/optimizers.h"
 #include "runtime/status.h"
+#include "runtime/vector_clones.h"
 #if ZERO_HAS_CUDA
 #include "optim/cuda/optim_kernels.h"
 #endif
 
 namespace zero {
 namespace {
+
+// The update of p[begin, end) and its moments; AVX2 where the CPU has it (the same bits: elementwise, no FMA).
+ZERO_VECTOR_CLONES void adam_range(float* __restrict p, const float* __restrict g, float* __restrict m,
+                                   float* __restrict v, int64_t begin, int64_t end, const optim::AdamCoeffs c) {
+  for (int64_t i = begin; i < end; ++i) p[i] = optim::adam_element(p[i], g[i], m[i], v[i], c);
+}
 
 class Adam final : public Optimizer {
  public:
@@ -32,12 +39,7 @@ class Adam final : public Optimizer {
     if (device().is_cuda()) return optim::adam_cuda(device().index, layout(), coeffs, a, exp_avg, exp_avg_sq);
 #endif
     optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
-      const optim::AdamCoeffs c = coeffs[layout().params()[ch.param].group];
-      float* __restrict p = a.params;
-      const float* __restrict g = a.grads;
-      float* __restrict m = exp_avg;
-      float* __restrict v = exp_avg_sq;
-      for (int64_t i = ch.begin; i < ch.end; ++i) p[i] = optim::adam_element(p[i], g[i], m[i], v[i], c);
+      adam_range(a.params, a.grads, exp_avg, exp_avg_sq, ch.begin, ch.end, coeffs[layout().params()[ch.param].group]);
     });
     return absl::OkStatus();
   }

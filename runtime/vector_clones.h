@@ -1,0 +1,7 @@
+// ZERO_VECTOR_CLONES: a function compiled for AVX2 and for the baseline ISA, picked when the program loads.
+#pragma once
+
+// GCC/Clang target_clones. Only for code whose bits do not depend on the vector width: elementwise math and
+// reductions in a fixed order (as sum_fp64), no fp32 `omp simd reduction(+)`. AVX2 without FMA: no contraction
+// either, so the AVX2 clone computes what the baseline one computes, bit for bit.
+#define ZERO_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
