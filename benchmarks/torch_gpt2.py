@@ -4,7 +4,7 @@
 The model zero trains (models/gpt2.h): pre-LayerNorm blocks, causal attention, GELU (tanh), wte tied as the
 head with the padded vocab's rows, mean cross-entropy over the real vocab, AdamW. PyTorch's fastest settings
 for it: fp32 parameters under bf16 autocast (zero's bf16 keeps fp32 master weights the same way), fused
-scaled-dot-product attention, fused AdamW, TF32 for what stays fp32, and --mode=compile for torch.compile.
+scaled-dot-product attention, fused AdamW, and --mode=compile for torch.compile.
 Random tokens. Writes one CSV row: mode, torch version, shape, parameters, median step time, tokens/s.
 
 usage: torch_gpt2.py --mode eager|compile [--batch 8] [--seq 1024] [--layers 12] [--heads 12] [--channels 768]
@@ -77,8 +77,6 @@ def main():
     args = p.parse_args()
 
     torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
     model = Gpt2(args.seq, args.layers, args.heads, args.channels).cuda()
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)

@@ -7,7 +7,7 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libxxhash-dev gnuplot-nox python3 python3-venv xz-utils
-  clang-format-14 clang libclang-rt-14-dev
+  clang-format-14 clang libclang-rt-14-dev libomp-dev
 )
 
 missing=()

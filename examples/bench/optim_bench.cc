@@ -17,13 +17,10 @@ ABSL_FLAG(int64_t, numel, 100'000'000, "optim: fp32 parameters in the AdamW shar
 namespace zero {
 namespace {
 
-// torch.optim.AdamW's rate per variant, from examples/bench/torch_adamw.py (its comment lines echoed);
-// empty when PyTorch is absent.
-std::vector<std::pair<std::string, double>> torch_adamw_rates(const std::string& python, int64_t numel, int iterations,
-                                                              int threads) {
+// torch.optim.AdamW's rate per variant, from examples/bench/torch_adamw.py's lines (its comment lines echoed).
+std::vector<std::pair<std::string, double>> torch_adamw_rates(const std::vector<std::string>& lines) {
   std::vector<std::pair<std::string, double>> rates;
-  for (const std::string& line :
-       run_baseline(python, ZERO_TORCH_ADAMW_SCRIPT, absl::StrCat(numel, " ", iterations, " ", threads))) {
+  for (const std::string& line : lines) {
     char name[64];
     double rate = 0;
     if (absl::StartsWith(line, "#")) {
@@ -49,7 +46,9 @@ absl::Status optim_command() {
       static_cast<long long>(numel), r.threads, reps.iters, AdamWBenchResult::kBytesPerParam,
       r.bound_bytes_per_second() / 1e9);
   const std::string python = benchmark_python(absl::GetFlag(FLAGS_python));
-  const auto torch = torch_adamw_rates(python, numel, reps.iters, r.threads);
+  const BaselineOutput torch_run =
+      run_baseline(python, ZERO_TORCH_ADAMW_SCRIPT, absl::StrCat(numel, " ", reps.iters, " ", r.threads));
+  const auto torch = torch_adamw_rates(torch_run.lines);
   ResultTable table({{"implementation"}, {"params/s", 0}, {"zero_vs_it", 2}});
   table.add_row({std::string("zero AdamW"), r.params_per_second, 1.0});
   table.add_row({absl::StrCat("memory bound (", AdamWBenchResult::kBytesPerParam, " B/param)"),
@@ -58,7 +57,7 @@ absl::Status optim_command() {
     table.add_row({absl::StrCat("torch AdamW ", variant), rate, r.params_per_second / rate});
   }
   std::fputs(table.to_text().c_str(), stdout);
-  if (torch.empty()) std::fputs(missing_torch_note(python).c_str(), stdout);
+  if (torch.empty()) std::fputs(missing_torch_note(python, torch_run).c_str(), stdout);
   return write_csv_flag(table);
 }
 

@@ -267,16 +267,20 @@ struct TorchStage {
   std::string version;
 };
 
-std::vector<TorchStage> run_torch_stages(const StagesBenchOptions& o, int world_size) {
+// benchmarks/torch_stages.py's arguments for the same model, batch, stages and ranks.
+std::string torch_stages_args(const StagesBenchOptions& o, int world_size) {
   const Gpt2Config& g = o.model;
   const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world_size);
-  const std::string args = absl::StrCat(
-      "--layers ", g.num_layers, " --heads ", g.num_heads, " --channels ", g.channels, " --max_seq ", g.max_seq_len,
-      " --vocab ", g.vocab_size, " --batch ", o.batch, " --seq ", o.seq_len, " --ranks ", world_size, " --stages ",
-      absl::StrJoin(o.stages, ","), " --warmup ", o.reps.warmup, " --iters ", o.reps.iters, " --threads ", threads);
+  return absl::StrCat("--layers ", g.num_layers, " --heads ", g.num_heads, " --channels ", g.channels, " --max_seq ",
+                      g.max_seq_len, " --vocab ", g.vocab_size, " --batch ", o.batch, " --seq ", o.seq_len, " --ranks ",
+                      world_size, " --stages ", absl::StrJoin(o.stages, ","), " --warmup ", o.reps.warmup, " --iters ",
+                      o.reps.iters, " --threads ", threads);
+}
+
+// Its lines as rows.
+std::vector<TorchStage> torch_stage_rows(const std::vector<std::string>& lines) {
   std::vector<TorchStage> rows;
-  for (const std::string& line :
-       run_baseline(benchmark_python(absl::GetFlag(FLAGS_python)), ZERO_TORCH_STAGES_SCRIPT, args)) {
+  for (const std::string& line : lines) {
     std::map<std::string, std::string> field;
     for (absl::string_view pair : absl::StrSplit(line, ' '))
       field.insert(absl::StrSplit(pair, absl::MaxSplits('=', 1)));
@@ -323,9 +327,12 @@ absl::Status stages_command() {
     std::fflush(stdout);
     ZERO_RETURN_IF_ERROR(write_csv_flag(table));
     if (options.torch) {
-      const std::vector<TorchStage> torch = run_torch_stages(options, comm.world_size());
+      const std::string python = benchmark_python(absl::GetFlag(FLAGS_python));
+      const BaselineOutput run =
+          run_baseline(python, ZERO_TORCH_STAGES_SCRIPT, torch_stages_args(options, comm.world_size()));
+      const std::vector<TorchStage> torch = torch_stage_rows(run.lines);
       if (torch.empty()) {
-        std::fputs(missing_torch_note(benchmark_python(absl::GetFlag(FLAGS_python))).c_str(), stdout);
+        std::fputs(missing_torch_note(python, run).c_str(), stdout);
       } else {
         print_torch_comparison(rows, torch, comm.world_size());
       }

@@ -13,11 +13,17 @@ namespace zero {
 // where it exists, else python3 on PATH.
 std::string benchmark_python(absl::string_view chosen = "");
 
-// The lines `python script args` prints on stdout (its stderr dropped: PyTorch's warnings); none when it could not
-// start or printed nothing.
-std::vector<std::string> run_baseline(const std::string& python, const std::string& script, const std::string& args);
+// What `python script args` printed: its stdout's lines (results), and the last line of its stderr (PyTorch's
+// warnings go there too, so only a failed run's is worth showing).
+struct BaselineOutput {
+  std::vector<std::string> lines;
+  bool ok = false;  // it ran and exited 0
+  std::string last_error_line;
+};
+BaselineOutput run_baseline(const std::string& python, const std::string& script, const std::string& args);
 
-// A line for a benchmark whose baseline could not run: which Python was tried and how to get PyTorch there.
-std::string missing_torch_note(const std::string& python);
+// A line for a benchmark whose baseline gave no result: the Python tried, and why (its error, or how to get
+// PyTorch there).
+std::string missing_torch_note(const std::string& python, const BaselineOutput& output);
 
 }  // namespace zero

@@ -1,6 +1,7 @@
 #include "examples/train/loss_plot.h"
 
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,12 @@ struct StepPoint {
   double lr = 0;
 };
 
+// A number from the metrics file; NaN where the writer had a non-finite value (JSON has none: it wrote null).
+double number_or_nan(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> loss_curve_csv(const std::string& metrics_path) {
@@ -50,10 +57,16 @@ absl::StatusOr<std::string> loss_curve_csv(const std::string& metrics_path) {
       return absl::InvalidArgumentError(
           absl::StrCat("metrics file ", metrics_path, ", line ", number, ": not a JSON object"));
     }
-    const std::string event = record.value("event", "");
-    if (event == "train")
-      steps[record.value("step", int64_t{0})] = {record.value("loss", 0.0), record.value("lr", 0.0)};
-    if (event == "eval") evals[record.value("step", int64_t{0})] = record.value("val_loss", 0.0);
+    const auto event = record.find("event");
+    const bool train = event != record.end() && *event == "train", eval = event != record.end() && *event == "eval";
+    if (!train && !eval) continue;
+    const auto step = record.find("step");
+    if (step == record.end() || !step->is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics file ", metrics_path, ", line ", number, ": a ", event->dump(), " line needs a step"));
+    }
+    if (train) steps[step->get<int64_t>()] = {number_or_nan(record, "loss"), number_or_nan(record, "lr")};
+    if (eval) evals[step->get<int64_t>()] = number_or_nan(record, "val_loss");
   }
   if (steps.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("metrics file ", metrics_path, ": no training step to draw"));

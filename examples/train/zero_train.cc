@@ -267,9 +267,11 @@ bool started_by_mpirun() {
 }
 
 // The number of processes a launcher started this one among, and the variable that says so: mpirun's
-// (OMPI_COMM_WORLD_SIZE, PMI_SIZE) or a torchrun-style launcher's (WORLD_SIZE). {1, ""} when none did.
+// (OMPI_COMM_WORLD_SIZE, PMI_SIZE), Slurm's srun (SLURM_STEP_NUM_TASKS: the step's tasks, so a batch script's
+// one process is not counted as the allocation's N) or a torchrun-style launcher's (WORLD_SIZE). {1, ""} when
+// none did.
 std::pair<int64_t, std::string> launched_among() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"}) {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "WORLD_SIZE"}) {
     int64_t size = 0;
     if (const char* value = std::getenv(name); value != nullptr && absl::SimpleAtoi(value, &size) && size > 1) {
       return {size, name};
@@ -501,6 +503,7 @@ absl::StatusOr<Command> parse_command_line(int argc, char** argv) {
     }
     if (absl::StartsWith(key_value, "plot_metrics=")) {
       command.plot_metrics = key_value.substr(std::strlen("plot_metrics="));
+      if (command.plot_metrics.empty()) return absl::InvalidArgumentError("--plot_metrics needs a metrics file");
       continue;
     }
     if (absl::StartsWith(key_value, "config=")) {

@@ -52,6 +52,9 @@ set(OpenBLAS_LIBRARIES "${_openblas_usr}/lib/x86_64-linux-gnu/openblas-pthread/l
 CMAKE
 
 tar -C "$stage" -cf - usr | xz -T0 -6 >"$kit/deps.tar.xz"
+# The tree it was packed beside, so a GPU report names what it ran.
+echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')" \
+  >"$kit/REV"
 rm -rf "$stage"
 size=$(du -m "$kit/deps.tar.xz" | cut -f1)
 echo "kit.sh: $kit/deps.tar.xz is ${size} MiB ($(wc -l <"$kit/MANIFEST") packages, listed in $kit/MANIFEST)"

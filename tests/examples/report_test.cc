@@ -59,6 +59,19 @@ TEST(LossCurve, OneRowPerTrainingStepWithTheValidationLossWhereThereWasOne) {
   EXPECT_EQ(*csv, "step,loss,val_loss,lr\n1,2.5,nan,0\n2,2.25,2.375,0.001\n3,2,nan,0.0005\n");
 }
 
+TEST(LossCurve, ADivergedRunsNonFiniteLossesAreGapsInTheCurve) {
+  // JSON has no NaN: the metrics file holds null where a loss was not finite.
+  const testing::ScopedTempDir dir;
+  const std::string path = dir.file("metrics.jsonl");
+  std::ofstream(path) << R"({"event":"train","step":1,"loss":2.5,"lr":0.001}
+{"event":"train","step":2,"loss":null,"lr":0.001}
+{"event":"eval","step":2,"val_loss":null}
+)";
+  const absl::StatusOr<std::string> csv = loss_curve_csv(path);
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  EXPECT_EQ(*csv, "step,loss,val_loss,lr\n1,2.5,nan,0.001\n2,nan,nan,0.001\n");
+}
+
 TEST(LossCurve, ALineThatIsNotJsonOrNoTrainingStepIsRefusedNamingTheFile) {
   const testing::ScopedTempDir dir;
   const std::string path = dir.file("metrics.jsonl");
@@ -66,6 +79,8 @@ TEST(LossCurve, ALineThatIsNotJsonOrNoTrainingStepIsRefusedNamingTheFile) {
   EXPECT_THAT(loss_curve_csv(path).status().message(), HasSubstr(absl::StrCat(path, ", line 2: not a JSON object")));
   std::ofstream(path) << "{\"event\":\"summary\"}\n";
   EXPECT_THAT(loss_curve_csv(path).status().message(), HasSubstr("no training step to draw"));
+  std::ofstream(path) << "{\"event\":\"train\",\"step\":\"one\",\"loss\":2.5}\n";
+  EXPECT_THAT(loss_curve_csv(path).status().message(), HasSubstr(", line 1: a \"train\" line needs a step"));
   EXPECT_THAT(loss_curve_csv(dir.file("absent.jsonl")).status().message(), HasSubstr("cannot open it"));
 }
 

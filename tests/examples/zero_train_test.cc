@@ -435,6 +435,9 @@ TEST_F(ZeroTrainTest, PlotPathWithoutAMetricsFileIsRefusedBeforeTraining) {
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_THAT(run.output,
               HasSubstr("plot_path = loss.png: the curve is drawn from the metrics file: set metrics_path"));
+  const RunResult empty = run_zero_train("--plot_metrics=");  // an unset shell variable: no 900-step default run
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_THAT(empty.output, HasSubstr("--plot_metrics needs a metrics file"));
 }
 
 TEST_F(ZeroTrainTest, UnknownKeyExitsTwoNamingIt) {
@@ -574,7 +577,7 @@ TEST_F(ZeroTrainTest, FineTuningAShorterContextFromSavePretrainedBf16WeightsTake
 
 TEST_F(ZeroTrainTest, LocalRanksInOneOfSeveralProcessesAreRefusedNamingTheLaunchersVariable) {
   // Each of the processes would train a model of its own: refused before any training, naming the fix.
-  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"}) {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "WORLD_SIZE"}) {
     const RunResult run = run_zero_train(tiny_run_args(metrics_path()), absl::StrCat(variable, "=2"));
     EXPECT_EQ(run.exit_code, 2) << variable;
     EXPECT_THAT(run.output, HasSubstr(absl::StrCat("backend = local starts all 2 rank(s) inside this process, but ",

@@ -53,13 +53,18 @@ absl::StatusOr<double> zero_tokens_per_second(const Gpt2Config& config, const Ar
   return static_cast<double>(args.batch * args.seq_len * done) / elapsed.count();
 }
 
-// PyTorch's tokens/s for the same model and batch, or 0 where the benchmarks' Python has no torch.
-double torch_tokens_per_second(const Gpt2Config& c, const Args& args) {
+// PyTorch's run of the same model and batch; its tokens/s is on a "tokens_per_s N" line.
+BaselineOutput run_torch(const Gpt2Config& c, const Args& args) {
   const std::string shape = absl::StrCat(c.max_seq_len, " ", c.vocab_size, " ", c.padded_vocab_size, " ", c.num_layers,
                                          " ", c.num_heads, " ", c.channels, " ", args.batch, " ", args.seq_len, " ",
                                          args.iterations, " ", kMinSeconds, " ", args.threads);
+  return run_baseline(benchmark_python(), ZERO_BENCH_SCRIPT, shape);
+}
+
+// Its tokens/s, or 0 where it printed none; its other lines are echoed.
+double tokens_per_second(const BaselineOutput& run) {
   double rate = 0;
-  for (const std::string& line : run_baseline(benchmark_python(), ZERO_BENCH_SCRIPT, shape)) {
+  for (const std::string& line : run.lines) {
     if (std::sscanf(line.c_str(), "tokens_per_s %lf", &rate) != 1) std::printf("  %s\n", line.c_str());
   }
   return rate;
@@ -81,11 +86,12 @@ int run(const Args& args) {
     std::printf("%-4s %11lld params, B=%lld T=%lld  zero  %9.1f tokens/s\n", preset,
                 static_cast<long long>(config.num_parameters()), static_cast<long long>(shape.batch),
                 static_cast<long long>(shape.seq_len), *zero);
-    const double torch = torch_tokens_per_second(config, shape);
+    const BaselineOutput torch_run = run_torch(config, shape);
+    const double torch = tokens_per_second(torch_run);
     if (torch > 0) {
       std::printf("%-4s %35s torch %9.1f tokens/s; zero is %.2fx\n", preset, "", torch, *zero / torch);
     } else {
-      std::fputs(missing_torch_note(benchmark_python()).c_str(), stdout);
+      std::fputs(missing_torch_note(benchmark_python(), torch_run).c_str(), stdout);
     }
   }
   return 0;
