@@ -1,4 +1,5 @@
-// GPT-2 forward+backward tokens/s on the CPU, tiny and d12 (124M), beside the same model in PyTorch measured in the
+// GPT-2 forward+backward tokens/s on the CPU, tiny and d12 (124M), beside the same model in PyTorch (eager and
+// torch.compile) measured in the
 // same run. Usage: models_bench [B=4] [T=64] [iterations=3] [threads=2] (T capped at a preset's max_seq_len). PyTorch
 // is optional: the benchmarks' Python (examples/common/bench_python.h: $ZERO_BENCH_PYTHON or .venv-bench). Both sides
 // time the model alone, as loss.backward() does: zero's units through testing::ModelRunner, without the engine's
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,13 +63,19 @@ BaselineOutput run_torch(const Gpt2Config& c, const Args& args) {
   return run_baseline(benchmark_python(), ZERO_BENCH_SCRIPT, shape);
 }
 
-// Its tokens/s, or 0 where it printed none; its other lines are echoed.
-double tokens_per_second(const BaselineOutput& run) {
-  double rate = 0;
+// Its tokens/s per mode (eager, compile); its other lines are echoed.
+std::vector<std::pair<std::string, double>> tokens_per_second(const BaselineOutput& run) {
+  std::vector<std::pair<std::string, double>> rates;
   for (const std::string& line : run.lines) {
-    if (std::sscanf(line.c_str(), "tokens_per_s %lf", &rate) != 1) std::printf("  %s\n", line.c_str());
+    char mode[32];
+    double rate = 0;
+    if (std::sscanf(line.c_str(), "tokens_per_s %31s %lf", mode, &rate) == 2) {
+      rates.emplace_back(mode, rate);
+    } else {
+      std::printf("  %s\n", line.c_str());
+    }
   }
-  return rate;
+  return rates;
 }
 
 int run(const Args& args) {
@@ -87,12 +95,11 @@ int run(const Args& args) {
                 static_cast<long long>(config.num_parameters()), static_cast<long long>(shape.batch),
                 static_cast<long long>(shape.seq_len), *zero);
     const BaselineOutput torch_run = run_torch(config, shape);
-    const double torch = tokens_per_second(torch_run);
-    if (torch > 0) {
-      std::printf("%-4s %35s torch %9.1f tokens/s; zero is %.2fx\n", preset, "", torch, *zero / torch);
-    } else {
-      std::fputs(missing_torch_note(benchmark_python(), torch_run).c_str(), stdout);
+    const auto torch = tokens_per_second(torch_run);
+    for (const auto& [mode, rate] : torch) {
+      std::printf("%-4s %28s torch %-7s %9.1f tokens/s; zero is %.2fx\n", preset, "", mode.c_str(), rate, *zero / rate);
     }
+    if (torch.empty()) std::fputs(missing_torch_note(benchmark_python(), torch_run).c_str(), stdout);
   }
   return 0;
 }
