@@ -1,9 +1,8 @@
 // GPT-2 forward+backward tokens/s on the CPU, tiny and d12 (124M), beside the same model in PyTorch (eager and
-// torch.compile) measured in the
-// same run. Usage: models_bench [B=4] [T=64] [iterations=3] [threads=2] (T capped at a preset's max_seq_len). PyTorch
-// is optional: the benchmarks' Python (examples/common/bench_python.h: $ZERO_BENCH_PYTHON or .venv-bench). Both sides
-// time the model alone, as loss.backward() does: zero's units through testing::ModelRunner, without the engine's
-// reductions or an optimizer step.
+// torch.compile) measured in the same run. Usage: models_bench [B=4] [T=64] [iterations=3] [threads=2] (T capped at
+// a preset's max_seq_len). PyTorch is optional: the benchmarks' Python (examples/common/bench_python.h:
+// $ZERO_BENCH_PYTHON or .venv-bench). Both sides time the model alone, as loss.backward() does: zero's units
+// through testing::ModelRunner, without the engine's reductions or an optimizer step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
