@@ -37,7 +37,7 @@ constexpr Subcommand kSubcommands[] = {
      "beside the RAM run's, "
      "bytes in RAM and in files beside the formulas, the process's peak resident memory",
      zero::offload_command},
-    {"optim", "AdamW parameters/s on one CPU shard beside the memory-bandwidth bound and torch.optim.AdamW",
+    {"optim", "AdamW parameters/s on one CPU shard beside the bound of its memory traffic and torch.optim.AdamW",
      zero::optim_command},
     {"stages",
      "one GPT-2 under ZeRO stages 0-3: peak memory per category and bytes sent beside the formulas, "
