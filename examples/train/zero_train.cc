@@ -176,8 +176,10 @@ absl::Status check_export_path(const std::string& path) {
 
 absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device device) {
   ZERO_RETURN_IF_ERROR(check_export_path(config.export_path));
-  if (const absl::Status gnuplot = check_gnuplot(); !config.plot_path.empty() && !gnuplot.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("plot_path = ", config.plot_path, ": ", gnuplot.message()));
+  if (!config.plot_path.empty()) {
+    if (const absl::Status gnuplot = check_gnuplot(); !gnuplot.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("plot_path = ", config.plot_path, ": ", gnuplot.message()));
+    }
   }
   Plan plan{.config = config};
   ZERO_ASSIGN_OR_RETURN(plan.batch, resolve_batch(config, world_size));
@@ -432,23 +434,23 @@ class RankRun {
     }
     if (!lead_) return absl::OkStatus();
     const int64_t steps_run = plan_.config.steps - first_step_;
-    const RunFacts facts{
-        .stage = plan_.zero.stage,
-        .world_size = comm_.world_size(),
-        .accumulation_steps = plan_.zero.accumulation_steps,
-        .precision = plan_.zero.precision,
-        .optimizer_state_floats = optimizer_state_floats(plan_.config.optimizer),
-        .offload_optimizer = !plan_.zero.offload_optimizer_path.empty(),
-        .offload_param = !plan_.zero.offload_param_path.empty(),
-        .params = engine_->num_params(),
-        .padded_params = engine_->num_padded_params(),
-        .steps = steps_run,
-        .traffic = traffic_,
-        .train_seconds = train_seconds_,
-        .median_step_seconds = median_after_warmup(step_seconds_),
-        .phases = std::move(phases),
-        .predictions_per_s = static_cast<double>(predictions_per_step()) / median_after_warmup(step_seconds_),
-        .predictions = prediction_name()};
+    const double median_step_seconds = median_after_warmup(step_seconds_);
+    const RunFacts facts{.stage = plan_.zero.stage,
+                         .world_size = comm_.world_size(),
+                         .accumulation_steps = plan_.zero.accumulation_steps,
+                         .precision = plan_.zero.precision,
+                         .optimizer_state_floats = optimizer_state_floats(plan_.config.optimizer),
+                         .offload_optimizer = !plan_.zero.offload_optimizer_path.empty(),
+                         .offload_param = !plan_.zero.offload_param_path.empty(),
+                         .params = engine_->num_params(),
+                         .padded_params = engine_->num_padded_params(),
+                         .steps = steps_run,
+                         .traffic = traffic_,
+                         .train_seconds = train_seconds_,
+                         .median_step_seconds = median_step_seconds,
+                         .phases = std::move(phases),
+                         .predictions_per_s = static_cast<double>(predictions_per_step()) / median_step_seconds,
+                         .predictions = prediction_name()};
     progress_->line(summary_tables(facts, peaks));
     return metrics_.write(summary_json(facts, peaks));
   }
