@@ -6,16 +6,13 @@
 #include <chrono>
 #include <vector>
 
+#include "examples/bench/bench_common.h"
 #include "examples/common/median.h"
 #include "optim/optimizers.h"
 #include "runtime/status.h"
 
 namespace zero {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Best time of `iterations` passes over AdamW's four arrays of `n` floats, split statically over the OpenMP threads
 // as the optimizer splits them: p, m and v are read and written in place, g is read, with one multiply-add each,

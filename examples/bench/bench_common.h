@@ -1,6 +1,7 @@
 // What zero-bench's subcommands share: the common flags, running a function on every rank, parsing sizes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -30,6 +31,11 @@ struct Repetitions {
   int warmup = 0;
   int iters = 1;
 };
+
+// Wall seconds since `start` on the steady clock, the benchmarks' one timer.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // Bytes in MiB, for the tables.
 inline double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }

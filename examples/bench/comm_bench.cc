@@ -32,8 +32,6 @@ constexpr double kBytesPerGB = 1e9;
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
 // Keeps the compiler from merging or dropping copies whose results nothing reads.
 void clobber_memory() { asm volatile("" : : : "memory"); }
 

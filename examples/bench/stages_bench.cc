@@ -114,7 +114,7 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
     const Clock::time_point start = Clock::now();
     ZERO_RETURN_IF_ERROR(step(o.reps.warmup + k));
     ZERO_RETURN_IF_ERROR(barrier(comm));
-    step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    step_seconds.push_back(seconds_since(start));
   }
   const double seconds = median(step_seconds);
 

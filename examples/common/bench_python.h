@@ -17,7 +17,6 @@ std::string benchmark_python(absl::string_view chosen = "");
 // warnings go there too, so only a failed run's is worth showing).
 struct BaselineOutput {
   std::vector<std::string> lines;
-  bool ok = false;  // it ran and exited 0
   std::string last_error_line;
 };
 BaselineOutput run_baseline(const std::string& python, const std::string& script, const std::string& args);
