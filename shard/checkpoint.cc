@@ -519,11 +519,12 @@ absl::Status Engine::install_checkpoint(const std::vector<UnitCheckpoint>& units
     UnitState& u = units_[i];
     const UnitCheckpoint& c = units[i];
     const Tensor values = c.values.tensor(DType::kF32, {c.count});
-    ZERO_RETURN_IF_ERROR(upload(u.own_params(dtype_), values));
-    if (u.master.data() != nullptr) ZERO_RETURN_IF_ERROR(upload(u.master.tensor(DType::kF32, {c.count}), values));
+    ZERO_RETURN_IF_ERROR(cast_from_host(u.own_params(dtype_), values, allocator_));
+    if (u.master.data() != nullptr)
+      ZERO_RETURN_IF_ERROR(cast_from_host(u.master.tensor(DType::kF32, {c.count}), values, allocator_));
     const std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
     for (size_t k = 0; k < state.size(); ++k) {
-      ZERO_RETURN_IF_ERROR(upload(state[k].second, c.state[k].tensor(DType::kF32, {c.count})));
+      ZERO_RETURN_IF_ERROR(cast_from_host(state[k].second, c.state[k].tensor(DType::kF32, {c.count}), allocator_));
     }
     ZERO_RETURN_IF_ERROR(page_out_offloaded(u, allocator_));
     // A unit kept whole where each rank updates a slice: the others' slices come from them.

@@ -1,7 +1,6 @@
 // The ZeRO engine: builds a rank's flat units, then orders gathers, reductions and the update into a step.
 #include "shard/engine.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -9,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
 #include "optim/square_sum.h"
-#include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "shard/offload.h"
 
@@ -98,20 +96,12 @@ absl::Status Engine::reserve_transient() {
 
 absl::Status Engine::assign_params(UnitState& u, const float* values, int64_t first) {
   const Tensor held(const_cast<float*>(values) + (u.held_begin - first), DType::kF32, {u.held_numel});
-  ZERO_RETURN_IF_ERROR(upload(u.held_params(dtype_), held));
+  ZERO_RETURN_IF_ERROR(cast_from_host(u.held_params(dtype_), held, allocator_));
   if (u.master.data() != nullptr) {
     const Tensor own(const_cast<float*>(values) + (u.own_begin - first), DType::kF32, {u.own_count});
-    ZERO_RETURN_IF_ERROR(upload(u.master.tensor(DType::kF32, {u.own_count}), own));
+    ZERO_RETURN_IF_ERROR(cast_from_host(u.master.tensor(DType::kF32, {u.own_count}), own, allocator_));
   }
   return page_out_offloaded(u, allocator_);
-}
-
-absl::Status Engine::upload(const Tensor& dst, const Tensor& host) {
-  if (dst.device().is_cpu()) return kernels::cast(dst, host);
-  ZERO_ASSIGN_OR_RETURN(Buffer staged, allocator_.allocate(static_cast<int64_t>(host.nbytes()),
-                                                           MemoryCategory::kWorkspace, dst.device()));
-  ZERO_RETURN_IF_ERROR(copy_bytes(staged.data(), dst.device(), host.data(), Device::cpu(), host.nbytes()));
-  return kernels::cast(dst, staged.tensor(host.dtype(), host.shape()));
 }
 
 // --- The step --------------------------------------------------------------------------------------------
@@ -148,9 +138,9 @@ absl::Status Engine::forward_backward(const Batch& batch) {
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
   ZERO_RETURN_IF_ERROR(backward(ctx, runs));
   ZERO_RETURN_IF_ERROR(meter_.close_phase(&PhaseTimes::backward));
-  loss_sum_ += ctx.loss;
-  correct_ += ctx.correct;
-  predictions_ += ctx.predictions;
+  totals_.loss += ctx.loss;
+  totals_.correct += ctx.correct;
+  totals_.predictions += ctx.predictions;
   ++micro_batches_done_;
   return absl::OkStatus();
 }
@@ -314,18 +304,17 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
   ZERO_RETURN_IF_ERROR(reduce_metrics(result));
   ZERO_RETURN_IF_ERROR(meter_.close_phase(&PhaseTimes::update));
   micro_batches_done_ = 0;
-  loss_sum_ = 0;
-  correct_ = 0;
-  predictions_ = 0;
+  totals_ = {};
   return result;
 }
 
 absl::Status Engine::reduce_metrics(StepResult& result) {
   // The loss as fp32; the counts exactly, as integers: each split into 16-bit halves so an int32 sum over
   // ranks cannot overflow (exact up to 2^47 per step).
-  float loss = static_cast<float>(loss_sum_);
-  int32_t counts[4] = {static_cast<int32_t>(correct_ >> 16), static_cast<int32_t>(correct_ & 0xffff),
-                       static_cast<int32_t>(predictions_ >> 16), static_cast<int32_t>(predictions_ & 0xffff)};
+  float loss = static_cast<float>(totals_.loss);
+  int32_t counts[4] = {static_cast<int32_t>(totals_.correct >> 16), static_cast<int32_t>(totals_.correct & 0xffff),
+                       static_cast<int32_t>(totals_.predictions >> 16),
+                       static_cast<int32_t>(totals_.predictions & 0xffff)};
   Work loss_sum = meter_.counted(&CommVolume::small,
                                  [&] { return comm_.allreduce(Tensor(&loss, DType::kF32, {1}), ReduceOp::kSum); });
   Work count_sum = meter_.counted(&CommVolume::small,

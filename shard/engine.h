@@ -143,9 +143,6 @@ class Engine {
   absl::Status reserve_transient();
   // values[k] is flat element first + k (fp32, on the host), covering at least what this rank holds.
   absl::Status assign_params(UnitState& u, const float* values, int64_t first);
-  // Host values into the engine's buffers (the way back is runtime/allocator.h's on_host): `host` (CPU)
-  // converted into `dst` wherever it lives.
-  absl::Status upload(const Tensor& dst, const Tensor& host);
 
   // Which units take part in this micro-batch (Unit::runs); an error if the first or last would not.
   absl::StatusOr<std::vector<bool>> units_that_run(const UnitContext& ctx) const;
@@ -195,9 +192,12 @@ class Engine {
 
   int micro_batches_done_ = 0;
   int64_t step_count_ = 0;
-  double loss_sum_ = 0;
-  int64_t correct_ = 0;
-  int64_t predictions_ = 0;
+  struct MicroBatchTotals {  // summed over the step's micro-batches, reduced across ranks by step()
+    double loss = 0;
+    int64_t correct = 0;
+    int64_t predictions = 0;
+  };
+  MicroBatchTotals totals_;
 };
 
 }  // namespace zero

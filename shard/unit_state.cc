@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/kernels.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "shard/init.h"
 #include "shard/wrap.h"
@@ -78,6 +80,14 @@ absl::Status check_same_units_on_every_rank(const std::vector<Unit*>& units, Com
   return absl::InvalidArgumentError(
       absl::StrCat("the model differs across ranks: rank(s) ", absl::StrJoin(differ, ", "),
                    " declare units, parameters or sizes other than rank 0's; build the same model on every rank"));
+}
+
+absl::Status cast_from_host(const Tensor& dst, const Tensor& host, Allocator& allocator) {
+  if (dst.device().is_cpu()) return kernels::cast(dst, host);
+  ZERO_ASSIGN_OR_RETURN(
+      Buffer staged, allocator.allocate(static_cast<int64_t>(host.nbytes()), MemoryCategory::kWorkspace, dst.device()));
+  ZERO_RETURN_IF_ERROR(copy_bytes(staged.data(), dst.device(), host.data(), Device::cpu(), host.nbytes()));
+  return kernels::cast(dst, staged.tensor(host.dtype(), host.shape()));
 }
 
 }  // namespace zero

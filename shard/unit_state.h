@@ -86,6 +86,10 @@ absl::StatusOr<std::vector<UnitState>> flat_unit_states(const std::vector<Unit*>
 // world size.
 void initial_held_values(const UnitState& u, uint64_t seed, float* held);
 
+// Host values into the engine's buffers (the way back is runtime/allocator.h's on_host): `host` (CPU)
+// converted into `dst` wherever it lives, through a workspace copy on dst's device when that is not the CPU.
+absl::Status cast_from_host(const Tensor& dst, const Tensor& host, Allocator& allocator);
+
 // InvalidArgument naming the ranks whose units (names, parameters, shapes) differ from rank 0's. A
 // collective: every collective of a step is sized by the units, so ranks with different models would
 // exchange mismatched data, or hang.
