@@ -1,4 +1,4 @@
-// Where memory lives: the host CPU or CUDA device k.
+// Where memory lives: the host CPU, CUDA device k, or simulated device k (runtime/sim/: CUDA's rules, checked).
 #pragma once
 
 #include <string>
@@ -8,7 +8,7 @@
 
 namespace zero {
 
-enum class DeviceType : uint8_t { kCpu, kCuda };
+enum class DeviceType : uint8_t { kCpu, kCuda, kSim };
 
 struct Device {
   DeviceType type = DeviceType::kCpu;
@@ -16,10 +16,15 @@ struct Device {
 
   static constexpr Device cpu() { return {DeviceType::kCpu, 0}; }
   static constexpr Device cuda(int index) { return {DeviceType::kCuda, index}; }
+  static constexpr Device sim(int index) { return {DeviceType::kSim, index}; }
   bool is_cpu() const { return type == DeviceType::kCpu; }
   bool is_cuda() const { return type == DeviceType::kCuda; }
+  bool is_sim() const { return type == DeviceType::kSim; }
   bool operator==(const Device&) const = default;
-  std::string to_string() const { return is_cpu() ? "cpu" : absl::StrCat("cuda:", index); }
+  std::string to_string() const {
+    if (is_cpu()) return "cpu";
+    return absl::StrCat(is_cuda() ? "cuda:" : "sim:", index);
+  }
 };
 
 // Visible CUDA devices; 0 when there is no driver or no device, or zero was built without CUDA (never an error).

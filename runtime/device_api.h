@@ -1,0 +1,115 @@
+// The one device interface: streams, events, stream-ordered memory, copies and kernel launches, with CUDA's
+// ordering rules. CUDA (runtime/cuda/cuda_api.cc) and the simulated device (runtime/sim/) implement it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/device.h"
+#include "runtime/tensor.h"
+
+namespace zero {
+
+// A queue of device work on one device; id 0 is that device's legacy default stream, which CUDA names by
+// no stream at all. Plain handles: the DeviceApi that made them owns what they name.
+struct Stream {
+  int device = 0;
+  uint64_t id = 0;
+  static constexpr Stream legacy(int device) { return {device, 0}; }
+  bool operator==(const Stream&) const = default;
+};
+
+struct Event {
+  int device = 0;
+  uint64_t id = 0;
+};
+
+// cudaStreamCreateWithFlags: a blocking stream is ordered with the legacy default stream both ways (work there
+// waits for what was queued here before, and the other way round); a non-blocking one only by events.
+enum class StreamFlags : uint8_t { kBlocking, kNonBlocking };
+
+// A byte range that a queued operation reads or writes. Launches declare every range their kernels touch, so
+// the simulated device can check that each access is ordered after the last conflicting one.
+struct Access {
+  const void* ptr = nullptr;
+  size_t bytes = 0;
+  bool write = false;
+};
+inline Access reads(const Tensor& t) { return {t.data(), t.nbytes(), false}; }
+inline Access writes(const Tensor& t) { return {t.data(), t.nbytes(), true}; }  // also for read-modify-write
+
+// What a launch body gets where the device runs it.
+class LaunchContext {
+ public:
+  virtual ~LaunchContext() = default;
+  // The native stream (a cudaStream_t on CUDA; null on the simulated device).
+  virtual void* native_stream() const = 0;
+  // Device memory as the body may touch it from the host: on CUDA the pointer itself (the body only passes
+  // it to its kernels); on the simulated device its host alias, refused unless inside a declared Access.
+  virtual absl::StatusOr<void*> host_pointer(const void* device_ptr, size_t bytes) const = 0;
+  // `t` re-pointed through host_pointer, on the CPU: what a CPU kernel standing in for a device kernel reads.
+  absl::StatusOr<Tensor> host_tensor(const Tensor& t) const;
+};
+
+struct KernelLaunch {
+  std::string name;  // for messages: "gelu_forward"
+  std::vector<Access> accesses;
+  // CUDA calls it at once, to enqueue its kernels on ctx.native_stream(); the simulated device calls it on
+  // the stream's worker when the stream reaches it.
+  std::function<absl::Status(const LaunchContext& ctx)> body;
+};
+
+// Calls on one DeviceApi may come from any thread. Errors are sticky as CUDA's are: once device work failed,
+// every later call returns that error.
+class DeviceApi {
+ public:
+  virtual ~DeviceApi() = default;
+  virtual DeviceType type() const = 0;
+  virtual int device_count() const = 0;
+
+  // The calling thread's current device (cudaSetDevice): launches, allocations and streams are checked
+  // against it.
+  virtual absl::Status set_current_device(int device) = 0;
+  virtual int current_device() const = 0;
+
+  virtual absl::StatusOr<Stream> create_stream(int device, StreamFlags flags) = 0;
+  // Work already queued still runs; the handle is dead at once.
+  virtual absl::Status destroy_stream(Stream stream) = 0;
+  virtual absl::StatusOr<Event> create_event(int device) = 0;
+  virtual absl::Status destroy_event(Event event) = 0;
+
+  // The event marks everything queued on `stream` so far (cudaEventRecord).
+  virtual absl::Status record(Event event, Stream stream) = 0;
+  // Later work on `stream` starts after the event's latest record as of this call (cudaStreamWaitEvent).
+  virtual absl::Status wait(Stream stream, Event event) = 0;
+  // True once the latest record's work finished; true for an event never recorded.
+  virtual absl::StatusOr<bool> query(Event event) = 0;
+  virtual absl::Status synchronize(Event event) = 0;
+  virtual absl::Status synchronize(Stream stream) = 0;
+  // Every stream of the device (cudaDeviceSynchronize).
+  virtual absl::Status synchronize_device(int device) = 0;
+
+  // Stream-ordered memory (cudaMallocAsync/cudaFreeAsync): usable on `stream` at once, elsewhere only after
+  // an event recorded there; the free takes effect when `stream` reaches it, so every access must be
+  // ordered before that point.
+  virtual absl::StatusOr<void*> allocate(size_t bytes, Stream stream) = 0;
+  virtual absl::Status free(void* ptr, Stream stream) = 0;
+  // Page-locked host memory, which asynchronous copies require on their host side.
+  virtual absl::StatusOr<void*> allocate_pinned(size_t bytes) = 0;
+  virtual absl::Status free_pinned(void* ptr) = 0;
+
+  // Copies in any direction, ordered on `stream`; host memory must be pinned.
+  virtual absl::Status copy_async(void* dst, const void* src, size_t bytes, Stream stream) = 0;
+  // cudaMemcpy: queued on the legacy default stream of the device involved, and returns when done. It waits
+  // for the legacy stream (and so for blocking streams), never for non-blocking ones.
+  virtual absl::Status copy(void* dst, const void* src, size_t bytes) = 0;
+
+  virtual absl::Status launch(Stream stream, KernelLaunch launch) = 0;
+};
+
+}  // namespace zero
