@@ -1,0 +1,277 @@
+// The simulated device: CUDA's ordering rules, stream-ordered memory, and the happens-before checker finding each
+// planted ordering bug by name (and missing it when switched off).
+#include "runtime/sim/sim_device.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/status.h"
+
+namespace zero::sim {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::unique_ptr<SimDevice> make_sim(SimOptions options = {}) {
+  absl::StatusOr<std::unique_ptr<SimDevice>> sim = SimDevice::create(options);
+  EXPECT_TRUE(sim.ok()) << sim.status();
+  return std::move(sim).value();
+}
+
+// A kernel writing `value` into n floats.
+KernelLaunch fill(float* out, size_t n, float value) {
+  return {"fill", {{out, n * 4, true}}, [=](const LaunchContext& ctx) -> absl::Status {
+            ZERO_ASSIGN_OR_RETURN(void* host, ctx.host_pointer(out, n * 4));
+            std::fill_n(static_cast<float*>(host), n, value);
+            return absl::OkStatus();
+          }};
+}
+
+// A kernel computing out[i] = in[i] + 1.
+KernelLaunch add_one(float* out, const float* in, size_t n) {
+  return {"add_one", {{in, n * 4, false}, {out, n * 4, true}}, [=](const LaunchContext& ctx) -> absl::Status {
+            ZERO_ASSIGN_OR_RETURN(void* x, ctx.host_pointer(in, n * 4));
+            ZERO_ASSIGN_OR_RETURN(void* y, ctx.host_pointer(out, n * 4));
+            for (size_t i = 0; i < n; ++i) static_cast<float*>(y)[i] = static_cast<float*>(x)[i] + 1;
+            return absl::OkStatus();
+          }};
+}
+
+float* device_floats(SimDevice& sim, size_t n, Stream stream = Stream::legacy(0)) {
+  absl::StatusOr<void*> p = sim.allocate(n * 4, stream);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return static_cast<float*>(p.value_or(nullptr));
+}
+
+std::vector<float> read_back(SimDevice& sim, const float* device, size_t n) {
+  std::vector<float> host(n);
+  const absl::Status copied = sim.copy(host.data(), device, n * 4);
+  EXPECT_TRUE(copied.ok()) << copied;
+  return host;
+}
+
+Stream new_stream(SimDevice& sim, StreamFlags flags, int device = 0) {
+  absl::StatusOr<Stream> s = sim.create_stream(device, flags);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.value_or(Stream{});
+}
+
+TEST(SimDeviceTest, CopiesRoundTripAndNewMemoryIsNaN) {
+  auto sim = make_sim();
+  float* x = device_floats(*sim, 4);
+  for (float v : read_back(*sim, x, 4)) EXPECT_TRUE(std::isnan(v));  // never trust uninitialized device memory
+  const float values[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(sim->copy(x, values, sizeof(values)).ok());
+  EXPECT_EQ(read_back(*sim, x, 4), std::vector<float>({1, 2, 3, 4}));
+}
+
+TEST(SimDeviceDeathTest, HostReadOfDeviceMemoryCrashes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto sim = make_sim();
+  float* x = device_floats(*sim, 4);
+  ASSERT_TRUE(sim->synchronize_device(0).ok());
+  EXPECT_DEATH({ [[maybe_unused]] volatile float v = *static_cast<volatile float*>(x); }, "");
+}
+
+TEST(SimDeviceTest, AStreamRunsItsOperationsInOrder) {
+  auto sim = make_sim({.max_delay_us = 200, .seed = 7});
+  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+  float* x = device_floats(*sim, 256, s);
+  ASSERT_TRUE(sim->launch(s, fill(x, 256, 0)).ok());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(sim->launch(s, add_one(x, x, 256)).ok());
+  ASSERT_TRUE(sim->synchronize(s).ok());
+  EXPECT_EQ(read_back(*sim, x, 256), std::vector<float>(256, 20.0f));
+}
+
+TEST(SimDeviceTest, LegacyStreamWaitsForBlockingStreamsNotNonBlockingOnes) {
+  auto sim = make_sim({.max_delay_us = 100});
+  const Stream blocking = new_stream(*sim, StreamFlags::kBlocking);
+  float* x = device_floats(*sim, 64);
+  ASSERT_TRUE(sim->synchronize_device(0).ok());  // the allocation (legacy) before the other streams use it
+  ASSERT_TRUE(sim->launch(blocking, fill(x, 64, 3)).ok());
+  EXPECT_EQ(read_back(*sim, x, 64), std::vector<float>(64, 3.0f));  // copy() is on the legacy stream
+
+  const Stream non_blocking = new_stream(*sim, StreamFlags::kNonBlocking);
+  ASSERT_TRUE(sim->launch(non_blocking, fill(x, 64, 5)).ok());
+  std::vector<float> host(64);
+  const absl::Status read = sim->copy(host.data(), x, 64 * 4);
+  EXPECT_THAT(read.ToString(), AllOf(HasSubstr("copy of 256 bytes on sim:0 legacy stream"), HasSubstr("reads"),
+                                     HasSubstr("not ordered after launch 'fill' on sim:0 stream")));
+}
+
+TEST(SimDeviceTest, MissingEventWaitBetweenCopyAndKernelIsNamed) {
+  for (const bool waits : {true, false}) {
+    auto sim = make_sim({.max_delay_us = 50});
+    const Stream copies = new_stream(*sim, StreamFlags::kNonBlocking);
+    const Stream compute = new_stream(*sim, StreamFlags::kNonBlocking);
+    float* x = device_floats(*sim, 32, copies);
+    float* y = device_floats(*sim, 32, compute);
+    void* pinned = sim->allocate_pinned(32 * 4).value();
+    std::fill_n(static_cast<float*>(pinned), 32, 41.0f);
+    ASSERT_TRUE(sim->copy_async(x, pinned, 32 * 4, copies).ok());
+    const Event copied = sim->create_event(0).value();
+    ASSERT_TRUE(sim->record(copied, copies).ok());
+    if (waits) {
+      ASSERT_TRUE(sim->wait(compute, copied).ok());
+    }
+    const absl::Status launched = sim->launch(compute, add_one(y, x, 32));
+    if (waits) {
+      ASSERT_TRUE(launched.ok()) << launched;
+      ASSERT_TRUE(sim->synchronize(compute).ok());
+      EXPECT_EQ(read_back(*sim, y, 32), std::vector<float>(32, 42.0f));
+    } else {
+      EXPECT_EQ(launched.code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_THAT(launched.ToString(),
+                  AllOf(HasSubstr("launch 'add_one' on sim:0 stream"), HasSubstr("reads bytes [0, 128)"),
+                        HasSubstr("not ordered after copy_async of 128 bytes on sim:0 stream")));
+    }
+    ASSERT_TRUE(sim->synchronize_device(0).ok());
+    ASSERT_TRUE(sim->free_pinned(pinned).ok());
+  }
+}
+
+TEST(SimDeviceTest, AnEventWaitSeesTheRecordAsOfTheCallOnly) {
+  auto sim = make_sim();
+  const Stream producer = new_stream(*sim, StreamFlags::kNonBlocking);
+  const Stream consumer = new_stream(*sim, StreamFlags::kNonBlocking);
+  float* a = device_floats(*sim, 8, producer);
+  float* b = device_floats(*sim, 8, producer);
+  float* out = device_floats(*sim, 8, producer);
+  const Event e = sim->create_event(0).value();
+  ASSERT_TRUE(sim->launch(producer, fill(a, 8, 1)).ok());
+  ASSERT_TRUE(sim->launch(producer, fill(out, 8, 0)).ok());
+  ASSERT_TRUE(sim->record(e, producer).ok());
+  ASSERT_TRUE(sim->wait(consumer, e).ok());  // orders after fill(a), never after what comes later
+  ASSERT_TRUE(sim->launch(producer, fill(b, 8, 2)).ok());
+  ASSERT_TRUE(sim->record(e, producer).ok());  // too late for the wait above
+  EXPECT_TRUE(sim->launch(consumer, add_one(out, a, 8)).ok());
+  const absl::Status late = sim->launch(consumer, add_one(out, b, 8));
+  EXPECT_THAT(late.ToString(), AllOf(HasSubstr("launch 'add_one'"), HasSubstr("not ordered after launch 'fill'")));
+}
+
+TEST(SimDeviceTest, FreeBeforeTheStreamUsingTheBlockFinishedIsNamed) {
+  auto sim = make_sim();
+  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+  float* x = device_floats(*sim, 16);
+  ASSERT_TRUE(sim->synchronize_device(0).ok());
+  ASSERT_TRUE(sim->launch(s, fill(x, 16, 1)).ok());
+  const absl::Status freed = sim->free(x, Stream::legacy(0));
+  EXPECT_THAT(freed.ToString(), AllOf(HasSubstr("free of 256 bytes on sim:0 legacy stream"),
+                                      HasSubstr("not ordered after launch 'fill' on sim:0 stream")));
+  // Freed anyway, as CUDA would: the block is gone.
+  EXPECT_EQ(sim->launch(s, fill(x, 16, 1)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SimDeviceTest, FreeOrderedByAnEventIsClean) {
+  auto sim = make_sim({.max_delay_us = 100});
+  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+  float* x = device_floats(*sim, 16);
+  const Event allocated = sim->create_event(0).value();
+  ASSERT_TRUE(sim->record(allocated, Stream::legacy(0)).ok());
+  ASSERT_TRUE(sim->wait(s, allocated).ok());
+  ASSERT_TRUE(sim->launch(s, fill(x, 16, 1)).ok());
+  const Event used = sim->create_event(0).value();
+  ASSERT_TRUE(sim->record(used, s).ok());
+  ASSERT_TRUE(sim->wait(Stream::legacy(0), used).ok());
+  EXPECT_TRUE(sim->free(x, Stream::legacy(0)).ok());
+  EXPECT_TRUE(sim->synchronize_device(0).ok());
+}
+
+TEST(SimDeviceTest, AFreedBlockIsQuarantinedBeforeReuse) {
+  auto quarantining = make_sim({.quarantine_bytes = 1 << 20});
+  float* x = device_floats(*quarantining, 64);
+  ASSERT_TRUE(quarantining->free(x, Stream::legacy(0)).ok());
+  ASSERT_TRUE(quarantining->synchronize_device(0).ok());
+  EXPECT_NE(device_floats(*quarantining, 64), x);
+
+  auto reusing = make_sim({.quarantine_bytes = 0});
+  float* y = device_floats(*reusing, 64);
+  ASSERT_TRUE(reusing->free(y, Stream::legacy(0)).ok());
+  ASSERT_TRUE(reusing->synchronize_device(0).ok());
+  EXPECT_EQ(device_floats(*reusing, 64), y);  // the same block, and so the quarantine above is what moved it
+}
+
+TEST(SimDeviceTest, LaunchesCheckTheCurrentDeviceAndTheirPointers) {
+  auto sim = make_sim();
+  ASSERT_TRUE(sim->set_current_device(1).ok());
+  float* on_one = device_floats(*sim, 4, Stream::legacy(1));
+  ASSERT_TRUE(sim->set_current_device(0).ok());
+  float* on_zero = device_floats(*sim, 4);
+  const absl::Status other_stream = sim->launch(Stream::legacy(1), fill(on_one, 4, 1));
+  EXPECT_THAT(other_stream.ToString(), HasSubstr("current device is sim:0: set_current_device(1) first"));
+  const absl::Status other_memory = sim->launch(Stream::legacy(0), add_one(on_zero, on_one, 4));
+  EXPECT_THAT(other_memory.ToString(),
+              AllOf(HasSubstr("launch of 'add_one' on sim:0 legacy stream"), HasSubstr("memory of sim:1")));
+  float host[4] = {};
+  EXPECT_THAT(sim->launch(Stream::legacy(0), fill(host, 4, 1)).ToString(),
+              HasSubstr("not inside a live allocation of the device"));
+  EXPECT_EQ(sim->set_current_device(8).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SimDeviceTest, CopyAsyncRefusesPageableHostMemory) {
+  auto sim = make_sim();
+  float* x = device_floats(*sim, 4);
+  float pageable[4] = {};
+  EXPECT_THAT(sim->copy_async(x, pageable, sizeof(pageable), Stream::legacy(0)).ToString(),
+              HasSubstr("pageable host memory: use allocate_pinned"));
+}
+
+TEST(SimDeviceTest, FreeingPinnedMemoryACopyStillReadsIsNamed) {
+  auto sim = make_sim();
+  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+  float* x = device_floats(*sim, 4, s);
+  void* pinned = sim->allocate_pinned(16).value();
+  ASSERT_TRUE(sim->copy_async(x, pinned, 16, s).ok());
+  EXPECT_THAT(sim->free_pinned(pinned).ToString(),
+              AllOf(HasSubstr("free_pinned"), HasSubstr("not ordered after copy_async of 16 bytes")));
+}
+
+TEST(SimDeviceTest, ABodyReachingUndeclaredMemoryFailsAndTheErrorSticks) {
+  auto sim = make_sim();
+  float* x = device_floats(*sim, 4);
+  float* y = device_floats(*sim, 4);
+  KernelLaunch sneaky = fill(x, 4, 1);
+  sneaky.accesses = {{y, 16, true}};                                    // declares y, writes x
+  ASSERT_TRUE(sim->launch(Stream::legacy(0), std::move(sneaky)).ok());  // found when it runs
+  const absl::Status synced = sim->synchronize_device(0);
+  EXPECT_THAT(synced.ToString(), AllOf(HasSubstr("launch 'fill'"), HasSubstr("did not declare")));
+  EXPECT_EQ(sim->launch(Stream::legacy(0), fill(y, 4, 1)).message(), synced.message());
+}
+
+TEST(SimDeviceTest, WithTheCheckerOffThePlantedBugsGoUnreported) {
+  // The checker is what finds them: the same calls as the tests above, none refused.
+  auto sim = make_sim({.check_order = false});
+  const Stream a = new_stream(*sim, StreamFlags::kNonBlocking);
+  const Stream b = new_stream(*sim, StreamFlags::kNonBlocking);
+  float* x = device_floats(*sim, 16, a);
+  float* y = device_floats(*sim, 16, b);
+  EXPECT_TRUE(sim->launch(a, fill(x, 16, 1)).ok());
+  EXPECT_TRUE(sim->launch(b, add_one(y, x, 16)).ok());  // no wait
+  EXPECT_TRUE(sim->free(x, b).ok());                    // before a finished
+  EXPECT_TRUE(sim->synchronize_device(0).ok());
+}
+
+TEST(SimDeviceTest, HostThreadsHaveTheirOwnCurrentDeviceAndSynchronizationOrdersThem) {
+  auto sim = make_sim();
+  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking, 2);
+  std::thread other([&] {
+    ASSERT_TRUE(sim->set_current_device(2).ok());
+    EXPECT_EQ(sim->current_device(), 2);
+  });
+  other.join();
+  EXPECT_EQ(sim->current_device(), 0);
+  ASSERT_TRUE(sim->set_current_device(2).ok());
+  float* x = device_floats(*sim, 8, s);
+  ASSERT_TRUE(sim->launch(s, fill(x, 8, 9)).ok());
+  ASSERT_TRUE(sim->synchronize(s).ok());  // the host now orders the legacy stream's next copy after the fill
+  EXPECT_EQ(read_back(*sim, x, 8), std::vector<float>(8, 9.0f));
+}
+
+}  // namespace
+}  // namespace zero::sim
