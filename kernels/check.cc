@@ -50,7 +50,7 @@ absl::Status check_backend(absl::string_view op, Device device) {
 #else
   constexpr bool kHasCuda = false;
 #endif
-  if (device.is_cpu() || kHasCuda) return absl::OkStatus();
+  if (device.is_cpu() || device.is_sim() || kHasCuda) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat(op, ": tensors on ", device.to_string(), " but zero was built without CUDA (ZERO_WITH_CUDA=OFF)"));
 }

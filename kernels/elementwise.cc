@@ -6,6 +6,7 @@
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
 #include "runtime/parallel.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -35,6 +36,10 @@ constexpr float kGeluCubic = 0.044715f;
 
 absl::Status gelu_forward(const Tensor& out, const Tensor& inp) {
   ZERO_RETURN_IF_ERROR(check_elementwise("gelu_forward", {{"inp", &inp}, {"out", &out}}));
+  if (inp.device().is_sim()) {
+    return launch_on_sim(inp.device(), "gelu_forward", {reads(inp), writes(out)},
+                         [=](HostTensors& host) { return gelu_forward(host(out), host(inp)); });
+  }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
     return cuda::gelu_forward(inp.device().index, out.data_as<float>(), inp.data_as<float>(), inp.numel());

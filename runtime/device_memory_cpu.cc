@@ -1,9 +1,10 @@
-// Host allocation and copies, and the CUDA entry points' answer in a build without CUDA.
+// Host allocation and copies, the simulated device's, and the CUDA entry points' answer in a build without CUDA.
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/device_memory.h"
+#include "runtime/sim/sim_api.h"
 
 namespace zero {
 
@@ -41,12 +42,15 @@ absl::Status cuda_synchronize(Device device);
 #endif
 
 absl::StatusOr<void*> device_alloc(Device device, size_t nbytes) {
+  if (device.is_sim()) return sim_device().allocate(nbytes, Stream::legacy(device.index));
   return device.is_cpu() ? cpu_alloc(nbytes) : cuda_alloc(device, nbytes);
 }
 
 void device_free(Device device, void* ptr) {
   if (device.is_cpu()) {
     std::free(ptr);
+  } else if (device.is_sim()) {
+    (void)sim_device().free(ptr, Stream::legacy(device.index));  // sticky there: the next call reports it
   } else {
     cuda_free(device, ptr);
   }
@@ -58,13 +62,18 @@ absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device sr
     std::memcpy(dst, src, nbytes);
     return absl::OkStatus();
   }
+  if (dst_device.is_sim() || src_device.is_sim()) return sim_device().copy(dst, src, nbytes);
   return cuda_copy(dst, dst_device, src, src_device, nbytes);
 }
 
 absl::Status use_device_on_this_thread(Device device) {
+  if (device.is_sim()) return sim_device().set_current_device(device.index);
   return device.is_cpu() ? absl::OkStatus() : cuda_use_device(device);
 }
 
-absl::Status synchronize(Device device) { return device.is_cpu() ? absl::OkStatus() : cuda_synchronize(device); }
+absl::Status synchronize(Device device) {
+  if (device.is_sim()) return sim_device().synchronize_device(device.index);
+  return device.is_cpu() ? absl::OkStatus() : cuda_synchronize(device);
+}
 
 }  // namespace zero

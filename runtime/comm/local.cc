@@ -23,9 +23,9 @@ class LocalBackend final : public Backend {
   int world_size() const override { return group_->world_size(); }
   bool supports(Device device) const override {
 #ifdef ZERO_HAS_CUDA
-    return device.is_cpu() || device.is_cuda();
+    return device.is_cpu() || device.is_sim() || device.is_cuda();
 #else
-    return device.is_cpu();
+    return device.is_cpu() || device.is_sim();
 #endif
   }
 

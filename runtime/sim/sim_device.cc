@@ -214,7 +214,9 @@ absl::StatusOr<std::shared_ptr<SimDevice::Op>> SimDevice::enqueue(StreamState& s
 
 absl::Status SimDevice::violation(absl::Status status) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat("simulated device, happens-before: ", status.message()));
+  status = absl::Status(status.code(), absl::StrCat("simulated device, happens-before: ", status.message()));
+  error_.Update(status);  // sticky, as a fault on the device would be: a free's caller may not see it
+  return status;
 }
 
 absl::Status SimDevice::record(Event event, Stream stream) {

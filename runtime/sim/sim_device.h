@@ -24,7 +24,8 @@ namespace zero::sim {
 struct SimOptions {
   int devices = 8;
   // The happens-before checker: a call that queues an access or a free not ordered after a conflicting access
-  // fails with FailedPrecondition naming both operations. Off, the device only runs what it is given.
+  // fails with FailedPrecondition naming both operations, and so does every later call (a free's caller, a
+  // destructor, cannot return it). Off, the device only runs what it is given.
   bool check_order = true;
   // Each stream sleeps a random 0..max_delay_us before each operation (per-stream generator from `seed`), so
   // that an ordering the checker is not told about still shows in the values.
