@@ -26,8 +26,9 @@ ABSL_FLAG(int, ranks, 4,
           "Number of ranks for --backend=local or nccl (>= 1; nccl needs a GPU per rank); under mpi the world size "
           "is mpirun's -np");
 ABSL_FLAG(std::string, device, "cpu",
-          "Where the buffers (comm) or the engines and the model (stages, offload) live: cpu, or cuda (a CUDA build "
-          "with a GPU; local ranks share cuda:0, nccl ranks take cuda:0 to cuda:N-1)");
+          "Where the buffers (comm) or the engines and the model (stages, offload) live: cpu; cuda (a CUDA build "
+          "with a GPU; local ranks share cuda:0, nccl ranks take cuda:0 to cuda:N-1); or sim, the simulated "
+          "device (the GPU path with its ordering checked, on the CPU: for correctness, not speed)");
 ABSL_FLAG(std::string, dtype, "fp32", "Element type of the benchmarked buffers: fp32, bf16 or fp16");
 ABSL_FLAG(int, warmup, 5, "Untimed iterations before each timed loop (>= 0)");
 ABSL_FLAG(int, iters, 20,
@@ -131,7 +132,8 @@ absl::Status run_on_ranks(const std::function<absl::Status(Communicator&)>& fn) 
 absl::StatusOr<Device> device_flag() {
   const std::string name = absl::GetFlag(FLAGS_device);
   if (name == "cpu") return Device::cpu();
-  if (name != "cuda") return flag_error("device", absl::StrCat("'", name, "' is not cpu or cuda"));
+  if (name == "sim") return Device::sim(0);  // the GPU path, checked, on the CPU: for correctness, not speed
+  if (name != "cuda") return flag_error("device", absl::StrCat("'", name, "' is not cpu, cuda or sim"));
   if (const absl::Status gpu = check_cuda_device(0); !gpu.ok()) {
     return flag_error("device", absl::StrCat("cuda needs a GPU: ", gpu.message(), ", or use --device=cpu"));
   }

@@ -600,13 +600,15 @@ absl::Status validate_model_and_data(const TrainConfig& c) {
 absl::Status validate_run(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(
       require(one_of(c.backend, {"local", "mpi", "nccl"}), "backend", c.backend, "use local, mpi or nccl"));
-  ZERO_RETURN_IF_ERROR(require(one_of(c.device, {"cpu", "cuda"}), "device", c.device, "use cpu or cuda"));
+  ZERO_RETURN_IF_ERROR(
+      require(one_of(c.device, {"cpu", "cuda", "sim"}), "device", c.device,
+              "use cpu, cuda, or sim (the simulated GPU: CUDA's ordering rules, checked, on the CPU)"));
   ZERO_RETURN_IF_ERROR(require(c.backend != "nccl" || c.device == "cuda", "backend", c.backend,
                                "nccl moves GPU memory: set device = cuda (one GPU per rank)"));
   ZERO_RETURN_IF_ERROR(require(c.backend != "mpi" || c.device == "cpu", "device", c.device,
                                "with mpi the ranks train on the CPU; use backend = nccl for one process per GPU"));
 #ifndef ZERO_HAS_CUDA
-  ZERO_RETURN_IF_ERROR(require(c.device == "cpu", "device", c.device,
+  ZERO_RETURN_IF_ERROR(require(c.device != "cuda", "device", c.device,
                                "this zero-train was built without CUDA (configure with -DZERO_WITH_CUDA=ON)"));
 #endif
   ZERO_RETURN_IF_ERROR(require(c.ranks >= 1, "ranks", c.ranks, "must be at least 1"));

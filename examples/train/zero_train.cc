@@ -8,6 +8,7 @@
 //   mpirun -np 8 zero-train --backend=nccl --device=cuda     one process per GPU
 //   zero-train --backend=nccl --device=cuda --ranks 8          one process driving 8 GPUs
 //   zero-train --device=cuda --ranks 2                        two ranks sharing cuda:0
+//   zero-train --device=sim                                   the GPU path on the simulated device, checked
 //
 // Every key of the config (train_config.h) can be overridden as --key.path=value or --key.path value.
 #include <unistd.h>
@@ -69,6 +70,7 @@ constexpr char kUsage[] =
     "       mpirun -np N zero-train --backend=mpi [...]\n"
     "       mpirun -np N zero-train --backend=nccl --device=cuda [...]   (one process per GPU)\n"
     "       zero-train --backend=nccl --device=cuda --ranks N [...]      (one process driving N GPUs)\n"
+    "       zero-train --device=sim [...]   (the GPU path on the simulated device: CUDA's ordering rules, checked)\n"
     "Trains GPT-2 (or an MLP: --model.type=mlp --data.source=blobs) under ZeRO stage 0-3. Without --config it runs the "
     "embedded default (a small GPT-2 learning\n"
     "3-digit addition on 4 in-process ranks at stage 3). Keys follow DeepSpeed's where the concept is the same;\n"
@@ -186,7 +188,7 @@ absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device
   ZERO_RETURN_IF_ERROR(load_data(config.data, plan));
   if (config.model.type == "gpt2") {
     ZERO_ASSIGN_OR_RETURN(plan.gpt2, model_shape(config, plan.train->layout().input_shape[0]));  // T
-    if (device.is_cpu()) {  // a GPU's memory is the device's; host memory then holds no model states
+    if (!device.is_cuda()) {  // a GPU's memory is the device's; host memory then holds no model states
       ZERO_RETURN_IF_ERROR(check_machine_holds(config, plan.gpt2, world_size, ranks_on_this_machine(config, world_size),
                                                physical_memory_bytes()));
     }
@@ -654,7 +656,9 @@ absl::Status run_ranks(const TrainConfig& config) {
 #endif
   }
   // Local ranks share one device; the plan is made before they start, so a bad config is refused first.
-  const Device device = config.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  const Device device = config.device == "cuda"  ? Device::cuda(0)
+                        : config.device == "sim" ? Device::sim(0)
+                                                 : Device::cpu();
   ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, config.ranks, device));
   if (device.is_cuda()) ZERO_RETURN_IF_ERROR(check_gpu());
   return root_cause(run_local_ranks(config.ranks, [&](Communicator& comm) { return train_one_rank(comm, plan); }));

@@ -21,9 +21,9 @@ T from_environment(const char* name, T fallback) {
 
 sim::SimDevice& sim_device() {
   static sim::SimDevice* const device = [] {
-    absl::StatusOr<std::unique_ptr<sim::SimDevice>> made = sim::SimDevice::create(
-        {.max_delay_us = from_environment<int>("ZERO_SIM_DELAY_US", 0),
-         .seed = from_environment<uint64_t>("ZERO_SIM_SEED", 0)});
+    absl::StatusOr<std::unique_ptr<sim::SimDevice>> made =
+        sim::SimDevice::create({.max_delay_us = from_environment<int>("ZERO_SIM_DELAY_US", 0),
+                                .seed = from_environment<uint64_t>("ZERO_SIM_SEED", 0)});
     ZERO_CHECK(made.ok(), "the simulated device could not be made: ", made.status().message());
     return made->release();  // never destroyed: rank threads may still hold its memory at exit
   }();

@@ -325,11 +325,17 @@ TEST(StagesBench, Stage3WaitsOnItsGathersAndReductions) {
   for (double ms : wait_ms) EXPECT_GT(ms, 0);
 }
 
+TEST(StagesBench, RunsEveryStageOnTheSimulatedDevice) {
+  const RunResult r = run_bench("stages --model=tiny --ranks=2 --batch=1 --seq=8 --warmup=0 --iters=1 --device=sim");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* stage : {"\n0 ", "\n1 ", "\n2 ", "\n3 "}) EXPECT_THAT(r.output, HasSubstr(stage));
+}
+
 TEST(BenchFlags, DeviceIsCpuOrAVisibleGpuBeforeAnyRun) {
   for (const char* subcommand : {"comm", "stages"}) {
     RunResult r = run_bench(absl::StrCat(subcommand, " --device=tpu"));
     EXPECT_EQ(r.exit_code, 1) << subcommand;
-    EXPECT_THAT(r.output, HasSubstr("--device: 'tpu' is not cpu or cuda")) << subcommand;
+    EXPECT_THAT(r.output, HasSubstr("--device: 'tpu' is not cpu, cuda or sim")) << subcommand;
     if (cuda_device_count() > 0) continue;
     // The reason after the colon is why_no_cuda_device()'s (no driver, or a build without CUDA).
     r = run_bench(absl::StrCat(subcommand, " --device=cuda"));

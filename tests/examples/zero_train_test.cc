@@ -234,6 +234,35 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
   EXPECT_THAT(other_model.output, HasSubstr("was it saved from another model?"));
 }
 
+// The GPU path on the simulated device runs the CPU's kernels, so it gives the CPU's bits: the same losses, the
+// same exported weights, and a checkpoint saved there resumes to them.
+TEST_F(ZeroTrainTest, TheSimulatedDeviceTrainsTheCpusBitsAndResumesFromItsCheckpoints) {
+  const std::filesystem::path& dir = dir_.path();
+  const auto run = [&](const std::string& name, const std::string& more) {
+    return run_zero_train(absl::StrCat(tiny_run_args((dir / (name + ".jsonl")).string()),
+                                       " --export_path=", (dir / (name + ".safetensors")).string(), " ", more));
+  };
+  const auto losses = [&](const std::string& name) {
+    std::vector<double> out;
+    for (const json& r : events(metrics_lines((dir / (name + ".jsonl")).string()), "train")) {
+      out.push_back(r["loss"].get<double>());
+    }
+    return out;
+  };
+  const std::string ckpt = (dir / "ckpt").string();
+  ASSERT_EQ(run("cpu", "").exit_code, 0);
+  const RunResult sim = run("sim", absl::StrCat("--device=sim --checkpoint.dir=", ckpt, " --checkpoint.interval=4"));
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  EXPECT_THAT(sim.output, HasSubstr("on sim:0"));
+  EXPECT_EQ(losses("sim"), losses("cpu"));
+  const std::string exported = file_bytes((dir / "cpu.safetensors").string());
+  ASSERT_FALSE(exported.empty());
+  EXPECT_TRUE(file_bytes((dir / "sim.safetensors").string()) == exported);
+  const RunResult resumed = run("resumed", absl::StrCat("--device=sim --checkpoint.resume=", ckpt, "/step-00000008"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(file_bytes((dir / "resumed.safetensors").string()) == exported);
+}
+
 // --- Nothing saved is lost ------------------------------------------------------------------------------
 
 // Every file under `dir`, by relative path, with its bytes.

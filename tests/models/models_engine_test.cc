@@ -1,5 +1,6 @@
 // GPT-2 tiny and an MLP under the engine: stages 0-3 bit-identical on 1, 2, 3, 4 and 8 local ranks in fp32
-// with and without accumulation (bf16 and fp16 on 2 and 4); the loss falls; the same on a GPU.
+// with and without accumulation (bf16 and fp16 on 2 and 4); the loss falls; the same bits on the simulated
+// device; the same on a GPU.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -207,6 +208,44 @@ INSTANTIATE_TEST_SUITE_P(WorldSizesAndPrecisions, MixedPrecisionStages,
                            return absl::StrCat("N", std::get<0>(info.param), "_", dtype_name(std::get<1>(info.param)));
                          });
 
+// --- On the simulated device: the GPU path's orchestration (device memory the host cannot read, copies, the local
+// backend on device buffers, every kernel a launch checked for ordering) running the CPU's kernels, so every
+// stage gives the CPU run's bits and losses.
+
+class SimMatchesCpu : public ::testing::TestWithParam<std::tuple<std::string, int, int, DType>> {};
+
+TEST_P(SimMatchesCpu, EveryStageGivesTheCpusBitsAndLosses) {
+  const auto [model, world_size, accumulation, precision] = GetParam();
+  const Task task = task_named(model);
+  for (int stage = 0; stage <= 3; ++stage) {
+    zero::Setup setup{
+        .world_size = world_size, .stage = stage, .precision = precision, .accumulation_steps = accumulation};
+    const absl::StatusOr<RankRun> cpu = train(task, setup);
+    setup.device = Device::sim(0);
+    const absl::StatusOr<RankRun> sim = train(task, setup);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    ASSERT_TRUE(sim.ok()) << "stage " << stage << ": " << sim.status();
+    ASSERT_EQ(sim->params.size(), cpu->params.size());
+    EXPECT_EQ(std::memcmp(sim->params.data(), cpu->params.data(), cpu->params.size() * sizeof(float)), 0)
+        << "stage " << stage;
+    EXPECT_EQ(sim->losses, cpu->losses) << "stage " << stage;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp32, SimMatchesCpu,
+                         ::testing::Combine(::testing::Values("gpt2", "mlp"), ::testing::Values(1, 2, 3, 4, 8),
+                                            ::testing::Values(1, 2), ::testing::Values(DType::kF32)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param), "_N", std::get<1>(info.param), "_accum",
+                                               std::get<2>(info.param));
+                         });
+INSTANTIATE_TEST_SUITE_P(MixedPrecision, SimMatchesCpu,
+                         ::testing::Combine(::testing::Values("gpt2"), ::testing::Values(2, 4), ::testing::Values(1),
+                                            ::testing::Values(DType::kBF16, DType::kF16)),
+                         [](const auto& info) {
+                           return absl::StrCat("N", std::get<1>(info.param), "_", dtype_name(std::get<3>(info.param)));
+                         });
+
 // --- On a GPU: two local ranks share cuda:0, their collectives on device memory through the local backend.
 
 TEST(Gpt2OnCuda, AllStagesGiveBitIdenticalParametersAndTheLossFalls) {
@@ -229,24 +268,35 @@ TEST(Gpt2OnCuda, FollowsTheCpuRun) {
   for (int k = 1; k < kSteps; ++k) EXPECT_NEAR(gpu->losses[k], cpu->losses[k], 1e-2 * cpu->losses[k]) << k;
 }
 
-TEST(Gpt2OnCuda, ABatchLeftOnTheHostIsRefusedNamingTheDevice) {
-  ZERO_SKIP_WITHOUT_GPU();
-  const std::vector<absl::Status> statuses = run_local_ranks(1, [](Communicator& comm) -> absl::Status {
+absl::Status train_on_a_batch_left_on_the_host(Device device) {
+  const std::vector<absl::Status> statuses = run_local_ranks(1, [device](Communicator& comm) -> absl::Status {
     Allocator alloc(comm.rank());
     ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(*Gpt2Config::preset("tiny")));
     const OptimizerFactory sgd = [](ShardLayout layout, Allocator& a, Device d) {
       return make_sgd(SgdOptions{}, std::move(layout), a, d);
     };
     ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                          Engine::create(*model, comm, alloc, sgd, ZeroConfig{.stage = 3, .device = Device::cuda(0)}));
+                          Engine::create(*model, comm, alloc, sgd, ZeroConfig{.stage = 3, .device = device}));
     std::vector<int32_t> tokens(kSeqLen), targets(kSeqLen);
     fill_row(0, 100, tokens.data(), targets.data());
     const Batch on_host{.inputs = Tensor(tokens.data(), DType::kI32, {1, kSeqLen}),
                         .targets = Tensor(targets.data(), DType::kI32, {1, kSeqLen})};
     return engine->train_step({&on_host, 1}, 1e-2f).status();
   });
-  ASSERT_FALSE(statuses[0].ok());
-  EXPECT_NE(statuses[0].message().find("cuda:0"), absl::string_view::npos) << statuses[0];
+  return statuses[0];
+}
+
+TEST(Gpt2OnCuda, ABatchLeftOnTheHostIsRefusedNamingTheDevice) {
+  ZERO_SKIP_WITHOUT_GPU();
+  const absl::Status status = train_on_a_batch_left_on_the_host(Device::cuda(0));
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("cuda:0"), absl::string_view::npos) << status;
+}
+
+TEST(Gpt2OnSim, ABatchLeftOnTheHostIsRefusedNamingTheDevice) {
+  const absl::Status status = train_on_a_batch_left_on_the_host(Device::sim(0));
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("sim:0"), absl::string_view::npos) << status;
 }
 
 }  // namespace
