@@ -72,8 +72,7 @@ class DeviceApi {
   virtual DeviceType type() const = 0;
   virtual int device_count() const = 0;
 
-  // The calling thread's current device (cudaSetDevice): launches, allocations and streams are checked
-  // against it.
+  // The calling thread's current device (cudaSetDevice): a launch's stream must be on it, as CUDA requires.
   virtual absl::Status set_current_device(int device) = 0;
   virtual int current_device() const = 0;
 
