@@ -82,6 +82,9 @@ SimDevice::~SimDevice() {
     }
   }
   for (std::thread& w : workers) w.join();
+  absl::MutexLock lock(&mu_);
+  for (void* ptr : unordered_pinned_frees_) std::free(ptr);
+  for (const auto& [base, bytes] : pinned_) std::free(reinterpret_cast<void*>(base));  // as a context's teardown
 }
 
 // --- Threads, devices, streams and events --------------------------------------------------------------
@@ -349,7 +352,11 @@ absl::Status SimDevice::free_pinned(void* ptr) {
   const uint64_t tick = host.clock.tick(host.agent);
   const OpStamp stamp{.agent = host.agent, .tick = tick, .name = "free_pinned on a host thread"};
   absl::Status ordered = options_.check_order ? violation(history_.release(base, stamp, host.clock)) : absl::OkStatus();
-  std::free(ptr);
+  if (ordered.ok()) {
+    std::free(ptr);
+  } else {
+    unordered_pinned_frees_.push_back(ptr);  // a stream may still touch it: freed once the streams stopped
+  }
   return ordered;
 }
 

@@ -43,7 +43,7 @@ struct SimOptions {
 //   stream only; a host synchronization orders the host thread after what it waited for;
 // - each host thread has a current device; a launch's stream must be on it, its pointers on the stream's device;
 // - frees take effect when the stream reaches them; the block is then poisoned with NaN and quarantined.
-// Thread-safe. Destruction runs what was queued, then joins the streams' threads.
+// Thread-safe. Destruction runs what was queued, joins the streams' threads and frees the pinned memory left.
 class SimDevice final : public DeviceApi {
  public:
   static absl::StatusOr<std::unique_ptr<SimDevice>> create(SimOptions options = {});
@@ -123,6 +123,7 @@ class SimDevice final : public DeviceApi {
   absl::flat_hash_map<int, uint64_t> legacy_ids_ ABSL_GUARDED_BY(mu_);  // device -> its legacy stream
   absl::flat_hash_map<uint64_t, std::pair<int, std::shared_ptr<Op>>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uintptr_t, size_t> pinned_ ABSL_GUARDED_BY(mu_);  // base -> bytes
+  std::vector<void*> unordered_pinned_frees_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zero::sim
