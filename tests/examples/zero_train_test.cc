@@ -235,12 +235,13 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
 }
 
 // The GPU path on the simulated device runs the CPU's kernels, so it gives the CPU's bits: the same losses, the
-// same exported weights, and a checkpoint saved there resumes to them.
+// same exported weights, and a checkpoint saved there resumes to them, also with its streams delayed at random.
 TEST_F(ZeroTrainTest, TheSimulatedDeviceTrainsTheCpusBitsAndResumesFromItsCheckpoints) {
   const std::filesystem::path& dir = dir_.path();
-  const auto run = [&](const std::string& name, const std::string& more) {
+  const auto run = [&](const std::string& name, const std::string& more, const std::string& launcher = "") {
     return run_zero_train(absl::StrCat(tiny_run_args((dir / (name + ".jsonl")).string()),
-                                       " --export_path=", (dir / (name + ".safetensors")).string(), " ", more));
+                                       " --export_path=", (dir / (name + ".safetensors")).string(), " ", more),
+                          launcher);
   };
   const auto losses = [&](const std::string& name) {
     std::vector<double> out;
@@ -258,7 +259,8 @@ TEST_F(ZeroTrainTest, TheSimulatedDeviceTrainsTheCpusBitsAndResumesFromItsCheckp
   const std::string exported = file_bytes((dir / "cpu.safetensors").string());
   ASSERT_FALSE(exported.empty());
   EXPECT_TRUE(file_bytes((dir / "sim.safetensors").string()) == exported);
-  const RunResult resumed = run("resumed", absl::StrCat("--device=sim --checkpoint.resume=", ckpt, "/step-00000008"));
+  const RunResult resumed = run("resumed", absl::StrCat("--device=sim --checkpoint.resume=", ckpt, "/step-00000008"),
+                                "ZERO_SIM_DELAY_US=100 ZERO_SIM_SEED=3");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(file_bytes((dir / "resumed.safetensors").string()) == exported);
 }
