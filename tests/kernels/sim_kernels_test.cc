@@ -71,8 +71,8 @@ void expect_sim_equals_cpu(const std::vector<Arg>& args, const Kernel& kernel) {
 
 TEST(SimKernels, MatmulEqualsCpuBitwise) {
   const int64_t n = 64, c = 96, oc = 80;
-  const std::vector<Arg> args = {floats({n, c}, 1),  floats({oc, c}, 2), floats({oc}, 3),    floats({n, oc}, 4),
-                                 zeros({n, oc}),     zeros({n, c}),      floats({oc, c}, 5), floats({oc}, 6)};
+  const std::vector<Arg> args = {floats({n, c}, 1), floats({oc, c}, 2), floats({oc}, 3),    floats({n, oc}, 4),
+                                 zeros({n, oc}),    zeros({n, c}),      floats({oc, c}, 5), floats({oc}, 6)};
   expect_sim_equals_cpu(args, [](const std::vector<Tensor>& t) {  // inp, weight, bias, dout, out, dinp, dw, db
     absl::Status s = matmul_forward(t[4], t[0], t[1], t[2]);
     s.Update(matmul_backward(t[5], t[6], t[7], t[3], t[0], t[1]));
@@ -88,17 +88,16 @@ TEST(SimKernels, MatmulEqualsCpuBitwise) {
 
 TEST(SimKernels, GeluAndResidualEqualCpuBitwise) {
   const int64_t n = 20000;  // more than one block of the CPU loops
-  expect_sim_equals_cpu(
-      {floats({n}, 7, -5.0f, 5.0f), floats({n}, 8), zeros({n}), zeros({n}), floats({n}, 9)},
-      [](const std::vector<Tensor>& t) {  // x, dout, y, dx, acc
-        absl::Status s = gelu_forward(t[2], t[0]);
-        s.Update(gelu_backward(t[3], t[0], t[1]));
-        s.Update(residual_forward(t[2], t[2], t[1]));
-        s.Update(residual_backward(t[4], t[3]));
-        s.Update(gelu_backward(t[1], t[0], t[1]));  // in place: dinp aliases dout
-        s.Update(gelu_forward(t[0], t[0]));         // in place
-        return s;
-      });
+  expect_sim_equals_cpu({floats({n}, 7, -5.0f, 5.0f), floats({n}, 8), zeros({n}), zeros({n}), floats({n}, 9)},
+                        [](const std::vector<Tensor>& t) {  // x, dout, y, dx, acc
+                          absl::Status s = gelu_forward(t[2], t[0]);
+                          s.Update(gelu_backward(t[3], t[0], t[1]));
+                          s.Update(residual_forward(t[2], t[2], t[1]));
+                          s.Update(residual_backward(t[4], t[3]));
+                          s.Update(gelu_backward(t[1], t[0], t[1]));  // in place: dinp aliases dout
+                          s.Update(gelu_forward(t[0], t[0]));         // in place
+                          return s;
+                        });
 }
 
 TEST(SimKernels, LayerNormEqualsCpuBitwise) {
@@ -153,13 +152,13 @@ TEST(SimKernels, AttentionEqualsCpuBitwise) {
   // hs above the CUDA kernels' kMaxHeadDim: the simulated device takes what the CPU takes.
   for (const int64_t hs : {40, 300}) {
     const int64_t b = 2, t = 17, nh = 3, c = nh * hs;
-    expect_sim_equals_cpu({floats({b, t, 3 * c}, 21), floats({b, t, c}, 22), zeros({b, t, c}), zeros({b, nh, t}),
-                           zeros({b, t, 3 * c})},
-                          [nh](const std::vector<Tensor>& a) {  // inp, dout, out, lse, dinp
-                            absl::Status s = attention_forward(a[2], a[3], a[0], nh);
-                            s.Update(attention_backward(a[4], a[1], a[0], a[2], a[3], nh));
-                            return s;
-                          });
+    expect_sim_equals_cpu(
+        {floats({b, t, 3 * c}, 21), floats({b, t, c}, 22), zeros({b, t, c}), zeros({b, nh, t}), zeros({b, t, 3 * c})},
+        [nh](const std::vector<Tensor>& a) {  // inp, dout, out, lse, dinp
+          absl::Status s = attention_forward(a[2], a[3], a[0], nh);
+          s.Update(attention_backward(a[4], a[1], a[0], a[2], a[3], nh));
+          return s;
+        });
   }
 }
 
@@ -263,7 +262,9 @@ TEST(SimKernels, EmptyTensors) {
   expect_sim_equals_cpu({zeros({0, padded}), zeros({0}, DType::kI32), zeros({0, padded})},
                         [](const std::vector<Tensor>& t) -> absl::Status {
                           absl::StatusOr<CrossEntropyResult> r = crossentropy_forward_backward(t[2], t[0], t[1], 5);
-                          if (r.ok()) EXPECT_EQ(r->counted, 0);
+                          if (r.ok()) {
+                            EXPECT_EQ(r->counted, 0);
+                          }
                           absl::Status s = r.status();
                           s.Update(gelu_forward(t[2], t[0]));
                           s.Update(fill_zero(t[2]));
