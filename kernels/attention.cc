@@ -9,6 +9,7 @@
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
 #include "runtime/parallel.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -94,6 +95,11 @@ void causal_probabilities(const HeadView& hv, const AttentionDims& d, float scal
 absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tensor& inp, int64_t num_heads) {
   ZERO_ASSIGN_OR_RETURN(const AttentionDims d,
                         check_attention("attention_forward", inp, lse, num_heads, {{"out", &out}}, {}));
+  if (inp.device().is_sim()) {
+    return launch_on_sim(
+        inp.device(), "attention_forward", {reads(inp), writes(out), writes(lse)},
+        [=](HostTensors& host) { return attention_forward(host(out), host(lse), host(inp), num_heads); });
+  }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
     return cuda::attention_forward(inp.device().index, out.data_as<float>(), lse.data_as<float>(), inp.data_as<float>(),
@@ -135,6 +141,13 @@ absl::Status attention_backward(const Tensor& dinp, const Tensor& dout, const Te
                                 const Tensor& lse, int64_t num_heads) {
   ZERO_ASSIGN_OR_RETURN(const AttentionDims d, check_attention("attention_backward", inp, lse, num_heads,
                                                                {{"dout", &dout}, {"out", &out}}, {{"dinp", &dinp}}));
+  if (inp.device().is_sim()) {
+    return launch_on_sim(inp.device(), "attention_backward",
+                         {reads(dout), reads(inp), reads(out), reads(lse), writes(dinp)}, [=](HostTensors& host) {
+                           return attention_backward(host(dinp), host(dout), host(inp), host(out), host(lse),
+                                                     num_heads);
+                         });
+  }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
     return cuda::attention_backward(inp.device().index, dinp.data_as<float>(), dout.data_as<float>(),

@@ -7,6 +7,7 @@
 #include "kernels/kernels.h"
 #include "runtime/dtype_dispatch.h"
 #include "runtime/parallel.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -38,6 +39,10 @@ absl::Status add_into(const Tensor& dst, const Tensor& src) {
   constexpr absl::string_view op = "add_into";
   ZERO_RETURN_IF_ERROR(check_floating(op, "dst", dst));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "src", src, dst.dtype(), dst.device(), dst.numel()));
+  if (dst.device().is_sim()) {
+    return launch_on_sim(dst.device(), "add_into", {reads(src), writes(dst)},
+                         [=](HostTensors& host) { return add_into(host(dst), host(src)); });
+  }
 #if ZERO_HAS_CUDA
   if (dst.device().is_cuda())
     return cuda::add_into(dst.device().index, dst.data(), src.data(), dst.dtype(), dst.numel());
@@ -52,6 +57,10 @@ absl::Status add_into(const Tensor& dst, const Tensor& src) {
 
 absl::Status divide_by(const Tensor& x, float divisor) {
   ZERO_RETURN_IF_ERROR(check_floating("divide_by", "x", x));
+  if (x.device().is_sim()) {
+    return launch_on_sim(x.device(), "divide_by", {writes(x)},
+                         [=](HostTensors& host) { return divide_by(host(x), divisor); });
+  }
 #if ZERO_HAS_CUDA
   if (x.device().is_cuda()) return cuda::divide_by(x.device().index, x.data(), x.dtype(), x.numel(), divisor);
 #endif
@@ -63,6 +72,10 @@ absl::Status divide_by(const Tensor& x, float divisor) {
 
 absl::Status multiply_by(const Tensor& x, float factor) {
   ZERO_RETURN_IF_ERROR(check_floating("multiply_by", "x", x));
+  if (x.device().is_sim()) {
+    return launch_on_sim(x.device(), "multiply_by", {writes(x)},
+                         [=](HostTensors& host) { return multiply_by(host(x), factor); });
+  }
 #if ZERO_HAS_CUDA
   if (x.device().is_cuda()) return cuda::multiply_by(x.device().index, x.data(), x.dtype(), x.numel(), factor);
 #endif
@@ -76,6 +89,9 @@ absl::Status fill_zero(const Tensor& x) {
   constexpr absl::string_view op = "fill_zero";
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "x", x, x.dtype(), x.device(), x.numel()));
   ZERO_RETURN_IF_ERROR(detail::check_backend(op, x.device()));
+  if (x.device().is_sim()) {
+    return launch_on_sim(x.device(), "fill_zero", {writes(x)}, [=](HostTensors& host) { return fill_zero(host(x)); });
+  }
 #if ZERO_HAS_CUDA
   if (x.device().is_cuda()) return cuda::fill_zero(x.device().index, x.data(), static_cast<int64_t>(x.nbytes()));
 #endif

@@ -1,5 +1,6 @@
 // Dtype casts between fp32 and bf16/fp16 (nearest-even or stochastic).
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
@@ -7,6 +8,7 @@
 #include "kernels/kernels.h"
 #include "runtime/parallel.h"
 #include "runtime/rounding.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -47,6 +49,13 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
   if (stochastic != nullptr && !narrowing) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": stochastic rounding needs fp32 -> bf16/fp16, got ", from, " -> ", to));
+  }
+  if (inp.device().is_sim()) {  // the rounding's seed, step and offset by value: the launch may run after we return
+    std::optional<StochasticRounding> rounding;
+    if (stochastic != nullptr) rounding = *stochastic;
+    return launch_on_sim(inp.device(), "cast", {reads(inp), writes(out)}, [=](HostTensors& host) {
+      return cast(host(out), host(inp), rounding.has_value() ? &*rounding : nullptr);
+    });
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) return cuda::cast(inp.device().index, out.data(), to, inp.data(), from, n, stochastic);

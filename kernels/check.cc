@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -60,6 +61,11 @@ absl::Status check_backend(absl::string_view op, Device device) {
 absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_t>& copy) {
   if (t.device().is_cpu()) return t.data_as<int32_t>();
   ZERO_RETURN_IF_ERROR(detail::check_backend("int32_on_host", t.device()));
+  if (t.device().is_sim()) {  // a synchronous copy on the legacy stream, as cudaMemcpy
+    copy.resize(static_cast<size_t>(t.numel()));
+    if (t.nbytes() > 0) ZERO_RETURN_IF_ERROR(sim_device().copy(copy.data(), t.data(), t.nbytes()));
+    return copy.data();
+  }
 #if ZERO_HAS_CUDA
   copy.resize(static_cast<size_t>(t.numel()));
   ZERO_RETURN_IF_ERROR(cuda::copy_to_host(t.device().index, copy.data(), t.data(), static_cast<int64_t>(t.nbytes())));

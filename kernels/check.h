@@ -27,8 +27,8 @@ absl::Status check_numel(absl::string_view op, absl::string_view name, const Ten
 absl::Status check_dims(absl::string_view op, absl::string_view name, const Tensor& t, int64_t dims);
 // `t` is contiguous fp32 on `device` with the same shape as `like`.
 absl::Status check_like(absl::string_view op, absl::string_view name, const Tensor& t, const Tensor& like);
-// OK on the CPU, and on CUDA when built with it (kernels/cuda/); FailedPrecondition for a CUDA tensor in a
-// build without CUDA.
+// OK on the CPU and the simulated device (which runs the CPU code), and on CUDA when built with it
+// (kernels/cuda/); FailedPrecondition for a CUDA tensor in a build without CUDA.
 absl::Status check_backend(absl::string_view op, Device device);
 
 }  // namespace zero::kernels::detail

@@ -1,6 +1,7 @@
 // Softmax cross-entropy over a padded vocab with ignored targets, its gradient and argmax accuracy in one pass.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
 #include "runtime/parallel.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -109,6 +111,18 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
           absl::StrCat(op, ": target ", tgt[r], " at ", r, " outside [0, ", vocab, ") and not ", kIgnoreIndex));
     }
     ++counted;
+  }
+  if (dev.is_sim()) {  // the targets were checked on the host above, as for CUDA; the host reads the result
+    auto result = std::make_shared<CrossEntropyResult>();
+    ZERO_RETURN_IF_ERROR(launch_on_sim(
+        dev, "crossentropy_forward_backward", {reads(logits), reads(targets), writes(dlogits)},
+        [=](HostTensors& host) -> absl::Status {
+          ZERO_ASSIGN_OR_RETURN(*result,
+                                crossentropy_forward_backward(host(dlogits), host(logits), host(targets), vocab));
+          return absl::OkStatus();
+        },
+        /*wait=*/true));
+    return *result;
   }
   const float scale = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
 #if ZERO_HAS_CUDA

@@ -56,6 +56,10 @@ absl::Status gelu_forward(const Tensor& out, const Tensor& inp) {
 
 absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   ZERO_RETURN_IF_ERROR(check_elementwise("gelu_backward", {{"inp", &inp}, {"dout", &dout}, {"dinp", &dinp}}));
+  if (inp.device().is_sim()) {
+    return launch_on_sim(inp.device(), "gelu_backward", {reads(inp), reads(dout), writes(dinp)},
+                         [=](HostTensors& host) { return gelu_backward(host(dinp), host(inp), host(dout)); });
+  }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
     return cuda::gelu_backward(inp.device().index, dinp.data_as<float>(), inp.data_as<float>(), dout.data_as<float>(),
@@ -77,6 +81,10 @@ absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& 
 
 absl::Status residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
   ZERO_RETURN_IF_ERROR(check_elementwise("residual_forward", {{"a", &a}, {"b", &b}, {"out", &out}}));
+  if (a.device().is_sim()) {
+    return launch_on_sim(a.device(), "residual_forward", {reads(a), reads(b), writes(out)},
+                         [=](HostTensors& host) { return residual_forward(host(out), host(a), host(b)); });
+  }
 #if ZERO_HAS_CUDA
   if (a.device().is_cuda()) {
     return cuda::residual_forward(a.device().index, out.data_as<float>(), a.data_as<float>(), b.data_as<float>(),
@@ -92,6 +100,10 @@ absl::Status residual_forward(const Tensor& out, const Tensor& a, const Tensor& 
 
 absl::Status residual_backward(const Tensor& dinp, const Tensor& dout) {
   ZERO_RETURN_IF_ERROR(check_elementwise("residual_backward", {{"dout", &dout}, {"dinp", &dinp}}));
+  if (dout.device().is_sim()) {
+    return launch_on_sim(dout.device(), "residual_backward", {reads(dout), writes(dinp)},
+                         [=](HostTensors& host) { return residual_backward(host(dinp), host(dout)); });
+  }
 #if ZERO_HAS_CUDA
   if (dout.device().is_cuda()) {
     return cuda::residual_backward(dout.device().index, dinp.data_as<float>(), dout.data_as<float>(), dout.numel());

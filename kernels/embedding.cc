@@ -6,6 +6,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "runtime/parallel.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -18,11 +19,11 @@ constexpr int64_t kColBlock = 64;
 
 struct EmbeddingDims {
   int64_t b = 0, t = 0, c = 0, vocab = 0, max_t = 0;
-  const int32_t* host_tokens = nullptr;  // tokens' data, or their copy on the host for CUDA tensors
+  const int32_t* host_tokens = nullptr;  // tokens' data, or their copy on the host for device tensors
 };
 
 // tokens (B, T) int32 in [0, V); wte (V, C), wpe (maxT, C) with T <= maxT; `rows_c` (B, T, C) arguments.
-// `host_copy` holds the tokens read back from a CUDA device.
+// `host_copy` holds the tokens read back from a CUDA or simulated device.
 absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor& tokens, const Tensor& wte,
                                               const Tensor& wpe,
                                               std::initializer_list<std::pair<const char*, const Tensor*>> rows_c,
@@ -58,6 +59,11 @@ absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Te
   std::vector<int32_t> host_copy;
   ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d,
                         check_embedding("embedding_forward", tokens, wte, wpe, {{"out", &out}}, host_copy));
+  if (wte.device().is_sim()) {  // the tokens were checked on the host above, as for CUDA
+    return launch_on_sim(
+        wte.device(), "embedding_forward", {reads(tokens), reads(wte), reads(wpe), writes(out)},
+        [=](HostTensors& host) { return embedding_forward(host(out), host(tokens), host(wte), host(wpe)); });
+  }
 #if ZERO_HAS_CUDA
   if (wte.device().is_cuda()) {
     return cuda::embedding_forward(wte.device().index, out.data_as<float>(), tokens.data_as<int32_t>(),
@@ -80,6 +86,11 @@ absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Te
   std::vector<int32_t> host_copy;
   ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d,
                         check_embedding("embedding_backward", tokens, dwte, dwpe, {{"dout", &dout}}, host_copy));
+  if (dwte.device().is_sim()) {
+    return launch_on_sim(
+        dwte.device(), "embedding_backward", {reads(dout), reads(tokens), writes(dwte), writes(dwpe)},
+        [=](HostTensors& host) { return embedding_backward(host(dwte), host(dwpe), host(dout), host(tokens)); });
+  }
 #if ZERO_HAS_CUDA
   if (dwte.device().is_cuda()) {
     return cuda::embedding_backward(dwte.device().index, dwte.data_as<float>(), dwpe.data_as<float>(),

@@ -9,7 +9,9 @@
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
 //   can make. CPU tensors run here; CUDA tensors run the CUDA versions (kernels/cuda/, dispatched on
 //   Tensor::device()), asynchronously on the device's legacy default stream, or return FailedPrecondition
-//   in a build without CUDA.
+//   in a build without CUDA. Simulated-device tensors (Device::sim) run the CPU code as a launch on the
+//   simulated device's legacy default stream (runtime/sim/sim_api.h): they accept what the CPU accepts and
+//   give the CPU's bits.
 // - An optional argument is passed as Tensor() (null data).
 // - Backward ADDS (+=) into parameter gradients (dweight, dbias, dwte, ...), so micro-batches accumulate
 //   and tied users sum, and WRITES (=) input gradients (dinp), unless a function says otherwise.
@@ -41,9 +43,9 @@ int kernel_threads();
 
 // out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC). weight as nn.Linear; bias may be undefined
 // (Tensor()) for no bias.
-// Mixed precision, CUDA only (the CPU takes fp32 operands only and refuses others): inp and weight both bf16
-// or both fp16 run on tensor cores with fp32 accumulation; out and bias may each be fp32 or that dtype. The
-// bias is added in fp32 and a half out is rounded once, to nearest even.
+// Mixed precision, CUDA only (the CPU, and the simulated device that runs its code, take fp32 operands only and
+// refuse others): inp and weight both bf16 or both fp16 run on tensor cores with fp32 accumulation; out and bias
+// may each be fp32 or that dtype. The bias is added in fp32 and a half out is rounded once, to nearest even.
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
 
 // dinp (N, C) = dout (N, OC) · weight (OC, C)           (written; Tensor(): not computed)
@@ -89,8 +91,9 @@ absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Te
 // dwte[tokens[b, t]] += dout[b, t]; dwpe[t] += sum_b dout[b, t]. dwte (V, C), dwpe (maxT, C).
 absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
 
-// An int32 tensor's elements (tokens, targets) readable on the host: its own data on the CPU; for a CUDA
-// tensor a copy into `copy`, which waits for the work queued before it on the device.
+// An int32 tensor's elements (tokens, targets) readable on the host: its own data on the CPU; for a CUDA or
+// simulated-device tensor a copy into `copy`, which waits for the work queued before it on the device's legacy
+// default stream.
 absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_t>& copy);
 
 // ---- Softmax cross-entropy ------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "runtime/parallel.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -74,6 +75,13 @@ absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tens
                                const Tensor& weight, const Tensor& bias) {
   ZERO_RETURN_IF_ERROR(
       check_layernorm("layernorm_forward", inp, weight, mean, rstd, {{"out", &out}}, {{"bias", &bias}}));
+  if (inp.device().is_sim()) {
+    return launch_on_sim(
+        inp.device(), "layernorm_forward",
+        {reads(inp), reads(weight), reads(bias), writes(out), writes(mean), writes(rstd)}, [=](HostTensors& host) {
+          return layernorm_forward(host(out), host(mean), host(rstd), host(inp), host(weight), host(bias));
+        });
+  }
   const int64_t c = detail::last_dim(inp);
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
@@ -108,6 +116,15 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
                                 const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
   ZERO_RETURN_IF_ERROR(check_layernorm("layernorm_backward", inp, weight, mean, rstd,
                                        {{"dout", &dout}, {"dinp", &dinp}}, {{"dweight", &dweight}, {"dbias", &dbias}}));
+  if (inp.device().is_sim()) {
+    return launch_on_sim(inp.device(), "layernorm_backward",
+                         {reads(dout), reads(inp), reads(weight), reads(mean), reads(rstd), writes(dinp),
+                          writes(dweight), writes(dbias)},
+                         [=](HostTensors& host) {
+                           return layernorm_backward(host(dinp), host(dweight), host(dbias), host(dout), host(inp),
+                                                     host(weight), host(mean), host(rstd));
+                         });
+  }
   const int64_t n = detail::num_rows(inp), c = detail::last_dim(inp);
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {

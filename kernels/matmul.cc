@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
 #include "runtime/parallel.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -26,8 +27,8 @@ struct MatmulDims {
 bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
 // weight (OC, C) fixes C and OC; inp (N, C) fixes N. The operand dtype is inp's when it is bf16/fp16 on CUDA,
-// else fp32: the CPU GEMM takes fp32 only, so a half CPU inp gets check_matrix's "must be a contiguous fp32"
-// error (cast first).
+// else fp32: the CPU GEMM takes fp32 only, so a half CPU (or simulated-device, which runs the CPU GEMM) inp gets
+// check_matrix's "must be a contiguous fp32" error (cast first).
 absl::StatusOr<MatmulDims> matmul_dims(absl::string_view op, const Tensor& inp, const Tensor& weight) {
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "weight", weight, 2));
   const DType operands = inp.device().is_cuda() && is_half(inp.dtype()) ? inp.dtype() : DType::kF32;
@@ -61,6 +62,11 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
   ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
   ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
+  if (inp.device().is_sim()) {
+    return launch_on_sim(
+        inp.device(), "matmul_forward", {reads(inp), reads(weight), reads(bias), writes(out)},
+        [=](HostTensors& host) { return matmul_forward(host(out), host(inp), host(weight), host(bias)); });
+  }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda() && d.operands != DType::kF32) {
     return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), inp.data(), weight.data(),
@@ -105,6 +111,13 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
   ZERO_RETURN_IF_ERROR(check_bias(op, "dbias", dbias, d, dev));
   if (given(dinp)) ZERO_RETURN_IF_ERROR(check_result(op, "dinp", dinp, d, dev, d.n, d.c));
   if (d.n == 0) return absl::OkStatus();
+  if (dev.is_sim()) {
+    return launch_on_sim(
+        dev, "matmul_backward", {reads(dout), reads(inp), reads(weight), writes(dinp), writes(dweight), writes(dbias)},
+        [=](HostTensors& host) {
+          return matmul_backward(host(dinp), host(dweight), host(dbias), host(dout), host(inp), host(weight));
+        });
+  }
 #if ZERO_HAS_CUDA
   if (dev.is_cuda() && d.operands != DType::kF32) {
     return cuda::matmul_backward_half(dev.index, dinp.data(), dinp.dtype(), dweight.data(), dweight.dtype(),

@@ -33,15 +33,17 @@ class Adam final : public Optimizer {
       coeffs.push_back(
           optim::adam_coeffs(options_.beta1, options_.beta2, options_.eps, options_.decoupled_weight_decay, a, g));
     }
-    float* exp_avg = state_data(0);
-    float* exp_avg_sq = state_data(1);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::adam_cuda(device().index, layout(), coeffs, a, exp_avg, exp_avg_sq);
+    if (device().is_cuda()) return optim::adam_cuda(device().index, layout(), coeffs, a, state_data(0), state_data(1));
 #endif
-    optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
-      adam_range(a.params, a.grads, exp_avg, exp_avg_sq, ch.begin, ch.end, coeffs[layout().params()[ch.param].group]);
-    });
-    return absl::OkStatus();
+    return run_cpu_pass("adam", a, {},
+                        [coeffs](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
+                          optim::update_chunks(layout, *s.half, s.params, s.step, [&](int64_t, const ShardChunk& ch) {
+                            adam_range(s.params, s.grads, state[0], state[1], ch.begin, ch.end,
+                                       coeffs[layout.params()[ch.param].group]);
+                          });
+                          return absl::OkStatus();
+                        });
   }
 
   AdamOptions options_;

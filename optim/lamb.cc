@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "optim/adam_coeffs.h"
@@ -69,45 +70,62 @@ class Lamb final : public Optimizer {
     return std::sqrt(1.0 - std::pow(options_.beta2, t)) / (1.0 - std::pow(options_.beta1, t));
   }
 
+  // The host reads the sums, so the simulated device's launch is waited for.
   absl::StatusOr<ChunkSums> square_sums(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs) {
-    float* __restrict m = state_data(0);
-    float* __restrict v = state_data(1);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::lamb_sums_cuda(device().index, layout(), coeffs, a, m, v, bins_.data());
+    if (device().is_cuda()) {
+      return optim::lamb_sums_cuda(device().index, layout(), coeffs, a, state_data(0), state_data(1), bins_.data());
+    }
 #endif
-    const float* __restrict p = a.params;
-    const float* __restrict g = a.grads;
-    ChunkSums sums(layout().chunks().size());
-    optim::for_each_chunk(layout(), [&](int64_t k, const ShardChunk& ch) {
-      const optim::LambCoeffs c = coeffs[layout().params()[ch.param].group];
-      SquareBins p_sq, u_sq;
-      for (int64_t i = ch.begin; i < ch.end; ++i) {
-        optim::adam_moments(g[i], m[i], v[i], c.adam);
-        p_sq.add(p[i]);
-        u_sq.add(optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));
-      }
-      sums[k][0].add(p_sq);
-      sums[k][1].add(u_sq);
-    });
-    return sums;
+    auto sums = std::make_shared<ChunkSums>(layout().chunks().size());
+    const PassAccess access{.params = Use::kRead, .state = Use::kWrite};
+    ZERO_RETURN_IF_ERROR(run_cpu_pass(
+        "lamb square sums", a, access,
+        [coeffs, sums](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
+          float* __restrict m = state[0];
+          float* __restrict v = state[1];
+          const float* __restrict p = s.params;
+          const float* __restrict g = s.grads;
+          optim::for_each_chunk(layout, [&](int64_t k, const ShardChunk& ch) {
+            const optim::LambCoeffs c = coeffs[layout.params()[ch.param].group];
+            SquareBins p_sq, u_sq;
+            for (int64_t i = ch.begin; i < ch.end; ++i) {
+              optim::adam_moments(g[i], m[i], v[i], c.adam);
+              p_sq.add(p[i]);
+              u_sq.add(optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));
+            }
+            (*sums)[k][0].add(p_sq);
+            (*sums)[k][1].add(u_sq);
+          });
+          return absl::OkStatus();
+        },
+        /*wait=*/true));
+    return std::move(*sums);
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs,
                      const std::vector<float>& neg_step) {
-    const float* __restrict m = state_data(0);
-    const float* __restrict v = state_data(1);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::lamb_apply_cuda(device().index, layout(), coeffs, neg_step, a, m, v);
+    if (device().is_cuda()) {
+      return optim::lamb_apply_cuda(device().index, layout(), coeffs, neg_step, a, state_data(0), state_data(1));
+    }
 #endif
-    float* __restrict p = a.params;
-    optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
-      const optim::LambCoeffs c = coeffs[layout().params()[ch.param].group];
-      const float step = neg_step[ch.param];
-      for (int64_t i = ch.begin; i < ch.end; ++i) {
-        p[i] = p[i] + step * optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam);
-      }
-    });
-    return absl::OkStatus();
+    const PassAccess access{.params = Use::kWrite, .state = Use::kRead};
+    return run_cpu_pass(
+        "lamb apply", a, access,
+        [coeffs, neg_step](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
+          const float* __restrict m = state[0];
+          const float* __restrict v = state[1];
+          float* __restrict p = s.params;
+          optim::update_chunks(layout, *s.half, s.params, s.step, [&](int64_t, const ShardChunk& ch) {
+            const optim::LambCoeffs c = coeffs[layout.params()[ch.param].group];
+            const float step = neg_step[ch.param];
+            for (int64_t i = ch.begin; i < ch.end; ++i) {
+              p[i] = p[i] + step * optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam);
+            }
+          });
+          return absl::OkStatus();
+        });
   }
 
   LambOptions options_;

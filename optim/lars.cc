@@ -1,5 +1,6 @@
 // LARS (You et al. 2017, Algorithm 1) with whole-parameter local learning rates from one allreduce per step.
 #include <array>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "optim/cpu_loops.h"
@@ -44,42 +45,56 @@ class Lars final : public Optimizer {
     return apply(a, coeffs, scaled_lr);
   }
 
+  // The host reads the sums, so the simulated device's launch is waited for.
   absl::StatusOr<ChunkSums> square_sums(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs) {
 #if ZERO_HAS_CUDA
     if (device().is_cuda()) return optim::lars_sums_cuda(device().index, layout(), coeffs, a, bins_.data());
 #endif
     (void)coeffs;
-    const float* __restrict p = a.params;
-    const float* __restrict g = a.grads;
-    ChunkSums sums(layout().chunks().size());
-    optim::for_each_chunk(layout(), [&](int64_t k, const ShardChunk& ch) {
-      SquareBins p_sq, g_sq;
-      for (int64_t i = ch.begin; i < ch.end; ++i) {
-        p_sq.add(p[i]);
-        g_sq.add(g[i]);
-      }
-      sums[k][0].add(p_sq);
-      sums[k][1].add(g_sq);
-    });
-    return sums;
+    auto sums = std::make_shared<ChunkSums>(layout().chunks().size());
+    const PassAccess access{.params = Use::kRead, .state = Use::kNone};
+    ZERO_RETURN_IF_ERROR(run_cpu_pass(
+        "lars square sums", a, access,
+        [sums](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>&) {
+          const float* __restrict p = s.params;
+          const float* __restrict g = s.grads;
+          optim::for_each_chunk(layout, [&](int64_t k, const ShardChunk& ch) {
+            SquareBins p_sq, g_sq;
+            for (int64_t i = ch.begin; i < ch.end; ++i) {
+              p_sq.add(p[i]);
+              g_sq.add(g[i]);
+            }
+            (*sums)[k][0].add(p_sq);
+            (*sums)[k][1].add(g_sq);
+          });
+          return absl::OkStatus();
+        },
+        /*wait=*/true));
+    return std::move(*sums);
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs,
                      const std::vector<float>& scaled_lr) {
-    float* __restrict v = state_data(0);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::lars_apply_cuda(device().index, layout(), coeffs, scaled_lr, a, v);
+    if (device().is_cuda()) {
+      return optim::lars_apply_cuda(device().index, layout(), coeffs, scaled_lr, a, state_data(0));
+    }
 #endif
-    float* __restrict p = a.params;
-    const float* __restrict g = a.grads;
-    optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
-      const optim::LarsCoeffs c = coeffs[layout().params()[ch.param].group];
-      const float lr = scaled_lr[ch.param];
-      for (int64_t i = ch.begin; i < ch.end; ++i) {
-        p[i] = optim::lars_element(p[i], g[i], v[i], c.momentum, lr, c.weight_decay);
-      }
-    });
-    return absl::OkStatus();
+    return run_cpu_pass(
+        "lars apply", a, {},
+        [coeffs, scaled_lr](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
+          float* __restrict v = state[0];
+          float* __restrict p = s.params;
+          const float* __restrict g = s.grads;
+          optim::update_chunks(layout, *s.half, s.params, s.step, [&](int64_t, const ShardChunk& ch) {
+            const optim::LarsCoeffs c = coeffs[layout.params()[ch.param].group];
+            const float lr = scaled_lr[ch.param];
+            for (int64_t i = ch.begin; i < ch.end; ++i) {
+              p[i] = optim::lars_element(p[i], g[i], v[i], c.momentum, lr, c.weight_decay);
+            }
+          });
+          return absl::OkStatus();
+        });
   }
 
   LarsOptions options_;

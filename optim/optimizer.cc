@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 #if ZERO_HAS_CUDA
 #include "optim/cuda/optim_kernels.h"
@@ -25,7 +26,7 @@ absl::Status check_shard_tensor(const Tensor& t, absl::string_view what, DType d
 }  // namespace
 
 absl::Status optim::check_device(Device device, absl::string_view optimizer, bool has_cuda_kernel) {
-  if (device.is_cpu()) return absl::OkStatus();
+  if (device.is_cpu() || device.is_sim()) return absl::OkStatus();
 #if ZERO_HAS_CUDA
   if (has_cuda_kernel) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat(optimizer, " has no CUDA kernel yet; keep its shard on the CPU"));
@@ -48,7 +49,7 @@ absl::StatusOr<Buffer> optim::allocate_square_bins(const ShardLayout& layout, Al
 
 absl::Status Optimizer::step(Tensor params, Tensor grads, int64_t step, float lr, Communicator* comm,
                              const HalfCopy& half) {
-  const int64_t n = layout_.shard_numel();
+  const int64_t n = layout_->shard_numel();
   ZERO_RETURN_IF_ERROR(check_shard_tensor(params, "params", DType::kF32, n, device_));
   ZERO_RETURN_IF_ERROR(check_shard_tensor(grads, "grads", DType::kF32, n, device_));
   if (half.enabled()) {
@@ -62,18 +63,67 @@ absl::Status Optimizer::step(Tensor params, Tensor grads, int64_t step, float lr
   return update({params.data_as<float>(), grads.data_as<float>(), step, lr, comm, &half});
 }
 
+absl::Status Optimizer::run_cpu_pass(std::string name, const StepArgs& a, PassAccess access, CpuPass cpu,
+                                     bool wait) const {
+  std::vector<float*> state;
+  for (int i = 0; i < static_cast<int>(state_.size()); ++i) state.push_back(state_data(i));
+  if (!device_.is_sim()) return cpu(*layout_, a, state);
+  // The shard's tensors on the device as the launch declares them; Tensor() (no access) where the pass has no use.
+  const int64_t n = layout_->shard_numel();
+  std::vector<Access> accesses;
+  const auto declare = [&](const float* p, Use use) {
+    if (use == Use::kNone) return Tensor();
+    const Tensor t(const_cast<float*>(p), DType::kF32, {n}, device_);
+    accesses.push_back(use == Use::kWrite ? writes(t) : reads(t));
+    return t;
+  };
+  const Tensor grads = declare(a.grads, Use::kRead), params = declare(a.params, access.params);
+  HalfCopy half = *a.half;
+  if (access.params == Use::kWrite) {
+    accesses.push_back(writes(half.out));  // none when disabled: 0 bytes
+  } else {
+    half.out = Tensor();
+  }
+  std::vector<Tensor> states;
+  for (const float* p : state) states.push_back(declare(p, access.state));
+  return launch_on_sim(
+      device_, std::move(name), std::move(accesses),
+      [layout = layout_, args = a, grads, params, half, states, cpu = std::move(cpu)](HostTensors& host) {
+        HalfCopy host_half = half;
+        host_half.out = host(half.out);
+        std::vector<float*> host_state;
+        for (const Tensor& t : states) host_state.push_back(host(t).data_as<float>());
+        StepArgs host_args = args;
+        host_args.params = host(params).data_as<float>();
+        host_args.grads = host(grads).data_as<float>();
+        host_args.comm = nullptr;
+        host_args.half = &host_half;
+        if (!host.status().ok()) return host.status();
+        return cpu(*layout, host_args, host_state);
+      },
+      wait);
+}
+
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& [name, buffer] : state_) out.emplace_back(name, buffer.tensor(DType::kF32, {layout_.shard_numel()}));
+  const int64_t n = layout_->shard_numel();
+  for (const auto& [name, buffer] : state_) out.emplace_back(name, buffer.tensor(DType::kF32, {n}));
   return out;
 }
 
 absl::Status Optimizer::allocate_state(Allocator& allocator, const std::vector<std::string>& names) {
-  const int64_t nbytes = layout_.shard_numel() * static_cast<int64_t>(sizeof(float));
+  const int64_t nbytes = layout_->shard_numel() * static_cast<int64_t>(sizeof(float));
   for (const std::string& name : names) {
     ZERO_ASSIGN_OR_RETURN(Buffer b, allocator.allocate(nbytes, MemoryCategory::kOptimizerState, device_));
     if (device_.is_cpu()) {
       std::memset(b.data(), 0, nbytes);
+    } else if (device_.is_sim()) {  // the host cannot touch it: a memset on the device, as cuda_zero
+      const Tensor t = b.tensor(DType::kF32, {layout_->shard_numel()});
+      ZERO_RETURN_IF_ERROR(launch_on_sim(device_, "zero optimizer state", {writes(t)}, [t](HostTensors& host) {
+        const Tensor h = host(t);
+        if (h.data() != nullptr) std::memset(h.data(), 0, h.nbytes());
+        return absl::OkStatus();
+      }));
     } else {
 #if ZERO_HAS_CUDA
       ZERO_RETURN_IF_ERROR(optim::cuda_zero(device_.index, b.data(), nbytes));
@@ -86,18 +136,18 @@ absl::Status Optimizer::allocate_state(Allocator& allocator, const std::vector<s
 
 absl::StatusOr<std::vector<std::array<double, 2>>> Optimizer::whole_param_norms(
     const std::vector<std::array<SquareSum, 2>>& per_chunk, Communicator* comm) const {
-  const std::vector<FlatParam>& params = layout_.params();
+  const std::vector<FlatParam>& params = layout_->params();
   if (comm == nullptr) {
     for (const FlatParam& p : params) {
-      if (p.numel > 0 && (p.offset < layout_.shard_begin() || p.offset + p.numel > layout_.shard_end())) {
+      if (p.numel > 0 && (p.offset < layout_->shard_begin() || p.offset + p.numel > layout_->shard_end())) {
         return absl::FailedPreconditionError(absl::StrCat(
             name(), " needs whole-parameter norms but parameter '", p.name, "' is not entirely in this shard [",
-            layout_.shard_begin(), ", ", layout_.shard_end(), "); pass the rank's communicator"));
+            layout_->shard_begin(), ", ", layout_->shard_end(), "); pass the rank's communicator"));
       }
     }
   }
   std::vector<std::array<SquareSum, 2>> per_param(params.size());
-  const std::vector<ShardChunk>& chunks = layout_.chunks();
+  const std::vector<ShardChunk>& chunks = layout_->chunks();
   for (size_t c = 0; c < chunks.size(); ++c) {
     for (int q = 0; q < 2; ++q) per_param[chunks[c].param][q].merge(per_chunk[c][q]);
   }

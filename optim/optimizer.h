@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,7 +48,7 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   virtual absl::string_view name() const = 0;
-  const ShardLayout& layout() const { return layout_; }
+  const ShardLayout& layout() const { return *layout_; }
   Device device() const { return device_; }
 
   // One update of the shard. params and grads: fp32 (S) on device(), S = layout().shard_numel(); only
@@ -62,7 +64,8 @@ class Optimizer {
  protected:
   using StepArgs = optim::ShardStep;
 
-  Optimizer(ShardLayout layout, Device device) : layout_(std::move(layout)), device_(device) {}
+  Optimizer(ShardLayout layout, Device device)
+      : layout_(std::make_shared<const ShardLayout>(std::move(layout))), device_(device) {}
 
  public:
   // Zero-filled (S) fp32 buffers in MemoryCategory::kOptimizerState, one per name.
@@ -72,6 +75,24 @@ class Optimizer {
   float* state_data(int i) const { return static_cast<float*>(state_[i].second.data()); }
   virtual absl::Status update(const StepArgs& args) = 0;
 
+  // One pass of an update's CPU loops: `args` and `state` (state_data(i) of every buffer) as the loops may touch
+  // them from the host.
+  using CpuPass =
+      std::function<absl::Status(const ShardLayout& layout, const StepArgs& args, const std::vector<float*>& state)>;
+  // What a pass does to params (and the half copy, written with them) and to the state buffers; grads are read.
+  enum class Use : uint8_t { kNone, kRead, kWrite };
+  struct PassAccess {
+    Use params = Use::kWrite;
+    Use state = Use::kWrite;
+  };
+  // Runs `cpu` where the shard lives: at once on the CPU; on a simulated device as a launch named `name` on its
+  // legacy default stream declaring grads, params, the half copy and every state buffer as `access` says, `cpu`
+  // getting host views of them (null where kNone; args.comm null: communicate on the host, between passes).
+  // There it runs after this returns unless `wait`, so `cpu` captures by value, and never `this`; what it writes
+  // for the host to read must be waited for.
+  absl::Status run_cpu_pass(std::string name, const StepArgs& args, PassAccess access, CpuPass cpu,
+                            bool wait = false) const;
+
   // LAMB/LARS: the norms of two quantities per whole parameter. `per_chunk[c]` holds the exact square
   // sums of chunk c of layout().chunks(); they are combined per parameter and across ranks with one
   // int32 allreduce for all parameters. Returns {sqrt(sum a), sqrt(sum b)} per parameter.
@@ -79,16 +100,17 @@ class Optimizer {
       const std::vector<std::array<SquareSum, 2>>& per_chunk, Communicator* comm) const;
 
  private:
-  ShardLayout layout_;
+  std::shared_ptr<const ShardLayout> layout_;  // shared with the simulated device's launches, which may outlive us
   Device device_;
   std::vector<std::pair<std::string, Buffer>> state_;
 };
 
 namespace optim {
-// OK for the CPU; for CUDA only when zero was built with CUDA and the optimizer has a kernel.
+// OK for the CPU and the simulated device (which runs the CPU loops); for CUDA only when zero was built with CUDA
+// and the optimizer has a kernel.
 absl::Status check_device(Device device, absl::string_view optimizer, bool has_cuda_kernel);
 // LAMB/LARS on CUDA: device scratch for the exact square bins of their norm pass (optim_kernels.h); an empty
-// buffer on the CPU, whose bins live on the stack.
+// buffer on the CPU and the simulated device, whose bins live on the stack of the CPU loops.
 absl::StatusOr<Buffer> allocate_square_bins(const ShardLayout& layout, Allocator& allocator, Device device);
 }  // namespace optim
 

@@ -29,25 +29,32 @@ class Sgd final : public Optimizer {
       c.first_step = a.step == 1;
       coeffs.push_back(c);
     }
-    float* buf = options_.momentum != 0.0 ? state_data(0) : nullptr;
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::sgd_cuda(device().index, layout(), coeffs, a, buf);
+    if (device().is_cuda()) {
+      return optim::sgd_cuda(device().index, layout(), coeffs, a, options_.momentum != 0.0 ? state_data(0) : nullptr);
+    }
 #endif
-    optim::update_chunks(layout(), *a.half, a.params, a.step, [&](int64_t, const ShardChunk& ch) {
-      const optim::SgdCoeffs c = coeffs[layout().params()[ch.param].group];
-      float* __restrict p = a.params;
-      const float* __restrict g = a.grads;
-      if (buf != nullptr) {
-        float* __restrict b = buf;
-        for (int64_t i = ch.begin; i < ch.end; ++i) p[i] = optim::sgd_element(p[i], g[i], b[i], c);
-      } else {
-        for (int64_t i = ch.begin; i < ch.end; ++i) {
-          float unused = 0.0f;
-          p[i] = optim::sgd_element(p[i], g[i], unused, c);
-        }
-      }
-    });
-    return absl::OkStatus();
+    // Without momentum there is no state buffer.
+    return run_cpu_pass("sgd", a, {},
+                        [coeffs](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
+                          float* buf = state.empty() ? nullptr : state[0];
+                          optim::update_chunks(layout, *s.half, s.params, s.step, [&](int64_t, const ShardChunk& ch) {
+                            const optim::SgdCoeffs c = coeffs[layout.params()[ch.param].group];
+                            float* __restrict p = s.params;
+                            const float* __restrict g = s.grads;
+                            if (buf != nullptr) {
+                              float* __restrict b = buf;
+                              for (int64_t i = ch.begin; i < ch.end; ++i)
+                                p[i] = optim::sgd_element(p[i], g[i], b[i], c);
+                            } else {
+                              for (int64_t i = ch.begin; i < ch.end; ++i) {
+                                float unused = 0.0f;
+                                p[i] = optim::sgd_element(p[i], g[i], unused, c);
+                              }
+                            }
+                          });
+                          return absl::OkStatus();
+                        });
   }
 
   SgdOptions options_;

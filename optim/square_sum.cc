@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/dtype_dispatch.h"
 #include "runtime/parallel.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 #if ZERO_HAS_CUDA
 #include "optim/cuda/optim_kernels.h"
@@ -81,6 +83,17 @@ absl::StatusOr<SquareSum> exact_square_sum(const Tensor& x, float divisor) {
   if (!is_floating(x.dtype()) || !x.is_contiguous()) {
     return absl::InvalidArgumentError(
         absl::StrCat("exact_square_sum: x must be a contiguous fp32, bf16 or fp16 tensor, got ", x.to_string()));
+  }
+  if (x.device().is_sim()) {  // the CPU's bins in a launch, waited for: the host reads the sum
+    auto sum = std::make_shared<SquareSum>();
+    ZERO_RETURN_IF_ERROR(launch_on_sim(
+        x.device(), "exact_square_sum", {reads(x)},
+        [x, divisor, sum](HostTensors& host) -> absl::Status {
+          ZERO_ASSIGN_OR_RETURN(*sum, exact_square_sum(host(x), divisor));
+          return absl::OkStatus();
+        },
+        /*wait=*/true));
+    return *sum;
   }
   if (x.device().is_cuda()) {
 #if ZERO_HAS_CUDA

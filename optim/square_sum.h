@@ -80,8 +80,8 @@ class SquareSum {
 
 // The exact sum of squares of x[i] / divisor (divided in fp32, as SquareBins::add(load_as_float(x, i) / divisor))
 // over a contiguous fp32, bf16 or fp16 tensor of any shape. CPU tensors are binned here in chunks of
-// kMaxBinnedValues over the OpenMP threads; CUDA tensors on their device (optim/cuda/), waiting for the
-// result. Every split gives the same integers.
+// kMaxBinnedValues over the OpenMP threads; CUDA tensors on their device (optim/cuda/), and simulated-device
+// tensors by the CPU code launched there, each waiting for the result. Every split gives the same integers.
 absl::StatusOr<SquareSum> exact_square_sum(const Tensor& x, float divisor);
 
 }  // namespace zero

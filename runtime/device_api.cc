@@ -6,7 +6,9 @@
 namespace zero {
 
 absl::StatusOr<Tensor> LaunchContext::host_tensor(const Tensor& t) const {
-  if (!t.defined() || t.data() == nullptr) return t;
+  // No memory behind it (Tensor(), or an empty allocation): nothing to re-point, but it is on the CPU now, so a
+  // body passing it to a public kernel takes the CPU path rather than launching again from inside the launch.
+  if (t.data() == nullptr) return Tensor(nullptr, t.dtype(), t.shape(), t.strides(), Device::cpu());
   ZERO_ASSIGN_OR_RETURN(void* data, host_pointer(t.data(), t.nbytes()));
   return Tensor(data, t.dtype(), t.shape(), t.strides(), Device::cpu());
 }

@@ -1,0 +1,166 @@
+// The optimizers on the simulated device give bitwise the CPU's parameters, state and half copies: there they run
+// the CPU loops as launches that declare what they touch, with LAMB/LARS's allreduce on the host between passes.
+// No GPU needed.
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "optim/optimizers.h"
+#include "optim/square_sum.h"
+#include "runtime/comm/local.h"
+#include "runtime/device_memory.h"
+#include "runtime/status.h"
+
+namespace zero {
+namespace {
+
+using Factory = std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(ShardLayout, Allocator&, Device)>;
+
+constexpr int kRanks = 3;
+constexpr int64_t kFlat = 200003;  // padded to 200004: every rank's shard spans several 2^16-element chunks
+constexpr int64_t kShard = (kFlat + kRanks - 1) / kRanks;
+constexpr int kSteps = 3;
+
+// Every rank's slice of the flat buffers after the steps; state in the optimizer's order of names (zeros past its
+// last).
+struct Trajectory {
+  std::vector<float> params;
+  std::vector<uint16_t> half;
+  std::vector<std::vector<float>> state;
+};
+constexpr int kMaxState = 2;
+
+std::vector<float> normal_vector(int64_t n, unsigned seed, float scale) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = scale * dist(gen);
+  return v;
+}
+
+// Moves a rank's slice of host vector `v` to or from a device tensor (any device; copy_bytes waits).
+template <typename T>
+absl::Status upload(const std::vector<T>& v, int64_t begin, const Tensor& t) {
+  return copy_bytes(t.data(), t.device(), v.data() + begin, Device::cpu(), t.nbytes());
+}
+template <typename T>
+absl::Status download(const Tensor& t, std::vector<T>& v, int64_t begin) {
+  return copy_bytes(v.data() + begin, Device::cpu(), t.data(), t.device(), t.nbytes());
+}
+
+// Parameters that straddle ranks (LAMB/LARS norms need the allreduce), small ones, a gap that is never written, two
+// groups; padding grads are NaN, which no update may read.
+absl::Status run_rank(const Factory& make, Device device, Communicator& comm, Trajectory& out) {
+  std::vector<FlatParam> params = {{"a.weight", 0, 150000}, {"a.bias", 150000, 30}};
+  for (int i = 0; i < 20; ++i) params.push_back({absl::StrCat("h", i, ".weight"), 150040 + 100 * i, 100});
+  params.push_back({"b.weight", 152040, kFlat - 152040});
+  std::vector<ParamGroup> groups = assign_decay_groups(params, 0.05f);
+  groups[1].lr_scale = 0.25f;
+  ZERO_ASSIGN_OR_RETURN(ShardLayout layout, ShardLayout::for_rank(params, groups, kFlat, comm.rank(), kRanks));
+  Allocator allocator(comm.rank());
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, make(std::move(layout), allocator, device));
+  ZERO_ASSIGN_OR_RETURN(Buffer p, allocator.allocate(kShard * 4, MemoryCategory::kParams, device));
+  ZERO_ASSIGN_OR_RETURN(Buffer g, allocator.allocate(kShard * 4, MemoryCategory::kGrads, device));
+  ZERO_ASSIGN_OR_RETURN(Buffer h, allocator.allocate(kShard * 2, MemoryCategory::kParams, device));
+  const Tensor pt = p.tensor(DType::kF32, {kShard}), gt = g.tensor(DType::kF32, {kShard});
+  const HalfCopy half{h.tensor(DType::kBF16, {kShard}), /*stochastic=*/true, /*seed=*/9};
+  const int64_t begin = comm.rank() * kShard;
+  ZERO_RETURN_IF_ERROR(upload(out.params, begin, pt));
+  ZERO_RETURN_IF_ERROR(upload(out.half, begin, half.out));
+  for (int t = 1; t <= kSteps; ++t) {
+    std::vector<float> grads = normal_vector(kFlat, 100 + t, 0.1f);
+    grads.resize(kShard * kRanks, std::numeric_limits<float>::quiet_NaN());
+    ZERO_RETURN_IF_ERROR(upload(grads, begin, gt));
+    ZERO_RETURN_IF_ERROR(opt->step(pt, gt, t, 0.01f, &comm, half));
+  }
+  ZERO_RETURN_IF_ERROR(download(pt, out.params, begin));
+  ZERO_RETURN_IF_ERROR(download(half.out, out.half, begin));
+  const std::vector<std::pair<std::string, Tensor>> state = opt->state();
+  for (size_t i = 0; i < state.size(); ++i) ZERO_RETURN_IF_ERROR(download(state[i].second, out.state.at(i), begin));
+  return absl::OkStatus();
+}
+
+// kRanks ranks, rank r on `device(r)`.
+Trajectory run(const Factory& make, const std::function<Device(int)>& device) {
+  Trajectory out{normal_vector(kShard * kRanks, 5, 1.0f), std::vector<uint16_t>(kShard * kRanks),
+                 std::vector<std::vector<float>>(kMaxState, std::vector<float>(kShard * kRanks))};
+  const std::vector<absl::Status> statuses =
+      run_local_ranks(kRanks, [&](Communicator& comm) { return run_rank(make, device(comm.rank()), comm, out); });
+  EXPECT_TRUE(root_cause(statuses).ok()) << root_cause(statuses);
+  return out;
+}
+
+struct OptimizerCase {
+  const char* name;
+  Factory make;
+};
+void PrintTo(const OptimizerCase& c, std::ostream* os) { *os << c.name; }
+
+class SimMatchesCpu : public ::testing::TestWithParam<OptimizerCase> {};
+
+TEST_P(SimMatchesCpu, Bitwise) {
+  const Trajectory cpu = run(GetParam().make, [](int) { return Device::cpu(); });
+  const Trajectory sim = run(GetParam().make, [](int rank) { return Device::sim(rank); });
+  EXPECT_EQ(std::memcmp(cpu.params.data(), sim.params.data(), cpu.params.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(cpu.half.data(), sim.half.data(), cpu.half.size() * 2), 0);
+  for (int i = 0; i < kMaxState; ++i) {
+    EXPECT_EQ(std::memcmp(cpu.state[i].data(), sim.state[i].data(), cpu.state[i].size() * 4), 0) << "state " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Optimizers, SimMatchesCpu,
+    ::testing::Values(
+        OptimizerCase{"SgdNesterov",
+                      [](ShardLayout l, Allocator& a, Device d) {
+                        return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a, d);
+                      }},
+        OptimizerCase{"SgdWithoutState",
+                      [](ShardLayout l, Allocator& a, Device d) { return make_sgd({}, std::move(l), a, d); }},
+        OptimizerCase{"Adam",
+                      [](ShardLayout l, Allocator& a, Device d) {
+                        return make_adam({.decoupled_weight_decay = false}, std::move(l), a, d);
+                      }},
+        OptimizerCase{"AdamW", [](ShardLayout l, Allocator& a, Device d) { return make_adam({}, std::move(l), a, d); }},
+        OptimizerCase{"Lamb", [](ShardLayout l, Allocator& a, Device d) { return make_lamb({}, std::move(l), a, d); }},
+        OptimizerCase{"Lars", [](ShardLayout l, Allocator& a,
+                                 Device d) { return make_lars({.trust_coefficient = 0.02}, std::move(l), a, d); }}),
+    [](const ::testing::TestParamInfo<OptimizerCase>& info) { return std::string(info.param.name); });
+
+// The engine's gradient norm: the same exact integers as the CPU's in every dtype, specials included, and for an
+// empty tensor.
+TEST(ExactSquareSumSim, EqualsCpuBitwise) {
+  std::vector<float> values = normal_vector(3 * SquareBins::kMaxBinnedValues + 77, 9, 1e3f);
+  values.back() = std::numeric_limits<float>::denorm_min();
+  const int64_t n = static_cast<int64_t>(values.size());
+  Allocator allocator;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<uint8_t> bytes(n * dtype_size(t));
+    for (int64_t i = 0; i < n; ++i) store_from_float(bytes.data(), t, i, values[i]);
+    absl::StatusOr<Buffer> device =
+        allocator.allocate(static_cast<int64_t>(bytes.size()), MemoryCategory::kWorkspace, Device::sim(0));
+    ASSERT_TRUE(device.ok()) << device.status();
+    ASSERT_TRUE(upload(bytes, 0, device->tensor(DType::kU8, {static_cast<int64_t>(bytes.size())})).ok());
+    for (int64_t numel : {n, int64_t{0}}) {
+      for (float divisor : {1.0f, 3.0f}) {
+        absl::StatusOr<SquareSum> cpu = exact_square_sum(Tensor(bytes.data(), t, {numel}), divisor);
+        absl::StatusOr<SquareSum> sim = exact_square_sum(device->tensor(t, {numel}), divisor);
+        ASSERT_TRUE(cpu.ok() && sim.ok()) << cpu.status() << sim.status();
+        std::vector<int32_t> cpu_wire(SquareSum::kWireInts), sim_wire(SquareSum::kWireInts);
+        cpu->to_wire(cpu_wire.data());
+        sim->to_wire(sim_wire.data());
+        EXPECT_EQ(sim_wire, cpu_wire) << t << " / " << divisor << ", " << numel << " elements";
+      }
+    }
+    values[n / 2] = std::numeric_limits<float>::infinity();  // the next dtype also checks the flags
+  }
+}
+
+}  // namespace
+}  // namespace zero
