@@ -95,7 +95,7 @@ absl::Status fill_zero(const Tensor& x) {
 #if ZERO_HAS_CUDA
   if (x.device().is_cuda()) return cuda::fill_zero(x.device().index, x.data(), static_cast<int64_t>(x.nbytes()));
 #endif
-  std::memset(x.data(), 0, x.nbytes());
+  if (x.nbytes() > 0) std::memset(x.data(), 0, x.nbytes());  // an empty tensor may have no memory (null)
   return absl::OkStatus();
 }
 
