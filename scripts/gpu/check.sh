@@ -113,12 +113,14 @@ phase_sanitize() {
   ensure_built
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  sanitize_cuda_tests() {  # tool, binary, the filter naming its CUDA tests
+    echo "== compute-sanitizer --tool $1 $2 ($3)"
+    ZERO_REQUIRE_GPU=1 timeout 120 "$sanitizer" --tool "$1" --error-exitcode 1 "$build/bin/$2" --gtest_filter="$3" \
+      --gtest_brief=1
+  }
   for tool in memcheck racecheck; do
-    for binary in kernels_test optim_cuda_test; do
-      echo "== compute-sanitizer --tool $tool $binary (its CUDA tests)"
-      ZERO_REQUIRE_GPU=1 timeout 120 "$sanitizer" --tool "$tool" --error-exitcode 1 \
-        "$build/bin/$binary" --gtest_filter='*Cuda*' --gtest_brief=1
-    done
+    sanitize_cuda_tests "$tool" kernels_test '*Cuda*'
+    sanitize_cuda_tests "$tool" optim_test '*/Cuda*'
   done
 }
 

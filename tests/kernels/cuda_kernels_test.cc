@@ -18,6 +18,7 @@ namespace {
 
 using testing::expect_near_all;
 using testing::kU32;
+using testing::cast_inputs;
 using testing::random_floats;
 using testing::view;
 
@@ -308,19 +309,6 @@ TEST_F(CudaKernels, AttentionMatchesCpu) {
       attention_backward(g_dinp, upload(dout, {b, t, c}), g_inp, upload(out, {b, t, c}), upload(lse, {b, nh, t}), nh)
           .ok());
   expect_near_all(download<float>(g_dinp), dinp, t * tol * hs, "dinp");
-}
-
-// Finite values across the ranges that round differently, plus the specials.
-std::vector<float> cast_inputs() {
-  std::vector<float> x = random_floats(4096, 23, -70000.0f, 70000.0f);
-  const std::vector<float> small = random_floats(4096, 24, -1e-4f, 1e-4f);  // fp16 subnormals
-  x.insert(x.end(), small.begin(), small.end());
-  for (float s : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, std::numeric_limits<float>::infinity(),
-                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                  std::numeric_limits<float>::denorm_min()}) {
-    x.push_back(s);
-  }
-  return x;
 }
 
 TEST_F(CudaKernels, CastsEqualCpuBitwise) {

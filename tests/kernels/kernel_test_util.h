@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +23,19 @@ inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = dist(gen);
   return v;
+}
+
+// Finite values across the ranges that round differently to bf16 and fp16, and the specials: the casts' inputs.
+inline std::vector<float> cast_inputs() {
+  std::vector<float> x = random_floats(4096, 23, -70000.0f, 70000.0f);
+  const std::vector<float> small = random_floats(4096, 24, -1e-4f, 1e-4f);  // fp16 subnormals
+  x.insert(x.end(), small.begin(), small.end());
+  for (float s : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::denorm_min()}) {
+    x.push_back(s);
+  }
+  return x;
 }
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }

@@ -16,6 +16,7 @@
 namespace zero::kernels {
 namespace {
 
+using testing::cast_inputs;
 using testing::random_floats;
 
 constexpr Device kSim = Device::sim(0);
@@ -160,19 +161,6 @@ TEST(SimKernels, AttentionEqualsCpuBitwise) {
           return s;
         });
   }
-}
-
-// Finite values across the ranges that round differently, and the specials.
-std::vector<float> cast_inputs() {
-  std::vector<float> x = random_floats(4096, 23, -70000.0f, 70000.0f);
-  const std::vector<float> small = random_floats(4096, 24, -1e-4f, 1e-4f);  // fp16 subnormals
-  x.insert(x.end(), small.begin(), small.end());
-  for (float s : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, std::numeric_limits<float>::infinity(),
-                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                  std::numeric_limits<float>::denorm_min()}) {
-    x.push_back(s);
-  }
-  return x;
 }
 
 TEST(SimKernels, CastsEqualCpuBitwise) {

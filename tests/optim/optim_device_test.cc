@@ -1,12 +1,12 @@
-// The optimizers on the simulated device give bitwise the CPU's parameters, state and half copies: there they run
-// the CPU loops as launches that declare what they touch, with LAMB/LARS's allreduce on the host between passes.
-// No GPU needed.
+// The optimizers and the exact square sum on a device against the CPU, bitwise: on the simulated device always, on
+// CUDA where a GPU is (the CUDA cases skip without one).
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +16,7 @@
 #include "runtime/comm/local.h"
 #include "runtime/device_memory.h"
 #include "runtime/status.h"
+#include "tests/skip_without_gpu.h"
 
 namespace zero {
 namespace {
@@ -23,7 +24,7 @@ namespace {
 using Factory = std::function<absl::StatusOr<std::unique_ptr<Optimizer>>(ShardLayout, Allocator&, Device)>;
 
 constexpr int kRanks = 3;
-constexpr int64_t kFlat = 200003;  // padded to 200004: every rank's shard spans several 2^16-element chunks
+constexpr int64_t kFlat = 300001;  // padded to 300003: every rank's shard spans several 2^16-element chunks
 constexpr int64_t kShard = (kFlat + kRanks - 1) / kRanks;
 constexpr int kSteps = 3;
 
@@ -54,12 +55,12 @@ absl::Status download(const Tensor& t, std::vector<T>& v, int64_t begin) {
   return copy_bytes(v.data() + begin, Device::cpu(), t.data(), t.device(), t.nbytes());
 }
 
-// Parameters that straddle ranks (LAMB/LARS norms need the allreduce), small ones, a gap that is never written, two
-// groups; padding grads are NaN, which no update may read.
+// Parameters that straddle ranks (LAMB/LARS norms need the allreduce), 60 small ones (more segments than one CUDA
+// launch takes), a gap that is never written, two groups; padding grads are NaN, which no update may read.
 absl::Status run_rank(const Factory& make, Device device, Communicator& comm, Trajectory& out) {
   std::vector<FlatParam> params = {{"a.weight", 0, 150000}, {"a.bias", 150000, 30}};
-  for (int i = 0; i < 20; ++i) params.push_back({absl::StrCat("h", i, ".weight"), 150040 + 100 * i, 100});
-  params.push_back({"b.weight", 152040, kFlat - 152040});
+  for (int i = 0; i < 60; ++i) params.push_back({absl::StrCat("h", i, ".weight"), 150040 + 100 * i, 100});
+  params.push_back({"b.weight", 156040, kFlat - 156040});
   std::vector<ParamGroup> groups = assign_decay_groups(params, 0.05f);
   groups[1].lr_scale = 0.25f;
   ZERO_ASSIGN_OR_RETURN(ShardLayout layout, ShardLayout::for_rank(params, groups, kFlat, comm.rank(), kRanks));
@@ -102,41 +103,61 @@ struct OptimizerCase {
 };
 void PrintTo(const OptimizerCase& c, std::ostream* os) { *os << c.name; }
 
-class SimMatchesCpu : public ::testing::TestWithParam<OptimizerCase> {};
+// Where the device side runs: the simulated device gives every rank a device of its own; CUDA's ranks share cuda:0.
+enum class Where { kSim, kCuda };
+Device device_of(Where where, int rank) { return where == Where::kSim ? Device::sim(rank) : Device::cuda(0); }
+std::string where_name(Where where) { return where == Where::kSim ? "Sim" : "Cuda"; }
 
-TEST_P(SimMatchesCpu, Bitwise) {
-  const Trajectory cpu = run(GetParam().make, [](int) { return Device::cpu(); });
-  const Trajectory sim = run(GetParam().make, [](int rank) { return Device::sim(rank); });
-  EXPECT_EQ(std::memcmp(cpu.params.data(), sim.params.data(), cpu.params.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(cpu.half.data(), sim.half.data(), cpu.half.size() * 2), 0);
+class DeviceMatchesCpu : public ::testing::TestWithParam<std::tuple<Where, OptimizerCase>> {};
+
+// Bitwise: the simulated device runs the CPU loops; the CUDA kernels call the CPU's element functions
+// (element_math.h), both sides built without FMA contraction (-ffp-contract=off, --fmad=false) with IEEE division
+// and sqrt, and the LAMB/LARS norms come from the same exact integer square sums (square_sum.h) whatever the order
+// of the device's atomics.
+TEST_P(DeviceMatchesCpu, Bitwise) {
+  const auto& [where, optimizer] = GetParam();
+  if (where == Where::kCuda) ZERO_SKIP_WITHOUT_GPU();
+  const Trajectory cpu = run(optimizer.make, [](int) { return Device::cpu(); });
+  const Trajectory dev = run(optimizer.make, [where](int rank) { return device_of(where, rank); });
+  EXPECT_EQ(std::memcmp(cpu.params.data(), dev.params.data(), cpu.params.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(cpu.half.data(), dev.half.data(), cpu.half.size() * 2), 0);
   for (int i = 0; i < kMaxState; ++i) {
-    EXPECT_EQ(std::memcmp(cpu.state[i].data(), sim.state[i].data(), cpu.state[i].size() * 4), 0) << "state " << i;
+    EXPECT_EQ(std::memcmp(cpu.state[i].data(), dev.state[i].data(), cpu.state[i].size() * 4), 0) << "state " << i;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Optimizers, SimMatchesCpu,
-    ::testing::Values(
-        OptimizerCase{"SgdNesterov",
-                      [](ShardLayout l, Allocator& a, Device d) {
-                        return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a, d);
-                      }},
-        OptimizerCase{"SgdWithoutState",
-                      [](ShardLayout l, Allocator& a, Device d) { return make_sgd({}, std::move(l), a, d); }},
-        OptimizerCase{"Adam",
-                      [](ShardLayout l, Allocator& a, Device d) {
-                        return make_adam({.decoupled_weight_decay = false}, std::move(l), a, d);
-                      }},
-        OptimizerCase{"AdamW", [](ShardLayout l, Allocator& a, Device d) { return make_adam({}, std::move(l), a, d); }},
-        OptimizerCase{"Lamb", [](ShardLayout l, Allocator& a, Device d) { return make_lamb({}, std::move(l), a, d); }},
-        OptimizerCase{"Lars", [](ShardLayout l, Allocator& a,
-                                 Device d) { return make_lars({.trust_coefficient = 0.02}, std::move(l), a, d); }}),
-    [](const ::testing::TestParamInfo<OptimizerCase>& info) { return std::string(info.param.name); });
+    Optimizers, DeviceMatchesCpu,
+    ::testing::Combine(
+        ::testing::Values(Where::kSim, Where::kCuda),
+        ::testing::Values(
+            OptimizerCase{"SgdNesterov",
+                          [](ShardLayout l, Allocator& a, Device d) {
+                            return make_sgd({.momentum = 0.9, .nesterov = true}, std::move(l), a, d);
+                          }},
+            OptimizerCase{"SgdWithoutState",
+                          [](ShardLayout l, Allocator& a, Device d) { return make_sgd({}, std::move(l), a, d); }},
+            OptimizerCase{"Adam",
+                          [](ShardLayout l, Allocator& a,
+                             Device d) { return make_adam({.decoupled_weight_decay = false}, std::move(l), a, d); }},
+            OptimizerCase{"AdamW",
+                          [](ShardLayout l, Allocator& a, Device d) { return make_adam({}, std::move(l), a, d); }},
+            OptimizerCase{"Lamb",
+                          [](ShardLayout l, Allocator& a, Device d) { return make_lamb({}, std::move(l), a, d); }},
+            OptimizerCase{"Lars",
+                          [](ShardLayout l, Allocator& a,
+                             Device d) { return make_lars({.trust_coefficient = 0.02}, std::move(l), a, d); }})),
+    [](const auto& info) { return where_name(std::get<0>(info.param)) + std::get<1>(info.param).name; });
 
 // The engine's gradient norm: the same exact integers as the CPU's in every dtype, specials included, and for an
-// empty tensor.
-TEST(ExactSquareSumSim, EqualsCpuBitwise) {
-  std::vector<float> values = normal_vector(3 * SquareBins::kMaxBinnedValues + 77, 9, 1e3f);
+// empty tensor. On CUDA over 512 chunks, so the device bins take more than one round trip.
+class DeviceSquareSum : public ::testing::TestWithParam<Where> {};
+
+TEST_P(DeviceSquareSum, EqualsCpuBitwise) {
+  const Where where = GetParam();
+  if (where == Where::kCuda) ZERO_SKIP_WITHOUT_GPU();
+  const int64_t chunks = where == Where::kCuda ? 513 : 3;
+  std::vector<float> values = normal_vector(chunks * SquareBins::kMaxBinnedValues + 77, 9, 1e3f);
   values.back() = std::numeric_limits<float>::denorm_min();
   const int64_t n = static_cast<int64_t>(values.size());
   Allocator allocator;
@@ -144,23 +165,26 @@ TEST(ExactSquareSumSim, EqualsCpuBitwise) {
     std::vector<uint8_t> bytes(n * dtype_size(t));
     for (int64_t i = 0; i < n; ++i) store_from_float(bytes.data(), t, i, values[i]);
     absl::StatusOr<Buffer> device =
-        allocator.allocate(static_cast<int64_t>(bytes.size()), MemoryCategory::kWorkspace, Device::sim(0));
+        allocator.allocate(static_cast<int64_t>(bytes.size()), MemoryCategory::kWorkspace, device_of(where, 0));
     ASSERT_TRUE(device.ok()) << device.status();
     ASSERT_TRUE(upload(bytes, 0, device->tensor(DType::kU8, {static_cast<int64_t>(bytes.size())})).ok());
     for (int64_t numel : {n, int64_t{0}}) {
       for (float divisor : {1.0f, 3.0f}) {
         absl::StatusOr<SquareSum> cpu = exact_square_sum(Tensor(bytes.data(), t, {numel}), divisor);
-        absl::StatusOr<SquareSum> sim = exact_square_sum(device->tensor(t, {numel}), divisor);
-        ASSERT_TRUE(cpu.ok() && sim.ok()) << cpu.status() << sim.status();
-        std::vector<int32_t> cpu_wire(SquareSum::kWireInts), sim_wire(SquareSum::kWireInts);
+        absl::StatusOr<SquareSum> on_device = exact_square_sum(device->tensor(t, {numel}), divisor);
+        ASSERT_TRUE(cpu.ok() && on_device.ok()) << cpu.status() << on_device.status();
+        std::vector<int32_t> cpu_wire(SquareSum::kWireInts), device_wire(SquareSum::kWireInts);
         cpu->to_wire(cpu_wire.data());
-        sim->to_wire(sim_wire.data());
-        EXPECT_EQ(sim_wire, cpu_wire) << t << " / " << divisor << ", " << numel << " elements";
+        on_device->to_wire(device_wire.data());
+        EXPECT_EQ(device_wire, cpu_wire) << t << " / " << divisor << ", " << numel << " elements";
       }
     }
     values[n / 2] = std::numeric_limits<float>::infinity();  // the next dtype also checks the flags
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(SimAndCuda, DeviceSquareSum, ::testing::Values(Where::kSim, Where::kCuda),
+                         [](const auto& info) { return where_name(info.param); });
 
 }  // namespace
 }  // namespace zero
