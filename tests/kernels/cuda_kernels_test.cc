@@ -16,9 +16,9 @@
 namespace zero::kernels {
 namespace {
 
+using testing::cast_inputs;
 using testing::expect_near_all;
 using testing::kU32;
-using testing::cast_inputs;
 using testing::random_floats;
 using testing::view;
 
