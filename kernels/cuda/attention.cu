@@ -154,8 +154,8 @@ absl::Status attention_forward(int device, float* out, float* lse, const float* 
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const Dims d{b, t, nh, hs};
   if (b * nh * t == 0) return absl::OkStatus();
-  attention_forward_kernel<<<row_blocks(b * nh * t), kThreads>>>(out, lse, inp, d, score_scale(hs));
-  return launched("attention_forward_kernel");
+  return launch_kernel(device, "attention_forward_kernel", attention_forward_kernel, row_blocks(b * nh * t), kThreads,
+                       out, lse, inp, d, score_scale(hs));
 }
 
 absl::Status attention_backward(int device, float* dinp, const float* dout, const float* inp, const float* out,
@@ -165,15 +165,16 @@ absl::Status attention_backward(int device, float* dinp, const float* dout, cons
   const Dims d{b, t, nh, hs};
   const int64_t rows = b * nh * t;
   if (rows == 0) return absl::OkStatus();
-  float* dsum = nullptr;  // D (B, NH, T)
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&dsum, rows * sizeof(float), 0));
-  attention_backward_query_kernel<<<row_blocks(rows), kThreads>>>(dinp, dsum, dout, inp, out, lse, d, score_scale(hs));
-  absl::Status status = launched("attention_backward_query_kernel");
+  const Stream stream = Stream::legacy(device);
+  ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(rows * sizeof(float), stream));
+  float* dsum = static_cast<float*>(scratch);  // D (B, NH, T)
+  absl::Status status = launch_kernel(device, "attention_backward_query_kernel", attention_backward_query_kernel,
+                                      row_blocks(rows), kThreads, dinp, dsum, dout, inp, out, lse, d, score_scale(hs));
   if (status.ok()) {
-    attention_backward_key_kernel<<<row_blocks(rows), kThreads>>>(dinp, dsum, dout, inp, lse, d, score_scale(hs));
-    status.Update(launched("attention_backward_key_kernel"));
+    status.Update(launch_kernel(device, "attention_backward_key_kernel", attention_backward_key_kernel,
+                                row_blocks(rows), kThreads, dinp, dsum, dout, inp, lse, d, score_scale(hs)));
   }
-  ZERO_CUDA_RETURN_IF_ERROR(cudaFreeAsync(dsum, 0));
+  ZERO_RETURN_IF_ERROR(cuda_api().free(dsum, stream));
   return status;
 }
 

@@ -46,8 +46,7 @@ absl::Status multiply_by(int device, void* x, DType dtype, int64_t n, float fact
 absl::Status fill_zero(int device, void* x, int64_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x, 0, static_cast<size_t>(nbytes), 0));
-  return absl::OkStatus();
+  return zero_on_legacy_stream(device, x, static_cast<size_t>(nbytes));
 }
 
 }  // namespace zero::kernels::cuda

@@ -39,21 +39,21 @@ absl::Status cast(int device, void* out, DType to, const void* inp, DType from, 
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
   if (from == to) {
-    ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, inp, n * dtype_size(from), cudaMemcpyDeviceToDevice, 0));
-    return absl::OkStatus();
+    return launch_on_legacy_stream(device, "cast", [&](cudaStream_t stream) {
+      return cuda_status(cudaMemcpyAsync(out, inp, n * dtype_size(from), cudaMemcpyDeviceToDevice, stream),
+                         "cudaMemcpyAsync");
+    });
   }
   if (from == DType::kF32 && is_half(to)) {
     const Stochastic sr = stochastic == nullptr
                               ? Stochastic{false, 0, 0, 0}
                               : Stochastic{true, stochastic->seed, stochastic->step, stochastic->index_offset};
-    narrow_kernel<<<blocks_for(n), kThreads>>>(static_cast<uint16_t*>(out), static_cast<const float*>(inp), n,
-                                               to == DType::kBF16, sr);
-    return launched("narrow_kernel");
+    return launch_kernel(device, "narrow_kernel", narrow_kernel, blocks_for(n), kThreads, static_cast<uint16_t*>(out),
+                         static_cast<const float*>(inp), n, to == DType::kBF16, sr);
   }
   if (is_half(from) && to == DType::kF32) {
-    widen_kernel<<<blocks_for(n), kThreads>>>(static_cast<float*>(out), static_cast<const uint16_t*>(inp), n,
-                                              from == DType::kBF16);
-    return launched("widen_kernel");
+    return launch_kernel(device, "widen_kernel", widen_kernel, blocks_for(n), kThreads, static_cast<float*>(out),
+                         static_cast<const uint16_t*>(inp), n, from == DType::kBF16);
   }
   return absl::InvalidArgumentError(absl::StrCat("cast: no CUDA cast from ", dtype_name(from), " to ", dtype_name(to)));
 }
@@ -61,8 +61,7 @@ absl::Status cast(int device, void* out, DType to, const void* inp, DType from, 
 absl::Status copy_to_host(int device, void* host, const void* src, int64_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, src, nbytes, cudaMemcpyDeviceToHost));
-  return absl::OkStatus();
+  return cuda_api().copy(host, src, static_cast<size_t>(nbytes));
 }
 
 }  // namespace zero::kernels::cuda

@@ -1,5 +1,5 @@
-// Shared by the kernel .cu files: launch geometry, the elementwise launch, warp reductions, deterministic column sums,
-// the current device.
+// Shared by the kernel .cu files: launch geometry, the elementwise launch (through cuda_api(), on the legacy default
+// stream), warp reductions, deterministic column sums.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/launch.cuh"
 #include "runtime/status.h"
 
 namespace zero::kernels::cuda {
@@ -21,20 +22,17 @@ inline int blocks_for(int64_t work, int threads = kThreads) {
   return static_cast<int>(std::clamp<int64_t>((work + threads - 1) / threads, 1, kMaxBlocks));
 }
 
-// The checked launch of one kernel: reports a bad configuration now, not at the next synchronizing call.
-inline absl::Status launched(const char* what) { return cuda_status(cudaGetLastError(), what); }
-
 #define ZERO_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
 
-// Makes `device` current, launches kernel(args..., n) over n elements on the default stream, restores the device.
-template <typename... Args>
-absl::Status launch_elementwise(int device, const char* name, void (*kernel)(Args...), int64_t n, auto... args) {
+// Makes `device` current, launches kernel(args..., n) over n elements on its legacy default stream, restores the
+// device.
+template <typename... Params>
+absl::Status launch_elementwise(int device, const char* name, void (*kernel)(Params...), int64_t n, auto... args) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  kernel<<<blocks_for(n), kThreads>>>(args..., n);
-  return launched(name);
+  return launch_kernel(device, name, kernel, blocks_for(n), kThreads, args..., n);
 }
 
 template <typename T>
@@ -75,11 +73,11 @@ struct MatrixElement {
   __device__ double operator()(int64_t r, int64_t col) const { return x[r * cols + col]; }
 };
 
+// On cuda:`device`'s legacy default stream; `device` is current.
 template <typename Term>
-absl::Status add_column_sums(int64_t rows, int64_t cols, float* out, Term term) {
-  const dim3 block(kWarp, kSumRows);
-  add_column_sums_kernel<<<static_cast<unsigned>((cols + kWarp - 1) / kWarp), block>>>(rows, cols, out, term);
-  return launched("add_column_sums_kernel");
+absl::Status add_column_sums(int device, int64_t rows, int64_t cols, float* out, Term term) {
+  return launch_kernel(device, "add_column_sums_kernel", add_column_sums_kernel<Term>,
+                       static_cast<unsigned>((cols + kWarp - 1) / kWarp), dim3(kWarp, kSumRows), rows, cols, out, term);
 }
 
 }  // namespace zero::kernels::cuda

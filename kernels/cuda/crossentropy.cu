@@ -76,18 +76,18 @@ absl::StatusOr<CrossEntropySums> crossentropy_forward_backward(int device, float
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return CrossEntropySums{};
-  void* rows = nullptr;  // row_loss (N) fp64, then row_correct (N) int32
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&rows, n * (sizeof(double) + sizeof(int32_t)), 0));
+  const Stream stream = Stream::legacy(device);
+  // row_loss (N) fp64, then row_correct (N) int32
+  ZERO_ASSIGN_OR_RETURN(void* rows, cuda_api().allocate(n * (sizeof(double) + sizeof(int32_t)), stream));
   double* row_loss = static_cast<double*>(rows);
   int32_t* row_correct = reinterpret_cast<int32_t*>(row_loss + n);
-  crossentropy_kernel<<<static_cast<unsigned>(n), kThreads>>>(dlogits, logits, targets, vocab, padded, scale, row_loss,
-                                                              row_correct);
+  absl::Status status = launch_kernel(device, "crossentropy_kernel", crossentropy_kernel, static_cast<unsigned>(n),
+                                      kThreads, dlogits, logits, targets, vocab, padded, scale, row_loss, row_correct);
   std::vector<double> loss(static_cast<size_t>(n));
   std::vector<int32_t> correct(static_cast<size_t>(n));
-  absl::Status status = launched("crossentropy_kernel");
   if (status.ok()) status.Update(copy_to_host(device, loss.data(), row_loss, n * sizeof(double)));
   if (status.ok()) status.Update(copy_to_host(device, correct.data(), row_correct, n * sizeof(int32_t)));
-  ZERO_CUDA_RETURN_IF_ERROR(cudaFreeAsync(rows, 0));
+  ZERO_RETURN_IF_ERROR(cuda_api().free(rows, stream));
   ZERO_RETURN_IF_ERROR(status);
   CrossEntropySums sums;
   for (int64_t r = 0; r < n; ++r) {

@@ -1,8 +1,8 @@
 // CUDA launchers behind kernels.h's dispatch: raw device pointers, arguments already checked by the caller.
 #pragma once
 
-// Every launcher makes `device` current, enqueues its kernels on that device's legacy default stream (the
-// nccl backend orders each collective after the work there with an event) and returns without waiting,
+// Every launcher makes `device` current, enqueues its kernels through cuda_api() on that device's legacy default
+// stream (the nccl backend orders each collective after the work there with an event) and returns without waiting,
 // except where it returns host values (crossentropy), which it waits for.
 // Shapes and semantics are those of the kernels.h function of the same name.
 

@@ -74,8 +74,8 @@ absl::Status embedding_forward(int device, float* out, const int32_t* tokens, co
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (b * t * c == 0) return absl::OkStatus();
-  embedding_forward_kernel<<<blocks_for(b * t * c), kThreads>>>(out, tokens, wte, wpe, b * t, t, c);
-  return launched("embedding_forward_kernel");
+  return launch_kernel(device, "embedding_forward_kernel", embedding_forward_kernel, blocks_for(b * t * c), kThreads,
+                       out, tokens, wte, wpe, b * t, t, c);
 }
 
 absl::Status embedding_backward(int device, float* dwte, float* dwpe, const float* dout, const int32_t* host_tokens,
@@ -84,22 +84,22 @@ absl::Status embedding_backward(int device, float* dwte, float* dwpe, const floa
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (b * t * c == 0) return absl::OkStatus();
   const TokenRows g = group_rows_by_token(host_tokens, b * t, vocab);
-  int32_t* packed = nullptr;
+  const Stream stream = Stream::legacy(device);
   const size_t bytes = g.packed.size() * sizeof(int32_t);
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&packed, bytes, 0));
+  ZERO_ASSIGN_OR_RETURN(void* packed, cuda_api().allocate(bytes, stream));
   // Synchronous, so g may go out of scope (an async copy from pageable memory is only "possibly" staged
   // by the time it returns); ordered on the legacy stream like the kernels.
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(packed, g.packed.data(), bytes, cudaMemcpyHostToDevice));
-  const int32_t* offsets = packed;
+  ZERO_RETURN_IF_ERROR(cuda_api().copy(packed, g.packed.data(), bytes));
+  const int32_t* offsets = static_cast<const int32_t*>(packed);
   const int32_t* tokens = offsets + g.unique + 1;
-  embedding_backward_wte_kernel<<<static_cast<unsigned>(g.unique), kThreads>>>(dwte, dout, offsets, tokens,
-                                                                               tokens + g.unique, c);
-  absl::Status status = launched("embedding_backward_wte_kernel");
+  absl::Status status =
+      launch_kernel(device, "embedding_backward_wte_kernel", embedding_backward_wte_kernel,
+                    static_cast<unsigned>(g.unique), kThreads, dwte, dout, offsets, tokens, tokens + g.unique, c);
   if (status.ok()) {
-    embedding_backward_wpe_kernel<<<blocks_for(t * c), kThreads>>>(dwpe, dout, b, t, c);
-    status.Update(launched("embedding_backward_wpe_kernel"));
+    status.Update(launch_kernel(device, "embedding_backward_wpe_kernel", embedding_backward_wpe_kernel,
+                                blocks_for(t * c), kThreads, dwpe, dout, b, t, c));
   }
-  ZERO_CUDA_RETURN_IF_ERROR(cudaFreeAsync(packed, 0));
+  ZERO_RETURN_IF_ERROR(cuda_api().free(packed, stream));
   return status;
 }
 

@@ -72,8 +72,8 @@ absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd,
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  layernorm_forward_kernel<<<row_blocks(n), kThreads>>>(out, mean, rstd, inp, weight, bias, n, c);
-  return launched("layernorm_forward_kernel");
+  return launch_kernel(device, "layernorm_forward_kernel", layernorm_forward_kernel, row_blocks(n), kThreads, out, mean,
+                       rstd, inp, weight, bias, n, c);
 }
 
 absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
@@ -82,10 +82,10 @@ absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* 
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  layernorm_backward_kernel<<<row_blocks(n), kThreads>>>(dinp, dout, inp, weight, mean, rstd, n, c);
-  ZERO_RETURN_IF_ERROR(launched("layernorm_backward_kernel"));
-  ZERO_RETURN_IF_ERROR(add_column_sums(n, c, dweight, DoutTimesXhat{dout, inp, mean, rstd, c}));
-  return add_column_sums(n, c, dbias, MatrixElement{dout, c});
+  ZERO_RETURN_IF_ERROR(launch_kernel(device, "layernorm_backward_kernel", layernorm_backward_kernel, row_blocks(n),
+                                     kThreads, dinp, dout, inp, weight, mean, rstd, n, c));
+  ZERO_RETURN_IF_ERROR(add_column_sums(device, n, c, dweight, DoutTimesXhat{dout, inp, mean, rstd, c}));
+  return add_column_sums(device, n, c, dbias, MatrixElement{dout, c});
 }
 
 }  // namespace zero::kernels::cuda

@@ -114,8 +114,8 @@ absl::Status matmul_forward(int device, float* out, const float* inp, const floa
   if (n == 0) return absl::OkStatus();
   ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   if (bias != nullptr) {
-    broadcast_rows_kernel<<<blocks_for(n * oc), kThreads>>>(out, bias, n, oc);
-    ZERO_RETURN_IF_ERROR(launched("broadcast_rows_kernel"));
+    ZERO_RETURN_IF_ERROR(launch_kernel(device, "broadcast_rows_kernel", broadcast_rows_kernel, blocks_for(n * oc),
+                                       kThreads, out, bias, n, oc));
   }
   // out (N, OC) = inp (N, C) · weight^T (C, OC) [+ out holding the bias]
   return gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, bias != nullptr ? 1.0f : 0.0f, out, oc);
@@ -134,7 +134,7 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
   ZERO_RETURN_IF_ERROR(gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, dweight, c));
   if (dbias == nullptr) return absl::OkStatus();
-  return add_column_sums(n, oc, dbias, MatrixElement{dout, oc});
+  return add_column_sums(device, n, oc, dbias, MatrixElement{dout, oc});
 }
 
 absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const void* inp, const void* weight,
@@ -153,23 +153,24 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
     const Bias* b = static_cast<const Bias*>(bias);
     if (out_dtype == DType::kF32) {
       // fp32 out: bias broadcast, then the GEMM adds the products to it in fp32 (beta = 1).
-      broadcast_widen_kernel<<<blocks_for(n * oc), kThreads>>>(static_cast<float*>(out), b, n, oc);
-      ZERO_RETURN_IF_ERROR(launched("broadcast_widen_kernel"));
+      ZERO_RETURN_IF_ERROR(launch_kernel(device, "broadcast_widen_kernel", broadcast_widen_kernel<Bias>,
+                                         blocks_for(n * oc), kThreads, static_cast<float*>(out), b, n, oc));
       return product(out, DType::kF32, 1.0f);
     }
     // Half out: the products in an fp32 scratch (stream-ordered on the default stream), bias added in fp32,
     // one rounding into out.
-    float* acc = nullptr;
-    ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&acc), n * oc * sizeof(float), 0));
+    const Stream stream = Stream::legacy(device);
+    ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(n * oc * sizeof(float), stream));
+    float* acc = static_cast<float*>(scratch);
     absl::Status s = product(acc, DType::kF32, 0.0f);
     if (s.ok()) {
-      s.Update(with_type(out_dtype, [&](auto* out_tag) -> absl::Status {
+      s.Update(with_type(out_dtype, [&](auto* out_tag) {
         using Out = Pointee<decltype(out_tag)>;
-        add_bias_narrow_kernel<<<blocks_for(n * oc), kThreads>>>(static_cast<Out*>(out), acc, b, n, oc);
-        return launched("add_bias_narrow_kernel");
+        return launch_kernel(device, "add_bias_narrow_kernel", add_bias_narrow_kernel<Out, Bias>, blocks_for(n * oc),
+                             kThreads, static_cast<Out*>(out), acc, b, n, oc);
       }));
     }
-    s.Update(cuda_status(cudaFreeAsync(acc, 0), "cudaFreeAsync(matmul scratch)"));  // freed on every path
+    s.Update(cuda_api().free(acc, stream));  // freed on every path, unless the device already failed
     return s;
   });
 }
@@ -192,12 +193,11 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void
   if (dbias == nullptr) return absl::OkStatus();
   return with_type(half, [&](auto* in_tag) {
     using In = Pointee<decltype(in_tag)>;
-    return with_type(dbias_dtype, [&](auto* out_tag) -> absl::Status {
+    return with_type(dbias_dtype, [&](auto* out_tag) {
       using Out = Pointee<decltype(out_tag)>;
-      const dim3 block(kWarp, kSumRows);
-      add_column_sums_typed_kernel<<<static_cast<unsigned>((oc + kWarp - 1) / kWarp), block>>>(
-          n, oc, static_cast<Out*>(dbias), static_cast<const In*>(dout));
-      return launched("add_column_sums_typed_kernel");
+      return launch_kernel(device, "add_column_sums_typed_kernel", add_column_sums_typed_kernel<In, Out>,
+                           static_cast<unsigned>((oc + kWarp - 1) / kWarp), dim3(kWarp, kSumRows), n, oc,
+                           static_cast<Out*>(dbias), static_cast<const In*>(dout));
     });
   });
 }

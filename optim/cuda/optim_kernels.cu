@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/half.cuh"
+#include "runtime/cuda/launch.cuh"
 #include "runtime/dtype_dispatch.h"
 #include "runtime/rounding.h"
 #include "runtime/status.h"
@@ -191,10 +192,11 @@ std::vector<Segment> segments_of(const ShardLayout& layout, const std::vector<fl
   return segments;
 }
 
-// Launches `launch(table, blocks, first)` once per kMaxSegments segments; `first` indexes the table's first
-// segment in `segments`.
+// Calls `launch(table, blocks, first)` (an absl::Status) once per kMaxSegments segments, then waits for cuda:`device`'s
+// legacy default stream; `first` indexes the table's first segment in `segments`.
 template <typename Coeffs, typename Launch>
-absl::Status for_each_table(const std::vector<Segment>& segments, const std::vector<Coeffs>& coeffs, Launch launch) {
+absl::Status for_each_table(int device, const std::vector<Segment>& segments, const std::vector<Coeffs>& coeffs,
+                            Launch launch) {
   if (coeffs.size() > kMaxGroups) {
     return absl::InvalidArgumentError(
         absl::StrCat("the CUDA optimizers take at most ", kMaxGroups, " parameter groups, got ", coeffs.size()));
@@ -206,11 +208,9 @@ absl::Status for_each_table(const std::vector<Segment>& segments, const std::vec
     std::copy(coeffs.begin(), coeffs.end(), t.coeffs);
     const int64_t span = t.segments[t.num_segments - 1].end - t.segments[0].begin;
     const int blocks = static_cast<int>(std::min<int64_t>((span + kThreads - 1) / kThreads, 65535));
-    launch(t, blocks, static_cast<int64_t>(first));
-    ZERO_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    ZERO_RETURN_IF_ERROR(launch(t, blocks, static_cast<int64_t>(first)));
   }
-  ZERO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(0));
-  return absl::OkStatus();
+  return cuda_api().synchronize(Stream::legacy(device));
 }
 
 // kSquareSlots device counters of at most kMaxBinnedValues values as the CPU's SquareBins.
@@ -222,21 +222,21 @@ SquareBins bins_of(const uint64_t* slots) {
   return b;
 }
 
-// Zeroes the bins, runs `launch(table, grid, first_chunk)` per table of chunks, and returns the bins as
-// SquareSums exactly as the CPU's SquareSum::add(SquareBins) builds them.
+// Zeroes the bins, runs `launch(table, grid, first_chunk)` (an absl::Status) per table of chunks, and returns the bins
+// as SquareSums exactly as the CPU's SquareSum::add(SquareBins) builds them.
 template <typename Coeffs, typename Launch>
-absl::StatusOr<ChunkSums> chunk_sums(const ShardLayout& layout, const std::vector<Coeffs>& coeffs, void* bins,
-                                     Launch launch) {
+absl::StatusOr<ChunkSums> chunk_sums(int device, const ShardLayout& layout, const std::vector<Coeffs>& coeffs,
+                                     void* bins, Launch launch) {
   const size_t chunks = layout.chunks().size();
   if (chunks == 0) return ChunkSums();
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(bins, 0, static_cast<size_t>(square_bins_bytes(layout))));
+  ZERO_RETURN_IF_ERROR(zero_on_legacy_stream(device, bins, static_cast<size_t>(square_bins_bytes(layout))));
   const std::vector<float> unused_scale(layout.params().size());  // one segment per chunk: bins are per chunk
   const std::vector<Segment> segments = segments_of(layout, &unused_scale);
-  ZERO_RETURN_IF_ERROR(for_each_table(segments, coeffs, [&](const Table<Coeffs>& t, int, int64_t first) {
-    launch(t, dim3(kSumTiles, t.num_segments), static_cast<unsigned long long*>(bins), first);
+  ZERO_RETURN_IF_ERROR(for_each_table(device, segments, coeffs, [&](const Table<Coeffs>& t, int, int64_t first) {
+    return launch(t, dim3(kSumTiles, t.num_segments), static_cast<unsigned long long*>(bins), first);
   }));
   std::vector<uint64_t> host(chunks * 2 * kSquareSlots);
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), bins, host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  ZERO_RETURN_IF_ERROR(cuda_api().copy(host.data(), bins, host.size() * sizeof(uint64_t)));
   ChunkSums sums(chunks);
   for (size_t k = 0; k < chunks; ++k) {
     for (int q = 0; q < 2; ++q) sums[k][q].add(bins_of(&host[(2 * k + q) * kSquareSlots]));
@@ -253,8 +253,7 @@ int64_t square_bins_bytes(const ShardLayout& layout) {
 absl::Status cuda_zero(int device, void* ptr, int64_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMemset(ptr, 0, static_cast<size_t>(nbytes)));
-  return absl::OkStatus();
+  return zero_on_legacy_stream(device, ptr, static_cast<size_t>(nbytes));
 }
 
 absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs, const ShardStep& s,
@@ -262,9 +261,11 @@ absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<S
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
-  return for_each_table(segments_of(layout, nullptr), coeffs, [&](const Table<SgdCoeffs>& t, int blocks, int64_t) {
-    sgd_kernel<<<blocks, kThreads>>>(t, s.params, s.grads, momentum_buffer, h);
-  });
+  return for_each_table(device, segments_of(layout, nullptr), coeffs,
+                        [&](const Table<SgdCoeffs>& t, int blocks, int64_t) {
+                          return launch_kernel(device, "sgd_kernel", sgd_kernel, blocks, kThreads, t, s.params, s.grads,
+                                               momentum_buffer, h);
+                        });
 }
 
 absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs, const ShardStep& s,
@@ -272,9 +273,11 @@ absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
-  return for_each_table(segments_of(layout, nullptr), coeffs, [&](const Table<AdamCoeffs>& t, int blocks, int64_t) {
-    adam_kernel<<<blocks, kThreads>>>(t, s.params, s.grads, exp_avg, exp_avg_sq, h);
-  });
+  return for_each_table(device, segments_of(layout, nullptr), coeffs,
+                        [&](const Table<AdamCoeffs>& t, int blocks, int64_t) {
+                          return launch_kernel(device, "adam_kernel", adam_kernel, blocks, kThreads, t, s.params,
+                                               s.grads, exp_avg, exp_avg_sq, h);
+                        });
 }
 
 }  // namespace zero::optim
@@ -285,9 +288,10 @@ absl::StatusOr<ChunkSums> lamb_sums_cuda(int device, const ShardLayout& layout, 
                                          const ShardStep& s, float* exp_avg, float* exp_avg_sq, void* bins) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return chunk_sums(layout, coeffs, bins,
+  return chunk_sums(device, layout, coeffs, bins,
                     [&](const Table<LambCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
-                      lamb_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads, exp_avg, exp_avg_sq);
+                      return launch_kernel(device, "lamb_sums_kernel", lamb_sums_kernel, grid, kThreads, t, b, first,
+                                           s.params, s.grads, exp_avg, exp_avg_sq);
                     });
 }
 
@@ -297,9 +301,10 @@ absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::v
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
-  return for_each_table(segments_of(layout, &param_scale), coeffs,
+  return for_each_table(device, segments_of(layout, &param_scale), coeffs,
                         [&](const Table<LambCoeffs>& t, int blocks, int64_t) {
-                          lamb_apply_kernel<<<blocks, kThreads>>>(t, s.params, exp_avg, exp_avg_sq, h);
+                          return launch_kernel(device, "lamb_apply_kernel", lamb_apply_kernel, blocks, kThreads, t,
+                                               s.params, exp_avg, exp_avg_sq, h);
                         });
 }
 
@@ -307,9 +312,10 @@ absl::StatusOr<ChunkSums> lars_sums_cuda(int device, const ShardLayout& layout, 
                                          const ShardStep& s, void* bins) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return chunk_sums(layout, coeffs, bins,
+  return chunk_sums(device, layout, coeffs, bins,
                     [&](const Table<LarsCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
-                      lars_sums_kernel<<<grid, kThreads>>>(t, b, first, s.params, s.grads);
+                      return launch_kernel(device, "lars_sums_kernel", lars_sums_kernel, grid, kThreads, t, b, first,
+                                           s.params, s.grads);
                     });
 }
 
@@ -318,9 +324,10 @@ absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::v
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
-  return for_each_table(segments_of(layout, &param_scale), coeffs,
+  return for_each_table(device, segments_of(layout, &param_scale), coeffs,
                         [&](const Table<LarsCoeffs>& t, int blocks, int64_t) {
-                          lars_apply_kernel<<<blocks, kThreads>>>(t, s.params, s.grads, momentum_buffer, h);
+                          return launch_kernel(device, "lars_apply_kernel", lars_apply_kernel, blocks, kThreads, t,
+                                               s.params, s.grads, momentum_buffer, h);
                         });
 }
 
@@ -332,16 +339,16 @@ absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, const void* x, DType
   if (chunks == 0) return sum;
   const int64_t per_launch = std::min(chunks, kSquareChunksPerLaunch);
   std::vector<uint64_t> host(static_cast<size_t>(per_launch * kSquareSlots));
-  unsigned long long* bins = nullptr;
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&bins, host.size() * sizeof(uint64_t), 0));
+  const Stream stream = Stream::legacy(device);
+  ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(host.size() * sizeof(uint64_t), stream));
+  auto* bins = static_cast<unsigned long long*>(scratch);
   // Bins chunks [first, first + count) on the device and adds them to `sum`.
   const auto add_chunks = [&](int64_t first, int64_t count) -> absl::Status {
-    visit_floating(dtype, [&](auto t) {
-      square_bins_kernel<decltype(t)::value><<<static_cast<unsigned>(count), kThreads>>>(x, divisor, n, first, bins);
-    });
-    ZERO_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    ZERO_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(host.data(), bins, count * kSquareSlots * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    ZERO_RETURN_IF_ERROR(visit_floating(dtype, [&](auto t) {
+      return launch_kernel(device, "square_bins_kernel", square_bins_kernel<decltype(t)::value>,
+                           static_cast<unsigned>(count), kThreads, x, divisor, n, first, bins);
+    }));
+    ZERO_RETURN_IF_ERROR(cuda_api().copy(host.data(), bins, count * kSquareSlots * sizeof(uint64_t)));
     for (int64_t k = 0; k < count; ++k) sum.add(bins_of(&host[k * kSquareSlots]));
     return absl::OkStatus();
   };
@@ -349,7 +356,7 @@ absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, const void* x, DType
   for (int64_t first = 0; first < chunks && s.ok(); first += per_launch) {
     s.Update(add_chunks(first, std::min(per_launch, chunks - first)));
   }
-  s.Update(cuda_status(cudaFreeAsync(bins, 0), "cudaFreeAsync(square bins)"));  // freed on every path
+  s.Update(cuda_api().free(bins, stream));  // freed on every path, unless the device already failed
   if (!s.ok()) return s;
   return sum;
 }

@@ -38,6 +38,26 @@ absl::StatusOr<cudaPointerAttributes> attributes(const void* ptr) {
   return attributes;
 }
 
+absl::StatusOr<cudaMemPool_t> default_pool(int device) {
+  cudaMemPool_t pool = nullptr;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, device));
+  return pool;
+}
+
+// Lets `peer` read and write the memory of `owner`'s pool, if it can reach `owner` at all.
+absl::Status grant_pool_access(int owner, int peer) {
+  int can_access = 0;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceCanAccessPeer(&can_access, peer, owner));
+  if (can_access == 0) return absl::OkStatus();  // NCCL then goes through its own buffers
+  ZERO_ASSIGN_OR_RETURN(cudaMemPool_t pool, default_pool(owner));
+  cudaMemAccessDesc access{};
+  access.location.type = cudaMemLocationTypeDevice;
+  access.location.id = peer;
+  access.flags = cudaMemAccessFlagsProtReadWrite;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAccess(pool, &access, 1));
+  return absl::OkStatus();
+}
+
 // CUDA stages pageable host memory and may copy it before cudaMemcpyAsync returns, outside the stream's order.
 absl::Status refuse_pageable(const void* ptr, absl::string_view side) {
   ZERO_ASSIGN_OR_RETURN(const cudaPointerAttributes found, attributes(ptr));
@@ -196,11 +216,14 @@ absl::Status CudaApi::synchronize_device(int device) {
   return remember(cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
 }
 
+// From the device's stream-ordered pool: a free then needs no device-wide synchronization, which cudaFree would
+// impose on every stream (communication included) each time the engine lets a bucket or gathered unit go.
 absl::StatusOr<void*> CudaApi::allocate(size_t bytes, Stream stream) {
   ZERO_RETURN_IF_ERROR(failure());
   ZERO_ASSIGN_OR_RETURN(cudaStream_t native_stream, native(stream));
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(stream.device));
+  ZERO_RETURN_IF_ERROR(configure_pool(stream.device));
   void* ptr = nullptr;
   const cudaError_t err = cudaMallocAsync(&ptr, bytes, native_stream);
   if (err == cudaErrorMemoryAllocation) {
@@ -268,6 +291,26 @@ absl::Status CudaApi::launch(Stream stream, KernelLaunch launch) {
   return remember(cuda_status(cudaGetLastError(), absl::StrCat("launch ", launch.name).c_str()));
 }
 
+absl::Status CudaApi::share_pool_memory(int a, int b) {
+  ZERO_RETURN_IF_ERROR(failure());
+  if (a == b) return absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(grant_pool_access(a, b));
+  return grant_pool_access(b, a);
+}
+
+// The pool keeps what is freed for reuse (release threshold UINT64_MAX), so it grows to about the most that was live
+// at once and stays: a step frees and allocates the same buckets and gathered units again, which the default
+// threshold of 0 would hand back to the driver at every synchronization to be mapped again.
+absl::Status CudaApi::configure_pool(int device) {
+  absl::MutexLock lock(&pools_mu_);
+  if (configured_pools_.contains(device)) return absl::OkStatus();
+  ZERO_ASSIGN_OR_RETURN(cudaMemPool_t pool, default_pool(device));
+  uint64_t keep_everything = UINT64_MAX;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+  configured_pools_.insert(device);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<cudaStream_t> CudaApi::native(Stream stream, bool take) {
   if (stream.id == 0) return cudaStreamLegacy;
   absl::MutexLock lock(&mu_);
@@ -291,7 +334,7 @@ absl::Status CudaApi::remember(absl::Status status) {
   return status;
 }
 
-DeviceApi& cuda_api() {
+CudaApi& cuda_api() {
   static auto* api = new CudaApi;
   return *api;
 }

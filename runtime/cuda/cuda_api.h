@@ -1,4 +1,5 @@
-// DeviceApi on CUDA: stream and event handles mapped to the runtime's own, errors as Status, failures sticky.
+// DeviceApi on CUDA: stream and event handles mapped to the runtime's own, memory from the devices' pools, errors as
+// Status, failures sticky.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/device_api.h"
 
@@ -50,6 +52,10 @@ class CudaApi final : public DeviceApi {
 
   absl::Status launch(Stream stream, KernelLaunch launch) override;
 
+  // Lets GPUs `a` and `b` read and write each other's pool memory (what allocate hands out), where the hardware
+  // allows it: see runtime/cuda/memory_pool.h.
+  absl::Status share_pool_memory(int a, int b);
+
  private:
   using Key = std::pair<int, uint64_t>;  // (device, id)
 
@@ -58,15 +64,18 @@ class CudaApi final : public DeviceApi {
   absl::StatusOr<cudaEvent_t> native(Event event, bool take = false);
   absl::Status failure() const;                // OK until device work failed
   absl::Status remember(absl::Status status);  // keeps the first failure; returns `status`
+  absl::Status configure_pool(int device);     // once per device, before its first allocation
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;  // 0 names the legacy default stream
   absl::flat_hash_map<Key, cudaStream_t> streams_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, cudaEvent_t> events_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex pools_mu_;
+  absl::flat_hash_set<int> configured_pools_ ABSL_GUARDED_BY(pools_mu_);
 };
 
 // The process-wide instance, never destroyed (the CUDA runtime may be unloaded before static destructors run).
-DeviceApi& cuda_api();
+CudaApi& cuda_api();
 
 }  // namespace zero

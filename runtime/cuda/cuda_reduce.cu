@@ -6,6 +6,7 @@
 #include "runtime/comm/collective.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/half.cuh"
+#include "runtime/cuda/launch.cuh"
 #include "runtime/status.h"
 
 namespace zero {
@@ -41,17 +42,19 @@ __global__ void reduce_float_kernel(Inputs in, int n, void* out, int64_t count, 
   }
 }
 
-__global__ void reduce_int32_kernel(Inputs in, int n, int32_t* out, int64_t count, ReduceOp op) {
+__global__ void reduce_int32_kernel(Inputs in, int n, void* out, int64_t count, ReduceOp op) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
     int32_t acc = static_cast<const int32_t*>(in.ptr[0])[i];
     for (int k = 1; k < n; ++k) acc = combine(acc, static_cast<const int32_t*>(in.ptr[k])[i], op);
-    out[i] = acc;
+    static_cast<int32_t*>(out)[i] = acc;
   }
 }
 
 }  // namespace
 
-// Runs on the calling thread's default stream (cudaStreamPerThread) and returns when the result is there.
+// Both run on the device's legacy default stream and return when the result is there. They ran on cudaStreamPerThread,
+// a blocking stream, which is ordered with the legacy stream both ways; all compute is on the legacy stream, so
+// running there and waiting for it gives the same order (the wait may also cover what other threads queue meanwhile).
 absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
                                        DType dtype, ReduceOp op) {
   if (inputs.size() > kMaxInputs) {
@@ -66,27 +69,26 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
   const int n = static_cast<int>(inputs.size());
   constexpr int kThreads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 4096));
-  cudaStream_t stream = cudaStreamPerThread;
+  void (*kernel)(Inputs, int, void*, int64_t, ReduceOp) = nullptr;
   switch (dtype) {
-    case DType::kF32: reduce_float_kernel<DType::kF32><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
-    case DType::kBF16: reduce_float_kernel<DType::kBF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
-    case DType::kF16: reduce_float_kernel<DType::kF16><<<blocks, kThreads, 0, stream>>>(in, n, out, count, op); break;
-    case DType::kI32:
-      reduce_int32_kernel<<<blocks, kThreads, 0, stream>>>(in, n, static_cast<int32_t*>(out), count, op);
-      break;
+    case DType::kF32: kernel = reduce_float_kernel<DType::kF32>; break;
+    case DType::kBF16: kernel = reduce_float_kernel<DType::kBF16>; break;
+    case DType::kF16: kernel = reduce_float_kernel<DType::kF16>; break;
+    case DType::kI32: kernel = reduce_int32_kernel; break;
     default: return absl::InvalidArgumentError(absl::StrCat("cannot reduce ", dtype_name(dtype)));
   }
-  ZERO_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  ZERO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(
+      launch_kernel(device.index, "reduce_in_rank_order", kernel, blocks, kThreads, in, n, out, count, op));
+  return cuda_api().synchronize(Stream::legacy(device.index));
 }
 
 absl::Status cuda_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device.index));
-  ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, cudaStreamPerThread));
-  ZERO_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamPerThread));
-  return absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(launch_on_legacy_stream(device.index, "copy_bytes", [&](cudaStream_t stream) {
+    return cuda_status(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
+  }));
+  return cuda_api().synchronize(Stream::legacy(device.index));
 }
 
 }  // namespace zero

@@ -1,5 +1,5 @@
-// The devices' stream-ordered memory pools, where the Allocator's CUDA memory comes from: their setup, and access
-// across GPUs.
+// Access across GPUs to the devices' stream-ordered memory pools, where the Allocator's CUDA memory comes from
+// (CudaApi sets them up and implements this).
 #pragma once
 
 #include "absl/status/status.h"
