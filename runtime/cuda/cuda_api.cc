@@ -275,10 +275,7 @@ absl::Status CudaApi::copy(void* dst, const void* src, size_t bytes) {
   CudaDeviceGuard guard;  // cudaMemcpy queues on the current device's legacy stream: make it the device involved
   const cudaPointerAttributes& device_side = to.type == cudaMemoryTypeDevice ? to : from;
   if (device_side.type == cudaMemoryTypeDevice) ZERO_RETURN_IF_ERROR(guard.set(device_side.device));
-  ZERO_RETURN_IF_ERROR(remember(cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy")));
-  if (to.type != cudaMemoryTypeDevice || from.type != cudaMemoryTypeDevice) return absl::OkStatus();
-  // Device to device, cudaMemcpy returns before the copy is done: wait, so it returns when done as promised.
-  return remember(cuda_status(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after cudaMemcpy"));
+  return remember(cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy"));
 }
 
 absl::Status CudaApi::launch(Stream stream, KernelLaunch launch) {
