@@ -250,7 +250,7 @@ absl::Status SimDevice::wait(Stream stream, Event event) {
   return absl::OkStatus();
 }
 
-absl::Status SimDevice::wait_for(const std::shared_ptr<Op>& op) {
+absl::Status SimDevice::wait_for(std::shared_ptr<Op> op) {
   if (op == nullptr) return error_;
   const auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return op->done; };
   mu_.Await(absl::Condition(&done));

@@ -104,8 +104,9 @@ class SimDevice final : public DeviceApi {
   absl::StatusOr<Side> side_of(const void* ptr, size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Op>> enqueue_copy(StreamState& stream, void* dst, const void* src, size_t bytes,
                                                    bool host_side_pageable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Blocks until `op` ran, then orders the calling host thread after it.
-  absl::Status wait_for(const std::shared_ptr<Op>& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Blocks until `op` ran, then orders the calling host thread after it. By value: the stream's tail or the
+  // event's record it was read from may change, or move, while the lock is released.
+  absl::Status wait_for(std::shared_ptr<Op> op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status violation(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void run_stream(StreamState* stream);
 

@@ -2,12 +2,19 @@
 // planted ordering bug by name (and missing it when switched off).
 #include "runtime/sim/sim_device.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/status.h"
@@ -271,6 +278,57 @@ TEST(SimDeviceTest, HostThreadsHaveTheirOwnCurrentDeviceAndSynchronizationOrders
   ASSERT_TRUE(sim->launch(s, fill(x, 8, 9)).ok());
   ASSERT_TRUE(sim->synchronize(s).ok());  // the host now orders the legacy stream's next copy after the fill
   EXPECT_EQ(read_back(*sim, x, 8), std::vector<float>(8, 9.0f));
+}
+
+// A launch writing nothing that runs until `go` is set: work another thread can still queue behind.
+KernelLaunch gated(float* out, const std::atomic<bool>& go) {
+  return {"gated", {{out, 4, true}}, [&go](const LaunchContext&) {
+            while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            return absl::OkStatus();
+          }};
+}
+
+// Whether thread `tid` of this process sleeps (in synchronize: nothing else it runs blocks).
+bool sleeping(pid_t tid) {
+  std::ifstream stat(absl::StrCat("/proc/self/task/", tid, "/stat"));
+  const std::string line(std::istreambuf_iterator<char>(stat), {});
+  const size_t name_end = line.rfind(')');  // the state follows the name in parentheses
+  return name_end != std::string::npos && line.substr(name_end + 2, 1) == "S";
+}
+
+TEST(SimDeviceTest, SynchronizeWaitsForTheWorkAsOfTheCallOnly) {
+  // cudaEventSynchronize and cudaStreamSynchronize wait for the record, or the work, there when they are called:
+  // what another thread queues meanwhile is not theirs to wait for.
+  for (const bool event : {true, false}) {
+    auto sim = make_sim();
+    const Stream a = new_stream(*sim, StreamFlags::kNonBlocking);
+    const Stream b = new_stream(*sim, StreamFlags::kNonBlocking);
+    float* x = device_floats(*sim, 1, a);
+    float* y = device_floats(*sim, 1, b);
+    std::atomic<bool> first = false, second = false, returned = false;
+    std::atomic<pid_t> tid = 0;
+    const Event e = sim->create_event(0).value();
+    ASSERT_TRUE(sim->launch(a, gated(x, first)).ok());
+    ASSERT_TRUE(sim->record(e, a).ok());
+    std::thread waiter([&] {
+      tid = gettid();
+      EXPECT_TRUE((event ? sim->synchronize(e) : sim->synchronize(a)).ok());
+      returned = true;
+    });
+    while (tid == 0 || !sleeping(tid)) std::this_thread::yield();  // it waits for the gated launch now
+    if (event) {
+      ASSERT_TRUE(sim->launch(b, gated(y, second)).ok());
+      ASSERT_TRUE(sim->record(e, b).ok());
+      for (int i = 0; i < 64; ++i) ASSERT_TRUE(sim->create_event(0).ok());  // the event table grows
+    } else {
+      ASSERT_TRUE(sim->launch(a, gated(x, second)).ok());
+    }
+    first = true;
+    for (int i = 0; i < 10000 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_TRUE(returned) << (event ? "synchronize(event)" : "synchronize(stream)") << " waits for later work";
+    second = true;
+    waiter.join();
+  }
 }
 
 }  // namespace
