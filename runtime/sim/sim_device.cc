@@ -250,11 +250,11 @@ absl::Status SimDevice::wait(Stream stream, Event event) {
   return absl::OkStatus();
 }
 
-absl::Status SimDevice::wait_for(std::shared_ptr<Op> op) {
+absl::Status SimDevice::wait_for(std::shared_ptr<Op> op, bool order_host) {
   if (op == nullptr) return error_;
   const auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return op->done; };
   mu_.Await(absl::Condition(&done));
-  host_thread().clock.join(op->clock);
+  if (order_host) host_thread().clock.join(op->clock);
   return error_;
 }
 
@@ -420,7 +420,11 @@ absl::Status SimDevice::copy(void* dst, const void* src, size_t bytes) {
   }
   StreamState& legacy = legacy_stream(to.on_device ? to.device : from.device);
   ZERO_ASSIGN_OR_RETURN(const std::shared_ptr<Op> op, enqueue_copy(legacy, dst, src, bytes, true));
-  return wait_for(op);
+  // cudaMemcpy returns once the copy is done only when it lands in host memory or comes from pinned memory; from
+  // pageable memory it returns once the bytes are staged, from device memory at once. It runs here before the
+  // call returns all the same (the caller's buffer is free again), but orders the host after it only as CUDA does.
+  const bool from_pinned = !from.on_device && from.block != 0;
+  return wait_for(op, /*order_host=*/!to.on_device || from_pinned);
 }
 
 absl::Status SimDevice::launch(Stream stream, KernelLaunch launch) {

@@ -40,7 +40,9 @@ struct SimOptions {
 // - the legacy default stream (id 0) waits for work queued before on the device's blocking streams, and
 //   blocking streams' later work waits for it; non-blocking streams are ordered by events only;
 // - wait(stream, event) orders after the event's latest record as of the call; copy() waits for the legacy
-//   stream only; a host synchronization orders the host thread after what it waited for;
+//   stream only; a host synchronization orders the host thread after what it waited for, and so does a copy()
+//   to host memory or from pinned memory (cudaMemcpy may return before one from pageable or device memory
+//   reached the device);
 // - each host thread has a current device; a launch's stream must be on it, its pointers on the stream's device;
 // - frees take effect when the stream reaches them; the block is then poisoned with NaN and quarantined.
 // Thread-safe. Destruction runs what was queued, joins the streams' threads and frees the pinned memory left.
@@ -104,9 +106,9 @@ class SimDevice final : public DeviceApi {
   absl::StatusOr<Side> side_of(const void* ptr, size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Op>> enqueue_copy(StreamState& stream, void* dst, const void* src, size_t bytes,
                                                    bool host_side_pageable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Blocks until `op` ran, then orders the calling host thread after it. By value: the stream's tail or the
-  // event's record it was read from may change, or move, while the lock is released.
-  absl::Status wait_for(std::shared_ptr<Op> op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Blocks until `op` ran, then orders the calling host thread after it unless `order_host` is false. By value:
+  // the stream's tail or the event's record it was read from may change, or move, while the lock is released.
+  absl::Status wait_for(std::shared_ptr<Op> op, bool order_host = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status violation(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void run_stream(StreamState* stream);
 

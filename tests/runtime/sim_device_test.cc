@@ -331,5 +331,34 @@ TEST(SimDeviceTest, SynchronizeWaitsForTheWorkAsOfTheCallOnly) {
   }
 }
 
+TEST(SimDeviceTest, ACopyToDeviceMemoryOrdersTheHostOnlyFromPinnedMemory) {
+  // cudaMemcpy may return before a copy from pageable memory, or from device memory, reached its destination
+  // (only the staging is done, or nothing is): a non-blocking stream reading it must wait for the legacy stream.
+  for (const std::string source : {"pinned", "pageable", "device"}) {
+    SCOPED_TRACE(source);
+    auto sim = make_sim();
+    const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+    float* x = device_floats(*sim, 4);
+    float* y = device_floats(*sim, 4);
+    float* z = device_floats(*sim, 4);
+    float pageable[4] = {1, 2, 3, 4};
+    void* pinned = sim->allocate_pinned(16).value();
+    std::memcpy(pinned, pageable, 16);
+    ASSERT_TRUE(sim->copy(z, pageable, 16).ok());
+    ASSERT_TRUE(sim->synchronize_device(0).ok());  // the allocations and z, before s uses them
+    const void* from = source == "pinned" ? pinned : source == "pageable" ? pageable : z;
+    ASSERT_TRUE(sim->copy(x, from, 16).ok());
+    const absl::Status read = sim->launch(s, add_one(y, x, 4));
+    if (source == "pinned") {
+      EXPECT_TRUE(read.ok()) << read;
+      ASSERT_TRUE(sim->synchronize(s).ok());
+      EXPECT_EQ(read_back(*sim, y, 4), std::vector<float>({2, 3, 4, 5}));
+    } else {
+      EXPECT_THAT(read.ToString(), AllOf(HasSubstr("launch 'add_one' on sim:0 stream 1 (#1) reads bytes [0, 16)"),
+                                         HasSubstr("not ordered after copy of 16 bytes on sim:0 legacy stream")));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zero::sim
