@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +61,14 @@ class SimLaunchContext final : public LaunchContext {
 
 bool is_legacy_ordered(StreamFlags flags) { return flags == StreamFlags::kBlocking; }
 
+// The calling thread, never reused: a std::thread::id is, once its thread ended, and a new thread must start on
+// device 0 ordered after nothing, not inherit an ended thread's device and clock.
+uint64_t this_thread_serial() {
+  static std::atomic<uint64_t> next{0};
+  thread_local const uint64_t serial = next++;
+  return serial;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SimDevice>> SimDevice::create(SimOptions options) {
@@ -90,7 +99,7 @@ SimDevice::~SimDevice() {
 // --- Threads, devices, streams and events --------------------------------------------------------------
 
 SimDevice::HostThread& SimDevice::host_thread() {
-  auto [it, inserted] = hosts_.try_emplace(std::this_thread::get_id());
+  auto [it, inserted] = hosts_.try_emplace(this_thread_serial());
   if (inserted) it->second.agent = next_agent_++;
   return it->second;
 }
@@ -110,7 +119,7 @@ absl::Status SimDevice::set_current_device(int device) {
 
 int SimDevice::current_device() const {
   absl::MutexLock lock(&mu_);
-  const auto it = hosts_.find(std::this_thread::get_id());
+  const auto it = hosts_.find(this_thread_serial());
   return it == hosts_.end() ? 0 : it->second.device;
 }
 

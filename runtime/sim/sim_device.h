@@ -120,7 +120,7 @@ class SimDevice final : public DeviceApi {
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // the first failed operation's, sticky
   Agent next_agent_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<std::thread::id, HostThread> hosts_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, HostThread> hosts_ ABSL_GUARDED_BY(mu_);                      // by this_thread_serial()
   absl::flat_hash_map<uint64_t, std::unique_ptr<StreamState>> streams_ ABSL_GUARDED_BY(mu_);  // by id
   std::vector<std::unique_ptr<StreamState>> destroyed_ ABSL_GUARDED_BY(mu_);                  // joined at destruction
   absl::flat_hash_map<int, uint64_t> legacy_ids_ ABSL_GUARDED_BY(mu_);  // device -> its legacy stream

@@ -360,5 +360,17 @@ TEST(SimDeviceTest, ACopyToDeviceMemoryOrdersTheHostOnlyFromPinnedMemory) {
   }
 }
 
+TEST(SimDeviceTest, ANewHostThreadStartsOnDeviceZero) {
+  // As with cudaSetDevice: a thread's current device (and what it synchronized with) is its own, never that of an
+  // ended thread whose std::thread::id it happens to get.
+  auto sim = make_sim();
+  for (int i = 0; i < 20; ++i) {
+    std::thread([&] { ASSERT_TRUE(sim->set_current_device(3).ok()); }).join();
+    int seen = -1;
+    std::thread([&] { seen = sim->current_device(); }).join();
+    ASSERT_EQ(seen, 0) << "thread " << i;
+  }
+}
+
 }  // namespace
 }  // namespace zero::sim
