@@ -311,8 +311,9 @@ absl::StatusOr<void*> SimDevice::allocate(size_t bytes, Stream stream) {
   absl::MutexLock lock(&mu_);
   ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
   ZERO_ASSIGN_OR_RETURN(const Block block, memory_.allocate(bytes, stream.device));
-  // The allocation is a write on `stream`: another stream's use must be ordered after it.
-  const Touch whole{block.base, block.base, block.base + bytes, true};
+  // The allocation is a write on `stream`: another stream's use must be ordered after it, in all of the block
+  // (its bytes rounded up), which launches and copies may reach.
+  const Touch whole{block.base, block.base, block.base + block.bytes, true};
   absl::StatusOr<std::shared_ptr<Op>> op = enqueue(*s, absl::StrCat("allocate of ", bytes, " bytes"), {whole}, nullptr);
   if (!op.ok()) {
     memory_.retire(block.base);

@@ -372,5 +372,17 @@ TEST(SimDeviceTest, ANewHostThreadStartsOnDeviceZero) {
   }
 }
 
+TEST(SimDeviceTest, TheAllocationWritesItsWholeBlock) {
+  // A launch may reach all of the block (its bytes rounded up to 256): another stream must be ordered after the
+  // allocation there too.
+  auto sim = make_sim();
+  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+  float* x = device_floats(*sim, 4);
+  EXPECT_THAT(sim->launch(s, fill(x + 32, 32, 1)).ToString(),
+              AllOf(HasSubstr("launch 'fill' on sim:0 stream 1 (#1) writes bytes [128, 256)"),
+                    HasSubstr("not ordered after allocate of 16 bytes on sim:0 legacy stream (#1), which writes "
+                              "bytes [0, 256)")));
+}
+
 }  // namespace
 }  // namespace zero::sim
