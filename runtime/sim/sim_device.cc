@@ -48,7 +48,9 @@ class SimLaunchContext final : public LaunchContext {
     const auto p = reinterpret_cast<uintptr_t>(device_ptr);
     for (const Access& a : accesses_) {
       const auto begin = reinterpret_cast<uintptr_t>(a.ptr);
-      if (begin <= p && p + bytes <= begin + a.bytes) return reinterpret_cast<void*>(p + alias_shift_);
+      if (begin <= p && p - begin <= a.bytes && bytes <= a.bytes - (p - begin)) {  // p + bytes may wrap
+        return reinterpret_cast<void*>(p + alias_shift_);
+      }
     }
     return absl::FailedPreconditionError(absl::StrCat("a launch body reached ", bytes, " bytes at 0x", absl::Hex(p),
                                                       ", which its launch did not declare"));
@@ -344,7 +346,8 @@ absl::Status SimDevice::free(void* ptr, Stream stream) {
 }
 
 absl::StatusOr<void*> SimDevice::allocate_pinned(size_t bytes) {
-  void* ptr = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  void* ptr = rounded < bytes ? nullptr : std::aligned_alloc(256, rounded);  // rounding up wrapped: too large
   if (ptr == nullptr) return absl::ResourceExhaustedError(absl::StrCat("pinned host memory: ", bytes, " bytes"));
   absl::MutexLock lock(&mu_);
   pinned_[reinterpret_cast<uintptr_t>(ptr)] = bytes;

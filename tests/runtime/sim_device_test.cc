@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -382,6 +383,22 @@ TEST(SimDeviceTest, TheAllocationWritesItsWholeBlock) {
               AllOf(HasSubstr("launch 'fill' on sim:0 stream 1 (#1) writes bytes [128, 256)"),
                     HasSubstr("not ordered after allocate of 16 bytes on sim:0 legacy stream (#1), which writes "
                               "bytes [0, 256)")));
+}
+
+TEST(SimDeviceTest, SizesThatWrapAroundAreRefused) {
+  // n * 4 for n = -1 is 2^64 - 4: rounded up to 256 it wraps to 0, and added to an address it wraps below it.
+  auto sim = make_sim();
+  const absl::StatusOr<void*> device = sim->allocate(SIZE_MAX - 3, Stream::legacy(0));
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kResourceExhausted) << device.status();
+  const absl::StatusOr<void*> pinned = sim->allocate_pinned(SIZE_MAX - 3);
+  EXPECT_EQ(pinned.status().code(), absl::StatusCode::kResourceExhausted) << pinned.status();
+  float* x = device_floats(*sim, 4);
+  EXPECT_THAT(sim->launch(Stream::legacy(0), {"huge", {{x, SIZE_MAX - 3, true}}, nullptr}).ToString(),
+              HasSubstr("which is not inside a live allocation of the device"));
+  KernelLaunch reaching = fill(x, 4, 1);
+  reaching.body = [x](const LaunchContext& ctx) { return ctx.host_pointer(x + 1, SIZE_MAX - 3).status(); };
+  ASSERT_TRUE(sim->launch(Stream::legacy(0), std::move(reaching)).ok());
+  EXPECT_THAT(sim->synchronize_device(0).ToString(), HasSubstr("which its launch did not declare"));
 }
 
 }  // namespace
