@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/splitmix64.h"
@@ -32,6 +33,7 @@ struct SimDevice::StreamState {
   std::shared_ptr<Op> tail;  // the last operation queued
   std::deque<std::shared_ptr<Op>> queue;
   bool stopping = false;
+  bool ended = false;  // its worker returned, or is about to with nothing left to do: join it
   uint64_t draws = 0;  // delays drawn so far
   std::thread worker;
   bool is_legacy() const { return handle.id == 0; }
@@ -167,12 +169,19 @@ absl::StatusOr<SimDevice::StreamState*> SimDevice::stream_state(Stream stream) {
 }
 
 absl::Status SimDevice::destroy_stream(Stream stream) {
-  absl::MutexLock lock(&mu_);
-  ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
-  if (s->is_legacy()) return absl::InvalidArgumentError("the legacy default stream cannot be destroyed");
-  s->stopping = true;  // its worker runs what is queued, then ends
-  destroyed_.push_back(std::move(streams_[stream.id]));
-  streams_.erase(stream.id);
+  std::vector<std::unique_ptr<StreamState>> ended;  // destroyed before, and their workers returned: joined here
+  {
+    absl::MutexLock lock(&mu_);
+    ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
+    if (s->is_legacy()) return absl::InvalidArgumentError("the legacy default stream cannot be destroyed");
+    s->stopping = true;  // its worker runs what is queued, then ends
+    const auto running = std::partition(destroyed_.begin(), destroyed_.end(), [](const auto& d) { return d->ended; });
+    ended.assign(std::make_move_iterator(destroyed_.begin()), std::make_move_iterator(running));
+    destroyed_.erase(destroyed_.begin(), running);
+    destroyed_.push_back(std::move(streams_[stream.id]));
+    streams_.erase(stream.id);
+  }
+  for (const auto& d : ended) d->worker.join();
   return absl::OkStatus();
 }
 
@@ -482,7 +491,10 @@ void SimDevice::run_stream(StreamState* stream) {
       absl::MutexLock lock(&mu_);
       const auto has_work = [stream] { return stream->stopping || !stream->queue.empty(); };
       mu_.Await(absl::Condition(&has_work));
-      if (stream->queue.empty()) return;  // stopping, and everything ran
+      if (stream->queue.empty()) {  // stopping, and everything ran
+        stream->ended = true;
+        return;
+      }
       op = std::move(stream->queue.front());
       stream->queue.pop_front();
       const auto ready = [&op]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

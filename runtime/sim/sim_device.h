@@ -122,8 +122,8 @@ class SimDevice final : public DeviceApi {
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, HostThread> hosts_ ABSL_GUARDED_BY(mu_);                      // by this_thread_serial()
   absl::flat_hash_map<uint64_t, std::unique_ptr<StreamState>> streams_ ABSL_GUARDED_BY(mu_);  // by id
-  std::vector<std::unique_ptr<StreamState>> destroyed_ ABSL_GUARDED_BY(mu_);                  // joined at destruction
-  absl::flat_hash_map<int, uint64_t> legacy_ids_ ABSL_GUARDED_BY(mu_);  // device -> its legacy stream
+  std::vector<std::unique_ptr<StreamState>> destroyed_ ABSL_GUARDED_BY(mu_);  // joined once ended, or at destruction
+  absl::flat_hash_map<int, uint64_t> legacy_ids_ ABSL_GUARDED_BY(mu_);        // device -> its legacy stream
   absl::flat_hash_map<uint64_t, std::pair<int, std::shared_ptr<Op>>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uintptr_t, size_t> pinned_ ABSL_GUARDED_BY(mu_);  // base -> bytes
   std::vector<void*> unordered_pinned_frees_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 // planted ordering bug by name (and missing it when switched off).
 #include "runtime/sim/sim_device.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -399,6 +400,29 @@ TEST(SimDeviceTest, SizesThatWrapAroundAreRefused) {
   reaching.body = [x](const LaunchContext& ctx) { return ctx.host_pointer(x + 1, SIZE_MAX - 3).status(); };
   ASSERT_TRUE(sim->launch(Stream::legacy(0), std::move(reaching)).ok());
   EXPECT_THAT(sim->synchronize_device(0).ToString(), HasSubstr("which its launch did not declare"));
+}
+
+size_t virtual_memory_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("VmSize:")) return std::stoul(line.substr(7));
+  }
+  return 0;
+}
+
+TEST(SimDeviceTest, ADestroyedStreamsThreadIsJoinedOnceItsWorkRan) {
+  // A program making a stream per step must not keep a thread (and its stack) per step until the device goes.
+  mallopt(M_ARENA_MAX, 1);  // new threads' malloc arenas (64 MiB of address space each) would hide what is measured
+  auto sim = make_sim();
+  const size_t before = virtual_memory_kib();
+  const auto churn = [&] { ASSERT_TRUE(sim->destroy_stream(new_stream(*sim, StreamFlags::kNonBlocking)).ok()); };
+  for (int i = 0; i < 100; ++i) churn();
+  // A worker ends a moment after its stream is destroyed, and a later destroy_stream joins it.
+  for (int i = 0; i < 1000 && virtual_memory_kib() > before + 100 * 1024; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    churn();
+  }
+  EXPECT_LE(virtual_memory_kib(), before + 100 * 1024) << "KiB before: " << before;
 }
 
 }  // namespace
