@@ -421,7 +421,7 @@ absl::StatusOr<std::shared_ptr<SimDevice::Op>> SimDevice::enqueue_copy(StreamSta
   const void* const in = from.on_device ? memory_.alias(src) : src;
   return enqueue(stream, absl::StrCat(host_side_pageable ? "copy" : "copy_async", " of ", bytes, " bytes"), touches,
                  [out, in, bytes] {
-                   std::memmove(out, in, bytes);
+                   if (bytes > 0) std::memmove(out, in, bytes);  // an empty tensor's pointer may be null
                    return absl::OkStatus();
                  });
 }
@@ -437,7 +437,7 @@ absl::Status SimDevice::copy(void* dst, const void* src, size_t bytes) {
   ZERO_ASSIGN_OR_RETURN(const Side to, side_of(dst, bytes));
   ZERO_ASSIGN_OR_RETURN(const Side from, side_of(src, bytes));
   if (!to.on_device && !from.on_device) {
-    std::memmove(dst, src, bytes);
+    if (bytes > 0) std::memmove(dst, src, bytes);
     return absl::OkStatus();
   }
   StreamState& legacy = legacy_stream(to.on_device ? to.device : from.device);
