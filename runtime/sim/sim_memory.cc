@@ -92,7 +92,10 @@ void SimMemory::quarantine(const Block& block) {
   std::memset(alias(reinterpret_cast<void*>(block.base)), kPoison, block.bytes);
   quarantined_.push_back(block);
   quarantined_bytes_ += block.bytes;
-  while (quarantined_bytes_ > quarantine_limit_) release_oldest();
+  // Each block waits until quarantine_bytes of later frees are behind it, however large it is itself.
+  while (!quarantined_.empty() && quarantined_bytes_ - quarantined_.front().bytes >= quarantine_limit_) {
+    release_oldest();
+  }
 }
 
 void SimMemory::release_oldest() {

@@ -434,5 +434,18 @@ TEST(SimDeviceTest, ACopyOfNoBytesMayNameNullPointers) {
   EXPECT_TRUE(sim->copy(nullptr, nullptr, 0).ok());
 }
 
+TEST(SimDeviceTest, ABlockLargerThanTheQuarantineStillWaitsBehindLaterFrees) {
+  // ZeRO's flat buffers are larger than the quarantine: freed, one must not come straight back as the next tensor.
+  auto sim = make_sim({.quarantine_bytes = 1 << 20});
+  float* big = device_floats(*sim, 1 << 19);  // 2 MiB
+  ASSERT_TRUE(sim->free(big, Stream::legacy(0)).ok());
+  ASSERT_TRUE(sim->synchronize_device(0).ok());
+  float* next = device_floats(*sim, 1 << 19);
+  EXPECT_NE(next, big);
+  ASSERT_TRUE(sim->free(next, Stream::legacy(0)).ok());  // 2 MiB of later frees: `big` may come back now
+  ASSERT_TRUE(sim->synchronize_device(0).ok());
+  EXPECT_EQ(device_floats(*sim, 1 << 19), big);
+}
+
 }  // namespace
 }  // namespace zero::sim
