@@ -104,8 +104,10 @@ class DeviceApi {
 
   // Copies in any direction, ordered on `stream`; host memory must be pinned.
   virtual absl::Status copy_async(void* dst, const void* src, size_t bytes, Stream stream) = 0;
-  // cudaMemcpy: queued on the legacy default stream of the device involved, and returns when done. It waits
-  // for the legacy stream (and so for blocking streams), never for non-blocking ones.
+  // cudaMemcpy: queued on the legacy default stream of the device involved. It waits for the legacy stream (and
+  // so for blocking streams), never for non-blocking ones. It returns when done if the destination is host memory
+  // or the source pinned; from pageable or device memory to the device it may return before the bytes landed,
+  // so other streams reading them still wait for the legacy stream.
   virtual absl::Status copy(void* dst, const void* src, size_t bytes) = 0;
 
   virtual absl::Status launch(Stream stream, KernelLaunch launch) = 0;

@@ -5,9 +5,11 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/splitmix64.h"
@@ -31,6 +33,7 @@ struct SimDevice::StreamState {
   std::shared_ptr<Op> tail;  // the last operation queued
   std::deque<std::shared_ptr<Op>> queue;
   bool stopping = false;
+  bool ended = false;  // its worker returned, or is about to with nothing left to do: join it
   uint64_t draws = 0;  // delays drawn so far
   std::thread worker;
   bool is_legacy() const { return handle.id == 0; }
@@ -47,7 +50,9 @@ class SimLaunchContext final : public LaunchContext {
     const auto p = reinterpret_cast<uintptr_t>(device_ptr);
     for (const Access& a : accesses_) {
       const auto begin = reinterpret_cast<uintptr_t>(a.ptr);
-      if (begin <= p && p + bytes <= begin + a.bytes) return reinterpret_cast<void*>(p + alias_shift_);
+      if (begin <= p && p - begin <= a.bytes && bytes <= a.bytes - (p - begin)) {  // p + bytes may wrap
+        return reinterpret_cast<void*>(p + alias_shift_);
+      }
     }
     return absl::FailedPreconditionError(absl::StrCat("a launch body reached ", bytes, " bytes at 0x", absl::Hex(p),
                                                       ", which its launch did not declare"));
@@ -59,6 +64,14 @@ class SimLaunchContext final : public LaunchContext {
 };
 
 bool is_legacy_ordered(StreamFlags flags) { return flags == StreamFlags::kBlocking; }
+
+// The calling thread, never reused: a std::thread::id is, once its thread ended, and a new thread must start on
+// device 0 ordered after nothing, not inherit an ended thread's device and clock.
+uint64_t this_thread_serial() {
+  static std::atomic<uint64_t> next{0};
+  thread_local const uint64_t serial = next++;
+  return serial;
+}
 
 }  // namespace
 
@@ -90,7 +103,7 @@ SimDevice::~SimDevice() {
 // --- Threads, devices, streams and events --------------------------------------------------------------
 
 SimDevice::HostThread& SimDevice::host_thread() {
-  auto [it, inserted] = hosts_.try_emplace(std::this_thread::get_id());
+  auto [it, inserted] = hosts_.try_emplace(this_thread_serial());
   if (inserted) it->second.agent = next_agent_++;
   return it->second;
 }
@@ -110,7 +123,7 @@ absl::Status SimDevice::set_current_device(int device) {
 
 int SimDevice::current_device() const {
   absl::MutexLock lock(&mu_);
-  const auto it = hosts_.find(std::this_thread::get_id());
+  const auto it = hosts_.find(this_thread_serial());
   return it == hosts_.end() ? 0 : it->second.device;
 }
 
@@ -156,12 +169,19 @@ absl::StatusOr<SimDevice::StreamState*> SimDevice::stream_state(Stream stream) {
 }
 
 absl::Status SimDevice::destroy_stream(Stream stream) {
-  absl::MutexLock lock(&mu_);
-  ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
-  if (s->is_legacy()) return absl::InvalidArgumentError("the legacy default stream cannot be destroyed");
-  s->stopping = true;  // its worker runs what is queued, then ends
-  destroyed_.push_back(std::move(streams_[stream.id]));
-  streams_.erase(stream.id);
+  std::vector<std::unique_ptr<StreamState>> ended;  // destroyed before, and their workers returned: joined here
+  {
+    absl::MutexLock lock(&mu_);
+    ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
+    if (s->is_legacy()) return absl::InvalidArgumentError("the legacy default stream cannot be destroyed");
+    s->stopping = true;  // its worker runs what is queued, then ends
+    const auto running = std::partition(destroyed_.begin(), destroyed_.end(), [](const auto& d) { return d->ended; });
+    ended.assign(std::make_move_iterator(destroyed_.begin()), std::make_move_iterator(running));
+    destroyed_.erase(destroyed_.begin(), running);
+    destroyed_.push_back(std::move(streams_[stream.id]));
+    streams_.erase(stream.id);
+  }
+  for (const auto& d : ended) d->worker.join();
   return absl::OkStatus();
 }
 
@@ -250,11 +270,11 @@ absl::Status SimDevice::wait(Stream stream, Event event) {
   return absl::OkStatus();
 }
 
-absl::Status SimDevice::wait_for(const std::shared_ptr<Op>& op) {
+absl::Status SimDevice::wait_for(std::shared_ptr<Op> op, bool order_host) {
   if (op == nullptr) return error_;
   const auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return op->done; };
   mu_.Await(absl::Condition(&done));
-  host_thread().clock.join(op->clock);
+  if (order_host) host_thread().clock.join(op->clock);
   return error_;
 }
 
@@ -302,8 +322,9 @@ absl::StatusOr<void*> SimDevice::allocate(size_t bytes, Stream stream) {
   absl::MutexLock lock(&mu_);
   ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
   ZERO_ASSIGN_OR_RETURN(const Block block, memory_.allocate(bytes, stream.device));
-  // The allocation is a write on `stream`: another stream's use must be ordered after it.
-  const Touch whole{block.base, block.base, block.base + bytes, true};
+  // The allocation is a write on `stream`: another stream's use must be ordered after it, in all of the block
+  // (its bytes rounded up), which launches and copies may reach.
+  const Touch whole{block.base, block.base, block.base + block.bytes, true};
   absl::StatusOr<std::shared_ptr<Op>> op = enqueue(*s, absl::StrCat("allocate of ", bytes, " bytes"), {whole}, nullptr);
   if (!op.ok()) {
     memory_.retire(block.base);
@@ -334,7 +355,8 @@ absl::Status SimDevice::free(void* ptr, Stream stream) {
 }
 
 absl::StatusOr<void*> SimDevice::allocate_pinned(size_t bytes) {
-  void* ptr = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  void* ptr = rounded < bytes ? nullptr : std::aligned_alloc(256, rounded);  // rounding up wrapped: too large
   if (ptr == nullptr) return absl::ResourceExhaustedError(absl::StrCat("pinned host memory: ", bytes, " bytes"));
   absl::MutexLock lock(&mu_);
   pinned_[reinterpret_cast<uintptr_t>(ptr)] = bytes;
@@ -399,7 +421,7 @@ absl::StatusOr<std::shared_ptr<SimDevice::Op>> SimDevice::enqueue_copy(StreamSta
   const void* const in = from.on_device ? memory_.alias(src) : src;
   return enqueue(stream, absl::StrCat(host_side_pageable ? "copy" : "copy_async", " of ", bytes, " bytes"), touches,
                  [out, in, bytes] {
-                   std::memmove(out, in, bytes);
+                   if (bytes > 0) std::memmove(out, in, bytes);  // an empty tensor's pointer may be null
                    return absl::OkStatus();
                  });
 }
@@ -415,12 +437,16 @@ absl::Status SimDevice::copy(void* dst, const void* src, size_t bytes) {
   ZERO_ASSIGN_OR_RETURN(const Side to, side_of(dst, bytes));
   ZERO_ASSIGN_OR_RETURN(const Side from, side_of(src, bytes));
   if (!to.on_device && !from.on_device) {
-    std::memmove(dst, src, bytes);
+    if (bytes > 0) std::memmove(dst, src, bytes);
     return absl::OkStatus();
   }
   StreamState& legacy = legacy_stream(to.on_device ? to.device : from.device);
   ZERO_ASSIGN_OR_RETURN(const std::shared_ptr<Op> op, enqueue_copy(legacy, dst, src, bytes, true));
-  return wait_for(op);
+  // cudaMemcpy returns once the copy is done only when it lands in host memory or comes from pinned memory; from
+  // pageable memory it returns once the bytes are staged, from device memory at once. It runs here before the
+  // call returns all the same (the caller's buffer is free again), but orders the host after it only as CUDA does.
+  const bool from_pinned = !from.on_device && from.block != 0;
+  return wait_for(op, /*order_host=*/!to.on_device || from_pinned);
 }
 
 absl::Status SimDevice::launch(Stream stream, KernelLaunch launch) {
@@ -465,7 +491,10 @@ void SimDevice::run_stream(StreamState* stream) {
       absl::MutexLock lock(&mu_);
       const auto has_work = [stream] { return stream->stopping || !stream->queue.empty(); };
       mu_.Await(absl::Condition(&has_work));
-      if (stream->queue.empty()) return;  // stopping, and everything ran
+      if (stream->queue.empty()) {  // stopping, and everything ran
+        stream->ended = true;
+        return;
+      }
       op = std::move(stream->queue.front());
       stream->queue.pop_front();
       const auto ready = [&op]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -40,7 +40,9 @@ struct SimOptions {
 // - the legacy default stream (id 0) waits for work queued before on the device's blocking streams, and
 //   blocking streams' later work waits for it; non-blocking streams are ordered by events only;
 // - wait(stream, event) orders after the event's latest record as of the call; copy() waits for the legacy
-//   stream only; a host synchronization orders the host thread after what it waited for;
+//   stream only; a host synchronization orders the host thread after what it waited for, and so does a copy()
+//   to host memory or from pinned memory (cudaMemcpy may return before one from pageable or device memory
+//   reached the device);
 // - each host thread has a current device; a launch's stream must be on it, its pointers on the stream's device;
 // - frees take effect when the stream reaches them; the block is then poisoned with NaN and quarantined.
 // Thread-safe. Destruction runs what was queued, joins the streams' threads and frees the pinned memory left.
@@ -104,8 +106,9 @@ class SimDevice final : public DeviceApi {
   absl::StatusOr<Side> side_of(const void* ptr, size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<Op>> enqueue_copy(StreamState& stream, void* dst, const void* src, size_t bytes,
                                                    bool host_side_pageable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Blocks until `op` ran, then orders the calling host thread after it.
-  absl::Status wait_for(const std::shared_ptr<Op>& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Blocks until `op` ran, then orders the calling host thread after it unless `order_host` is false. By value:
+  // the stream's tail or the event's record it was read from may change, or move, while the lock is released.
+  absl::Status wait_for(std::shared_ptr<Op> op, bool order_host = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status violation(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void run_stream(StreamState* stream);
 
@@ -117,10 +120,10 @@ class SimDevice final : public DeviceApi {
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // the first failed operation's, sticky
   Agent next_agent_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<std::thread::id, HostThread> hosts_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, HostThread> hosts_ ABSL_GUARDED_BY(mu_);                      // by this_thread_serial()
   absl::flat_hash_map<uint64_t, std::unique_ptr<StreamState>> streams_ ABSL_GUARDED_BY(mu_);  // by id
-  std::vector<std::unique_ptr<StreamState>> destroyed_ ABSL_GUARDED_BY(mu_);                  // joined at destruction
-  absl::flat_hash_map<int, uint64_t> legacy_ids_ ABSL_GUARDED_BY(mu_);  // device -> its legacy stream
+  std::vector<std::unique_ptr<StreamState>> destroyed_ ABSL_GUARDED_BY(mu_);  // joined once ended, or at destruction
+  absl::flat_hash_map<int, uint64_t> legacy_ids_ ABSL_GUARDED_BY(mu_);        // device -> its legacy stream
   absl::flat_hash_map<uint64_t, std::pair<int, std::shared_ptr<Op>>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uintptr_t, size_t> pinned_ ABSL_GUARDED_BY(mu_);  // base -> bytes
   std::vector<void*> unordered_pinned_frees_ ABSL_GUARDED_BY(mu_);

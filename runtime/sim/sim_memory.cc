@@ -59,8 +59,8 @@ SimMemory::~SimMemory() {
 absl::StatusOr<Block> SimMemory::allocate(size_t bytes, int device) {
   const size_t size = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   auto fit = [&] { return std::find_if(free_.begin(), free_.end(), [&](const auto& f) { return f.second >= size; }); };
-  auto it = fit();
-  while (it == free_.end() && !quarantined_.empty()) {  // the quarantine yields before the device runs out
+  auto it = bytes > capacity_ ? free_.end() : fit();  // more than there is, where rounding up may wrap to 0
+  while (it == free_.end() && bytes <= capacity_ && !quarantined_.empty()) {  // the quarantine yields first
     release_oldest();
     it = fit();
   }
@@ -82,7 +82,8 @@ const Block* SimMemory::find(const void* ptr, size_t bytes) const {
   auto it = live_.upper_bound(p);
   if (it == live_.begin()) return nullptr;
   const Block& block = std::prev(it)->second;
-  return p + bytes <= block.base + block.bytes ? &block : nullptr;
+  const size_t offset = p - block.base;  // p + bytes may wrap
+  return offset <= block.bytes && bytes <= block.bytes - offset ? &block : nullptr;
 }
 
 void SimMemory::retire(uintptr_t base) { live_.erase(base); }
@@ -91,7 +92,10 @@ void SimMemory::quarantine(const Block& block) {
   std::memset(alias(reinterpret_cast<void*>(block.base)), kPoison, block.bytes);
   quarantined_.push_back(block);
   quarantined_bytes_ += block.bytes;
-  while (quarantined_bytes_ > quarantine_limit_) release_oldest();
+  // Each block waits until quarantine_bytes of later frees are behind it, however large it is itself.
+  while (!quarantined_.empty() && quarantined_bytes_ - quarantined_.front().bytes >= quarantine_limit_) {
+    release_oldest();
+  }
 }
 
 void SimMemory::release_oldest() {

@@ -2,12 +2,21 @@
 // planted ordering bug by name (and missing it when switched off).
 #include "runtime/sim/sim_device.h"
 
+#include <malloc.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/status.h"
@@ -271,6 +280,171 @@ TEST(SimDeviceTest, HostThreadsHaveTheirOwnCurrentDeviceAndSynchronizationOrders
   ASSERT_TRUE(sim->launch(s, fill(x, 8, 9)).ok());
   ASSERT_TRUE(sim->synchronize(s).ok());  // the host now orders the legacy stream's next copy after the fill
   EXPECT_EQ(read_back(*sim, x, 8), std::vector<float>(8, 9.0f));
+}
+
+// A launch writing nothing that runs until `go` is set: work another thread can still queue behind.
+KernelLaunch gated(float* out, const std::atomic<bool>& go) {
+  return {"gated", {{out, 4, true}}, [&go](const LaunchContext&) {
+            while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            return absl::OkStatus();
+          }};
+}
+
+// Whether thread `tid` of this process sleeps (in synchronize: nothing else it runs blocks).
+bool sleeping(pid_t tid) {
+  std::ifstream stat(absl::StrCat("/proc/self/task/", tid, "/stat"));
+  const std::string line(std::istreambuf_iterator<char>(stat), {});
+  const size_t name_end = line.rfind(')');  // the state follows the name in parentheses
+  return name_end != std::string::npos && line.substr(name_end + 2, 1) == "S";
+}
+
+TEST(SimDeviceTest, SynchronizeWaitsForTheWorkAsOfTheCallOnly) {
+  // cudaEventSynchronize and cudaStreamSynchronize wait for the record, or the work, there when they are called:
+  // what another thread queues meanwhile is not theirs to wait for.
+  for (const bool event : {true, false}) {
+    auto sim = make_sim();
+    const Stream a = new_stream(*sim, StreamFlags::kNonBlocking);
+    const Stream b = new_stream(*sim, StreamFlags::kNonBlocking);
+    float* x = device_floats(*sim, 1, a);
+    float* y = device_floats(*sim, 1, b);
+    std::atomic<bool> first = false, second = false, returned = false;
+    std::atomic<pid_t> tid = 0;
+    const Event e = sim->create_event(0).value();
+    ASSERT_TRUE(sim->launch(a, gated(x, first)).ok());
+    ASSERT_TRUE(sim->record(e, a).ok());
+    std::thread waiter([&] {
+      tid = gettid();
+      EXPECT_TRUE((event ? sim->synchronize(e) : sim->synchronize(a)).ok());
+      returned = true;
+    });
+    while (tid == 0 || !sleeping(tid)) std::this_thread::yield();  // it waits for the gated launch now
+    if (event) {
+      ASSERT_TRUE(sim->launch(b, gated(y, second)).ok());
+      ASSERT_TRUE(sim->record(e, b).ok());
+      for (int i = 0; i < 64; ++i) ASSERT_TRUE(sim->create_event(0).ok());  // the event table grows
+    } else {
+      ASSERT_TRUE(sim->launch(a, gated(x, second)).ok());
+    }
+    first = true;
+    for (int i = 0; i < 10000 && !returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_TRUE(returned) << (event ? "synchronize(event)" : "synchronize(stream)") << " waits for later work";
+    second = true;
+    waiter.join();
+  }
+}
+
+TEST(SimDeviceTest, ACopyToDeviceMemoryOrdersTheHostOnlyFromPinnedMemory) {
+  // cudaMemcpy may return before a copy from pageable memory, or from device memory, reached its destination
+  // (only the staging is done, or nothing is): a non-blocking stream reading it must wait for the legacy stream.
+  for (const std::string source : {"pinned", "pageable", "device"}) {
+    SCOPED_TRACE(source);
+    auto sim = make_sim();
+    const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+    float* x = device_floats(*sim, 4);
+    float* y = device_floats(*sim, 4);
+    float* z = device_floats(*sim, 4);
+    float pageable[4] = {1, 2, 3, 4};
+    void* pinned = sim->allocate_pinned(16).value();
+    std::memcpy(pinned, pageable, 16);
+    ASSERT_TRUE(sim->copy(z, pageable, 16).ok());
+    ASSERT_TRUE(sim->synchronize_device(0).ok());  // the allocations and z, before s uses them
+    const void* from = source == "pinned" ? pinned : source == "pageable" ? pageable : z;
+    ASSERT_TRUE(sim->copy(x, from, 16).ok());
+    const absl::Status read = sim->launch(s, add_one(y, x, 4));
+    if (source == "pinned") {
+      EXPECT_TRUE(read.ok()) << read;
+      ASSERT_TRUE(sim->synchronize(s).ok());
+      EXPECT_EQ(read_back(*sim, y, 4), std::vector<float>({2, 3, 4, 5}));
+    } else {
+      EXPECT_THAT(read.ToString(), AllOf(HasSubstr("launch 'add_one' on sim:0 stream 1 (#1) reads bytes [0, 16)"),
+                                         HasSubstr("not ordered after copy of 16 bytes on sim:0 legacy stream")));
+    }
+  }
+}
+
+TEST(SimDeviceTest, ANewHostThreadStartsOnDeviceZero) {
+  // As with cudaSetDevice: a thread's current device (and what it synchronized with) is its own, never that of an
+  // ended thread whose std::thread::id it happens to get.
+  auto sim = make_sim();
+  for (int i = 0; i < 20; ++i) {
+    std::thread([&] { ASSERT_TRUE(sim->set_current_device(3).ok()); }).join();
+    int seen = -1;
+    std::thread([&] { seen = sim->current_device(); }).join();
+    ASSERT_EQ(seen, 0) << "thread " << i;
+  }
+}
+
+TEST(SimDeviceTest, TheAllocationWritesItsWholeBlock) {
+  // A launch may reach all of the block (its bytes rounded up to 256): another stream must be ordered after the
+  // allocation there too.
+  auto sim = make_sim();
+  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+  float* x = device_floats(*sim, 4);
+  EXPECT_THAT(sim->launch(s, fill(x + 32, 32, 1)).ToString(),
+              AllOf(HasSubstr("launch 'fill' on sim:0 stream 1 (#1) writes bytes [128, 256)"),
+                    HasSubstr("not ordered after allocate of 16 bytes on sim:0 legacy stream (#1), which writes "
+                              "bytes [0, 256)")));
+}
+
+TEST(SimDeviceTest, SizesThatWrapAroundAreRefused) {
+  // n * 4 for n = -1 is 2^64 - 4: rounded up to 256 it wraps to 0, and added to an address it wraps below it.
+  auto sim = make_sim();
+  const absl::StatusOr<void*> device = sim->allocate(SIZE_MAX - 3, Stream::legacy(0));
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kResourceExhausted) << device.status();
+  const absl::StatusOr<void*> pinned = sim->allocate_pinned(SIZE_MAX - 3);
+  EXPECT_EQ(pinned.status().code(), absl::StatusCode::kResourceExhausted) << pinned.status();
+  float* x = device_floats(*sim, 4);
+  EXPECT_THAT(sim->launch(Stream::legacy(0), {"huge", {{x, SIZE_MAX - 3, true}}, nullptr}).ToString(),
+              HasSubstr("which is not inside a live allocation of the device"));
+  KernelLaunch reaching = fill(x, 4, 1);
+  reaching.body = [x](const LaunchContext& ctx) { return ctx.host_pointer(x + 1, SIZE_MAX - 3).status(); };
+  ASSERT_TRUE(sim->launch(Stream::legacy(0), std::move(reaching)).ok());
+  EXPECT_THAT(sim->synchronize_device(0).ToString(), HasSubstr("which its launch did not declare"));
+}
+
+size_t virtual_memory_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("VmSize:")) return std::stoul(line.substr(7));
+  }
+  return 0;
+}
+
+TEST(SimDeviceTest, ADestroyedStreamsThreadIsJoinedOnceItsWorkRan) {
+  // A program making a stream per step must not keep a thread (and its stack) per step until the device goes.
+  mallopt(M_ARENA_MAX, 1);  // new threads' malloc arenas (64 MiB of address space each) would hide what is measured
+  auto sim = make_sim();
+  const size_t before = virtual_memory_kib();
+  const auto churn = [&] { ASSERT_TRUE(sim->destroy_stream(new_stream(*sim, StreamFlags::kNonBlocking)).ok()); };
+  for (int i = 0; i < 100; ++i) churn();
+  // A worker ends a moment after its stream is destroyed, and a later destroy_stream joins it.
+  for (int i = 0; i < 1000 && virtual_memory_kib() > before + 100 * 1024; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    churn();
+  }
+  EXPECT_LE(virtual_memory_kib(), before + 100 * 1024) << "KiB before: " << before;
+}
+
+TEST(SimDeviceTest, ACopyOfNoBytesMayNameNullPointers) {
+  // An empty tensor's data is null; cudaMemcpy of 0 bytes accepts it (memmove does not: UBSan's nonnull check).
+  auto sim = make_sim();
+  float* x = device_floats(*sim, 4);
+  EXPECT_TRUE(sim->copy(x, nullptr, 0).ok());
+  EXPECT_TRUE(sim->copy(nullptr, x, 0).ok());
+  EXPECT_TRUE(sim->copy(nullptr, nullptr, 0).ok());
+}
+
+TEST(SimDeviceTest, ABlockLargerThanTheQuarantineStillWaitsBehindLaterFrees) {
+  // ZeRO's flat buffers are larger than the quarantine: freed, one must not come straight back as the next tensor.
+  auto sim = make_sim({.quarantine_bytes = 1 << 20});
+  float* big = device_floats(*sim, 1 << 19);  // 2 MiB
+  ASSERT_TRUE(sim->free(big, Stream::legacy(0)).ok());
+  ASSERT_TRUE(sim->synchronize_device(0).ok());
+  float* next = device_floats(*sim, 1 << 19);
+  EXPECT_NE(next, big);
+  ASSERT_TRUE(sim->free(next, Stream::legacy(0)).ok());  // 2 MiB of later frees: `big` may come back now
+  ASSERT_TRUE(sim->synchronize_device(0).ok());
+  EXPECT_EQ(device_floats(*sim, 1 << 19), big);
 }
 
 }  // namespace
