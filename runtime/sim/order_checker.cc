@@ -2,7 +2,6 @@
 #include "runtime/sim/order_checker.h"
 
 #include <algorithm>
-#include <ranges>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,7 +31,8 @@ void VectorClock::join(const VectorClock& other) {
 absl::Status AccessHistory::access(uintptr_t block, uintptr_t begin, uintptr_t end, bool write,
                                    std::shared_ptr<const OpStamp> op, const VectorClock& clock) {
   std::vector<Record>& records = blocks_[block];
-  for (const Record& r : std::ranges::reverse_view(records)) {  // the latest conflict is the one to name
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {  // the latest conflict is the one to name
+    const Record& r = *it;
     const bool overlaps = r.begin < end && begin < r.end;
     if (!overlaps || !(r.write || write) || ordered_before(*r.op, clock)) continue;
     return absl::FailedPreconditionError(

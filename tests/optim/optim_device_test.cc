@@ -115,7 +115,8 @@ class DeviceMatchesCpu : public ::testing::TestWithParam<std::tuple<Where, Optim
 // and sqrt, and the LAMB/LARS norms come from the same exact integer square sums (square_sum.h) whatever the order
 // of the device's atomics.
 TEST_P(DeviceMatchesCpu, Bitwise) {
-  const auto& [where, optimizer] = GetParam();
+  const Where where = std::get<0>(GetParam());
+  const OptimizerCase& optimizer = std::get<1>(GetParam());
   if (where == Where::kCuda) ZERO_SKIP_WITHOUT_GPU();
   const Trajectory cpu = run(optimizer.make, [](int) { return Device::cpu(); });
   const Trajectory dev = run(optimizer.make, [where](int rank) { return device_of(where, rank); });
