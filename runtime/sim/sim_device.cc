@@ -189,13 +189,20 @@ absl::StatusOr<Event> SimDevice::create_event(int device) {
   ZERO_RETURN_IF_ERROR(check_device(device));
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_handle_++;
-  events_[id] = {device, nullptr};
+  events_[id] = {.device = device};
   return Event{device, id};
+}
+
+absl::StatusOr<SimDevice::EventState*> SimDevice::event_state(Event event) {
+  const auto it = events_.find(event.id);
+  if (it == events_.end()) return absl::InvalidArgumentError(absl::StrCat("event ", event.id, " is not live"));
+  return &it->second;
 }
 
 absl::Status SimDevice::destroy_event(Event event) {
   absl::MutexLock lock(&mu_);
-  if (events_.erase(event.id) == 0) return absl::InvalidArgumentError(absl::StrCat("event ", event.id, " is not live"));
+  ZERO_RETURN_IF_ERROR(event_state(event).status());
+  events_.erase(event.id);
   return absl::OkStatus();
 }
 
@@ -244,23 +251,21 @@ absl::Status SimDevice::violation(absl::Status status) {
 
 absl::Status SimDevice::record(Event event, Stream stream) {
   absl::MutexLock lock(&mu_);
-  const auto it = events_.find(event.id);
-  if (it == events_.end()) return absl::InvalidArgumentError(absl::StrCat("event ", event.id, " is not live"));
+  ZERO_ASSIGN_OR_RETURN(EventState * e, event_state(event));
   ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
-  if (it->second.first != s->handle.device) {
-    return absl::InvalidArgumentError(absl::StrCat("event ", event.id, " of sim:", it->second.first, " recorded on ",
-                                                   s->name, ": events belong to one device"));
+  if (e->device != s->handle.device) {
+    return absl::InvalidArgumentError(absl::StrCat("event ", event.id, " of sim:", e->device, " recorded on ", s->name,
+                                                   ": events belong to one device"));
   }
-  ZERO_ASSIGN_OR_RETURN(it->second.second, enqueue(*s, absl::StrCat("record of event ", event.id), {}, nullptr));
+  ZERO_ASSIGN_OR_RETURN(e->latest, enqueue(*s, absl::StrCat("record of event ", event.id), {}, nullptr));
   return absl::OkStatus();
 }
 
 absl::Status SimDevice::wait(Stream stream, Event event) {
   absl::MutexLock lock(&mu_);
-  const auto it = events_.find(event.id);
-  if (it == events_.end()) return absl::InvalidArgumentError(absl::StrCat("event ", event.id, " is not live"));
+  ZERO_ASSIGN_OR_RETURN(EventState * e, event_state(event));
   ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
-  const std::shared_ptr<Op> recorded = it->second.second;  // the latest record as of now, never a later one
+  const std::shared_ptr<Op> recorded = e->latest;  // the latest record as of now, never a later one
   ZERO_ASSIGN_OR_RETURN(std::shared_ptr<Op> marker,
                         enqueue(*s, absl::StrCat("wait for event ", event.id), {}, nullptr));
   if (recorded != nullptr) {
@@ -280,9 +285,8 @@ absl::Status SimDevice::wait_for(std::shared_ptr<Op> op, bool order_host) {
 
 absl::StatusOr<bool> SimDevice::query(Event event) {
   absl::MutexLock lock(&mu_);
-  const auto it = events_.find(event.id);
-  if (it == events_.end()) return absl::InvalidArgumentError(absl::StrCat("event ", event.id, " is not live"));
-  const std::shared_ptr<Op>& recorded = it->second.second;
+  ZERO_ASSIGN_OR_RETURN(EventState * e, event_state(event));
+  const std::shared_ptr<Op>& recorded = e->latest;
   if (recorded != nullptr && !recorded->done) return false;
   if (recorded != nullptr) host_thread().clock.join(recorded->clock);  // seen done: ordered after it
   ZERO_RETURN_IF_ERROR(error_);
@@ -291,9 +295,8 @@ absl::StatusOr<bool> SimDevice::query(Event event) {
 
 absl::Status SimDevice::synchronize(Event event) {
   absl::MutexLock lock(&mu_);
-  const auto it = events_.find(event.id);
-  if (it == events_.end()) return absl::InvalidArgumentError(absl::StrCat("event ", event.id, " is not live"));
-  return wait_for(it->second.second);
+  ZERO_ASSIGN_OR_RETURN(EventState * e, event_state(event));
+  return wait_for(e->latest);
 }
 
 absl::Status SimDevice::synchronize(Stream stream) {

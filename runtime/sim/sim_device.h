@@ -76,6 +76,10 @@ class SimDevice final : public DeviceApi {
  private:
   struct Op;
   struct StreamState;
+  struct EventState {
+    int device = 0;
+    std::shared_ptr<Op> latest;  // the latest record; null before the first
+  };
   struct HostThread {
     Agent agent = 0;
     VectorClock clock;
@@ -92,6 +96,7 @@ class SimDevice final : public DeviceApi {
 
   HostThread& host_thread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<StreamState*> stream_state(Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<EventState*> event_state(Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StreamState& legacy_stream(int device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status check_device(int device) const;
   // Queues `run` on `stream` after what CUDA orders before it, checking `accesses` (block, range, write).
@@ -124,7 +129,7 @@ class SimDevice final : public DeviceApi {
   absl::flat_hash_map<uint64_t, std::unique_ptr<StreamState>> streams_ ABSL_GUARDED_BY(mu_);  // by id
   std::vector<std::unique_ptr<StreamState>> destroyed_ ABSL_GUARDED_BY(mu_);  // joined once ended, or at destruction
   absl::flat_hash_map<int, uint64_t> legacy_ids_ ABSL_GUARDED_BY(mu_);        // device -> its legacy stream
-  absl::flat_hash_map<uint64_t, std::pair<int, std::shared_ptr<Op>>> events_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, EventState> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uintptr_t, size_t> pinned_ ABSL_GUARDED_BY(mu_);  // base -> bytes
   std::vector<void*> unordered_pinned_frees_ ABSL_GUARDED_BY(mu_);
 };
