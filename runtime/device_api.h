@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "runtime/device.h"
 #include "runtime/tensor.h"
 
@@ -112,5 +115,59 @@ class DeviceApi {
 
   virtual absl::Status launch(Stream stream, KernelLaunch launch) = 0;
 };
+
+// Waits for `event` by polling query(), so the thread stays free to give up: DeadlineExceeded at `deadline`, or the
+// first error `check` returns between polls (where a communicator asks whether a peer failed). Spins briefly for
+// short work, then backs off to 1 ms between polls.
+absl::Status synchronize_until(DeviceApi& api, Event event, absl::Time deadline,
+                               const std::function<absl::Status()>& check = nullptr);
+
+// Later work on `stream` starts after everything queued so far on its device's legacy default stream, by any thread
+// (where memory is allocated and the kernels run), without blocking the host; `marker` is recorded there for it.
+absl::Status wait_for_legacy_stream(DeviceApi& api, Stream stream, Event marker);
+
+// A stream or event of `api` that is destroyed with this owner (a failed destroy is sticky in `api`, which reports
+// it at its next call). Move-only.
+template <typename Handle>
+class Owned {
+ public:
+  static absl::StatusOr<Owned> create(
+      DeviceApi& api, int device,
+      StreamFlags flags = StreamFlags::kNonBlocking) requires std::is_same_v<Handle, Stream> {
+    absl::StatusOr<Stream> stream = api.create_stream(device, flags);
+    if (!stream.ok()) return stream.status();
+    return Owned(api, *stream);
+  }
+  static absl::StatusOr<Owned> create(DeviceApi& api, int device) requires std::is_same_v<Handle, Event> {
+    absl::StatusOr<Event> event = api.create_event(device);
+    if (!event.ok()) return event.status();
+    return Owned(api, *event);
+  }
+  Owned(Owned&& other) noexcept : api_(std::exchange(other.api_, nullptr)), handle_(other.handle_) {}
+  Owned& operator=(Owned&& other) noexcept {
+    std::swap(api_, other.api_);
+    std::swap(handle_, other.handle_);
+    return *this;
+  }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() {
+    if (api_ == nullptr) return;
+    if constexpr (std::is_same_v<Handle, Stream>) {
+      (void)api_->destroy_stream(handle_);
+    } else {
+      (void)api_->destroy_event(handle_);
+    }
+  }
+
+  Handle get() const { return handle_; }
+
+ private:
+  Owned(DeviceApi& api, Handle handle) : api_(&api), handle_(handle) {}
+  DeviceApi* api_;
+  Handle handle_;
+};
+using OwnedStream = Owned<Stream>;
+using OwnedEvent = Owned<Event>;
 
 }  // namespace zero

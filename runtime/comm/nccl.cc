@@ -12,9 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/allocator.h"
-#include "runtime/cuda/cuda_check.h"
-#include "runtime/cuda/memory_pool.h"
-#include "runtime/cuda/stream.h"
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/device_api.h"
 #include "runtime/device_memory.h"
 #include "runtime/status.h"
 
@@ -76,13 +75,47 @@ absl::Status share_pool_memory_with_this_process_gpus(int device) {
   static std::vector<int> devices ABSL_GUARDED_BY(mu);
   absl::MutexLock lock(&mu);
   if (std::find(devices.begin(), devices.end(), device) != devices.end()) return absl::OkStatus();
-  for (int other : devices) ZERO_RETURN_IF_ERROR(share_pool_memory(device, other));
+  for (int other : devices) ZERO_RETURN_IF_ERROR(cuda_api().share_pool_memory(device, other));
   devices.push_back(device);
   return absl::OkStatus();
 }
 
 const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
 char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
+
+// Page-locked host memory for the staging copies, which asynchronous copies need on their host side; grown as
+// needed. Every use ends in the backend's finish(), so the next may overwrite or replace it.
+class PinnedStaging {
+ public:
+  PinnedStaging() = default;
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+  ~PinnedStaging() { release(); }
+
+  absl::StatusOr<void*> reserve(size_t bytes) {
+    if (bytes <= bytes_) return data_;
+    release();
+    ZERO_ASSIGN_OR_RETURN(data_, cuda_api().allocate_pinned(bytes));
+    bytes_ = bytes;
+    return data_;
+  }
+
+ private:
+  void release() {
+    if (data_ != nullptr) (void)cuda_api().free_pinned(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// An NCCL call as enqueued: its answer and name, settled after the launch that made it.
+struct Issued {
+  ncclResult_t result = ncclSuccess;
+  const char* call = "";
+};
 
 class NcclBackend final : public Backend {
  public:
@@ -92,9 +125,9 @@ class NcclBackend final : public Backend {
     // This rank's threads (this one, and the communicator's that runs collectives) adopt its GPU.
     ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device)));
     ZERO_RETURN_IF_ERROR(share_pool_memory_with_this_process_gpus(device));
-    ZERO_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::create(device));
-    ZERO_ASSIGN_OR_RETURN(CudaEvent done, CudaEvent::create(device));
-    ZERO_ASSIGN_OR_RETURN(CudaEvent allocated, CudaEvent::create(device));
+    ZERO_ASSIGN_OR_RETURN(OwnedStream stream, OwnedStream::create(cuda_api(), device));
+    ZERO_ASSIGN_OR_RETURN(OwnedEvent done, OwnedEvent::create(cuda_api(), device));
+    ZERO_ASSIGN_OR_RETURN(OwnedEvent allocated, OwnedEvent::create(cuda_api(), device));
     auto backend = std::unique_ptr<NcclBackend>(
         new NcclBackend(rank, world_size, device, std::move(stream), std::move(done), std::move(allocated)));
     backend->allocator_ = options.allocator;
@@ -107,7 +140,7 @@ class NcclBackend final : public Backend {
     ZERO_ASSIGN_OR_RETURN(backend->scratch_,
                           backend->allocator_->allocate((world_size + 1) * sizeof(CollectiveFingerprint),
                                                         MemoryCategory::kCommBuffers, Device::cuda(device)));
-    ZERO_RETURN_IF_ERROR(backend->stream_.wait_for_default_stream(backend->allocated_));
+    ZERO_RETURN_IF_ERROR(backend->wait_for_allocations());
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t issued = ncclCommInitRankConfig(&backend->comm_, world_size, id, rank, &config);
@@ -155,8 +188,8 @@ class NcclBackend final : public Backend {
   // collective in one step, so the events line up with the runs.
   absl::Status prepare(const Collective& c) override {
     if (!c.device.is_cuda()) return absl::OkStatus();
-    ZERO_ASSIGN_OR_RETURN(CudaEvent posted, spare_event());
-    ZERO_RETURN_IF_ERROR(posted.record_on_default_stream());
+    ZERO_ASSIGN_OR_RETURN(OwnedEvent posted, spare_event());
+    ZERO_RETURN_IF_ERROR(api_.record(posted.get(), Stream::legacy(device_)));
     absl::MutexLock lock(&events_mu_);
     posted_.push_back(std::move(posted));
     return absl::OkStatus();
@@ -176,17 +209,16 @@ class NcclBackend final : public Backend {
                                      absl::Time deadline) override {
     ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device_)));
     constexpr size_t kBytes = sizeof(CollectiveFingerprint);
-    void* mine_on_device = scratch_.data();
-    void* all_on_device = at_bytes(mine_on_device, kBytes);
-    ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mine_on_device, &mine, kBytes, cudaMemcpyHostToDevice, stream_.get()));
-    absl::Status status =
-        settle(comm_, ncclAllGather(mine_on_device, all_on_device, kBytes, ncclUint8, comm_, stream_.get()),
-               "ncclAllGather", deadline, shared_failure_.get());
-    if (status.ok()) status = finish(deadline);
-    ZERO_RETURN_IF_ERROR(explain(status, "the debug check of the collective sequence"));
-    ZERO_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(all.data(), all_on_device, all.size() * kBytes, cudaMemcpyDeviceToHost, stream_.get()));
-    return stream_.synchronize(deadline);
+    Collective allgather{.op = CollectiveOp::kAllgather,
+                         .dtype = DType::kU8,
+                         .device = Device::cuda(device_),
+                         .count = kBytes,
+                         .send = scratch_.data(),
+                         .recv = at_bytes(scratch_.data(), kBytes)};
+    absl::Status status = upload(scratch_.data(), &mine, kBytes);
+    if (status.ok()) status = enqueue(allgather, deadline);
+    if (status.ok()) status = download(all.data(), allgather.recv, all.size() * kBytes, deadline);
+    return explain(status, "the debug check of the collective sequence");
   }
 
   void abort(const absl::Status& cause) override {
@@ -198,86 +230,97 @@ class NcclBackend final : public Backend {
     // The buffers of the failed collectives are freed next in default-stream order, which does not wait
     // for this stream: let the aborted kernels drain first, within a bound, so a kernel that ignored the
     // abort cannot hang the failing rank.
-    (void)stream_.synchronize(absl::Now() + absl::Seconds(10));
+    (void)finish(absl::Now() + absl::Seconds(10));
   }
 
  private:
-  NcclBackend(int rank, int world_size, int device, CudaStream stream, CudaEvent done, CudaEvent allocated)
+  NcclBackend(int rank, int world_size, int device, OwnedStream stream, OwnedEvent done, OwnedEvent allocated)
       : rank_(rank), world_size_(world_size), device_(device), stream_(std::move(stream)), done_(std::move(done)),
         allocated_(std::move(allocated)) {}
 
-  absl::StatusOr<CudaEvent> spare_event() {
+  absl::StatusOr<OwnedEvent> spare_event() {
     {
       absl::MutexLock lock(&events_mu_);
       if (!spare_.empty()) {
-        CudaEvent event = std::move(spare_.back());
+        OwnedEvent event = std::move(spare_.back());
         spare_.pop_back();
         return event;
       }
     }
-    return CudaEvent::create(device_);
+    return OwnedEvent::create(api_, device_);
   }
 
   // Makes the stream wait for the event prepare() recorded when `c` was posted.
   absl::Status wait_for_post(const Collective& c) {
     absl::MutexLock lock(&events_mu_);
     if (posted_.empty()) return absl::InternalError(absl::StrCat(c.describe(), " was not prepared when posted"));
-    CudaEvent posted = std::move(posted_.front());
+    OwnedEvent posted = std::move(posted_.front());
     posted_.pop_front();
-    const absl::Status status = stream_.wait(posted);  // takes the record as it is now; the event may go again
+    const absl::Status status = api_.wait(stream_.get(), posted.get());  // takes the record as it is now
     spare_.push_back(std::move(posted));
     return status;
   }
 
-  // Puts `c` on the stream. Movement ops move bytes; gather and scatter are grouped point-to-point calls.
+  // Device memory is allocated in the order of the legacy default stream (runtime/device_memory.h): the stream
+  // may touch new memory only after it.
+  absl::Status wait_for_allocations() { return wait_for_legacy_stream(api_, stream_.get(), allocated_.get()); }
+
+  // Puts `c` on the stream, then waits, within the deadline, for the non-blocking communicator to take it. The
+  // launch only enqueues; a peer's failure is settled after it, as the communicator's error, not the device's.
   absl::Status enqueue(const Collective& c, absl::Time deadline) {
-    const cudaStream_t s = stream_.get();
-    const int64_t chunk = c.chunk_bytes();
-    const auto issued = [&](ncclResult_t r) {
-      return settle(comm_, r, "enqueueing the NCCL call", deadline, shared_failure_.get());
-    };
-    const auto grouped = [&](auto&& calls) -> absl::Status {
-      ZERO_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart", comm_));
-      const absl::Status status = calls();
-      const ncclResult_t end = ncclGroupEnd();
-      ZERO_RETURN_IF_ERROR(status);
-      return issued(end);
-    };
-    switch (c.op) {
-      case CollectiveOp::kAllreduce: {
-        ZERO_ASSIGN_OR_RETURN(const ncclDataType_t type, reduce_type(c.dtype));
-        return issued(ncclAllReduce(c.send, c.recv, c.count, type, reduce_op(c.reduce_op), comm_, s));
-      }
-      case CollectiveOp::kReduceScatter: {
-        ZERO_ASSIGN_OR_RETURN(const ncclDataType_t type, reduce_type(c.dtype));
-        return issued(ncclReduceScatter(c.send, c.recv, c.count, type, reduce_op(c.reduce_op), comm_, s));
-      }
-      case CollectiveOp::kReduce: {
-        ZERO_ASSIGN_OR_RETURN(const ncclDataType_t type, reduce_type(c.dtype));
-        return issued(ncclReduce(c.send, c.recv, c.count, type, reduce_op(c.reduce_op), c.root, comm_, s));
-      }
-      case CollectiveOp::kAllgather: return issued(ncclAllGather(c.send, c.recv, chunk, ncclUint8, comm_, s));
-      case CollectiveOp::kBroadcast: return issued(ncclBroadcast(c.send, c.recv, chunk, ncclUint8, c.root, comm_, s));
-      case CollectiveOp::kGather:
-        return grouped([&]() -> absl::Status {
-          for (int r = 0; rank_ == c.root && r < world_size_; ++r) {
-            ZERO_RETURN_IF_ERROR(
-                nccl_status(ncclRecv(at_bytes(c.recv, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclRecv", comm_));
-          }
-          return nccl_status(ncclSend(c.send, chunk, ncclUint8, c.root, comm_, s), "ncclSend", comm_);
-        });
-      case CollectiveOp::kScatter:
-        return grouped([&]() -> absl::Status {
-          for (int r = 0; rank_ == c.root && r < world_size_; ++r) {
-            ZERO_RETURN_IF_ERROR(
-                nccl_status(ncclSend(at_bytes(c.send, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclSend", comm_));
-          }
-          return nccl_status(ncclRecv(c.recv, chunk, ncclUint8, c.root, comm_, s), "ncclRecv", comm_);
-        });
-      case CollectiveOp::kBarrier:  // NCCL has none: a one-element allreduce every rank must join
-        return issued(ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclInt32, ncclSum, comm_, s));
+    ncclDataType_t type = ncclUint8;  // what movement ops move
+    if (is_reduction(c.op)) {
+      ZERO_ASSIGN_OR_RETURN(type, reduce_type(c.dtype));
     }
-    return absl::InternalError("unknown collective");
+    Issued issued;
+    const auto body = [&](const LaunchContext& ctx) {
+      issued = issue(c, type, static_cast<cudaStream_t>(ctx.native_stream()));
+      return absl::OkStatus();
+    };
+    ZERO_RETURN_IF_ERROR(api_.launch(stream_.get(), KernelLaunch{.name = c.describe(), .accesses = {}, .body = body}));
+    return settle(comm_, issued.result, issued.call, deadline, shared_failure_.get());
+  }
+
+  // The NCCL calls of `c` on `s`, reductions in `type`. Movement ops move bytes; gather and scatter are grouped
+  // point-to-point calls.
+  Issued issue(const Collective& c, ncclDataType_t type, cudaStream_t s) {
+    const int64_t chunk = c.chunk_bytes();
+    const ncclRedOp_t op = reduce_op(c.reduce_op);
+    switch (c.op) {
+      case CollectiveOp::kAllreduce:
+        return {ncclAllReduce(c.send, c.recv, c.count, type, op, comm_, s), "ncclAllReduce"};
+      case CollectiveOp::kReduceScatter:
+        return {ncclReduceScatter(c.send, c.recv, c.count, type, op, comm_, s), "ncclReduceScatter"};
+      case CollectiveOp::kReduce:
+        return {ncclReduce(c.send, c.recv, c.count, type, op, c.root, comm_, s), "ncclReduce"};
+      case CollectiveOp::kAllgather:
+        return {ncclAllGather(c.send, c.recv, chunk, ncclUint8, comm_, s), "ncclAllGather"};
+      case CollectiveOp::kBroadcast:
+        return {ncclBroadcast(c.send, c.recv, chunk, ncclUint8, c.root, comm_, s), "ncclBroadcast"};
+      case CollectiveOp::kGather:
+      case CollectiveOp::kScatter: return issue_grouped(c, s);
+      case CollectiveOp::kBarrier:  // NCCL has none: a one-element allreduce every rank must join
+        return {ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclInt32, ncclSum, comm_, s), "ncclAllReduce"};
+    }
+    return {ncclInvalidArgument, "an unknown collective"};
+  }
+
+  // Gather: the root receives every rank's chunk; scatter: it sends each rank its own.
+  Issued issue_grouped(const Collective& c, cudaStream_t s) {
+    const int64_t chunk = c.chunk_bytes();
+    const bool gather = c.op == CollectiveOp::kGather;
+    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return {r, "ncclGroupStart"};
+    Issued issued;
+    for (int r = 0; rank_ == c.root && r < world_size_ && issued.result == ncclSuccess; ++r) {
+      issued = gather ? Issued{ncclRecv(at_bytes(c.recv, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclRecv"}
+                      : Issued{ncclSend(at_bytes(c.send, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclSend"};
+    }
+    if (issued.result == ncclSuccess) {
+      issued = gather ? Issued{ncclSend(c.send, chunk, ncclUint8, c.root, comm_, s), "ncclSend"}
+                      : Issued{ncclRecv(c.recv, chunk, ncclUint8, c.root, comm_, s), "ncclRecv"};
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    return issued.result == ncclSuccess ? Issued{end, "ncclGroupEnd"} : issued;
   }
 
   // Bytes of `c`'s send and recv buffers on this rank (see Collective); in-place ops share one.
@@ -303,14 +346,13 @@ class NcclBackend final : public Backend {
     return status;
   }
 
-  // The staging buffer only grows (host collectives are a few bytes), so this stream rarely has to wait
-  // for the default stream, where device memory is allocated in order (runtime/device_memory.h), before
-  // it may touch new memory.
+  // The staging buffer only grows (host collectives are a few bytes), so the stream rarely has to wait for new
+  // memory.
   absl::Status reserve_staging(int64_t nbytes) {
     if (staging_.nbytes() >= nbytes) return absl::OkStatus();
     staging_.reset();  // its last collective has finished
     ZERO_ASSIGN_OR_RETURN(staging_, allocator_->allocate(nbytes, MemoryCategory::kCommBuffers, Device::cuda(device_)));
-    return stream_.wait_for_default_stream(allocated_);
+    return wait_for_allocations();
   }
 
   absl::Status run_through(const Collective& c, void* staging, int64_t send_bytes, int64_t recv_bytes,
@@ -319,25 +361,37 @@ class NcclBackend final : public Backend {
     on_device.device = Device::cuda(device_);
     on_device.recv = at_bytes(staging, send_bytes);
     on_device.send = send_bytes == 0 ? on_device.recv : staging;
-    const cudaStream_t s = stream_.get();
     const void* source = send_bytes == 0 ? c.recv : c.send;
     if (source != nullptr) {
-      ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(const_cast<void*>(on_device.send), source,
-                                                send_bytes == 0 ? recv_bytes : send_bytes, cudaMemcpyHostToDevice, s));
+      ZERO_RETURN_IF_ERROR(
+          upload(const_cast<void*>(on_device.send), source, send_bytes == 0 ? recv_bytes : send_bytes));
     }
     ZERO_RETURN_IF_ERROR(enqueue(on_device, deadline));
-    // Finish first, watching the deadline and NCCL's errors: a copy into pageable host memory queued
-    // behind the collective would block this thread until it completed, which a dead peer never lets.
+    if (c.recv == nullptr) return finish(deadline);
+    return download(c.recv, on_device.recv, recv_bytes, deadline);
+  }
+
+  // Host bytes to device memory, in the stream's order, through pinned memory.
+  absl::Status upload(void* device_dst, const void* host_src, size_t bytes) {
+    ZERO_ASSIGN_OR_RETURN(void* pinned, pinned_.reserve(bytes));
+    std::memcpy(pinned, host_src, bytes);
+    return api_.copy_async(device_dst, pinned, bytes, stream_.get());
+  }
+
+  // Device bytes to the host once the stream reached them, through pinned memory: the wait watches the deadline
+  // and NCCL's errors, which a host-blocking copy behind a collective whose peer died would not.
+  absl::Status download(void* host_dst, const void* device_src, size_t bytes, absl::Time deadline) {
+    ZERO_ASSIGN_OR_RETURN(void* pinned, pinned_.reserve(bytes));
+    ZERO_RETURN_IF_ERROR(api_.copy_async(pinned, device_src, bytes, stream_.get()));
     ZERO_RETURN_IF_ERROR(finish(deadline));
-    if (c.recv == nullptr) return absl::OkStatus();
-    ZERO_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.recv, on_device.recv, recv_bytes, cudaMemcpyDeviceToHost, s));
-    return stream_.synchronize(deadline);
+    std::memcpy(host_dst, pinned, bytes);
+    return absl::OkStatus();
   }
 
   // Waits for the stream, watching for asynchronous NCCL errors (a peer failed, the network broke).
   absl::Status finish(absl::Time deadline) {
-    ZERO_RETURN_IF_ERROR(done_.record(stream_));
-    return done_.synchronize(deadline, [this]() -> absl::Status {
+    ZERO_RETURN_IF_ERROR(api_.record(done_.get(), stream_.get()));
+    return synchronize_until(api_, done_.get(), deadline, [this]() -> absl::Status {
       if (shared_failure_) ZERO_RETURN_IF_ERROR(shared_failure_->first());
       ncclResult_t state = ncclSuccess;
       if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return nccl_status(r, "", comm_);
@@ -356,20 +410,22 @@ class NcclBackend final : public Backend {
     return absl::Status(status.code(), absl::StrCat(where, status.message()));
   }
 
+  CudaApi& api_ = cuda_api();
   const int rank_;
   const int world_size_;
   const int device_;
-  CudaStream stream_;      // every NCCL call and staging copy, from the comm thread
-  CudaEvent done_;         // finish()
-  CudaEvent allocated_;    // ordering the stream after new device memory: the scratch, then staging
+  OwnedStream stream_;     // every NCCL call and staging copy, from the comm thread
+  OwnedEvent done_;        // finish()
+  OwnedEvent allocated_;   // wait_for_allocations()
   absl::Mutex events_mu_;  // the posting thread's prepare() and the comm thread's run() share these:
-  std::deque<CudaEvent> posted_ ABSL_GUARDED_BY(events_mu_);  // one per device collective prepared, not yet run
-  std::vector<CudaEvent> spare_ ABSL_GUARDED_BY(events_mu_);  // recycled
-  std::shared_ptr<SharedFailure> shared_failure_;             // CommOptions::shared_failure
-  Allocator* allocator_ = nullptr;                            // CommOptions::allocator, or own_allocator_
-  std::unique_ptr<Allocator> own_allocator_;                  // when CommOptions names none
-  Buffer scratch_;                                            // device memory, (world_size + 1) fingerprints
-  Buffer staging_;                                            // device memory for host collectives, grown as needed
+  std::deque<OwnedEvent> posted_ ABSL_GUARDED_BY(events_mu_);  // one per device collective prepared, not yet run
+  std::vector<OwnedEvent> spare_ ABSL_GUARDED_BY(events_mu_);  // recycled
+  std::shared_ptr<SharedFailure> shared_failure_;              // CommOptions::shared_failure
+  Allocator* allocator_ = nullptr;                             // CommOptions::allocator, or own_allocator_
+  std::unique_ptr<Allocator> own_allocator_;                   // when CommOptions names none
+  Buffer scratch_;                                             // device memory, (world_size + 1) fingerprints
+  Buffer staging_;                                             // device memory for host collectives, grown as needed
+  PinnedStaging pinned_;                                       // the host side of the staging copies
   ncclComm_t comm_ = nullptr;
   bool initialized_ = false;  // ncclCommInitRankConfig completed
   bool aborted_ = false;

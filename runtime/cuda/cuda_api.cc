@@ -12,6 +12,19 @@ namespace zero {
 
 namespace {
 
+// "13.0" for CUDA's version number 13000.
+std::string cuda_version_name(int version) { return absl::StrCat(version / 1000, ".", version % 1000 / 10); }
+
+// The driver's CUDA version, 0 when no driver is loaded.
+int driver_version() {
+  int version = 0;
+  if (cudaDriverGetVersion(&version) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return version;
+}
+
 // The native handle registered under (device, id); with `take`, also removed. InvalidArgument naming it if none.
 template <typename Native>
 absl::StatusOr<Native> look_up(absl::flat_hash_map<std::pair<int, uint64_t>, Native>& registry,
@@ -90,6 +103,38 @@ class CudaLaunchContext final : public LaunchContext {
 };
 
 }  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::string why_no_cuda_device() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  cudaGetLastError();
+  if (err == cudaSuccess && count > 0) return absl::StrCat(count, " CUDA device(s) visible");
+  const std::string call = err == cudaSuccess ? "cudaGetDeviceCount: 0 devices"
+                                              : absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(err), " (",
+                                                             cudaGetErrorString(err), ")");
+  const std::string built = cuda_version_name(CUDART_VERSION);
+  // Without a driver CUDA also says cudaErrorInsufficientDriver: the driver's version (0) tells that from an old one.
+  const int driver = driver_version();
+  if (driver == 0) {
+    return absl::StrCat("no CUDA GPU or driver found (", call,
+                        "); run on a machine with an NVIDIA GPU and a driver for CUDA ", built, " or newer");
+  }
+  if (driver < CUDART_VERSION) {
+    return absl::StrCat("the NVIDIA driver is for CUDA ", cuda_version_name(driver), " and zero was built with CUDA ",
+                        built, " (", call, "); install a driver for CUDA ", built, " or newer");
+  }
+  return absl::StrCat("no CUDA GPU found by the driver for CUDA ", cuda_version_name(driver), " (", call,
+                      "); check CUDA_VISIBLE_DEVICES, and nvidia-smi for the GPU");
+}
 
 CudaApi::~CudaApi() {
   absl::MutexLock lock(&mu_);

@@ -52,8 +52,10 @@ class CudaApi final : public DeviceApi {
 
   absl::Status launch(Stream stream, KernelLaunch launch) override;
 
-  // Lets GPUs `a` and `b` read and write each other's pool memory (what allocate hands out), where the hardware
-  // allows it: see runtime/cuda/memory_pool.h.
+  // Lets GPUs `a` and `b` (both in this process) read and write each other's pool memory (what allocate hands out),
+  // where the hardware allows it. NCCL reads the buffers of the other GPUs of its process directly, which pool memory
+  // allows only once its pool grants the access (cudaMemPoolSetAccess); the nccl backend calls this for each pair of
+  // GPUs its ranks in one process use.
   absl::Status share_pool_memory(int a, int b);
 
  private:

@@ -2,12 +2,9 @@
 // device's stream-ordered pool in the order of the legacy default stream, where the kernels run (CudaApi::allocate
 // says why, and how the pool is set up). The Allocator accounts what is live.
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/cuda/memory_pool.h"
 #include "runtime/device.h"
 
 namespace zero {
-
-absl::Status share_pool_memory(int a, int b) { return cuda_api().share_pool_memory(a, b); }
 
 absl::StatusOr<void*> cuda_alloc(Device device, size_t nbytes) {
   return cuda_api().allocate(nbytes, Stream::legacy(device.index));

@@ -7,7 +7,6 @@
 #include "gtest/gtest.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/local.h"
-#include "runtime/cuda/stream.h"
 #include "runtime/status.h"
 #include "tests/runtime/comm_test_util.h"
 #include "tests/skip_without_gpu.h"

@@ -12,8 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/allocator.h"
+#include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/cuda_check.h"
-#include "runtime/cuda/stream.h"
 #include "runtime/status.h"
 #include "tests/runtime/comm_test_util.h"
 #include "tests/runtime/stream_hold.h"
@@ -191,8 +191,8 @@ TEST(CommNcclTest, ACollectiveReadsWhatTheKernelsEnqueuedBeforeItsPostWrote) {
          // The input is written on the default stream, where the kernels run, held until the allgather is
          // posted; NCCL's stream runs beside it, so without the ordering at post the allgather would copy the
          // zeros.
-         testing::StreamHold hold(cudaStreamLegacy);
-         ZERO_CUDA_RETURN_IF_ERROR(hold.launched());
+         testing::StreamHold hold(cuda_api(), Stream::legacy(comm.home_device().index));
+         ZERO_RETURN_IF_ERROR(hold.launched());
          ZERO_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(input.data(), 0x33, 4096, cudaStreamLegacy));
          Work allgather = comm.allgather(Tensor(input.data(), DType::kU8, {4096}, comm.home_device()),
                                          Tensor(output.data(), DType::kU8, {4096}, comm.home_device()));

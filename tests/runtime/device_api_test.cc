@@ -1,0 +1,159 @@
+// What every DeviceApi shares, on each implementation: deadline-bounded waits, ordering after the legacy default
+// stream, and owned streams and events. The simulated device runs everywhere; CUDA cases skip without a GPU.
+#include "runtime/device_api.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/sim/sim_device.h"
+#include "runtime/status.h"
+#include "tests/runtime/stream_hold.h"
+#include "tests/skip_without_gpu.h"
+#ifdef ZERO_HAS_CUDA
+#include "runtime/cuda/cuda_api.h"
+#endif
+
+namespace zero {
+namespace {
+
+using testing::StreamHold;
+
+enum class Where { kSim, kCuda };
+
+class DeviceApiTest : public ::testing::TestWithParam<Where> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Where::kSim) {
+      absl::StatusOr<std::unique_ptr<sim::SimDevice>> sim = sim::SimDevice::create();
+      ASSERT_TRUE(sim.ok()) << sim.status();
+      api_ = std::move(sim).value();
+      return;
+    }
+#ifdef ZERO_HAS_CUDA
+    ZERO_SKIP_WITHOUT_GPU();
+    api_ = std::make_unique<CudaApi>();
+#else
+    GTEST_SKIP() << "zero was built without CUDA";
+#endif
+  }
+
+  DeviceApi& api() { return *api_; }
+
+  OwnedStream stream() {
+    absl::StatusOr<OwnedStream> made = OwnedStream::create(api(), 0);
+    EXPECT_TRUE(made.ok()) << made.status();
+    return std::move(made).value();
+  }
+  OwnedEvent event() {
+    absl::StatusOr<OwnedEvent> made = OwnedEvent::create(api(), 0);
+    EXPECT_TRUE(made.ok()) << made.status();
+    return std::move(made).value();
+  }
+
+ private:
+  std::unique_ptr<DeviceApi> api_;
+};
+
+TEST_P(DeviceApiTest, SynchronizeUntilReturnsOnceTheRecordedWorkIsDone) {
+  OwnedStream s = stream();
+  OwnedEvent done = event();
+  StreamHold hold(api(), s.get());
+  ASSERT_TRUE(hold.launched().ok()) << hold.launched();
+  ASSERT_TRUE(api().record(done.get(), s.get()).ok());
+  EXPECT_EQ(api().query(done.get()).value_or(true), false);
+  hold.release();
+  const absl::Status status = synchronize_until(api(), done.get(), absl::Now() + absl::Seconds(60));
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(api().query(done.get()).value_or(false), true);
+}
+
+TEST_P(DeviceApiTest, SynchronizeUntilGivesUpAtTheDeadline) {
+  OwnedStream s = stream();
+  OwnedEvent done = event();
+  StreamHold hold(api(), s.get());
+  ASSERT_TRUE(hold.launched().ok()) << hold.launched();
+  ASSERT_TRUE(api().record(done.get(), s.get()).ok());
+  const absl::Status early = synchronize_until(api(), done.get(), absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(early, absl::DeadlineExceededError("the device work did not finish before the deadline"));
+  hold.release();
+  EXPECT_TRUE(synchronize_until(api(), done.get(), absl::Now() + absl::Seconds(60)).ok());
+}
+
+TEST_P(DeviceApiTest, SynchronizeUntilReturnsTheErrorItsCheckReports) {
+  OwnedStream s = stream();
+  OwnedEvent done = event();
+  StreamHold hold(api(), s.get());
+  ASSERT_TRUE(hold.launched().ok()) << hold.launched();
+  ASSERT_TRUE(api().record(done.get(), s.get()).ok());
+  const absl::Status status = synchronize_until(api(), done.get(), absl::Now() + absl::Seconds(60),
+                                                [] { return absl::AbortedError("peer 3 failed"); });
+  EXPECT_EQ(status, absl::AbortedError("peer 3 failed"));
+}
+
+// A non-blocking stream runs beside a busy legacy default stream, as the communication streams must.
+TEST_P(DeviceApiTest, NonBlockingStreamRunsBesideTheHeldLegacyStream) {
+  OwnedStream s = stream();
+  OwnedEvent done = event();
+  StreamHold busy(api(), Stream::legacy(0));
+  ASSERT_TRUE(busy.launched().ok()) << busy.launched();
+  ASSERT_TRUE(api().record(done.get(), s.get()).ok());
+  const absl::Status own = synchronize_until(api(), done.get(), absl::Now() + absl::Seconds(60));
+  EXPECT_TRUE(own.ok()) << own;
+}
+
+// Bytes copied in on the held legacy stream, then out on another stream that waits for the legacy stream: the copy
+// out sees them only if the wait ordered it (on the simulated device, the checker also names a missing wait).
+TEST_P(DeviceApiTest, WaitForLegacyStreamOrdersAfterItsWorkSoFar) {
+  constexpr size_t kBytes = 1024;
+  OwnedStream s = stream();
+  OwnedEvent marker = event();
+  absl::StatusOr<void*> in = api().allocate_pinned(kBytes);
+  absl::StatusOr<void*> out = api().allocate_pinned(kBytes);
+  absl::StatusOr<void*> on_device = api().allocate(kBytes, Stream::legacy(0));
+  ASSERT_TRUE(in.ok() && out.ok() && on_device.ok());
+  std::memset(*in, 0x22, kBytes);
+  std::memset(*out, 0, kBytes);
+  {
+    StreamHold hold(api(), Stream::legacy(0));
+    ASSERT_TRUE(hold.launched().ok()) << hold.launched();
+    ASSERT_TRUE(api().copy_async(*on_device, *in, kBytes, Stream::legacy(0)).ok());
+    ASSERT_TRUE(wait_for_legacy_stream(api(), s.get(), marker.get()).ok());
+    ASSERT_TRUE(api().copy_async(*out, *on_device, kBytes, s.get()).ok());
+  }
+  ASSERT_TRUE(api().synchronize(s.get()).ok());
+  EXPECT_EQ(std::vector<uint8_t>(static_cast<uint8_t*>(*out), static_cast<uint8_t*>(*out) + kBytes),
+            std::vector<uint8_t>(kBytes, 0x22));
+  EXPECT_TRUE(api().free(*on_device, s.get()).ok());
+  EXPECT_TRUE(api().synchronize_device(0).ok());
+  EXPECT_TRUE(api().free_pinned(*in).ok());
+  EXPECT_TRUE(api().free_pinned(*out).ok());
+}
+
+TEST_P(DeviceApiTest, OwnedHandlesAreDestroyedWithTheirOwnerAndNotWithAMovedFromOne) {
+  Event kept{};
+  Stream gone{};
+  {
+    OwnedEvent first = event();
+    OwnedEvent second = std::move(first);  // `first` no longer owns it
+    kept = second.get();
+    OwnedStream s = stream();
+    gone = s.get();
+    first = std::move(second);
+    ASSERT_TRUE(api().query(kept).ok());
+    second = event();
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(api().query(kept).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(api().destroy_stream(gone)));
+}
+
+INSTANTIATE_TEST_SUITE_P(SimAndCuda, DeviceApiTest, ::testing::Values(Where::kSim, Where::kCuda),
+                         [](const ::testing::TestParamInfo<Where>& info) -> std::string {
+                           return info.param == Where::kSim ? "Sim" : "Cuda";
+                         });
+
+}  // namespace
+}  // namespace zero
