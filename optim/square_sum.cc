@@ -79,30 +79,10 @@ double SquareSum::value() const {
   return acc;
 }
 
-absl::StatusOr<SquareSum> exact_square_sum(const Tensor& x, float divisor) {
-  if (!is_floating(x.dtype()) || !x.is_contiguous()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("exact_square_sum: x must be a contiguous fp32, bf16 or fp16 tensor, got ", x.to_string()));
-  }
-  if (x.device().is_sim()) {  // the CPU's bins in a launch, waited for: the host reads the sum
-    auto sum = std::make_shared<SquareSum>();
-    ZERO_RETURN_IF_ERROR(launch_on_sim(
-        x.device(), "exact_square_sum", {reads(x)},
-        [x, divisor, sum](HostTensors& host) -> absl::Status {
-          ZERO_ASSIGN_OR_RETURN(*sum, exact_square_sum(host(x), divisor));
-          return absl::OkStatus();
-        },
-        /*wait=*/true));
-    return *sum;
-  }
-  if (x.device().is_cuda()) {
-#if ZERO_HAS_CUDA
-    return optim::exact_square_sum_cuda(x.device().index, x.data(), x.dtype(), x.numel(), divisor);
-#else
-    return absl::FailedPreconditionError(absl::StrCat("exact_square_sum: x is on ", x.device().to_string(),
-                                                      " but zero was built without CUDA (ZERO_WITH_CUDA=OFF)"));
-#endif
-  }
+namespace {
+
+// One CPU tensor's exact sum, its chunks binned over the OpenMP threads.
+SquareSum cpu_square_sum(const Tensor& x, float divisor) {
   constexpr int64_t kChunk = SquareBins::kMaxBinnedValues;
   std::vector<SquareSum> chunks(static_cast<size_t>(ceil_div(x.numel(), kChunk)));
   visit_floating(x.dtype(), [&](auto t) {
@@ -114,6 +94,57 @@ absl::StatusOr<SquareSum> exact_square_sum(const Tensor& x, float divisor) {
   });
   SquareSum sum;
   for (const SquareSum& chunk : chunks) sum.merge(chunk);
+  return sum;
+}
+
+absl::Status check_square_sum_inputs(std::span<const Tensor> xs) {
+  for (const Tensor& x : xs) {
+    if (!is_floating(x.dtype()) || !x.is_contiguous()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("exact_square_sum: x must be a contiguous fp32, bf16 or fp16 tensor, got ", x.to_string()));
+    }
+    if (x.device() != xs.front().device()) {
+      return absl::InvalidArgumentError(absl::StrCat("exact_square_sum: the tensors are on ",
+                                                     xs.front().device().to_string(), " and ", x.device().to_string(),
+                                                     "; sum each device's on its own"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SquareSum> exact_square_sum(std::span<const Tensor> xs, float divisor) {
+  ZERO_RETURN_IF_ERROR(check_square_sum_inputs(xs));
+  if (xs.empty()) return SquareSum();
+  const Device device = xs.front().device();
+  if (device.is_sim()) {  // the CPU's bins in one launch, waited for: the host reads the sum
+    auto sum = std::make_shared<SquareSum>();
+    std::vector<Access> accesses;
+    for (const Tensor& x : xs) accesses.push_back(reads(x));
+    std::vector<Tensor> tensors(xs.begin(), xs.end());
+    ZERO_RETURN_IF_ERROR(launch_on_sim(
+        device, "exact_square_sum", std::move(accesses),
+        [tensors, divisor, sum](HostTensors& host) -> absl::Status {
+          std::vector<Tensor> on_host;
+          for (const Tensor& x : tensors) on_host.push_back(host(x));
+          ZERO_RETURN_IF_ERROR(host.status());
+          ZERO_ASSIGN_OR_RETURN(*sum, exact_square_sum(on_host, divisor));
+          return absl::OkStatus();
+        },
+        /*wait=*/true));
+    return *sum;
+  }
+  if (device.is_cuda()) {
+#if ZERO_HAS_CUDA
+    return optim::exact_square_sum_cuda(device.index, xs, divisor);
+#else
+    return absl::FailedPreconditionError(absl::StrCat("exact_square_sum: x is on ", device.to_string(),
+                                                      " but zero was built without CUDA (ZERO_WITH_CUDA=OFF)"));
+#endif
+  }
+  SquareSum sum;
+  for (const Tensor& x : xs) sum.merge(cpu_square_sum(x, divisor));
   return sum;
 }
 

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "absl/status/statusor.h"
 #include "runtime/dtype.h"
@@ -79,9 +80,13 @@ class SquareSum {
 };
 
 // The exact sum of squares of x[i] / divisor (divided in fp32, as SquareBins::add(load_as_float(x, i) / divisor))
-// over a contiguous fp32, bf16 or fp16 tensor of any shape. CPU tensors are binned here in chunks of
-// kMaxBinnedValues over the OpenMP threads; CUDA tensors on their device (optim/cuda/), and simulated-device
-// tensors by the CPU code launched there, each waiting for the result. Every split gives the same integers.
-absl::StatusOr<SquareSum> exact_square_sum(const Tensor& x, float divisor);
+// over contiguous fp32, bf16 or fp16 tensors of any shape, all on one device. CPU tensors are binned here in
+// chunks of kMaxBinnedValues over the OpenMP threads; CUDA tensors on their device (optim/cuda/), their bins read
+// back together; simulated-device tensors by the CPU code in one launch. The host waits once for the result, not
+// once per tensor: a step's gradients of every unit cost one read. Every split gives the same integers.
+absl::StatusOr<SquareSum> exact_square_sum(std::span<const Tensor> xs, float divisor);
+inline absl::StatusOr<SquareSum> exact_square_sum(const Tensor& x, float divisor) {
+  return exact_square_sum(std::span<const Tensor>(&x, 1), divisor);
+}
 
 }  // namespace zero

@@ -201,12 +201,10 @@ absl::StatusOr<double> Engine::global_grad_norm() {
   // slice (stage 0 too, so no element counts twice), combined with one int32 allreduce: the same bits for
   // every stage and world size. A NaN or infinity anywhere makes it non-finite on every rank, which is how
   // fp16 overflow is agreed.
-  const float unscale = static_cast<float>(scaler_.scale());
-  SquareSum sum;
-  for (const UnitState& u : units_) {
-    ZERO_ASSIGN_OR_RETURN(const SquareSum unit_sum, exact_square_sum(u.grad_slice(dtype_), unscale));
-    sum.merge(unit_sum);
-  }
+  // One sum over every unit's slice: on a device, the host waits for it once.
+  std::vector<Tensor> slices;
+  for (const UnitState& u : units_) slices.push_back(u.grad_slice(dtype_));
+  ZERO_ASSIGN_OR_RETURN(const SquareSum sum, exact_square_sum(slices, static_cast<float>(scaler_.scale())));
   std::vector<int32_t> wire(SquareSum::kWireInts);
   sum.to_wire(wire.data());
   const Tensor wire_tensor(wire.data(), DType::kI32, {SquareSum::kWireInts});

@@ -10,6 +10,7 @@
 #include "runtime/cuda/half.cuh"
 #include "runtime/cuda/launch.cuh"
 #include "runtime/dtype_dispatch.h"
+#include "runtime/parallel.h"
 #include "runtime/rounding.h"
 #include "runtime/status.h"
 
@@ -21,7 +22,6 @@ constexpr int kMaxGroups = 8;
 constexpr int kThreads = 256;
 
 constexpr int kSumTiles = 16;  // blocks per chunk in the square-sum pass: 16 * 256 threads, 16 elements each
-constexpr int64_t kSquareChunksPerLaunch = 512;  // exact_square_sum: 512 chunks' bins (1 MiB) per round trip
 
 // A parameter's part of the shard [begin, end) (shard-local), its group, and a per-parameter scale
 // (LAMB/LARS: the step scaled by the trust ratio; the float fits the struct's padding).
@@ -331,31 +331,49 @@ absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::v
                         });
 }
 
-absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, const void* x, DType dtype, int64_t n, float divisor) {
+absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, std::span<const Tensor> xs, float divisor,
+                                                int64_t chunks_per_read) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
+  const auto chunks_of = [](const Tensor& x) { return ceil_div(x.numel(), SquareBins::kMaxBinnedValues); };
+  int64_t total = 0;
+  for (const Tensor& x : xs) total += chunks_of(x);
   SquareSum sum;
-  const int64_t chunks = (n + SquareBins::kMaxBinnedValues - 1) / SquareBins::kMaxBinnedValues;
-  if (chunks == 0) return sum;
-  const int64_t per_launch = std::min(chunks, kSquareChunksPerLaunch);
-  std::vector<uint64_t> host(static_cast<size_t>(per_launch * kSquareSlots));
+  const int64_t capacity = std::min(total, std::max<int64_t>(chunks_per_read, 1));
+  if (capacity == 0) return sum;
+  std::vector<uint64_t> host(static_cast<size_t>(capacity * kSquareSlots));
   const Stream stream = Stream::legacy(device);
   ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(host.size() * sizeof(uint64_t), stream));
   auto* bins = static_cast<unsigned long long*>(scratch);
-  // Bins chunks [first, first + count) on the device and adds them to `sum`.
-  const auto add_chunks = [&](int64_t first, int64_t count) -> absl::Status {
-    ZERO_RETURN_IF_ERROR(visit_floating(dtype, [&](auto t) {
+  int64_t filled = 0;  // chunks binned into `bins` and not yet read
+  // Reads the bins filled so far and adds them to `sum`: the one wait for the host.
+  const auto read = [&]() -> absl::Status {
+    if (filled == 0) return absl::OkStatus();
+    ZERO_RETURN_IF_ERROR(cuda_api().copy(host.data(), bins, filled * kSquareSlots * sizeof(uint64_t)));
+    for (int64_t k = 0; k < filled; ++k) sum.add(bins_of(&host[k * kSquareSlots]));
+    filled = 0;
+    return absl::OkStatus();
+  };
+  // Bins chunks [first, first + count) of `x` after those filled so far.
+  const auto bin = [&](const Tensor& x, int64_t first, int64_t count) -> absl::Status {
+    ZERO_RETURN_IF_ERROR(visit_floating(x.dtype(), [&](auto t) {
       return launch_kernel(device, "square_bins_kernel", square_bins_kernel<decltype(t)::value>,
-                           static_cast<unsigned>(count), kThreads, x, divisor, n, first, bins);
+                           static_cast<unsigned>(count), kThreads, x.data(), divisor, x.numel(), first,
+                           bins + filled * kSquareSlots);
     }));
-    ZERO_RETURN_IF_ERROR(cuda_api().copy(host.data(), bins, count * kSquareSlots * sizeof(uint64_t)));
-    for (int64_t k = 0; k < count; ++k) sum.add(bins_of(&host[k * kSquareSlots]));
+    filled += count;
     return absl::OkStatus();
   };
   absl::Status s;
-  for (int64_t first = 0; first < chunks && s.ok(); first += per_launch) {
-    s.Update(add_chunks(first, std::min(per_launch, chunks - first)));
+  for (const Tensor& x : xs) {
+    for (int64_t first = 0, chunks = chunks_of(x); first < chunks && s.ok();) {
+      if (filled == capacity) s.Update(read());
+      const int64_t count = std::min(chunks - first, capacity - filled);
+      if (s.ok()) s.Update(bin(x, first, count));
+      first += count;
+    }
   }
+  if (s.ok()) s.Update(read());
   s.Update(cuda_api().free(bins, stream));  // freed on every path, unless the device already failed
   if (!s.ok()) return s;
   return sum;

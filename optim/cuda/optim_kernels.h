@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,8 +46,12 @@ absl::StatusOr<ChunkSums> lars_sums_cuda(int device, const ShardLayout& layout, 
 absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, float* momentum_buffer);
 
-// exact_square_sum (square_sum.h) of n elements of a floating dtype at x on `device`: one block bins each
-// kMaxBinnedValues chunk, the bins come back and are summed as the CPU sums its chunks. Waits for the result.
-absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, const void* x, DType dtype, int64_t n, float divisor);
+// exact_square_sum (square_sum.h) of the floating tensors `xs` on `device`: one block bins each kMaxBinnedValues
+// chunk of each tensor, and the bins of up to `chunks_per_read` chunks come back together (by default 64 MiB of
+// bins, so a rank's slice of up to 2^31 elements costs one read) to be summed as the CPU sums its chunks. Waits for
+// the result.
+inline constexpr int64_t kSquareChunksPerRead = 32768;
+absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, std::span<const Tensor> xs, float divisor,
+                                                int64_t chunks_per_read = kSquareChunksPerRead);
 
 }  // namespace zero::optim

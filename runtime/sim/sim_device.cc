@@ -283,6 +283,11 @@ absl::Status SimDevice::wait_for(std::shared_ptr<Op> op, bool order_host) {
   return error_;
 }
 
+uint64_t SimDevice::host_synchronizations() {
+  absl::MutexLock lock(&mu_);
+  return host_thread().synchronizations;
+}
+
 absl::StatusOr<bool> SimDevice::query(Event event) {
   absl::MutexLock lock(&mu_);
   ZERO_ASSIGN_OR_RETURN(EventState * e, event_state(event));
@@ -295,12 +300,14 @@ absl::StatusOr<bool> SimDevice::query(Event event) {
 
 absl::Status SimDevice::synchronize(Event event) {
   absl::MutexLock lock(&mu_);
+  ++host_thread().synchronizations;
   ZERO_ASSIGN_OR_RETURN(EventState * e, event_state(event));
   return wait_for(e->latest);
 }
 
 absl::Status SimDevice::synchronize(Stream stream) {
   absl::MutexLock lock(&mu_);
+  ++host_thread().synchronizations;
   ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
   return wait_for(s->tail);
 }
@@ -308,6 +315,7 @@ absl::Status SimDevice::synchronize(Stream stream) {
 absl::Status SimDevice::synchronize_device(int device) {
   ZERO_RETURN_IF_ERROR(check_device(device));
   absl::MutexLock lock(&mu_);
+  ++host_thread().synchronizations;
   std::vector<std::shared_ptr<Op>> tails;
   for (const auto& [id, s] : streams_) {
     if (s->handle.device == device) tails.push_back(s->tail);
@@ -444,6 +452,7 @@ absl::Status SimDevice::copy(void* dst, const void* src, size_t bytes) {
     return absl::OkStatus();
   }
   StreamState& legacy = legacy_stream(to.on_device ? to.device : from.device);
+  ++host_thread().synchronizations;
   ZERO_ASSIGN_OR_RETURN(const std::shared_ptr<Op> op, enqueue_copy(legacy, dst, src, bytes, true));
   // cudaMemcpy returns once the copy is done only when it lands in host memory or comes from pinned memory; from
   // pageable memory it returns once the bytes are staged, from device memory at once. It runs here before the

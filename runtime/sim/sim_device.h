@@ -73,6 +73,11 @@ class SimDevice final : public DeviceApi {
   absl::Status copy(void* dst, const void* src, size_t bytes) override;
   absl::Status launch(Stream stream, KernelLaunch launch) override;
 
+  // How many calls of the calling host thread so far blocked it until device work finished: synchronize (an event,
+  // a stream, a device) and copy() with device memory on a side. Each stalls a GPU's host thread; the count per
+  // step shows what an engine still waits for.
+  uint64_t host_synchronizations();
+
  private:
   struct Op;
   struct StreamState;
@@ -84,6 +89,7 @@ class SimDevice final : public DeviceApi {
     Agent agent = 0;
     VectorClock clock;
     int device = 0;
+    uint64_t synchronizations = 0;
   };
   // Where a copy's side lives: device memory (a live block) or pinned host memory.
   struct Side {

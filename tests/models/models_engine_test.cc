@@ -15,6 +15,7 @@
 #include "optim/optimizers.h"
 #include "runtime/comm/local.h"
 #include "runtime/device_memory.h"
+#include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
 #include "tests/skip_without_gpu.h"
@@ -83,8 +84,9 @@ Task mlp_task() {
 Task task_named(const std::string& name) { return name == "gpt2" ? gpt2_task() : mlp_task(); }
 
 struct RankRun {
-  std::vector<float> params;  // every parameter, flat, in unit and declaration order
-  std::vector<float> losses;  // per step
+  std::vector<float> params;                    // every parameter, flat, in unit and declaration order
+  std::vector<float> losses;                    // per step
+  std::vector<uint64_t> host_synchronizations;  // per step on the simulated device, of the rank's thread
 };
 
 struct Setup {
@@ -139,8 +141,11 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
       ZERO_RETURN_IF_ERROR(
           copy_bytes(batch.targets.data(), setup.device, targets.data(), Device::cpu(), batch.targets.nbytes()));
     }
+    const uint64_t synchronized_before = setup.device.is_sim() ? sim_device().host_synchronizations() : 0;
     ZERO_ASSIGN_OR_RETURN(StepResult result, engine->train_step(batches, 1e-2f));
     run.losses.push_back(result.loss);
+    if (setup.device.is_sim())
+      run.host_synchronizations.push_back(sim_device().host_synchronizations() - synchronized_before);
   }
   ZERO_RETURN_IF_ERROR(engine->visit_full_params([&](absl::string_view, absl::string_view, const Tensor& t) {
     for (int64_t i = 0; i < t.numel(); ++i) run.params.push_back(load_as_float(t.data(), t.dtype(), i));

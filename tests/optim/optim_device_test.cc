@@ -17,6 +17,9 @@
 #include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "tests/skip_without_gpu.h"
+#if ZERO_HAS_CUDA
+#include "optim/cuda/optim_kernels.h"
+#endif
 
 namespace zero {
 namespace {
@@ -151,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return where_name(std::get<0>(info.param)) + std::get<1>(info.param).name; });
 
 // The engine's gradient norm: the same exact integers as the CPU's in every dtype, specials included, and for an
-// empty tensor. On CUDA over 512 chunks, so the device bins take more than one round trip.
+// empty tensor; on CUDA over 513 chunks, as many blocks of one launch.
 class DeviceSquareSum : public ::testing::TestWithParam<Where> {};
 
 TEST_P(DeviceSquareSum, EqualsCpuBitwise) {
@@ -181,6 +184,45 @@ TEST_P(DeviceSquareSum, EqualsCpuBitwise) {
       }
     }
     values[n / 2] = std::numeric_limits<float>::infinity();  // the next dtype also checks the flags
+  }
+}
+
+// Several tensors in one sum, as the engine sums every unit's gradients: the CPU's integers. On CUDA also with reads
+// of 2 chunks' bins, so the reads split tensors and join others.
+TEST_P(DeviceSquareSum, OverSeveralTensorsEqualsCpuBitwise) {
+  const Where where = GetParam();
+  if (where == Where::kCuda) ZERO_SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<DType, int64_t>> parts = {
+      {DType::kBF16, 2 * SquareBins::kMaxBinnedValues + 3}, {DType::kF32, 0}, {DType::kF16, 5}, {DType::kF32, 9000}};
+  Allocator allocator;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<Buffer> buffers;
+  std::vector<Tensor> on_cpu, on_device;
+  for (const auto& [t, numel] : parts) {
+    const std::vector<float> values = normal_vector(numel, 30 + static_cast<unsigned>(bytes.size()), 1e2f);
+    std::vector<uint8_t>& b = bytes.emplace_back(numel * dtype_size(t));
+    for (int64_t i = 0; i < numel; ++i) store_from_float(b.data(), t, i, values[i]);
+    absl::StatusOr<Buffer> device =
+        allocator.allocate(std::max<int64_t>(b.size(), 1), MemoryCategory::kWorkspace, device_of(where, 0));
+    ASSERT_TRUE(device.ok()) << device.status();
+    ASSERT_TRUE(upload(b, 0, device->tensor(DType::kU8, {static_cast<int64_t>(b.size())})).ok());
+    on_cpu.emplace_back(b.data(), t, Shape{numel});
+    on_device.push_back(device->tensor(t, {numel}));
+    buffers.push_back(std::move(device).value());
+  }
+  absl::StatusOr<SquareSum> cpu = exact_square_sum(on_cpu, 3.0f);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  std::vector<absl::StatusOr<SquareSum>> sums = {exact_square_sum(on_device, 3.0f)};
+#if ZERO_HAS_CUDA
+  if (where == Where::kCuda) sums.push_back(optim::exact_square_sum_cuda(0, on_device, 3.0f, /*chunks_per_read=*/2));
+#endif
+  std::vector<int32_t> cpu_wire(SquareSum::kWireInts);
+  cpu->to_wire(cpu_wire.data());
+  for (const absl::StatusOr<SquareSum>& sum : sums) {
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    std::vector<int32_t> device_wire(SquareSum::kWireInts);
+    sum->to_wire(device_wire.data());
+    EXPECT_EQ(device_wire, cpu_wire);
   }
 }
 

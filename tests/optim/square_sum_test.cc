@@ -116,6 +116,32 @@ TEST(ExactSquareSum, EqualsTheChunkedSquareBinsOfEveryDtype) {
   }
 }
 
+// One sum over tensors of several dtypes (how the engine sums every unit's gradients): the merge of each one's.
+TEST(ExactSquareSum, OverSeveralTensorsIsTheMergeOfEachOnesSum) {
+  std::vector<std::vector<unsigned char>> bytes;
+  std::vector<Tensor> tensors;
+  SquareSum want;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    bytes.push_back(gradient_bytes(t, 20 + static_cast<unsigned>(t)));
+    tensors.emplace_back(bytes.back().data(), t, Shape{static_cast<int64_t>(bytes.back().size() / dtype_size(t))});
+    want.merge(*exact_square_sum(tensors.back(), 3.0f));
+  }
+  tensors.emplace_back(nullptr, DType::kF32, Shape{0});
+  absl::StatusOr<SquareSum> got = exact_square_sum(tensors, 3.0f);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(wire_of(*got), wire_of(want));
+  EXPECT_EQ(exact_square_sum(std::span<const Tensor>(), 1.0f)->value(), 0.0);
+}
+
+TEST(ExactSquareSum, TensorsOnDifferentDevicesAreRefusedNamingBoth) {
+  std::vector<float> x(4, 1.0f);
+  const std::vector<Tensor> tensors = {Tensor(x.data(), DType::kF32, {4}),
+                                       Tensor(x.data(), DType::kF32, {4}, Device::sim(0))};
+  EXPECT_EQ(
+      exact_square_sum(tensors, 1.0f).status(),
+      absl::InvalidArgumentError("exact_square_sum: the tensors are on cpu and sim:0; sum each device's on its own"));
+}
+
 TEST(ExactSquareSum, NanAndInfinityPropagate) {
   std::vector<float> x(3 * SquareBins::kMaxBinnedValues, 1.0f);
   const Tensor t(x.data(), DType::kF32, {static_cast<int64_t>(x.size())});

@@ -362,6 +362,34 @@ TEST(SimDeviceTest, ACopyToDeviceMemoryOrdersTheHostOnlyFromPinnedMemory) {
   }
 }
 
+// What blocks a host thread counts for it: synchronizations and copies that touch device memory; queued work,
+// queries and host-to-host copies do not, nor another thread's waits.
+TEST(SimDeviceTest, HostSynchronizationsAreCountedPerHostThread) {
+  auto sim = make_sim();
+  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+  absl::StatusOr<Event> e = sim->create_event(0);
+  ASSERT_TRUE(e.ok());
+  float* x = device_floats(*sim, 4, s);
+  const uint64_t before = sim->host_synchronizations();
+  ASSERT_TRUE(sim->launch(s, fill(x, 4, 1)).ok());
+  ASSERT_TRUE(sim->record(*e, s).ok());
+  ASSERT_TRUE(sim->query(*e).ok());
+  float a[4] = {}, b[4] = {};
+  ASSERT_TRUE(sim->copy(a, b, sizeof(a)).ok());
+  EXPECT_EQ(sim->host_synchronizations(), before);
+  ASSERT_TRUE(sim->synchronize(*e).ok());
+  ASSERT_TRUE(sim->synchronize(s).ok());
+  ASSERT_TRUE(sim->synchronize_device(0).ok());
+  ASSERT_TRUE(sim->copy(a, x, sizeof(a)).ok());
+  EXPECT_EQ(sim->host_synchronizations(), before + 4);
+  std::thread([&] {
+    EXPECT_EQ(sim->host_synchronizations(), 0u);
+    EXPECT_TRUE(sim->synchronize_device(0).ok());
+    EXPECT_EQ(sim->host_synchronizations(), 1u);
+  }).join();
+  EXPECT_EQ(sim->host_synchronizations(), before + 4);
+}
+
 TEST(SimDeviceTest, ANewHostThreadStartsOnDeviceZero) {
   // As with cudaSetDevice: a thread's current device (and what it synchronized with) is its own, never that of an
   // ended thread whose std::thread::id it happens to get.
