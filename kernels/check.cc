@@ -58,9 +58,16 @@ absl::Status check_backend(absl::string_view op, Device device) {
 
 }  // namespace detail
 
-absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_t>& copy) {
+absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, const Tensor& host, std::vector<int32_t>& copy) {
   if (t.device().is_cpu()) return t.data_as<int32_t>();
   ZERO_RETURN_IF_ERROR(detail::check_backend("int32_on_host", t.device()));
+  if (host.data() != nullptr) {
+    if (!host.device().is_cpu() || host.dtype() != DType::kI32 || host.numel() != t.numel() || !host.is_contiguous()) {
+      return absl::InvalidArgumentError(absl::StrCat("the host copy ", host.to_string(), " of ", t.to_string(),
+                                                     " must be a contiguous int32 CPU tensor of as many elements"));
+    }
+    return host.data_as<int32_t>();
+  }
   if (t.device().is_sim()) {  // a synchronous copy on the legacy stream, as cudaMemcpy
     copy.resize(static_cast<size_t>(t.numel()));
     if (t.nbytes() > 0) ZERO_RETURN_IF_ERROR(sim_device().copy(copy.data(), t.data(), t.nbytes()));

@@ -89,7 +89,8 @@ CrossEntropyResult finish(int64_t counted, double loss_sum, int64_t correct) {
 }  // namespace
 
 absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
-                                                                 const Tensor& targets, int64_t vocab) {
+                                                                 const Tensor& targets, int64_t vocab,
+                                                                 const Tensor& host_targets) {
   constexpr absl::string_view op = "crossentropy_forward_backward";
   const int64_t n = detail::num_rows(logits), padded = detail::last_dim(logits);
   const Device dev = logits.device();
@@ -102,7 +103,7 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
         absl::StrCat(op, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));
   }
   std::vector<int32_t> host_copy;
-  ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, int32_on_host(targets, host_copy));
+  ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, int32_on_host(targets, host_targets, host_copy));
   int64_t counted = 0;
   for (int64_t r = 0; r < n; ++r) {
     if (tgt[r] == kIgnoreIndex) continue;

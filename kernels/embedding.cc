@@ -23,11 +23,11 @@ struct EmbeddingDims {
 };
 
 // tokens (B, T) int32 in [0, V); wte (V, C), wpe (maxT, C) with T <= maxT; `rows_c` (B, T, C) arguments.
-// `host_copy` holds the tokens read back from a CUDA or simulated device.
+// `host_copy` holds the tokens read back from a CUDA or simulated device when `host_tokens` is empty.
 absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor& tokens, const Tensor& wte,
                                               const Tensor& wpe,
                                               std::initializer_list<std::pair<const char*, const Tensor*>> rows_c,
-                                              std::vector<int32_t>& host_copy) {
+                                              const Tensor& host_tokens, std::vector<int32_t>& host_copy) {
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "tokens", tokens, 2));
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "wte", wte, 2));
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "wpe", wpe, 2));
@@ -43,7 +43,7 @@ absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": sequence length ", d.t, " exceeds wpe's ", d.max_t, " positions"));
   }
-  ZERO_ASSIGN_OR_RETURN(d.host_tokens, int32_on_host(tokens, host_copy));
+  ZERO_ASSIGN_OR_RETURN(d.host_tokens, int32_on_host(tokens, host_tokens, host_copy));
   const int32_t* tok = d.host_tokens;
   for (int64_t i = 0; i < d.b * d.t; ++i) {
     if (tok[i] < 0 || tok[i] >= d.vocab) {
@@ -55,10 +55,11 @@ absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor
 
 }  // namespace
 
-absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                               const Tensor& host_tokens) {
   std::vector<int32_t> host_copy;
-  ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d,
-                        check_embedding("embedding_forward", tokens, wte, wpe, {{"out", &out}}, host_copy));
+  ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d, check_embedding("embedding_forward", tokens, wte, wpe, {{"out", &out}},
+                                                               host_tokens, host_copy));
   if (wte.device().is_sim()) {  // the tokens were checked on the host above, as for CUDA
     return launch_on_sim(
         wte.device(), "embedding_forward", {reads(tokens), reads(wte), reads(wpe), writes(out)},
@@ -82,10 +83,11 @@ absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Te
   return absl::OkStatus();
 }
 
-absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                const Tensor& host_tokens) {
   std::vector<int32_t> host_copy;
-  ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d,
-                        check_embedding("embedding_backward", tokens, dwte, dwpe, {{"dout", &dout}}, host_copy));
+  ZERO_ASSIGN_OR_RETURN(const EmbeddingDims d, check_embedding("embedding_backward", tokens, dwte, dwpe,
+                                                               {{"dout", &dout}}, host_tokens, host_copy));
   if (dwte.device().is_sim()) {
     return launch_on_sim(
         dwte.device(), "embedding_backward", {reads(dout), reads(tokens), writes(dwte), writes(dwpe)},

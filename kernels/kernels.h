@@ -86,15 +86,23 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
 
 // ---- Embedding ------------------------------------------------------------------------------------
 
+// Kernels that index with int32 tokens or targets on a device check them, and the CUDA embedding backward orders
+// its rows, on the host. `host_tokens` / `host_targets`, where the caller has them (Batch::host_inputs), are the
+// same values on the host and are read instead; without them the values are copied back, which waits for the
+// device.
+
 // out (B, T, C) = wte (V, C)[tokens (B, T)] + wpe (maxT, C)[t]. tokens int32 in [0, V), T <= maxT.
-absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                               const Tensor& host_tokens = Tensor());
 // dwte[tokens[b, t]] += dout[b, t]; dwpe[t] += sum_b dout[b, t]. dwte (V, C), dwpe (maxT, C).
-absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                const Tensor& host_tokens = Tensor());
 
 // An int32 tensor's elements (tokens, targets) readable on the host: its own data on the CPU; for a CUDA or
-// simulated-device tensor a copy into `copy`, which waits for the work queued before it on the device's legacy
-// default stream.
-absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, std::vector<int32_t>& copy);
+// simulated-device tensor `host` when it has data (an int32 CPU tensor of as many elements, which the caller
+// vouches holds the same values), or else a copy into `copy`, which waits for the work queued before it on the
+// device's legacy default stream.
+absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, const Tensor& host, std::vector<int32_t>& copy);
 
 // ---- Softmax cross-entropy ------------------------------------------------------------------------
 
@@ -111,7 +119,8 @@ struct CrossEntropyResult {
 // [0, vocab) or kIgnoreIndex (no loss, zero gradient row).
 // dlogits (N, Vp) = (softmax(logits) - onehot(target)) / counted (written; may alias logits).
 absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
-                                                                 const Tensor& targets, int64_t vocab);
+                                                                 const Tensor& targets, int64_t vocab,
+                                                                 const Tensor& host_targets = Tensor());
 
 // ---- Causal self-attention ------------------------------------------------------------------------
 

@@ -19,9 +19,9 @@ std::vector<ParamSpec> unit_specs(const Gpt2Config& config, size_t index) {
 }
 
 // tokens: int32 (B, T) on `device`, T <= maxT, every token in [0, V) (wte's padding rows V..Vp-1 are no
-// tokens). On a CUDA device the tokens are copied to the host to be read, which waits for the device's queued
-// work (the embedding kernels copy them back too: they index rows on the host).
-absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens, Device device) {
+// tokens). On a device they are read in `host_tokens` (the batch's host copy), or else copied back, which waits
+// for the device's queued work.
+absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens, const Tensor& host_tokens, Device device) {
   ZERO_RETURN_IF_ERROR(check_on_device(tokens, device, "GPT-2's tokens (ctx.batch.inputs)"));
   if (tokens.dtype() != DType::kI32 || tokens.dim() != 2) {
     return absl::InvalidArgumentError(
@@ -33,7 +33,7 @@ absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens, Device
                      "; cut the batch to at most ", config.max_seq_len, " tokens per row or raise max_seq_len"));
   }
   std::vector<int32_t> host_copy;
-  ZERO_ASSIGN_OR_RETURN(const int32_t* token, kernels::int32_on_host(tokens, host_copy));
+  ZERO_ASSIGN_OR_RETURN(const int32_t* token, kernels::int32_on_host(tokens, host_tokens, host_copy));
   for (int64_t i = 0; i < tokens.numel(); ++i) {
     if (token[i] < 0 || token[i] >= config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("GPT-2 token ", token[i], " at (", i / tokens.size(1), ", ",
@@ -57,12 +57,12 @@ class Gpt2Embedding final : public Unit {
 
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor&) override {
     const Tensor& tokens = ctx.batch.inputs;
-    ZERO_RETURN_IF_ERROR(check_tokens(config_, tokens, ctx.device));
+    ZERO_RETURN_IF_ERROR(check_tokens(config_, tokens, ctx.batch.host_inputs, ctx.device));
     ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
                                                    {{&out_, {tokens.size(0), tokens.size(1), config_.channels}}}));
-    ZERO_RETURN_IF_ERROR(
-        kernels::embedding_forward(out_, tokens, p.views().at("wte.weight"), p.views().at("wpe.weight")));
+    ZERO_RETURN_IF_ERROR(kernels::embedding_forward(out_, tokens, p.views().at("wte.weight"),
+                                                    p.views().at("wpe.weight"), ctx.batch.host_inputs));
     return out_;
   }
 
@@ -71,8 +71,8 @@ class Gpt2Embedding final : public Unit {
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews&, const ParamViews& grads,
                                   const Tensor& dy) override {
     ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, ctx.device, grads, names_));
-    ZERO_RETURN_IF_ERROR(
-        kernels::embedding_backward(g.views().at("wte.weight"), g.views().at("wpe.weight"), dy, ctx.batch.inputs));
+    ZERO_RETURN_IF_ERROR(kernels::embedding_backward(g.views().at("wte.weight"), g.views().at("wpe.weight"), dy,
+                                                     ctx.batch.inputs, ctx.batch.host_inputs));
     ZERO_RETURN_IF_ERROR(g.round_back());
     saved_.reset();
     relay_.hand_off();

@@ -86,9 +86,11 @@ void GradRelay::hand_off() {
 
 absl::Status classifier_loss(UnitContext& ctx, const Tensor& dlogits, const Tensor& logits, int64_t classes) {
   ZERO_RETURN_IF_ERROR(check_on_device(ctx.batch.targets, ctx.device, "the targets (ctx.batch.targets)"));
-  // The result is on the host: on CUDA the kernel copies its per-row sums back, waiting for the device.
-  ZERO_ASSIGN_OR_RETURN(const kernels::CrossEntropyResult ce,
-                        kernels::crossentropy_forward_backward(dlogits, logits, ctx.batch.targets, classes));
+  // The result is on the host: on CUDA the kernel copies its per-row sums back, waiting for the device. The
+  // targets are checked on the host, in the batch's host copy where it has one.
+  ZERO_ASSIGN_OR_RETURN(
+      const kernels::CrossEntropyResult ce,
+      kernels::crossentropy_forward_backward(dlogits, logits, ctx.batch.targets, classes, ctx.batch.host_targets));
   // One fp32 multiply per element, as a host loop would do: the same bits.
   if (ctx.loss_scale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(dlogits, ctx.loss_scale));
   ctx.loss = ce.loss;

@@ -68,6 +68,12 @@ struct Batch {
   Tensor inputs;   // int32 tokens (B, T) for GPT-2; fp32 features (B, D) for the MLP
   Tensor targets;  // what the last unit's loss reads: int32 next tokens (B, T), int32 labels (B), or
                    // whatever a user's model needs (the engine never looks inside a batch)
+  // The same inputs and targets on the host, where a data pipeline built them before copying them to a device
+  // (data::DeviceBatch keeps them): models read token ids and labels there (range checks, the loss's count), so
+  // a micro-batch never waits for the device to read them back. Empty when the caller kept none; on the CPU the
+  // batch itself is on the host.
+  Tensor host_inputs;
+  Tensor host_targets;
 };
 
 // What forward and backward see besides parameters and the activation stream.

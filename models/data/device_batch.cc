@@ -26,6 +26,8 @@ absl::StatusOr<Batch> DeviceBatch::place(const Batch& host) {
   Batch batch;
   ZERO_ASSIGN_OR_RETURN(batch.inputs, copy_to(base, device_, host.inputs));
   ZERO_ASSIGN_OR_RETURN(batch.targets, copy_to(base + host.inputs.nbytes(), device_, host.targets));
+  batch.host_inputs = host.inputs;
+  batch.host_targets = host.targets;
   return batch;
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "runtime/allocator.h"
 #include "runtime/device_memory.h"
+#include "runtime/sim/sim_api.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace zero::kernels {
@@ -205,11 +206,31 @@ TEST(SimKernels, Int32OnHostCopiesFromTheDevice) {
   const std::vector<int32_t> values = {3, -1, 7, 42, 0};
   expect_sim_equals_cpu({arg(values, {5})}, [&](const std::vector<Tensor>& t) -> absl::Status {
     std::vector<int32_t> copy;
-    absl::StatusOr<const int32_t*> host = int32_on_host(t[0], copy);
+    absl::StatusOr<const int32_t*> host = int32_on_host(t[0], Tensor(), copy);
     if (!host.ok()) return host.status();
     EXPECT_EQ(std::vector<int32_t>(*host, *host + values.size()), values) << t[0].to_string();
     return absl::OkStatus();
   });
+}
+
+// With the values' host copy (Batch::host_inputs) the host reads that copy and never waits for the device; a copy of
+// another size is refused naming both.
+TEST(SimKernels, Int32OnHostReadsTheCallersHostCopyWithoutWaiting) {
+  Allocator allocator;
+  absl::StatusOr<Buffer> buffer = allocator.allocate(5 * 4, MemoryCategory::kWorkspace, kSim);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  std::vector<int32_t> values = {3, -1, 7, 42, 0};
+  const Tensor on_device = buffer->tensor(DType::kI32, {5});
+  std::vector<int32_t> copy;
+  const uint64_t before = sim_device().host_synchronizations();
+  absl::StatusOr<const int32_t*> host = int32_on_host(on_device, Tensor(values.data(), DType::kI32, {5}), copy);
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(*host, values.data());
+  EXPECT_EQ(sim_device().host_synchronizations(), before);
+  EXPECT_TRUE(copy.empty());
+  EXPECT_EQ(int32_on_host(on_device, Tensor(values.data(), DType::kI32, {4}), copy).status(),
+            absl::InvalidArgumentError("the host copy Tensor(int32(4) on cpu) of Tensor(int32(5) on sim:0) must be a "
+                                       "contiguous int32 CPU tensor of as many elements"));
 }
 
 // The checks run on the host before any launch, as the CPU's: what the CPU refuses is refused with its error, and

@@ -115,7 +115,8 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, alloc, adamw, zero));
   const int64_t rows = kRowsPerRank;
   const int64_t input_numel = rows * task.inputs_per_row, target_numel = rows * task.targets_per_row;
-  std::vector<int32_t> inputs(input_numel), targets(target_numel);  // 4-byte elements either way
+  // Each micro-batch's inputs and targets (4-byte elements either way) on the host, kept as its host copy.
+  std::vector<std::vector<int32_t>> inputs, targets;
   std::vector<Buffer> on_device;
   std::vector<Batch> batches;
   for (int m = 0; m < setup.accumulation_steps; ++m) {
@@ -124,8 +125,12 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
     const Tensor all = on_device.back().tensor(DType::kI32, {input_numel + target_numel});
     Shape input_shape = {rows, task.inputs_per_row};
     Shape target_shape = task.targets_per_row == 1 ? Shape{rows} : Shape{rows, task.targets_per_row};
+    inputs.emplace_back(input_numel);
+    targets.emplace_back(target_numel);
     batches.push_back(Batch{.inputs = Tensor(all.data(), task.input_dtype, input_shape, setup.device),
-                            .targets = all.view(input_numel, target_shape)});
+                            .targets = all.view(input_numel, target_shape),
+                            .host_inputs = Tensor(inputs.back().data(), task.input_dtype, input_shape),
+                            .host_targets = Tensor(targets.back().data(), DType::kI32, target_shape)});
   }
   const int64_t global_rows = rows * comm.world_size();
   RankRun run;
@@ -133,13 +138,13 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
     for (int m = 0; m < setup.accumulation_steps; ++m) {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t global_row = (step * setup.accumulation_steps + m) * global_rows + comm.rank() * rows + r;
-        task.fill(global_row, &inputs[r * task.inputs_per_row], &targets[r * task.targets_per_row]);
+        task.fill(global_row, &inputs[m][r * task.inputs_per_row], &targets[m][r * task.targets_per_row]);
       }
       const Batch& batch = batches[m];
       ZERO_RETURN_IF_ERROR(
-          copy_bytes(batch.inputs.data(), setup.device, inputs.data(), Device::cpu(), batch.inputs.nbytes()));
+          copy_bytes(batch.inputs.data(), setup.device, inputs[m].data(), Device::cpu(), batch.inputs.nbytes()));
       ZERO_RETURN_IF_ERROR(
-          copy_bytes(batch.targets.data(), setup.device, targets.data(), Device::cpu(), batch.targets.nbytes()));
+          copy_bytes(batch.targets.data(), setup.device, targets[m].data(), Device::cpu(), batch.targets.nbytes()));
     }
     const uint64_t synchronized_before = setup.device.is_sim() ? sim_device().host_synchronizations() : 0;
     ZERO_ASSIGN_OR_RETURN(StepResult result, engine->train_step(batches, 1e-2f));
@@ -250,6 +255,22 @@ INSTANTIATE_TEST_SUITE_P(MixedPrecision, SimMatchesCpu,
                          [](const auto& info) {
                            return absl::StrCat("N", std::get<1>(info.param), "_", dtype_name(std::get<3>(info.param)));
                          });
+
+// What a step on a device still waits for, on the rank's thread: each micro-batch's loss read back, and the gradient
+// norm of all units at once. Tokens and targets are read in the batch's host copy, never from the device.
+TEST(SimHostSynchronizations, OneLossReadPerMicroBatchAndOneNormReadPerStep) {
+  for (const std::string model : {"gpt2", "mlp"}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (int accumulation : {1, 2}) {
+        const absl::StatusOr<RankRun> run =
+            train(task_named(model), {.stage = stage, .accumulation_steps = accumulation, .device = Device::sim(0)});
+        ASSERT_TRUE(run.ok()) << run.status();
+        EXPECT_EQ(run->host_synchronizations, std::vector<uint64_t>(kSteps, accumulation + 1))
+            << model << " stage " << stage << " accumulation " << accumulation;
+      }
+    }
+  }
+}
 
 // --- On a GPU: two local ranks share cuda:0, their collectives on device memory through the local backend.
 
