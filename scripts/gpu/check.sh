@@ -121,6 +121,7 @@ phase_sanitize() {
   for tool in memcheck racecheck; do
     sanitize_cuda_tests "$tool" kernels_test '*Cuda*'
     sanitize_cuda_tests "$tool" optim_test '*/Cuda*'
+    sanitize_cuda_tests "$tool" device_api_test '*/Cuda'
   done
 }
 
