@@ -126,8 +126,8 @@ absl::Status synchronize_until(DeviceApi& api, Event event, absl::Time deadline,
 // (where memory is allocated and the kernels run), without blocking the host; `marker` is recorded there for it.
 absl::Status wait_for_legacy_stream(DeviceApi& api, Stream stream, Event marker);
 
-// A stream or event of `api` that is destroyed with this owner (a failed destroy is sticky in `api`, which reports
-// it at its next call). Move-only.
+// A stream or event of `api` that is destroyed with this owner. A destroy's error is dropped: after a device failure
+// the handle is left to the lost device. Move-only.
 template <typename Handle>
 class Owned {
  public:

@@ -83,8 +83,9 @@ absl::Status share_pool_memory_with_this_process_gpus(int device) {
 const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
 char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
 
-// Page-locked host memory for the staging copies, which asynchronous copies need on their host side; grown as
-// needed. Every use ends in the backend's finish(), so the next may overwrite or replace it.
+// Page-locked host memory for the staging copies, which asynchronous copies need on their host side. Growing frees
+// the old buffer, so an operation reserves what all its copies need before the first, and ends in the backend's
+// finish(): the next may then overwrite or replace it.
 class PinnedStaging {
  public:
   PinnedStaging() = default;
@@ -215,7 +216,8 @@ class NcclBackend final : public Backend {
                          .count = kBytes,
                          .send = scratch_.data(),
                          .recv = at_bytes(scratch_.data(), kBytes)};
-    absl::Status status = upload(scratch_.data(), &mine, kBytes);
+    absl::Status status = pinned_.reserve(all.size() * kBytes).status();
+    if (status.ok()) status = upload(scratch_.data(), &mine, kBytes);
     if (status.ok()) status = enqueue(allgather, deadline);
     if (status.ok()) status = download(all.data(), allgather.recv, all.size() * kBytes, deadline);
     return explain(status, "the debug check of the collective sequence");
@@ -229,8 +231,11 @@ class NcclBackend final : public Backend {
     ncclCommAbort(comm_);
     // The buffers of the failed collectives are freed next in default-stream order, which does not wait
     // for this stream: let the aborted kernels drain first, within a bound, so a kernel that ignored the
-    // abort cannot hang the failing rank.
-    (void)finish(absl::Now() + absl::Seconds(10));
+    // abort cannot hang the failing rank. No check between polls: the failure is already reported, and the
+    // communicator is gone.
+    if (api_.record(done_.get(), stream_.get()).ok()) {
+      (void)synchronize_until(api_, done_.get(), absl::Now() + absl::Seconds(10));
+    }
   }
 
  private:
@@ -305,22 +310,24 @@ class NcclBackend final : public Backend {
     return {ncclInvalidArgument, "an unknown collective"};
   }
 
-  // Gather: the root receives every rank's chunk; scatter: it sends each rank its own.
+  // Gather: the root receives every rank's chunk; scatter: it sends each rank its own. The non-blocking communicator
+  // may answer ncclInProgress to each call of the group, which settles after the launch with the rest.
   Issued issue_grouped(const Collective& c, cudaStream_t s) {
     const int64_t chunk = c.chunk_bytes();
     const bool gather = c.op == CollectiveOp::kGather;
-    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return {r, "ncclGroupStart"};
-    Issued issued;
-    for (int r = 0; rank_ == c.root && r < world_size_ && issued.result == ncclSuccess; ++r) {
+    const auto going = [](const Issued& i) { return i.result == ncclSuccess || i.result == ncclInProgress; };
+    Issued issued{ncclGroupStart(), "ncclGroupStart"};
+    if (!going(issued)) return issued;
+    for (int r = 0; rank_ == c.root && r < world_size_ && going(issued); ++r) {
       issued = gather ? Issued{ncclRecv(at_bytes(c.recv, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclRecv"}
                       : Issued{ncclSend(at_bytes(c.send, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclSend"};
     }
-    if (issued.result == ncclSuccess) {
+    if (going(issued)) {
       issued = gather ? Issued{ncclSend(c.send, chunk, ncclUint8, c.root, comm_, s), "ncclSend"}
                       : Issued{ncclRecv(c.recv, chunk, ncclUint8, c.root, comm_, s), "ncclRecv"};
     }
     const ncclResult_t end = ncclGroupEnd();
-    return issued.result == ncclSuccess ? Issued{end, "ncclGroupEnd"} : issued;
+    return going(issued) ? Issued{end, "ncclGroupEnd"} : issued;
   }
 
   // Bytes of `c`'s send and recv buffers on this rank (see Collective); in-place ops share one.
@@ -362,6 +369,7 @@ class NcclBackend final : public Backend {
     on_device.recv = at_bytes(staging, send_bytes);
     on_device.send = send_bytes == 0 ? on_device.recv : staging;
     const void* source = send_bytes == 0 ? c.recv : c.send;
+    ZERO_RETURN_IF_ERROR(pinned_.reserve(std::max(send_bytes, recv_bytes)).status());
     if (source != nullptr) {
       ZERO_RETURN_IF_ERROR(
           upload(const_cast<void*>(on_device.send), source, send_bytes == 0 ? recv_bytes : send_bytes));
@@ -373,6 +381,7 @@ class NcclBackend final : public Backend {
 
   // Host bytes to device memory, in the stream's order, through pinned memory.
   absl::Status upload(void* device_dst, const void* host_src, size_t bytes) {
+    if (bytes == 0) return absl::OkStatus();
     ZERO_ASSIGN_OR_RETURN(void* pinned, pinned_.reserve(bytes));
     std::memcpy(pinned, host_src, bytes);
     return api_.copy_async(device_dst, pinned, bytes, stream_.get());
@@ -381,6 +390,7 @@ class NcclBackend final : public Backend {
   // Device bytes to the host once the stream reached them, through pinned memory: the wait watches the deadline
   // and NCCL's errors, which a host-blocking copy behind a collective whose peer died would not.
   absl::Status download(void* host_dst, const void* device_src, size_t bytes, absl::Time deadline) {
+    if (bytes == 0) return finish(deadline);
     ZERO_ASSIGN_OR_RETURN(void* pinned, pinned_.reserve(bytes));
     ZERO_RETURN_IF_ERROR(api_.copy_async(pinned, device_src, bytes, stream_.get()));
     ZERO_RETURN_IF_ERROR(finish(deadline));
