@@ -1,7 +1,6 @@
 // Softmax cross-entropy over a padded vocab with ignored targets, its gradient and argmax accuracy in one pass.
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +8,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
+#include "runtime/device_memory.h"
 #include "runtime/parallel.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
@@ -80,23 +80,23 @@ ZERO_VECTOR_CLONES RowSums row_forward_backward(const float* x, float* d, int64_
   return {std::log(sum) - (static_cast<double>(target_logit) - max), argmax == target ? 1 : 0};
 }
 
-// The result from the rows' summed loss and correct count.
-CrossEntropyResult finish(int64_t counted, double loss_sum, int64_t correct) {
-  const float loss = counted > 0 ? static_cast<float>(loss_sum / static_cast<double>(counted)) : 0.0f;
-  return {loss, counted, correct};
-}
-
 }  // namespace
 
-absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
-                                                                 const Tensor& targets, int64_t vocab,
-                                                                 const Tensor& host_targets) {
+CrossEntropyResult loss_of(const LossSums& sums, int64_t counted) {
+  const float loss = counted > 0 ? static_cast<float>(sums.loss / static_cast<double>(counted)) : 0.0f;
+  return {loss, counted, sums.correct};
+}
+
+absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, const Tensor& dlogits,
+                                                           const Tensor& logits, const Tensor& targets, int64_t vocab,
+                                                           const Tensor& host_targets) {
   constexpr absl::string_view op = "crossentropy_forward_backward";
   const int64_t n = detail::num_rows(logits), padded = detail::last_dim(logits);
   const Device dev = logits.device();
   ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "logits", logits, DType::kF32, dev, n, padded));
   ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, DType::kF32, dev, n, padded));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "targets", targets, DType::kI32, dev, n));
+  ZERO_RETURN_IF_ERROR(detail::check_numel(op, "sums", sums, DType::kU8, dev, sizeof(LossSums)));
   ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
   if (vocab < 1 || vocab > padded) {
     return absl::InvalidArgumentError(
@@ -113,29 +113,25 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
     }
     ++counted;
   }
-  if (dev.is_sim()) {  // the targets were checked on the host above, as for CUDA; the host reads the result
-    auto result = std::make_shared<CrossEntropyResult>();
+  if (dev.is_sim()) {  // the targets were checked on the host above, as for CUDA; the sums stay on the device
     ZERO_RETURN_IF_ERROR(launch_on_sim(
-        dev, "crossentropy_forward_backward", {reads(logits), reads(targets), writes(dlogits)},
+        dev, "crossentropy_forward_backward", {reads(logits), reads(targets), writes(dlogits), writes(sums)},
         [=](HostTensors& host) -> absl::Status {
-          ZERO_ASSIGN_OR_RETURN(*result,
-                                crossentropy_forward_backward(host(dlogits), host(logits), host(targets), vocab));
-          return absl::OkStatus();
-        },
-        /*wait=*/true));
-    return *result;
+          return crossentropy_forward_backward_into(host(sums), host(dlogits), host(logits), host(targets), vocab)
+              .status();
+        }));
+    return counted;
   }
   const float scale = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
 #if ZERO_HAS_CUDA
   if (dev.is_cuda()) {
-    ZERO_ASSIGN_OR_RETURN(
-        const cuda::CrossEntropySums s,
-        cuda::crossentropy_forward_backward(dev.index, dlogits.data_as<float>(), logits.data_as<float>(),
-                                            targets.data_as<int32_t>(), n, vocab, padded, scale));
-    return finish(counted, s.loss, s.correct);
+    ZERO_RETURN_IF_ERROR(cuda::crossentropy_forward_backward(dev.index, static_cast<LossSums*>(sums.data()),
+                                                             dlogits.data_as<float>(), logits.data_as<float>(),
+                                                             targets.data_as<int32_t>(), n, vocab, padded, scale));
+    return counted;
   }
 #endif
-  const RowSums sums = ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
+  const RowSums row_sums = ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
     RowSums s;
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = logits.data_as<float>() + r * padded;
@@ -148,7 +144,30 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
     }
     return s;
   });
-  return finish(counted, sums.loss, sums.correct);
+  *static_cast<LossSums*>(sums.data()) = LossSums{row_sums.loss, row_sums.correct};
+  return counted;
+}
+
+// The sums land in a slot of the logits' device and are copied back: the host waits for them.
+absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
+                                                                 const Tensor& targets, int64_t vocab,
+                                                                 const Tensor& host_targets) {
+  const Device dev = logits.device();
+  LossSums sums;
+  if (dev.is_cpu()) {
+    ZERO_ASSIGN_OR_RETURN(const int64_t counted,
+                          crossentropy_forward_backward_into(Tensor(&sums, DType::kU8, {sizeof(LossSums)}), dlogits,
+                                                             logits, targets, vocab, host_targets));
+    return loss_of(sums, counted);
+  }
+  ZERO_ASSIGN_OR_RETURN(void* slot, device_alloc(dev, sizeof(LossSums)));
+  absl::StatusOr<int64_t> counted = crossentropy_forward_backward_into(
+      Tensor(slot, DType::kU8, {sizeof(LossSums)}, dev), dlogits, logits, targets, vocab, host_targets);
+  absl::Status copied = counted.status();
+  if (copied.ok()) copied = copy_bytes(&sums, Device::cpu(), slot, dev, sizeof(LossSums));
+  device_free(dev, slot);
+  ZERO_RETURN_IF_ERROR(copied);
+  return loss_of(sums, *counted);
 }
 
 }  // namespace zero::kernels

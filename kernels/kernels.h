@@ -122,6 +122,21 @@ absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& d
                                                                  const Tensor& targets, int64_t vocab,
                                                                  const Tensor& host_targets = Tensor());
 
+// A cross-entropy's sums over its counted rows, left where it ran by crossentropy_forward_backward_into.
+struct LossSums {
+  double loss = 0;      // -log softmax(logits)[target] summed over the counted targets
+  int64_t correct = 0;  // counted targets equal to the argmax
+};
+// The result of `counted` targets with these sums: their mean loss (0 if none) and counts.
+CrossEntropyResult loss_of(const LossSums& sums, int64_t counted);
+
+// crossentropy_forward_backward with its sums left on the logits' device: written to `sums` (sizeof(LossSums) bytes
+// of that device's memory) in the order of the device's work and not read back, so the host does not wait for
+// them. Returns how many targets counted, which the host knows from the targets.
+absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, const Tensor& dlogits,
+                                                           const Tensor& logits, const Tensor& targets, int64_t vocab,
+                                                           const Tensor& host_targets = Tensor());
+
 // ---- Causal self-attention ------------------------------------------------------------------------
 
 // inp (B, T, 3C) holds q, k, v side by side, each (B, T, NH, C/NH) within its C columns (GPT-2's c_attn

@@ -86,16 +86,23 @@ void GradRelay::hand_off() {
 
 absl::Status classifier_loss(UnitContext& ctx, const Tensor& dlogits, const Tensor& logits, int64_t classes) {
   ZERO_RETURN_IF_ERROR(check_on_device(ctx.batch.targets, ctx.device, "the targets (ctx.batch.targets)"));
-  // The result is on the host: on CUDA the kernel copies its per-row sums back, waiting for the device. The
-  // targets are checked on the host, in the batch's host copy where it has one.
-  ZERO_ASSIGN_OR_RETURN(
-      const kernels::CrossEntropyResult ce,
-      kernels::crossentropy_forward_backward(dlogits, logits, ctx.batch.targets, classes, ctx.batch.host_targets));
+  // The targets are checked on the host, in the batch's host copy where it has one. In training the sums stay in
+  // the engine's slot on the device; in evaluation they are read back now, waiting for the device.
+  if (ctx.loss_sums.data() != nullptr) {
+    ZERO_ASSIGN_OR_RETURN(ctx.predictions,
+                          kernels::crossentropy_forward_backward_into(ctx.loss_sums, dlogits, logits, ctx.batch.targets,
+                                                                      classes, ctx.batch.host_targets));
+    ctx.loss_sums_written = true;
+  } else {
+    ZERO_ASSIGN_OR_RETURN(
+        const kernels::CrossEntropyResult ce,
+        kernels::crossentropy_forward_backward(dlogits, logits, ctx.batch.targets, classes, ctx.batch.host_targets));
+    ctx.loss = ce.loss;
+    ctx.correct = ce.correct;
+    ctx.predictions = ce.counted;
+  }
   // One fp32 multiply per element, as a host loop would do: the same bits.
   if (ctx.loss_scale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(dlogits, ctx.loss_scale));
-  ctx.loss = ce.loss;
-  ctx.correct = ce.correct;
-  ctx.predictions = ce.counted;
   return absl::OkStatus();
 }
 

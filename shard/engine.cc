@@ -43,6 +43,7 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
       .units = units_, .comm = comm_, .allocator = allocator_, .meter = meter_, .dtype = dtype_, .device = device_};
   gatherer_ = std::make_unique<ParamGatherer>(rank, config_.max_live_units);
   reducer_ = std::make_unique<GradientReducer>(rank, config_);
+  ZERO_ASSIGN_OR_RETURN(metrics_, StepMetrics::create(allocator_, device_, config_.accumulation_steps));
   ZERO_RETURN_IF_ERROR(reserve_transient());
   allocator_.reset_peaks();  // from here on, peaks are the steps' (initialization's workspace is gone)
   return absl::OkStatus();
@@ -124,11 +125,17 @@ absl::StatusOr<ParamViews> Engine::param_views(int i) const {
 }
 
 absl::Status Engine::forward_backward(const Batch& batch) {
+  if (micro_batches_done_ == config_.accumulation_steps) {
+    return absl::FailedPreconditionError(absl::StrCat("forward_backward after ", micro_batches_done_,
+                                                      " micro-batches; accumulation_steps is ",
+                                                      config_.accumulation_steps, ": call step() first"));
+  }
   UnitContext ctx{.allocator = allocator_,
                   .batch = batch,
                   .device = device_,
                   .step = step_count_,
-                  .loss_scale = static_cast<float>(scaler_.scale())};
+                  .loss_scale = static_cast<float>(scaler_.scale()),
+                  .loss_sums = metrics_->slot(micro_batches_done_)};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   if (micro_batches_done_ == 0) gatherer_->begin_recorded_pass();
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time
@@ -138,9 +145,7 @@ absl::Status Engine::forward_backward(const Batch& batch) {
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
   ZERO_RETURN_IF_ERROR(backward(ctx, runs));
   ZERO_RETURN_IF_ERROR(meter_.close_phase(&PhaseTimes::backward));
-  totals_.loss += ctx.loss;
-  totals_.correct += ctx.correct;
-  totals_.predictions += ctx.predictions;
+  metrics_->record(ctx);
   ++micro_batches_done_;
   return absl::OkStatus();
 }
@@ -299,31 +304,13 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
     ZERO_RETURN_IF_ERROR(update(lr, clip_coefficient));
   }
   ZERO_RETURN_IF_ERROR(reducer_->zero_grads());
-  ZERO_RETURN_IF_ERROR(reduce_metrics(result));
+  ZERO_ASSIGN_OR_RETURN(const StepMetrics::Reduced metrics, metrics_->reduce(meter_, comm_));
+  result.loss = metrics.loss;
+  result.correct = metrics.correct;
+  result.predictions = metrics.predictions;
   ZERO_RETURN_IF_ERROR(meter_.close_phase(&PhaseTimes::update));
   micro_batches_done_ = 0;
-  totals_ = {};
   return result;
-}
-
-absl::Status Engine::reduce_metrics(StepResult& result) {
-  // The loss as fp32; the counts exactly, as integers: each split into 16-bit halves so an int32 sum over
-  // ranks cannot overflow (exact up to 2^47 per step).
-  float loss = static_cast<float>(totals_.loss);
-  int32_t counts[4] = {static_cast<int32_t>(totals_.correct >> 16), static_cast<int32_t>(totals_.correct & 0xffff),
-                       static_cast<int32_t>(totals_.predictions >> 16),
-                       static_cast<int32_t>(totals_.predictions & 0xffff)};
-  Work loss_sum = meter_.counted(&CommVolume::small,
-                                 [&] { return comm_.allreduce(Tensor(&loss, DType::kF32, {1}), ReduceOp::kSum); });
-  Work count_sum = meter_.counted(&CommVolume::small,
-                                  [&] { return comm_.allreduce(Tensor(counts, DType::kI32, {4}), ReduceOp::kSum); });
-  absl::Status status = meter_.wait(loss_sum);
-  status.Update(meter_.wait(count_sum));
-  ZERO_RETURN_IF_ERROR(status);
-  result.loss = loss / static_cast<float>(comm_.world_size() * config_.accumulation_steps);
-  result.correct = (int64_t{counts[0]} << 16) + counts[1];
-  result.predictions = (int64_t{counts[2]} << 16) + counts[3];
-  return absl::OkStatus();
 }
 
 absl::StatusOr<StepResult> Engine::train_step(std::span<const Batch> micro_batches, float lr) {

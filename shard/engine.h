@@ -49,6 +49,7 @@
 #include "shard/module.h"
 #include "shard/reducer.h"
 #include "shard/stage.h"
+#include "shard/step_metrics.h"
 #include "shard/unit_state.h"
 #include "shard/wrap.h"
 
@@ -157,8 +158,6 @@ class Engine {
   absl::Status non_finite_gradients();
   absl::Status update(float lr, double clip_coefficient);
   absl::Status update_unit(UnitState& u, float lr, double clip_coefficient);
-  // The step's loss sum, correct and predictions, summed over ranks into `result`.
-  absl::Status reduce_metrics(StepResult& result);
   absl::Status require_between_steps(absl::string_view call) const;
 
   // Checkpoints (shard/checkpoint.cc): writing this rank's file; what this rank needs of each unit
@@ -192,12 +191,7 @@ class Engine {
 
   int micro_batches_done_ = 0;
   int64_t step_count_ = 0;
-  struct MicroBatchTotals {  // summed over the step's micro-batches, reduced across ranks by step()
-    double loss = 0;
-    int64_t correct = 0;
-    int64_t predictions = 0;
-  };
-  MicroBatchTotals totals_;
+  std::optional<StepMetrics> metrics_;  // made by build()
 };
 
 }  // namespace zero

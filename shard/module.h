@@ -89,6 +89,12 @@ struct UnitContext {
   float loss = 0.0f;
   int64_t correct = 0;
   int64_t predictions = 0;
+  // In training, a slot of sizeof(kernels::LossSums) bytes on `device` for this micro-batch (empty in evaluation):
+  // a loss kernel may leave its sums there (kernels::crossentropy_forward_backward_into) rather than read them
+  // back, which would wait for the device; the unit then sets `predictions` and `loss_sums_written`, and the
+  // engine reads every micro-batch's slot once per step for `loss` and `correct`.
+  Tensor loss_sums;
+  bool loss_sums_written = false;
 };
 
 class Unit {

@@ -1,5 +1,5 @@
-// Fused softmax cross-entropy forward and backward on CUDA: one block per row, per-row loss summed in row order on the
-// host.
+// Fused softmax cross-entropy forward and backward on CUDA: one block per row, then one block sums the rows' losses
+// and counts on the device, in a fixed order.
 #include <cfloat>
 #include <vector>
 
@@ -68,14 +68,30 @@ __global__ void crossentropy_kernel(float* dlogits, const float* logits, const i
   }
 }
 
+// sums = the rows' losses and correct counts summed: thread i over rows [i n / kThreads, (i + 1) n / kThreads) in
+// order, then the fixed tree of block_reduce, so the same bits on every run.
+__global__ void sum_rows_kernel(const double* row_loss, const int32_t* row_correct, int64_t n, LossSums* sums) {
+  __shared__ double loss_shared[kThreads];
+  __shared__ int64_t correct_shared[kThreads];
+  double loss = 0.0;
+  int64_t correct = 0;
+  for (int64_t r = n * threadIdx.x / kThreads; r < n * (threadIdx.x + 1) / kThreads; ++r) {
+    loss += row_loss[r];
+    correct += row_correct[r];
+  }
+  loss = block_reduce(loss, loss_shared, [](double a, double b) { return a + b; });
+  correct = block_reduce(correct, correct_shared, [](int64_t a, int64_t b) { return a + b; });
+  if (threadIdx.x == 0) *sums = LossSums{loss, correct};
+}
+
 }  // namespace
 
-absl::StatusOr<CrossEntropySums> crossentropy_forward_backward(int device, float* dlogits, const float* logits,
-                                                               const int32_t* targets, int64_t n, int64_t vocab,
-                                                               int64_t padded, float scale) {
+absl::Status crossentropy_forward_backward(int device, LossSums* sums, float* dlogits, const float* logits,
+                                           const int32_t* targets, int64_t n, int64_t vocab, int64_t padded,
+                                           float scale) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  if (n == 0) return CrossEntropySums{};
+  if (n == 0) return zero_on_legacy_stream(device, sums, sizeof(LossSums));
   const Stream stream = Stream::legacy(device);
   // row_loss (N) fp64, then row_correct (N) int32
   ZERO_ASSIGN_OR_RETURN(void* rows, cuda_api().allocate(n * (sizeof(double) + sizeof(int32_t)), stream));
@@ -83,18 +99,11 @@ absl::StatusOr<CrossEntropySums> crossentropy_forward_backward(int device, float
   int32_t* row_correct = reinterpret_cast<int32_t*>(row_loss + n);
   absl::Status status = launch_kernel(device, "crossentropy_kernel", crossentropy_kernel, static_cast<unsigned>(n),
                                       kThreads, dlogits, logits, targets, vocab, padded, scale, row_loss, row_correct);
-  std::vector<double> loss(static_cast<size_t>(n));
-  std::vector<int32_t> correct(static_cast<size_t>(n));
-  if (status.ok()) status.Update(copy_to_host(device, loss.data(), row_loss, n * sizeof(double)));
-  if (status.ok()) status.Update(copy_to_host(device, correct.data(), row_correct, n * sizeof(int32_t)));
-  ZERO_RETURN_IF_ERROR(cuda_api().free(rows, stream));
-  ZERO_RETURN_IF_ERROR(status);
-  CrossEntropySums sums;
-  for (int64_t r = 0; r < n; ++r) {
-    sums.loss += loss[r];
-    sums.correct += correct[r];
+  if (status.ok()) {
+    status = launch_kernel(device, "sum_rows_kernel", sum_rows_kernel, 1, kThreads, row_loss, row_correct, n, sums);
   }
-  return sums;
+  status.Update(cuda_api().free(rows, stream));  // in stream order, after the sums read the rows
+  return status;
 }
 
 }  // namespace zero::kernels::cuda

@@ -2,8 +2,7 @@
 #pragma once
 
 // Every launcher makes `device` current, enqueues its kernels through cuda_api() on that device's legacy default
-// stream (the nccl backend orders each collective after the work there with an event) and returns without waiting,
-// except where it returns host values (crossentropy), which it waits for.
+// stream (the nccl backend orders each collective after the work there with an event) and returns without waiting.
 // Shapes and semantics are those of the kernels.h function of the same name.
 
 #include <cstdint>
@@ -50,15 +49,11 @@ absl::Status embedding_forward(int device, float* out, const int32_t* tokens, co
 absl::Status embedding_backward(int device, float* dwte, float* dwpe, const float* dout, const int32_t* host_tokens,
                                 int64_t b, int64_t t, int64_t c, int64_t vocab);
 
-// logits, dlogits (N, Vp), targets (N) on the device; `scale` = 1 / counted (0 if none). Returns the sum of
-// -log p(target) over counted rows (fp64) and how many of them have argmax == target.
-struct CrossEntropySums {
-  double loss = 0;
-  int64_t correct = 0;
-};
-absl::StatusOr<CrossEntropySums> crossentropy_forward_backward(int device, float* dlogits, const float* logits,
-                                                               const int32_t* targets, int64_t n, int64_t vocab,
-                                                               int64_t padded, float scale);
+// logits, dlogits (N, Vp), targets (N) on the device; `scale` = 1 / counted (0 if none). Writes to `sums`, on the
+// device, the sum of -log p(target) over counted rows (fp64) and how many of them have argmax == target.
+absl::Status crossentropy_forward_backward(int device, LossSums* sums, float* dlogits, const float* logits,
+                                           const int32_t* targets, int64_t n, int64_t vocab, int64_t padded,
+                                           float scale);
 
 // The largest head size the attention kernels take: one warp holds a query row, kMaxHeadDim / 32 per lane.
 inline constexpr int64_t kMaxHeadDim = 256;

@@ -213,6 +213,27 @@ TEST(SimKernels, Int32OnHostCopiesFromTheDevice) {
   });
 }
 
+// The sums left in a slot on the device (as the engine's training steps do) are the CPU's bytes, and the call does
+// not wait for the device.
+TEST(SimKernels, CrossEntropyIntoASlotLeavesTheCpusSumsWithoutWaiting) {
+  const int64_t n = 16, padded = 136, vocab = 130;
+  std::vector<int32_t> targets(n);
+  for (int64_t r = 0; r < n; ++r) targets[r] = r % 5 == 0 ? kIgnoreIndex : static_cast<int32_t>((r * 29) % vocab);
+  std::vector<int64_t> counted;
+  expect_sim_equals_cpu({floats({n, padded}, 21, -4.0f, 4.0f), arg(targets, {n}), zeros({n, padded}),
+                         zeros({sizeof(LossSums)}, DType::kU8)},
+                        [&](const std::vector<Tensor>& t) -> absl::Status {  // logits, targets, dlogits, sums
+                          const Tensor host_targets(targets.data(), DType::kI32, {n});
+                          const uint64_t before = sim_device().host_synchronizations();
+                          absl::StatusOr<int64_t> c =
+                              crossentropy_forward_backward_into(t[3], t[2], t[0], t[1], vocab, host_targets);
+                          EXPECT_EQ(sim_device().host_synchronizations(), before) << t[0].to_string();
+                          if (c.ok()) counted.push_back(*c);
+                          return c.status();
+                        });
+  EXPECT_EQ(counted, std::vector<int64_t>(2, 12));
+}
+
 // With the values' host copy (Batch::host_inputs) the host reads that copy and never waits for the device; a copy of
 // another size is refused naming both.
 TEST(SimKernels, Int32OnHostReadsTheCallersHostCopyWithoutWaiting) {

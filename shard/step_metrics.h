@@ -1,0 +1,50 @@
+// The step's loss, accuracy and prediction count: each micro-batch's, from the host or from its loss kernel's sums
+// left on the device (read once per step), summed in micro-batch order, then over ranks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/allocator.h"
+#include "runtime/comm/communicator.h"
+#include "shard/meter.h"
+#include "shard/module.h"
+
+namespace zero {
+
+// Used by the engine from its compute thread.
+class StepMetrics {
+ public:
+  // One sizeof(kernels::LossSums) slot per micro-batch of a step, on `device`.
+  static absl::StatusOr<StepMetrics> create(Allocator& allocator, Device device, int micro_batches);
+
+  // The slot micro-batch m's loss kernel may leave its sums in (UnitContext::loss_sums).
+  Tensor slot(int m) const;
+  // Micro-batch ctx's, after its forward: its slot when the unit wrote it (loss_sums_written), else its loss and
+  // correct count.
+  void record(const UnitContext& ctx);
+  struct Reduced {
+    float loss = 0;  // the mean over micro-batches and ranks
+    int64_t correct = 0;
+    int64_t predictions = 0;
+  };
+  // Reads the slots written (one copy, which waits for the device), sums the micro-batches in order, then over
+  // the ranks (a collective); then starts over.
+  absl::StatusOr<Reduced> reduce(CommMeter& meter, Communicator& comm);
+
+ private:
+  struct MicroBatch {
+    bool on_device = false;  // loss and correct are in its slot
+    float loss = 0;
+    int64_t correct = 0;
+    int64_t predictions = 0;
+  };
+  explicit StepMetrics(Buffer slots) : slots_(std::move(slots)) {}
+  absl::Status read_slots();
+
+  Buffer slots_;
+  std::vector<MicroBatch> micro_batches_;
+};
+
+}  // namespace zero
