@@ -414,6 +414,27 @@ TEST(NoSync, ReducesOncePerStepAndStagesZeroAndOneAgree) {
   }
 }
 
+// A micro-batch more than accumulation_steps before step() is refused naming the fix; step() then still takes the
+// step's own micro-batches.
+TEST(Engine, AMicroBatchPastAccumulationStepsIsRefusedNamingStep) {
+  const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
+    Allocator allocator;  // outlives the model, which holds activations between micro-batches
+    ToyModel model(ToyConfig{});
+    ZERO_ASSIGN_OR_RETURN(
+        std::unique_ptr<Engine> engine,
+        Engine::create(model, comm, allocator, testing::adamw_factory(), ZeroConfig{.accumulation_steps = 2}));
+    testing::ToyData data = testing::toy_rows(ToyConfig{}, 0, 4);
+    const Batch batch = data.batch(7);
+    ZERO_RETURN_IF_ERROR(engine->forward_backward(batch));
+    ZERO_RETURN_IF_ERROR(engine->forward_backward(batch));
+    const absl::Status third = engine->forward_backward(batch);
+    EXPECT_EQ(third, absl::FailedPreconditionError(
+                         "forward_backward after 2 micro-batches; accumulation_steps is 2: call step() first"));
+    return engine->step(0.1f).status();
+  }));
+  EXPECT_TRUE(status.ok()) << status;
+}
+
 TEST(NoSync, RefusedAtStagesTwoAndThree) {
   ZeroConfig c;
   c.no_sync = true;
