@@ -36,6 +36,14 @@ absl::Status synchronize_until(DeviceApi& api, Event event, absl::Time deadline,
   }
 }
 
+absl::StatusOr<PinnedBuffer> PinnedBuffer::allocate(DeviceApi& api, size_t bytes) {
+  PinnedBuffer pinned;
+  ZERO_ASSIGN_OR_RETURN(pinned.data_, api.allocate_pinned(bytes));
+  pinned.api_ = &api;
+  pinned.bytes_ = bytes;
+  return pinned;
+}
+
 absl::Status wait_for_legacy_stream(DeviceApi& api, Stream stream, Event marker) {
   ZERO_RETURN_IF_ERROR(api.record(marker, Stream::legacy(stream.device)));
   return api.wait(stream, marker);

@@ -170,4 +170,32 @@ class Owned {
 using OwnedStream = Owned<Stream>;
 using OwnedEvent = Owned<Event>;
 
+// Page-locked host memory of `api` (allocate_pinned), freed with this owner (an error freeing it is dropped, as
+// Owned's). Move-only; empty when default-made.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  static absl::StatusOr<PinnedBuffer> allocate(DeviceApi& api, size_t bytes);
+  PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
+    std::swap(api_, other.api_);
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (data_ != nullptr) (void)api_->free_pinned(data_);
+  }
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  DeviceApi* api_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 }  // namespace zero

@@ -1,11 +1,12 @@
-// Raw memory on a device: allocation (the Allocator is the only caller and does the accounting) and copies between
-// devices.
+// Raw memory on a device: allocation (the Allocator does the accounting for what the engine and models hold; kernels
+// take a few bytes of scratch here), copies between devices, and the DeviceApi behind a device.
 #pragma once
 
 #include <cstddef>
 
 #include "absl/status/statusor.h"
 #include "runtime/device.h"
+#include "runtime/device_api.h"
 
 namespace zero {
 
@@ -25,5 +26,9 @@ absl::Status use_device_on_this_thread(Device device);
 
 // Waits until `device` finished all work enqueued on it, on every stream (nothing for the CPU).
 absl::Status synchronize(Device device);
+
+// The implementation behind `device`'s memory and kernels: sim_device() or cuda_api(); null for the CPU, and for
+// CUDA in a build without it.
+DeviceApi* device_api(Device device);
 
 }  // namespace zero

@@ -33,12 +33,14 @@ absl::Status cuda_copy(void*, Device dst_device, const void*, Device src_device,
 }
 absl::Status cuda_use_device(Device device) { return no_cuda("use", device); }
 absl::Status cuda_synchronize(Device device) { return no_cuda("synchronize", device); }
+DeviceApi* cuda_device_api() { return nullptr; }
 #else
 absl::StatusOr<void*> cuda_alloc(Device device, size_t nbytes);  // runtime/cuda/cuda_memory.cu
 void cuda_free(Device device, void* ptr);
 absl::Status cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 absl::Status cuda_use_device(Device device);
 absl::Status cuda_synchronize(Device device);
+DeviceApi* cuda_device_api();
 #endif
 
 absl::StatusOr<void*> device_alloc(Device device, size_t nbytes) {
@@ -74,6 +76,11 @@ absl::Status use_device_on_this_thread(Device device) {
 absl::Status synchronize(Device device) {
   if (device.is_sim()) return sim_device().synchronize_device(device.index);
   return device.is_cpu() ? absl::OkStatus() : cuda_synchronize(device);
+}
+
+DeviceApi* device_api(Device device) {
+  if (device.is_sim()) return &sim_device();
+  return device.is_cpu() ? nullptr : cuda_device_api();
 }
 
 }  // namespace zero

@@ -285,6 +285,7 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step() after ", micro_batches_done_, " micro-batches; accumulation_steps is ", config_.accumulation_steps));
   }
+  ZERO_RETURN_IF_ERROR(metrics_->copy_back());                       // arrives with the norm's read
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
   ZERO_RETURN_IF_ERROR(gatherer_->end_pass());  // prefetches the step did not use, after an order change

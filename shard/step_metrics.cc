@@ -10,9 +10,13 @@
 namespace zero {
 
 absl::StatusOr<StepMetrics> StepMetrics::create(Allocator& allocator, Device device, int micro_batches) {
-  ZERO_ASSIGN_OR_RETURN(
-      Buffer slots, allocator.allocate(micro_batches * sizeof(kernels::LossSums), MemoryCategory::kWorkspace, device));
-  return StepMetrics(std::move(slots));
+  const size_t bytes = micro_batches * sizeof(kernels::LossSums);
+  ZERO_ASSIGN_OR_RETURN(Buffer slots, allocator.allocate(bytes, MemoryCategory::kWorkspace, device));
+  DeviceApi* api = device_api(device);
+  if (api == nullptr) return StepMetrics(std::move(slots), std::nullopt);
+  ZERO_ASSIGN_OR_RETURN(PinnedBuffer pinned, PinnedBuffer::allocate(*api, bytes));
+  ZERO_ASSIGN_OR_RETURN(OwnedEvent copied, OwnedEvent::create(*api, device.index));
+  return StepMetrics(std::move(slots), HostCopy{api, std::move(pinned), std::move(copied)});
 }
 
 Tensor StepMetrics::slot(int m) const {
@@ -24,26 +28,37 @@ void StepMetrics::record(const UnitContext& ctx) {
       {.on_device = ctx.loss_sums_written, .loss = ctx.loss, .correct = ctx.correct, .predictions = ctx.predictions});
 }
 
-absl::Status StepMetrics::read_slots() {
-  std::vector<kernels::LossSums> sums(micro_batches_.size());
-  ZERO_RETURN_IF_ERROR(
-      copy_bytes(sums.data(), Device::cpu(), slots_.data(), slots_.device(), sums.size() * sizeof(kernels::LossSums)));
-  for (size_t m = 0; m < micro_batches_.size(); ++m) {
-    MicroBatch& b = micro_batches_[m];
-    if (!b.on_device) continue;
-    const kernels::CrossEntropyResult r = kernels::loss_of(sums[m], b.predictions);
-    b.loss = r.loss;
-    b.correct = r.correct;
-  }
-  return absl::OkStatus();
+absl::Status StepMetrics::copy_back() {
+  if (!host_copy_) return absl::OkStatus();
+  // The legacy default stream, where the kernels run and the slots were allocated.
+  const Stream legacy = Stream::legacy(slots_.device().index);
+  ZERO_RETURN_IF_ERROR(host_copy_->api->copy_async(host_copy_->pinned.data(), slots_.data(), slots_.nbytes(), legacy));
+  return host_copy_->api->record(host_copy_->copied.get(), legacy);
+}
+
+absl::StatusOr<const void*> StepMetrics::slots_on_host() {
+  if (!host_copy_) return slots_.data();
+  ZERO_ASSIGN_OR_RETURN(const bool done, host_copy_->api->query(host_copy_->copied.get()));
+  if (!done) ZERO_RETURN_IF_ERROR(host_copy_->api->synchronize(host_copy_->copied.get()));
+  return host_copy_->pinned.data();
 }
 
 absl::StatusOr<StepMetrics::Reduced> StepMetrics::reduce(CommMeter& meter, Communicator& comm) {
   const auto on_device = [](const MicroBatch& b) { return b.on_device; };
-  if (std::any_of(micro_batches_.begin(), micro_batches_.end(), on_device)) ZERO_RETURN_IF_ERROR(read_slots());
+  const void* slots = nullptr;
+  if (std::any_of(micro_batches_.begin(), micro_batches_.end(), on_device)) {
+    ZERO_ASSIGN_OR_RETURN(slots, slots_on_host());
+  }
+  const auto* sums = static_cast<const kernels::LossSums*>(slots);
   double loss_sum = 0;
   int64_t correct = 0, predictions = 0;
-  for (const MicroBatch& b : micro_batches_) {
+  for (size_t m = 0; m < micro_batches_.size(); ++m) {
+    MicroBatch& b = micro_batches_[m];
+    if (b.on_device) {
+      const kernels::CrossEntropyResult r = kernels::loss_of(sums[m], b.predictions);
+      b.loss = r.loss;
+      b.correct = r.correct;
+    }
     loss_sum += b.loss;
     correct += b.correct;
     predictions += b.predictions;

@@ -83,35 +83,6 @@ absl::Status share_pool_memory_with_this_process_gpus(int device) {
 const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
 char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
 
-// Page-locked host memory for the staging copies, which asynchronous copies need on their host side. Growing frees
-// the old buffer, so an operation reserves what all its copies need before the first, and ends in the backend's
-// finish(): the next may then overwrite or replace it.
-class PinnedStaging {
- public:
-  PinnedStaging() = default;
-  PinnedStaging(const PinnedStaging&) = delete;
-  PinnedStaging& operator=(const PinnedStaging&) = delete;
-  ~PinnedStaging() { release(); }
-
-  absl::StatusOr<void*> reserve(size_t bytes) {
-    if (bytes <= bytes_) return data_;
-    release();
-    ZERO_ASSIGN_OR_RETURN(data_, cuda_api().allocate_pinned(bytes));
-    bytes_ = bytes;
-    return data_;
-  }
-
- private:
-  void release() {
-    if (data_ != nullptr) (void)cuda_api().free_pinned(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 // An NCCL call as enqueued: its answer and name, settled after the launch that made it.
 struct Issued {
   ncclResult_t result = ncclSuccess;
@@ -216,7 +187,7 @@ class NcclBackend final : public Backend {
                          .count = kBytes,
                          .send = scratch_.data(),
                          .recv = at_bytes(scratch_.data(), kBytes)};
-    absl::Status status = pinned_.reserve(all.size() * kBytes).status();
+    absl::Status status = reserve_pinned(all.size() * kBytes).status();
     if (status.ok()) status = upload(scratch_.data(), &mine, kBytes);
     if (status.ok()) status = enqueue(allgather, deadline);
     if (status.ok()) status = download(all.data(), allgather.recv, all.size() * kBytes, deadline);
@@ -369,7 +340,7 @@ class NcclBackend final : public Backend {
     on_device.recv = at_bytes(staging, send_bytes);
     on_device.send = send_bytes == 0 ? on_device.recv : staging;
     const void* source = send_bytes == 0 ? c.recv : c.send;
-    ZERO_RETURN_IF_ERROR(pinned_.reserve(std::max(send_bytes, recv_bytes)).status());
+    ZERO_RETURN_IF_ERROR(reserve_pinned(std::max(send_bytes, recv_bytes)).status());
     if (source != nullptr) {
       ZERO_RETURN_IF_ERROR(
           upload(const_cast<void*>(on_device.send), source, send_bytes == 0 ? recv_bytes : send_bytes));
@@ -379,10 +350,20 @@ class NcclBackend final : public Backend {
     return download(c.recv, on_device.recv, recv_bytes, deadline);
   }
 
+  // The pinned memory for the staging copies, grown to `bytes`. Growing frees the old buffer, so an operation
+  // reserves what all its copies need before the first, and ends in finish(): the next may then overwrite it.
+  absl::StatusOr<void*> reserve_pinned(size_t bytes) {
+    if (bytes > pinned_.bytes()) {
+      pinned_ = PinnedBuffer();
+      ZERO_ASSIGN_OR_RETURN(pinned_, PinnedBuffer::allocate(api_, bytes));
+    }
+    return pinned_.data();
+  }
+
   // Host bytes to device memory, in the stream's order, through pinned memory.
   absl::Status upload(void* device_dst, const void* host_src, size_t bytes) {
     if (bytes == 0) return absl::OkStatus();
-    ZERO_ASSIGN_OR_RETURN(void* pinned, pinned_.reserve(bytes));
+    ZERO_ASSIGN_OR_RETURN(void* pinned, reserve_pinned(bytes));
     std::memcpy(pinned, host_src, bytes);
     return api_.copy_async(device_dst, pinned, bytes, stream_.get());
   }
@@ -391,7 +372,7 @@ class NcclBackend final : public Backend {
   // and NCCL's errors, which a host-blocking copy behind a collective whose peer died would not.
   absl::Status download(void* host_dst, const void* device_src, size_t bytes, absl::Time deadline) {
     if (bytes == 0) return finish(deadline);
-    ZERO_ASSIGN_OR_RETURN(void* pinned, pinned_.reserve(bytes));
+    ZERO_ASSIGN_OR_RETURN(void* pinned, reserve_pinned(bytes));
     ZERO_RETURN_IF_ERROR(api_.copy_async(pinned, device_src, bytes, stream_.get()));
     ZERO_RETURN_IF_ERROR(finish(deadline));
     std::memcpy(host_dst, pinned, bytes);
@@ -435,7 +416,7 @@ class NcclBackend final : public Backend {
   std::unique_ptr<Allocator> own_allocator_;                   // when CommOptions names none
   Buffer scratch_;                                             // device memory, (world_size + 1) fingerprints
   Buffer staging_;                                             // device memory for host collectives, grown as needed
-  PinnedStaging pinned_;                                       // the host side of the staging copies
+  PinnedBuffer pinned_;                                        // the host side of the staging copies, grown as needed
   ncclComm_t comm_ = nullptr;
   bool initialized_ = false;  // ncclCommInitRankConfig completed
   bool aborted_ = false;

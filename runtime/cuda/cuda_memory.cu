@@ -23,4 +23,6 @@ absl::Status cuda_synchronize(Device device) { return cuda_api().synchronize_dev
 
 absl::Status cuda_use_device(Device device) { return cuda_api().set_current_device(device.index); }
 
+DeviceApi* cuda_device_api() { return &cuda_api(); }
+
 }  // namespace zero
