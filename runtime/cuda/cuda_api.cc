@@ -15,15 +15,18 @@ namespace {
 // "13.0" for CUDA's version number 13000.
 std::string cuda_version_name(int version) { return absl::StrCat(version / 1000, ".", version % 1000 / 10); }
 
-// The driver's CUDA version, 0 when no driver is loaded.
-int driver_version() {
-  int version = 0;
-  if (cudaDriverGetVersion(&version) != cudaSuccess) {
+// What `query` answers (a device count, the driver's version), or 0 where it fails (no driver), its error cleared.
+int cuda_number_or_zero(cudaError_t (*query)(int*)) {
+  int number = 0;
+  if (query(&number) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  return version;
+  return number;
 }
+
+// The driver's CUDA version, 0 when no driver is loaded.
+int driver_version() { return cuda_number_or_zero(cudaDriverGetVersion); }
 
 // The native handle registered under (device, id); with `take`, also removed. InvalidArgument naming it if none.
 template <typename Native>
@@ -104,14 +107,7 @@ class CudaLaunchContext final : public LaunchContext {
 
 }  // namespace
 
-int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
+int cuda_device_count() { return cuda_number_or_zero(cudaGetDeviceCount); }
 
 std::string why_no_cuda_device() {
   int count = 0;

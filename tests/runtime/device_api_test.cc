@@ -43,6 +43,20 @@ class DeviceApiTest : public ::testing::TestWithParam<Where> {
 
   DeviceApi& api() { return *api_; }
 
+  // An event recorded on a stream behind a StreamHold: not done until hold->release().
+  struct HeldWork {
+    OwnedStream stream;
+    std::unique_ptr<StreamHold> hold;
+    OwnedEvent done;
+  };
+  HeldWork held_work() {
+    HeldWork w{stream(), nullptr, event()};
+    w.hold = std::make_unique<StreamHold>(api(), w.stream.get());
+    EXPECT_TRUE(w.hold->launched().ok()) << w.hold->launched();
+    EXPECT_TRUE(api().record(w.done.get(), w.stream.get()).ok());
+    return w;
+  }
+
   OwnedStream stream() {
     absl::StatusOr<OwnedStream> made = OwnedStream::create(api(), 0);
     EXPECT_TRUE(made.ok()) << made.status();
@@ -59,37 +73,25 @@ class DeviceApiTest : public ::testing::TestWithParam<Where> {
 };
 
 TEST_P(DeviceApiTest, SynchronizeUntilReturnsOnceTheRecordedWorkIsDone) {
-  OwnedStream s = stream();
-  OwnedEvent done = event();
-  StreamHold hold(api(), s.get());
-  ASSERT_TRUE(hold.launched().ok()) << hold.launched();
-  ASSERT_TRUE(api().record(done.get(), s.get()).ok());
-  EXPECT_EQ(api().query(done.get()).value_or(true), false);
-  hold.release();
-  const absl::Status status = synchronize_until(api(), done.get(), absl::Now() + absl::Seconds(60));
+  HeldWork w = held_work();
+  EXPECT_EQ(api().query(w.done.get()).value_or(true), false);
+  w.hold->release();
+  const absl::Status status = synchronize_until(api(), w.done.get(), absl::Now() + absl::Seconds(60));
   EXPECT_TRUE(status.ok()) << status;
-  EXPECT_EQ(api().query(done.get()).value_or(false), true);
+  EXPECT_EQ(api().query(w.done.get()).value_or(false), true);
 }
 
 TEST_P(DeviceApiTest, SynchronizeUntilGivesUpAtTheDeadline) {
-  OwnedStream s = stream();
-  OwnedEvent done = event();
-  StreamHold hold(api(), s.get());
-  ASSERT_TRUE(hold.launched().ok()) << hold.launched();
-  ASSERT_TRUE(api().record(done.get(), s.get()).ok());
-  const absl::Status early = synchronize_until(api(), done.get(), absl::Now() + absl::Milliseconds(50));
+  HeldWork w = held_work();
+  const absl::Status early = synchronize_until(api(), w.done.get(), absl::Now() + absl::Milliseconds(50));
   EXPECT_EQ(early, absl::DeadlineExceededError("the device work did not finish before the deadline"));
-  hold.release();
-  EXPECT_TRUE(synchronize_until(api(), done.get(), absl::Now() + absl::Seconds(60)).ok());
+  w.hold->release();
+  EXPECT_TRUE(synchronize_until(api(), w.done.get(), absl::Now() + absl::Seconds(60)).ok());
 }
 
 TEST_P(DeviceApiTest, SynchronizeUntilReturnsTheErrorItsCheckReports) {
-  OwnedStream s = stream();
-  OwnedEvent done = event();
-  StreamHold hold(api(), s.get());
-  ASSERT_TRUE(hold.launched().ok()) << hold.launched();
-  ASSERT_TRUE(api().record(done.get(), s.get()).ok());
-  const absl::Status status = synchronize_until(api(), done.get(), absl::Now() + absl::Seconds(60),
+  HeldWork w = held_work();
+  const absl::Status status = synchronize_until(api(), w.done.get(), absl::Now() + absl::Seconds(60),
                                                 [] { return absl::AbortedError("peer 3 failed"); });
   EXPECT_EQ(status, absl::AbortedError("peer 3 failed"));
 }
