@@ -97,6 +97,11 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
   ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, DType::kF32, dev, n, padded));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "targets", targets, DType::kI32, dev, n));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "sums", sums, DType::kU8, dev, sizeof(LossSums)));
+  if (reinterpret_cast<uintptr_t>(sums.data()) % alignof(LossSums) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": sums at 0x",
+                                                   absl::Hex(reinterpret_cast<uintptr_t>(sums.data())), " must be ",
+                                                   alignof(LossSums), "-byte aligned"));
+  }
   ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
   if (vocab < 1 || vocab > padded) {
     return absl::InvalidArgumentError(

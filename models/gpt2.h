@@ -6,9 +6,9 @@
 //   "embedding"  x (B, T, C) = wte[tokens] + wpe[t]
 //   "h.{i}"      pre-LayerNorm block: x += attn(ln_1(x)); x += mlp(ln_2(x)), causal attention, GELU (tanh)
 //   "head"       logits (B, T, Vp) = ln_f(x) wte^T (wte tied from "embedding"); loss over the real vocab
-// Tokens and targets must be on ctx.device, where the units run. On a CUDA device the tokens are copied back
-// to the host, to check them and to index wte's gradient rows, and so are the loss's per-row sums; each copy
-// waits for the device's queued work.
+// Tokens and targets must be on ctx.device, where the units run. The tokens are checked, and wte's gradient rows
+// grouped on CUDA, on the host: in the batch's host copy (Batch::host_inputs), or else in a copy back from the
+// device, which waits for its queued work; the loss stays on the device in training (classifier_loss).
 // Memory on ctx.device, in floats (every tensor starts 64-byte aligned: 16 floats; with B·T a multiple of 16
 // nothing pads):
 //   kActivations, each unit's from its forward to the end of its backward:

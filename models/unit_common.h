@@ -4,8 +4,9 @@
 
 // Everything here runs on the device a unit is told to (UnitContext::device): buffers are allocated there and
 // every read or write of tensor memory goes through the device-dispatching kernels (kernels/kernels.h), so
-// the same code serves CPU and CUDA tensors. The only host values are the loss and the accuracy counts,
-// which the cross-entropy kernel returns by value (copied back from the device, waiting for it).
+// the same code serves CPU and CUDA tensors. The only host values are the loss and the accuracy counts: in
+// training the cross-entropy leaves them on the device for the engine to read once per step, in evaluation it
+// returns them by value (copied back from the device, waiting for it).
 
 #include <initializer_list>
 #include <span>
@@ -77,8 +78,9 @@ class GradRelay {
 
 // A classifier head's loss: fused softmax cross-entropy over the first `classes` columns of logits (N, Cp)
 // against ctx.batch.targets (N) int32 on ctx.device (kIgnoreIndex rows skipped), dlogits (N, Cp) =
-// d(loss)/d(logits) times ctx.loss_scale, and ctx.loss, ctx.correct, ctx.predictions set: host values, which
-// on a CUDA device means waiting for the logits (the kernel copies its per-row sums back).
+// d(loss)/d(logits) times ctx.loss_scale. ctx.predictions is set at once (the targets are counted on the host);
+// the loss and correct count go to ctx.loss_sums on the device where the engine gives a slot (training), or are
+// read back into ctx.loss and ctx.correct (evaluation, which so waits for the device).
 absl::Status classifier_loss(UnitContext& ctx, const Tensor& dlogits, const Tensor& logits, int64_t classes);
 
 }  // namespace zero

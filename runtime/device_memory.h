@@ -1,5 +1,6 @@
-// Raw memory on a device: allocation (the Allocator does the accounting for what the engine and models hold; kernels
-// take a few bytes of scratch here), copies between devices, and the DeviceApi behind a device.
+// Raw memory on a device: allocation (the Allocator does the accounting for what the engine and models hold; the
+// kernels' scratch, from a few bytes to the gradient norm's 8 MiB of bins, is taken outside it), copies between
+// devices, and the DeviceApi behind a device.
 #pragma once
 
 #include <cstddef>

@@ -117,7 +117,8 @@ class Unit {
 
   // x: the previous unit's output (undefined for the first unit, which reads ctx.batch). Returns this
   // unit's output, which stays valid until this unit's backward; the last unit returns its logits
-  // and sets ctx.loss. Saves what backward needs (or recomputes it there). Evaluation calls forward
+  // and sets ctx.loss and ctx.correct, or leaves them in ctx.loss_sums (classifier_loss does both). Saves what
+  // backward needs (or recomputes it there). Evaluation calls forward
   // without a backward (Engine::evaluate): the next forward must replace what this one saved.
   virtual absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) = 0;
 

@@ -13,10 +13,10 @@ absl::StatusOr<StepMetrics> StepMetrics::create(Allocator& allocator, Device dev
   const size_t bytes = micro_batches * sizeof(kernels::LossSums);
   ZERO_ASSIGN_OR_RETURN(Buffer slots, allocator.allocate(bytes, MemoryCategory::kWorkspace, device));
   DeviceApi* api = device_api(device);
-  if (api == nullptr) return StepMetrics(std::move(slots), std::nullopt);
+  if (api == nullptr) return StepMetrics(std::move(slots), nullptr);
   ZERO_ASSIGN_OR_RETURN(PinnedBuffer pinned, PinnedBuffer::allocate(*api, bytes));
   ZERO_ASSIGN_OR_RETURN(OwnedEvent copied, OwnedEvent::create(*api, device.index));
-  return StepMetrics(std::move(slots), HostCopy{api, std::move(pinned), std::move(copied)});
+  return StepMetrics(std::move(slots), std::make_unique<HostCopy>(*api, std::move(pinned), std::move(copied)));
 }
 
 Tensor StepMetrics::slot(int m) const {
@@ -28,26 +28,31 @@ void StepMetrics::record(const UnitContext& ctx) {
       {.on_device = ctx.loss_sums_written, .loss = ctx.loss, .correct = ctx.correct, .predictions = ctx.predictions});
 }
 
-absl::Status StepMetrics::copy_back() {
-  if (!host_copy_) return absl::OkStatus();
-  // The legacy default stream, where the kernels run and the slots were allocated.
-  const Stream legacy = Stream::legacy(slots_.device().index);
-  ZERO_RETURN_IF_ERROR(host_copy_->api->copy_async(host_copy_->pinned.data(), slots_.data(), slots_.nbytes(), legacy));
-  return host_copy_->api->record(host_copy_->copied.get(), legacy);
+bool StepMetrics::any_on_device() const {
+  return std::any_of(micro_batches_.begin(), micro_batches_.end(), [](const MicroBatch& b) { return b.on_device; });
 }
 
-absl::StatusOr<const void*> StepMetrics::slots_on_host() {
-  if (!host_copy_) return slots_.data();
-  ZERO_ASSIGN_OR_RETURN(const bool done, host_copy_->api->query(host_copy_->copied.get()));
-  if (!done) ZERO_RETURN_IF_ERROR(host_copy_->api->synchronize(host_copy_->copied.get()));
-  return host_copy_->pinned.data();
+absl::Status StepMetrics::copy_back() {
+  if (!host_copy_ || !any_on_device()) return absl::OkStatus();
+  // The legacy default stream, where the kernels run and the slots were allocated.
+  const Stream legacy = Stream::legacy(slots_.device().index);
+  ZERO_RETURN_IF_ERROR(host_copy_->api.copy_async(host_copy_->pinned.data(), slots_.data(), slots_.nbytes(), legacy));
+  ZERO_RETURN_IF_ERROR(host_copy_->api.record(host_copy_->copied.get(), legacy));
+  host_copy_->queued = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const void*> StepMetrics::HostCopy::landed() {
+  ZERO_ASSIGN_OR_RETURN(const bool done, api.query(copied.get()));
+  if (!done) ZERO_RETURN_IF_ERROR(api.synchronize(copied.get()));
+  queued = false;
+  return pinned.data();
 }
 
 absl::StatusOr<StepMetrics::Reduced> StepMetrics::reduce(CommMeter& meter, Communicator& comm) {
-  const auto on_device = [](const MicroBatch& b) { return b.on_device; };
-  const void* slots = nullptr;
-  if (std::any_of(micro_batches_.begin(), micro_batches_.end(), on_device)) {
-    ZERO_ASSIGN_OR_RETURN(slots, slots_on_host());
+  const void* slots = slots_.data();
+  if (host_copy_ && any_on_device()) {
+    ZERO_ASSIGN_OR_RETURN(slots, host_copy_->landed());
   }
   const auto* sums = static_cast<const kernels::LossSums*>(slots);
   double loss_sum = 0;
@@ -64,7 +69,6 @@ absl::StatusOr<StepMetrics::Reduced> StepMetrics::reduce(CommMeter& meter, Commu
     predictions += b.predictions;
   }
   const int micro_batches = static_cast<int>(micro_batches_.size());
-  micro_batches_.clear();
   // The loss as fp32; the counts exactly, as integers: each split into 16-bit halves so an int32 sum over
   // ranks cannot overflow (exact up to 2^47 per step).
   float loss = static_cast<float>(loss_sum);
@@ -77,6 +81,7 @@ absl::StatusOr<StepMetrics::Reduced> StepMetrics::reduce(CommMeter& meter, Commu
   absl::Status status = meter.wait(loss_reduced);
   status.Update(meter.wait(counts_reduced));
   ZERO_RETURN_IF_ERROR(status);
+  micro_batches_.clear();
   return Reduced{.loss = loss / static_cast<float>(comm.world_size() * micro_batches),
                  .correct = (int64_t{counts[0]} << 16) + counts[1],
                  .predictions = (int64_t{counts[2]} << 16) + counts[3]};

@@ -1,7 +1,6 @@
 // Fused softmax cross-entropy forward and backward on CUDA: one block per row, then one block sums the rows' losses
 // and counts on the device, in a fixed order.
 #include <cfloat>
-#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -100,7 +99,8 @@ absl::Status crossentropy_forward_backward(int device, LossSums* sums, float* dl
   absl::Status status = launch_kernel(device, "crossentropy_kernel", crossentropy_kernel, static_cast<unsigned>(n),
                                       kThreads, dlogits, logits, targets, vocab, padded, scale, row_loss, row_correct);
   if (status.ok()) {
-    status = launch_kernel(device, "sum_rows_kernel", sum_rows_kernel, 1, kThreads, row_loss, row_correct, n, sums);
+    status.Update(
+        launch_kernel(device, "sum_rows_kernel", sum_rows_kernel, 1, kThreads, row_loss, row_correct, n, sums));
   }
   status.Update(cuda_api().free(rows, stream));  // in stream order, after the sums read the rows
   return status;

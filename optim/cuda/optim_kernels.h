@@ -47,10 +47,10 @@ absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::v
                              const std::vector<float>& param_scale, const ShardStep& step, float* momentum_buffer);
 
 // exact_square_sum (square_sum.h) of the floating tensors `xs` on `device`: one block bins each kMaxBinnedValues
-// chunk of each tensor, and the bins of up to `chunks_per_read` chunks come back together (by default 64 MiB of
-// bins, so a rank's slice of up to 2^31 elements costs one read) to be summed as the CPU sums its chunks. Waits for
-// the result.
-inline constexpr int64_t kSquareChunksPerRead = 32768;
+// chunk of each tensor, and the bins of up to `chunks_per_read` chunks come back together (by default 8 MiB of
+// bins, scratch from the device's pool, so a rank's slice of up to 2^28 elements costs one read) to be summed as
+// the CPU sums its chunks. Waits for the result.
+inline constexpr int64_t kSquareChunksPerRead = 4096;
 absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, std::span<const Tensor> xs, float divisor,
                                                 int64_t chunks_per_read = kSquareChunksPerRead);
 

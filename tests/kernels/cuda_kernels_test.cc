@@ -267,23 +267,27 @@ TEST_F(CudaKernels, EmbeddingMatchesCpuBitwise) {
   EXPECT_EQ(download<float>(g_dwpe), dwpe);
 }
 
+// 16 rows, and 1000 (more than the sums' block has threads, so each sums a run of rows); no rows at all.
 TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
-  const int64_t n = 16, padded = 136, vocab = 130;
-  std::vector<float> logits = random_floats(n * padded, 20, -4.0f, 4.0f), dlogits(n * padded);
-  std::vector<int32_t> targets(n);
-  for (int64_t r = 0; r < n; ++r) targets[r] = r % 5 == 0 ? kIgnoreIndex : static_cast<int32_t>((r * 37) % vocab);
-  const Tensor g_d = upload(dlogits, {n, padded});
-  auto cpu =
-      crossentropy_forward_backward(view(dlogits, {n, padded}), view(logits, {n, padded}), view(targets, {n}), vocab);
-  auto gpu = crossentropy_forward_backward(g_d, upload(logits, {n, padded}), upload(targets, {n}), vocab);
-  ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
-  EXPECT_EQ(gpu->counted, cpu->counted);
-  EXPECT_EQ(gpu->correct, cpu->correct);
-  // expf vs std::exp (<= 2 ulps), the fp64 sum's order (negligible), and the loss's final rounding.
-  EXPECT_NEAR(gpu->loss, cpu->loss, 4 * kU32 * std::fabs(cpu->loss));
-  // Each gradient is p·(scale/sum) [- scale]: a few roundings of values <= scale = 1/counted.
-  const double scale = 1.0 / static_cast<double>(cpu->counted);
-  expect_near_all(download<float>(g_d), dlogits, 8 * kU32 * scale, "dlogits");
+  for (const int64_t n : {int64_t{16}, int64_t{1000}, int64_t{0}}) {
+    const int64_t padded = 136, vocab = 130;
+    std::vector<float> logits = random_floats(n * padded, 20, -4.0f, 4.0f), dlogits(n * padded);
+    std::vector<int32_t> targets(n);
+    for (int64_t r = 0; r < n; ++r) targets[r] = r % 5 == 0 ? kIgnoreIndex : static_cast<int32_t>((r * 37) % vocab);
+    const Tensor g_d = upload(dlogits, {n, padded});
+    auto cpu =
+        crossentropy_forward_backward(view(dlogits, {n, padded}), view(logits, {n, padded}), view(targets, {n}), vocab);
+    auto gpu = crossentropy_forward_backward(g_d, upload(logits, {n, padded}), upload(targets, {n}), vocab);
+    ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
+    EXPECT_EQ(gpu->counted, cpu->counted) << n << " rows";
+    EXPECT_EQ(gpu->correct, cpu->correct) << n << " rows";
+    // expf vs std::exp (<= 2 ulps), the fp64 sum's order (negligible), and the loss's final rounding.
+    EXPECT_NEAR(gpu->loss, cpu->loss, 4 * kU32 * std::fabs(cpu->loss)) << n << " rows";
+    if (n == 0) continue;
+    // Each gradient is p·(scale/sum) [- scale]: a few roundings of values <= scale = 1/counted.
+    const double scale = 1.0 / static_cast<double>(cpu->counted);
+    expect_near_all(download<float>(g_d), dlogits, 8 * kU32 * scale, "dlogits");
+  }
 }
 
 TEST_F(CudaKernels, AttentionMatchesCpu) {

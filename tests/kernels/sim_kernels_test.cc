@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
 #include "runtime/allocator.h"
@@ -232,6 +233,34 @@ TEST(SimKernels, CrossEntropyIntoASlotLeavesTheCpusSumsWithoutWaiting) {
                           return c.status();
                         });
   EXPECT_EQ(counted, std::vector<int64_t>(2, 12));
+  // On the CPU the slot holds what the reading call returns.
+  const std::vector<float> logits = random_floats(n * padded, 21, -4.0f, 4.0f);
+  std::vector<float> scratch(n * padded), dlogits(n * padded);
+  LossSums sums;
+  absl::StatusOr<int64_t> c = crossentropy_forward_backward_into(
+      Tensor(&sums, DType::kU8, {sizeof(LossSums)}), Tensor(scratch.data(), DType::kF32, {n, padded}),
+      Tensor(const_cast<float*>(logits.data()), DType::kF32, {n, padded}), Tensor(targets.data(), DType::kI32, {n}),
+      vocab);
+  absl::StatusOr<CrossEntropyResult> read =
+      crossentropy_forward_backward(Tensor(dlogits.data(), DType::kF32, {n, padded}),
+                                    Tensor(const_cast<float*>(logits.data()), DType::kF32, {n, padded}),
+                                    Tensor(targets.data(), DType::kI32, {n}), vocab);
+  ASSERT_TRUE(c.ok() && read.ok()) << c.status() << read.status();
+  const CrossEntropyResult from_slot = loss_of(sums, *c);
+  EXPECT_EQ(float_bits(from_slot.loss), float_bits(read->loss));
+  EXPECT_EQ(from_slot.correct, read->correct);
+  EXPECT_EQ(from_slot.counted, read->counted);
+  EXPECT_GT(read->loss, 0.0f);
+  EXPECT_EQ(dlogits, scratch);
+  alignas(LossSums) unsigned char raw[2 * sizeof(LossSums)];
+  const absl::Status misaligned =
+      crossentropy_forward_backward_into(Tensor(raw + 4, DType::kU8, {sizeof(LossSums)}),
+                                         Tensor(scratch.data(), DType::kF32, {n, padded}),
+                                         Tensor(const_cast<float*>(logits.data()), DType::kF32, {n, padded}),
+                                         Tensor(targets.data(), DType::kI32, {n}), vocab)
+          .status();
+  EXPECT_TRUE(absl::IsInvalidArgument(misaligned) && absl::StrContains(misaligned.message(), "8-byte aligned"))
+      << misaligned;
 }
 
 // With the values' host copy (Batch::host_inputs) the host reads that copy and never waits for the device; a copy of
