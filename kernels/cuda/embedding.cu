@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "runtime/pinned_uploads.h"
 
 namespace zero::kernels::cuda {
 namespace {
@@ -87,9 +88,9 @@ absl::Status embedding_backward(int device, float* dwte, float* dwpe, const floa
   const Stream stream = Stream::legacy(device);
   const size_t bytes = g.packed.size() * sizeof(int32_t);
   ZERO_ASSIGN_OR_RETURN(void* packed, cuda_api().allocate(bytes, stream));
-  // Synchronous, so g may go out of scope (an async copy from pageable memory is only "possibly" staged
-  // by the time it returns); ordered on the legacy stream like the kernels.
-  ZERO_RETURN_IF_ERROR(cuda_api().copy(packed, g.packed.data(), bytes));
+  // Staged through pinned memory, so g may go out of scope and the host does not wait; ordered on the legacy
+  // stream like the kernels.
+  ZERO_RETURN_IF_ERROR(pinned_uploads(Device::cuda(device))->upload(packed, g.packed.data(), bytes, stream));
   const int32_t* offsets = static_cast<const int32_t*>(packed);
   const int32_t* tokens = offsets + g.unique + 1;
   absl::Status status =

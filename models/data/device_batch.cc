@@ -1,15 +1,16 @@
-// DeviceBatch: one buffer on the device, refilled from each host batch with two copies.
+// DeviceBatch: one buffer on the device, refilled from each host batch with two uploads that do not wait.
 #include "models/data/device_batch.h"
 
-#include "runtime/device_memory.h"
+#include "runtime/pinned_uploads.h"
 #include "runtime/status.h"
 
 namespace zero::data {
 namespace {
 
-// `host`'s layout over `data` on `device`, and its bytes copied there.
+// `host`'s layout over `data` on `device`, and its bytes queued for there on the legacy default stream, where the
+// kernels that read them run (after the previous batch's, which read the same buffer).
 absl::StatusOr<Tensor> copy_to(void* data, Device device, const Tensor& host) {
-  ZERO_RETURN_IF_ERROR(copy_bytes(data, device, host.data(), Device::cpu(), host.nbytes()));
+  ZERO_RETURN_IF_ERROR(pinned_uploads(device)->upload(data, host.data(), host.nbytes(), Stream::legacy(device.index)));
   return Tensor(data, host.dtype(), host.shape(), host.strides(), device);
 }
 

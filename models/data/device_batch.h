@@ -9,9 +9,10 @@
 namespace zero::data {
 
 // The DataLoader fills its batch on the host; units read theirs on UnitContext::device. On the CPU,
-// place() returns the host batch itself; on a GPU it copies inputs and targets into one kActivations
-// buffer there (allocated at the first call, reused after: every batch of a loader has one shape), and keeps
-// the host batch as Batch::host_inputs and host_targets (valid while the host batch is).
+// place() returns the host batch itself; on a GPU it uploads inputs and targets into one kActivations
+// buffer there (allocated at the first call, reused after: every batch of a loader has one shape) through
+// pinned_uploads, so the host does not wait, and keeps the host batch as Batch::host_inputs and host_targets
+// (valid while the host batch is).
 class DeviceBatch {
  public:
   DeviceBatch(Allocator& allocator, Device device) : allocator_(allocator), device_(device) {}

@@ -2,6 +2,7 @@
 // stream, and owned streams and events. The simulated device runs everywhere; CUDA cases skip without a GPU.
 #include "runtime/device_api.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/pinned_uploads.h"
 #include "runtime/sim/sim_device.h"
 #include "runtime/status.h"
 #include "tests/runtime/stream_hold.h"
@@ -165,6 +167,43 @@ TEST_P(DeviceApiTest, OwnedHandlesAreDestroyedWithTheirOwnerOnly) {
     gone = s.get();
   }
   EXPECT_TRUE(absl::IsInvalidArgument(api().destroy_stream(gone)));
+}
+
+// The device bytes at `ptr`, through pinned memory.
+std::vector<uint8_t> read_back(DeviceApi& api, const void* ptr, size_t bytes) {
+  PinnedBuffer host = PinnedBuffer::allocate(api, bytes).value();
+  EXPECT_TRUE(api.copy(host.data(), ptr, bytes).ok());
+  const auto* data = static_cast<const uint8_t*>(host.data());
+  return std::vector<uint8_t>(data, data + bytes);
+}
+
+// Two uploads while the stream is held: each lands its own bytes (the second did not reuse the first's block,
+// whose copy had not run), the sources were free at once, and a later upload reuses a block.
+TEST_P(DeviceApiTest, PinnedUploadsLandWithoutWaitingAndReuseBlocksOnlyOnceCopied) {
+  constexpr size_t kBytes = 4096;
+  PinnedUploads uploads(api());
+  absl::StatusOr<void*> first = api().allocate(kBytes, Stream::legacy(0));
+  absl::StatusOr<void*> second = api().allocate(kBytes, Stream::legacy(0));
+  ASSERT_TRUE(first.ok() && second.ok());
+  std::vector<uint8_t> source(kBytes, 0x11);
+  auto* sim = dynamic_cast<sim::SimDevice*>(&api());
+  const uint64_t waits = sim != nullptr ? sim->host_synchronizations() : 0;
+  {
+    StreamHold hold(api(), Stream::legacy(0));
+    ASSERT_TRUE(hold.launched().ok()) << hold.launched();
+    ASSERT_TRUE(uploads.upload(*first, source.data(), kBytes, Stream::legacy(0)).ok());
+    std::fill(source.begin(), source.end(), 0x22);  // free again at once
+    ASSERT_TRUE(uploads.upload(*second, source.data(), kBytes, Stream::legacy(0)).ok());
+    EXPECT_EQ(uploads.blocks(), 2u);
+    if (sim != nullptr) EXPECT_EQ(sim->host_synchronizations(), waits) << "an upload waited";
+  }
+  EXPECT_EQ(read_back(api(), *first, kBytes), std::vector<uint8_t>(kBytes, 0x11));
+  EXPECT_EQ(read_back(api(), *second, kBytes), std::vector<uint8_t>(kBytes, 0x22));
+  ASSERT_TRUE(uploads.upload(*first, source.data(), kBytes, Stream::legacy(0)).ok());
+  EXPECT_EQ(uploads.blocks(), 2u);
+  EXPECT_EQ(read_back(api(), *first, kBytes), std::vector<uint8_t>(kBytes, 0x22));
+  EXPECT_TRUE(api().free(*first, Stream::legacy(0)).ok());
+  EXPECT_TRUE(api().free(*second, Stream::legacy(0)).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(SimAndCuda, DeviceApiTest, ::testing::Values(Where::kSim, Where::kCuda),
