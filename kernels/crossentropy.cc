@@ -153,21 +153,15 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
   return counted;
 }
 
-// The sums land in a slot of the logits' device and are copied back: the host waits for them.
+// The sums land in a slot of the logits' device and are copied back: on a device the host waits for them.
 absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
                                                                  const Tensor& targets, int64_t vocab,
                                                                  const Tensor& host_targets) {
   const Device dev = logits.device();
-  LossSums sums;
-  if (dev.is_cpu()) {
-    ZERO_ASSIGN_OR_RETURN(const int64_t counted,
-                          crossentropy_forward_backward_into(Tensor(&sums, DType::kU8, {sizeof(LossSums)}), dlogits,
-                                                             logits, targets, vocab, host_targets));
-    return loss_of(sums, counted);
-  }
   ZERO_ASSIGN_OR_RETURN(void* slot, device_alloc(dev, sizeof(LossSums)));
   absl::StatusOr<int64_t> counted = crossentropy_forward_backward_into(
       Tensor(slot, DType::kU8, {sizeof(LossSums)}, dev), dlogits, logits, targets, vocab, host_targets);
+  LossSums sums;
   absl::Status copied = counted.status();
   if (copied.ok()) copied = copy_bytes(&sums, Device::cpu(), slot, dev, sizeof(LossSums));
   device_free(dev, slot);
