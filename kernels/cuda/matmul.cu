@@ -87,6 +87,26 @@ __global__ void add_bias_narrow_kernel(Out* out, const float* acc, const Bias* b
   ZERO_GRID_STRIDE(i, n * oc) out[i] = narrow<Out>(acc[i] + widen(bias[i % oc]));
 }
 
+// out (n) = round(out + acc (n)): an fp32 sum added to a half accumulator in fp32, one rounding.
+template <typename Out>
+__global__ void accumulate_narrow_kernel(Out* out, const float* acc, int64_t n) {
+  ZERO_GRID_STRIDE(i, n) out[i] = narrow<Out>(widen(out[i]) + acc[i]);
+}
+
+// product(acc) into an fp32 scratch of `elems` (stream-ordered on the default stream), then finish(acc): how a
+// half result gets a GEMM's fp32 sum and something more with one rounding. The scratch is freed on every path,
+// unless the device already failed.
+template <typename Product, typename Finish>
+absl::Status through_fp32_scratch(int device, int64_t elems, Product&& product, Finish&& finish) {
+  const Stream stream = Stream::legacy(device);
+  ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(elems * sizeof(float), stream));
+  float* acc = static_cast<float*>(scratch);
+  absl::Status s = product(acc);
+  if (s.ok()) s.Update(finish(acc));
+  s.Update(cuda_api().free(acc, stream));
+  return s;
+}
+
 // out[col] = round(out[col] + sum over rows of x[r, col]): common.cuh's add_column_sums_kernel (fp64 sums in a
 // fixed order, no atomics) for a half x and an fp32 or half out, rounded once.
 template <typename In, typename Out>
@@ -157,21 +177,16 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
                                          blocks_for(n * oc), kThreads, static_cast<float*>(out), b, n, oc));
       return product(out, DType::kF32, 1.0f);
     }
-    // Half out: the products in an fp32 scratch (stream-ordered on the default stream), bias added in fp32,
-    // one rounding into out.
-    const Stream stream = Stream::legacy(device);
-    ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(n * oc * sizeof(float), stream));
-    float* acc = static_cast<float*>(scratch);
-    absl::Status s = product(acc, DType::kF32, 0.0f);
-    if (s.ok()) {
-      s.Update(with_type(out_dtype, [&](auto* out_tag) {
-        using Out = Pointee<decltype(out_tag)>;
-        return launch_kernel(device, "add_bias_narrow_kernel", add_bias_narrow_kernel<Out, Bias>, blocks_for(n * oc),
-                             kThreads, static_cast<Out*>(out), acc, b, n, oc);
-      }));
-    }
-    s.Update(cuda_api().free(acc, stream));  // freed on every path, unless the device already failed
-    return s;
+    // Half out: the products in fp32, bias added in fp32, one rounding into out.
+    return through_fp32_scratch(
+        device, n * oc, [&](float* acc) { return product(acc, DType::kF32, 0.0f); },
+        [&](const float* acc) {
+          return with_type(out_dtype, [&](auto* out_tag) {
+            using Out = Pointee<decltype(out_tag)>;
+            return launch_kernel(device, "add_bias_narrow_kernel", add_bias_narrow_kernel<Out, Bias>,
+                                 blocks_for(n * oc), kThreads, static_cast<Out*>(out), acc, b, n, oc);
+          });
+        });
   });
 }
 
@@ -187,9 +202,25 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void
     ZERO_RETURN_IF_ERROR(
         gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp, dinp_dtype, c));
   }
-  // dweight (OC, C) += dout^T (OC, N) · inp (N, C): cuBLAS reads a half dweight, adds in fp32, rounds once.
-  ZERO_RETURN_IF_ERROR(
-      gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, 1.0f, dweight, dweight_dtype, c));
+  // dweight (OC, C) += dout^T (OC, N) · inp (N, C). An fp32 dweight takes the sum through beta = 1; a half one
+  // gets it from an fp32 scratch, added in fp32 and rounded once: cuBLAS's own beta = 1 into a half C was seen
+  // up to one ulp off that on an H200 (cuBLAS 13), rounding twice.
+  const auto product = [&](void* dst, DType dst_dtype, float beta) {
+    return gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, beta, dst, dst_dtype, c);
+  };
+  if (dweight_dtype == DType::kF32) {
+    ZERO_RETURN_IF_ERROR(product(dweight, DType::kF32, 1.0f));
+  } else {
+    ZERO_RETURN_IF_ERROR(through_fp32_scratch(
+        device, oc * c, [&](float* acc) { return product(acc, DType::kF32, 0.0f); },
+        [&](const float* acc) {
+          return with_type(dweight_dtype, [&](auto* out_tag) {
+            using Out = Pointee<decltype(out_tag)>;
+            return launch_kernel(device, "accumulate_narrow_kernel", accumulate_narrow_kernel<Out>, blocks_for(oc * c),
+                                 kThreads, static_cast<Out*>(dweight), acc, oc * c);
+          });
+        }));
+  }
   if (dbias == nullptr) return absl::OkStatus();
   return with_type(half, [&](auto* in_tag) {
     using In = Pointee<decltype(in_tag)>;
