@@ -16,7 +16,12 @@
 // - Backward ADDS (+=) into parameter gradients (dweight, dbias, dwte, ...), so micro-batches accumulate
 //   and tied users sum, and WRITES (=) input gradients (dinp), unless a function says otherwise.
 // - Results do not depend on the number of threads: work is split in fixed blocks and every reduction
-//   runs in a fixed order, so the same inputs give the same bits under any set_kernel_threads().
+//   runs in a fixed order, so the same inputs give the same bits under any set_cpu_threads().
+// - Threads: kernels called from a thread use its cpu_threads() (runtime/cpu_threads.h), which every rank
+//   thread sets to its share of the host's cores. OpenBLAS (Debian's pthread build) is set to one thread
+//   process-wide the first time a GEMM runs: rank threads calling a multi-threaded OpenBLAS would serialize
+//   on its thread server and oversubscribe the cores, so matmul splits the GEMM into fixed tiles itself and
+//   runs one single-threaded sgemm per tile on the calling thread's OpenMP team.
 
 #include <cstdint>
 #include <vector>
@@ -26,18 +31,6 @@
 #include "runtime/tensor.h"
 
 namespace zero::kernels {
-
-// ---- Threads --------------------------------------------------------------------------------------
-
-// How many threads the kernels called from THIS thread may use (OpenMP's per-thread setting). The
-// engine calls it once per rank thread with that rank's share of the cores. OpenBLAS (Debian's pthread
-// build) is set to one thread process-wide the first time any kernel or this function runs: several
-// rank threads calling a multi-threaded OpenBLAS would serialize on its thread server and oversubscribe
-// the cores, so matmul splits the GEMM into fixed row blocks itself and runs one single-threaded sgemm
-// per block on this thread's OpenMP team.
-void set_kernel_threads(int threads);
-// The current thread's setting (OpenMP's omp_get_max_threads()).
-int kernel_threads();
 
 // ---- Matmul ---------------------------------------------------------------------------------------
 

@@ -23,4 +23,4 @@ export OMPI_MCA_mca_base_component_disable_dlclose=1
 export ASAN_OPTIONS=fast_unwind_on_malloc=0
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 600 -E '^install_and_find_package$'
+OMP_NUM_THREADS=1 ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 600 -E '^install_and_find_package$'

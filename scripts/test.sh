@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/check_format.sh
 bash scripts/build.sh
-ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600
+# nproc tests at once share the cores: one OpenMP thread per rank (tests of other counts set their own).
+OMP_NUM_THREADS=1 ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 600
 bash scripts/sanitize.sh
 bash scripts/fuzz.sh
 bash scripts/gpu/kit.sh

@@ -21,6 +21,7 @@
 #include "examples/bench/bench_common.h"
 #include "examples/common/result_table.h"
 #include "kernels/kernels.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/status.h"
 
 ABSL_FLAG(std::string, kernels, "all",
@@ -63,10 +64,10 @@ Tensor f32(std::vector<float>& v, Shape s) { return Tensor(v.data(), DType::kF32
 
 std::string shape_name(std::initializer_list<int64_t> dims) { return absl::StrJoin(dims, "x"); }
 
-// Raw OpenBLAS on kernel_threads() of its own threads; zero's kernels set it back to one.
+// Raw OpenBLAS on cpu_threads() of its own threads; zero's kernels set it back to one.
 void raw_sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
                float* c, int ldc) {
-  openblas_set_num_threads(kernels::kernel_threads());
+  openblas_set_num_threads(cpu_threads());
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b,
               ldb, beta, c, ldc);
   openblas_set_num_threads(1);
@@ -240,11 +241,11 @@ absl::Status kernels_command() {
   if (tokens < 1) return flag_error("tokens", absl::StrCat(tokens, " rows requested; give at least 1"));
   ZERO_ASSIGN_OR_RETURN(const std::set<std::string> chosen, kernels_flag());
   ZERO_ASSIGN_OR_RETURN(const Repetitions reps, repetitions_flags());
-  kernels::set_kernel_threads(omp_get_max_threads());
+  set_cpu_threads(omp_get_max_threads());
   std::printf(
       "# zero-bench kernels: %d kernel threads, tokens %lld, warmup %d, iters %d; every rate beside its "
       "baseline from this run\n",
-      kernels::kernel_threads(), static_cast<long long>(tokens), reps.warmup, reps.iters);
+      cpu_threads(), static_cast<long long>(tokens), reps.warmup, reps.iters);
   Buffers buf;
   ResultTable table(
       {{"kernel"}, {"shape"}, {"time_us", 1}, {"rate", 2}, {"unit"}, {"baseline"}, {"baseline_rate", 2}, {"ratio", 3}});

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -267,7 +268,8 @@ absl::Status Communicator::check_same_collective(const Collective& c, absl::Time
   return check_fingerprints_agree(all);
 }
 
-absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm) {
+absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm, int ranks_on_host) {
+  use_rank_share_of_cores(ranks_on_host);
   try {
     return fn(comm);
   } catch (const std::exception& e) {

@@ -207,7 +207,7 @@ std::vector<absl::Status> run_local_ranks(int world_size, const std::function<ab
       absl::Status status;
       {
         std::unique_ptr<Communicator> comm = group.communicator(r, options);
-        status = run_rank(fn, *comm);
+        status = run_rank(fn, *comm, world_size);
         if (!status.ok()) group.rank_exited(r, status);  // before draining: peers must not wait on us
       }
       group.rank_exited(r, status);

@@ -338,6 +338,18 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(CommOptions 
   return std::make_unique<Communicator>(std::make_unique<MpiBackend>(comm, options, piece_bytes), options);
 }
 
+HostPlacement mpi_host_placement() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  HostPlacement placement;
+  MPI_Comm_rank(node, &placement.local_rank);
+  MPI_Comm_size(node, &placement.ranks_on_host);
+  MPI_Comm_free(&node);
+  return placement;
+}
+
 int run_mpi_rank(const std::function<absl::Status(Communicator&)>& fn, CommOptions options) {
   return run_mpi_launched([&] { return make_mpi_communicator(options); }, fn);
 }
@@ -346,14 +358,7 @@ int run_mpi_launched(const std::function<absl::StatusOr<std::unique_ptr<Communic
                      const std::function<absl::Status(Communicator&)>& fn) {
   absl::StatusOr<std::unique_ptr<Communicator>> comm = make();
   if (!comm.ok()) end_every_rank(comm.status());
-  absl::Status status;
-  try {
-    status = fn(**comm);
-  } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat("threw: ", e.what()));
-  } catch (...) {
-    status = absl::InternalError("threw a non-standard exception");
-  }
+  const absl::Status status = run_rank(fn, **comm, mpi_host_placement().ranks_on_host);
   if (!status.ok()) end_every_rank(status);
   comm->reset();  // drains pending work; a failure there ends every rank through Backend::abort
   MPI_Finalize();

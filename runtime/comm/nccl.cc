@@ -20,6 +20,7 @@
 #ifdef ZERO_HAS_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only
 #include <mpi.h>
+#include "runtime/comm/mpi.h"
 #endif
 
 namespace zero {
@@ -503,7 +504,7 @@ std::vector<absl::Status> run_nccl_ranks_in_process(int world_size,
               client, TcpStore::create({.host = "127.0.0.1", .port = (*server)->port(), .timeout = options.timeout}));
         }
         ZERO_ASSIGN_OR_RETURN(comm, make_nccl_communicator(r == 0 ? **server : *client, r, world_size, r, options));
-        return run_rank(fn, *comm);
+        return run_rank(fn, *comm, world_size);
       }();
       if (!statuses[r].ok()) options.shared_failure->report(r, statuses[r]);  // in its setup or its work
     });
@@ -522,13 +523,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator_from_mpi(Co
       return absl::UnavailableError("MPI_Init_thread failed; run under mpirun");
     }
   }
-  int rank = 0, world_size = 1, local_rank = 0;
+  int rank = 0, world_size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_free(&node);
+  const int local_rank = mpi_host_placement().local_rank;
   // Every rank joins the broadcast, even one without a GPU, so none is left waiting in it; whether rank 0
   // got an id travels with it, so that no rank starts NCCL's initialisation with a blank one.
   struct {

@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/splitmix64.h"
 #include "runtime/status.h"
 
@@ -136,7 +137,7 @@ absl::StatusOr<Stream> SimDevice::create_stream(int device, StreamFlags flags) {
   s->flags = flags;
   s->agent = next_agent_++;
   s->name = absl::StrCat("sim:", device, " stream ", id);
-  s->worker = std::thread([this, raw = s.get()] { run_stream(raw); });
+  start_worker(*s);
   pthread_setname_np(s->worker.native_handle(), absl::StrCat("sim", device, "s", id).substr(0, 15).c_str());
   streams_[id] = std::move(s);
   return Stream{device, id};
@@ -150,7 +151,7 @@ SimDevice::StreamState& SimDevice::legacy_stream(int device) {
   s->handle = Stream::legacy(device);
   s->agent = next_agent_++;
   s->name = absl::StrCat("sim:", device, " legacy stream");
-  s->worker = std::thread([this, raw = s.get()] { run_stream(raw); });
+  start_worker(*s);
   StreamState& state = *s;
   streams_[key] = std::move(s);
   legacy_ids_[device] = key;
@@ -494,6 +495,15 @@ absl::Status SimDevice::launch(Stream stream, KernelLaunch launch) {
 }
 
 // --- The streams' threads ---------------------------------------------------------------------------------
+
+// The stream's worker runs the kernels enqueued on it with the creating rank thread's share of the cores, as that
+// thread would.
+void SimDevice::start_worker(StreamState& stream) {
+  stream.worker = std::thread([this, raw = &stream, threads = cpu_threads()] {
+    set_cpu_threads(threads);
+    run_stream(raw);
+  });
+}
 
 void SimDevice::run_stream(StreamState* stream) {
   for (;;) {

@@ -121,6 +121,7 @@ class SimDevice final : public DeviceApi {
   // the stream's tail or the event's record it was read from may change, or move, while the lock is released.
   absl::Status wait_for(std::shared_ptr<Op> op, bool order_host = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status violation(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void start_worker(StreamState& stream);
   void run_stream(StreamState* stream);
 
   const SimOptions options_;

@@ -106,7 +106,8 @@ phase_build() {
 phase_test() {
   ensure_built
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  ZERO_REQUIRE_GPU=1 timeout 480 ctest --test-dir "$build" -j 8 --timeout 300 --output-on-failure
+  # 8 tests at once share the cores: one OpenMP thread per rank (tests of other counts set their own).
+  OMP_NUM_THREADS=1 ZERO_REQUIRE_GPU=1 timeout 480 ctest --test-dir "$build" -j 8 --timeout 300 --output-on-failure
 }
 
 phase_sanitize() {

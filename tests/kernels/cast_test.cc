@@ -2,6 +2,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
+#include "runtime/cpu_threads.h"
 
 namespace zero::kernels {
 namespace {
@@ -66,11 +67,11 @@ TEST(Cast, StochasticRoundingIsDeterministicPerSeedAndIndex) {
   const StochasticRounding sr{.seed = 7, .step = 0, .index_offset = 0};
   const StochasticRounding other{.seed = 8, .step = 0, .index_offset = 0};
   const StochasticRounding shard_sr{.seed = 7, .step = 0, .index_offset = 2000};
-  set_kernel_threads(1);
+  set_cpu_threads(1);
   ASSERT_TRUE(cast(Tensor(a.data(), DType::kBF16, {5000}), view(x, {5000}), &sr).ok());
-  set_kernel_threads(3);
+  set_cpu_threads(3);
   ASSERT_TRUE(cast(Tensor(b.data(), DType::kBF16, {5000}), view(x, {5000}), &sr).ok());
-  set_kernel_threads(1);
+  set_cpu_threads(1);
   ASSERT_TRUE(cast(Tensor(c.data(), DType::kBF16, {5000}), view(x, {5000}), &other).ok());
   ASSERT_TRUE(
       cast(Tensor(shard.data(), DType::kBF16, {1000}), Tensor(x.data() + 2000, DType::kF32, {1000}), &shard_sr).ok());

@@ -3,6 +3,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
+#include "runtime/cpu_threads.h"
 
 namespace zero::kernels {
 namespace {
@@ -95,12 +96,12 @@ TEST(CrossEntropy, GivesTheSameBitsUnderAnyThreadCount) {
   std::vector<int32_t> targets(kRows);
   for (int64_t r = 0; r < kRows; ++r) targets[r] = static_cast<int32_t>(r * 7 % kLongV);
   auto run = [&](int threads) {
-    set_kernel_threads(threads);
+    set_cpu_threads(threads);
     std::vector<float> d(kRows * kLongV);
     std::vector<float> x = logits;
     const CrossEntropyResult r = *crossentropy_forward_backward(view(d, {kRows, kLongV}), view(x, {kRows, kLongV}),
                                                                 view(targets, {kRows}), kLongV);
-    set_kernel_threads(1);
+    set_cpu_threads(1);
     d.push_back(r.loss);
     return d;
   };

@@ -2,6 +2,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
+#include "runtime/cpu_threads.h"
 
 namespace zero::kernels {
 namespace {
@@ -95,12 +96,12 @@ TEST(LayerNorm, BackwardGivesTheSameBitsUnderAnyThreadCount) {
                                 view(p.w, {p.c}), view(p.b, {p.c}))
                   .ok());
   auto backward = [&](int threads) {
-    set_kernel_threads(threads);
+    set_cpu_threads(threads);
     std::vector<float> dx(p.n * p.c), dw(p.c), db(p.c);
     EXPECT_TRUE(layernorm_backward(view(dx, {p.n, p.c}), view(dw, {p.c}), view(db, {p.c}), view(p.dout, {p.n, p.c}),
                                    view(p.x, {p.n, p.c}), view(p.w, {p.c}), view(mean, {p.n}), view(rstd, {p.n}))
                     .ok());
-    set_kernel_threads(1);
+    set_cpu_threads(1);
     dx.insert(dx.end(), dw.begin(), dw.end());
     dx.insert(dx.end(), db.begin(), db.end());
     return dx;

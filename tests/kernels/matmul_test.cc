@@ -3,6 +3,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
+#include "runtime/cpu_threads.h"
 
 namespace zero::kernels {
 namespace {
@@ -136,11 +137,11 @@ TEST(Matmul, ShapeMismatchIsInvalidArgument) {
 
 TEST(Matmul, ResultsDoNotDependOnKernelThreads) {
   Problem p(300, 64, 400, 14);
-  set_kernel_threads(1);
+  set_cpu_threads(1);
   const Grads one = run(p);
-  set_kernel_threads(3);
+  set_cpu_threads(3);
   const Grads three = run(p);
-  set_kernel_threads(1);
+  set_cpu_threads(1);
   EXPECT_TRUE(same_bits(one.out, three.out));
   EXPECT_TRUE(same_bits(one.dinp, three.dinp));
   EXPECT_TRUE(same_bits(one.dw, three.dw));
@@ -153,14 +154,14 @@ TEST(Matmul, ConcurrentCallersMatchSingleThreadedBitForBit) {
   constexpr int kRanks = 4, kRepeats = 3;
   std::vector<Problem> problems;
   for (int r = 0; r < kRanks; ++r) problems.emplace_back(260, 96, 300, 100 + 10 * r);
-  set_kernel_threads(1);
+  set_cpu_threads(1);
   std::vector<Grads> alone;
   for (Problem& p : problems) alone.push_back(run(p));
   std::vector<std::vector<Grads>> concurrent(kRanks);
   std::vector<std::thread> ranks;
   for (int r = 0; r < kRanks; ++r) {
     ranks.emplace_back([&, r] {
-      set_kernel_threads(2);
+      set_cpu_threads(2);
       for (int i = 0; i < kRepeats; ++i) concurrent[r].push_back(run(problems[r]));
     });
   }

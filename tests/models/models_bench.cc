@@ -15,6 +15,7 @@
 #include "examples/common/bench_python.h"
 #include "kernels/kernels.h"
 #include "models/gpt2.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/status.h"
 #include "tests/models/model_runner.h"
 
@@ -78,7 +79,7 @@ std::vector<std::pair<std::string, double>> tokens_per_second(const BaselineOutp
 }
 
 int run(const Args& args) {
-  kernels::set_kernel_threads(args.threads);
+  set_cpu_threads(args.threads);
   std::printf("GPT-2 forward+backward, fp32, >= %d iterations and >= %.0f s after one warm-up, %d threads\n",
               args.iterations, kMinSeconds, args.threads);
   for (const char* preset : {"tiny", "d12"}) {

@@ -1,9 +1,12 @@
 // The local backend: every collective, N in {1,2,3,4,8}, every dtype, awkward sizes, and failures.
 #include "runtime/comm/local.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <latch>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -11,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/status.h"
 #include "tests/runtime/collective_checks.h"
 
@@ -339,6 +343,34 @@ TEST(LocalValidation, FewerThanOneRankIsAnInvalidArgumentNotACrash) {
     EXPECT_EQ(root_cause(statuses), statuses[0]);
     EXPECT_FALSE(ran);
   }
+}
+
+// Every rank thread gets its share of the cores, so ranks sharing a host do not oversubscribe it.
+TEST(LocalRanks, EachRankThreadGetsItsShareOfTheCores) {
+  unsetenv("OMP_NUM_THREADS");  // read by OpenMP at start only; now it says the user chose no count
+  for (int world_size : {1, 2, 3, 5}) {
+    std::vector<int> threads(world_size);
+    const absl::Status status = root_cause(run_local_ranks(world_size, [&](Communicator& comm) {
+      threads[comm.rank()] = cpu_threads();
+      return absl::OkStatus();
+    }));
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(threads, std::vector<int>(world_size, std::max(1, available_cores() / world_size)))
+        << world_size << " ranks on " << available_cores() << " cores";
+  }
+}
+
+// An OMP_NUM_THREADS is the user's choice: each rank thread keeps OpenMP's default from it.
+TEST(LocalRanks, AnOmpNumThreadsInTheEnvironmentIsKept) {
+  setenv("OMP_NUM_THREADS", "1", /*overwrite=*/0);
+  int fresh_thread_default = 0;
+  std::thread([&] { fresh_thread_default = cpu_threads(); }).join();
+  int rank_threads = 0;  // one rank: its share would be every core, where ctest's OMP_NUM_THREADS=1 says one
+  ASSERT_TRUE(root_cause(run_local_ranks(1, [&](Communicator&) {
+                rank_threads = cpu_threads();
+                return absl::OkStatus();
+              })).ok());
+  EXPECT_EQ(rank_threads, fresh_thread_default);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/status.h"
 
 namespace zero::sim {
@@ -96,6 +97,22 @@ TEST(SimDeviceTest, AStreamRunsItsOperationsInOrder) {
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(sim->launch(s, add_one(x, x, 256)).ok());
   ASSERT_TRUE(sim->synchronize(s).ok());
   EXPECT_EQ(read_back(*sim, x, 256), std::vector<float>(256, 20.0f));
+}
+
+// A stream's worker runs kernels as the rank thread that created the stream would: with its share of the cores.
+TEST(SimDeviceTest, KernelsRunWithTheCreatingThreadsCpuThreads) {
+  auto sim = make_sim();
+  set_cpu_threads(3);
+  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
+  set_cpu_threads(1);
+  int seen = 0;
+  KernelLaunch probe{"probe", {}, [&](const LaunchContext&) {
+                       seen = cpu_threads();
+                       return absl::OkStatus();
+                     }};
+  ASSERT_TRUE(sim->launch(s, std::move(probe)).ok());
+  ASSERT_TRUE(sim->synchronize(s).ok());
+  EXPECT_EQ(seen, 3);
 }
 
 TEST(SimDeviceTest, LegacyStreamWaitsForBlockingStreamsNotNonBlockingOnes) {
