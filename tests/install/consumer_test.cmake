@@ -15,9 +15,10 @@ file(GLOB installed_includes RELATIVE ${WORK_DIR}/prefix/include ${WORK_DIR}/pre
 if(NOT installed_includes STREQUAL "zero")
   message(FATAL_ERROR "include/ holds ${installed_includes}; zero's headers belong in include/zero/ alone")
 endif()
-string(REPLACE "|" ";" prefixes "${WORK_DIR}/prefix|${DEPENDENCY_PREFIXES}")
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build -G Ninja
-    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${prefixes}")
+# Through the environment (':'-separated): a ';' list in one argument would be split again by run()'s ARGV.
+string(REPLACE "|" ":" prefixes "${WORK_DIR}/prefix|${DEPENDENCY_PREFIXES}")
+set(ENV{CMAKE_PREFIX_PATH} "${prefixes}")
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build -G Ninja -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
 message("${last_output}")
