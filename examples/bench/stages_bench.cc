@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <map>
 #include <random>
-#include <thread>
 
 #include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
@@ -19,6 +18,7 @@
 #include "models/data/device_batch.h"
 #include "models/gpt2.h"
 #include "optim/optimizers.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/device.h"
 #include "runtime/status.h"
 #include "shard/plan.h"
@@ -270,7 +270,7 @@ struct TorchStage {
 // benchmarks/torch_stages.py's arguments for the same model, batch, stages and ranks.
 std::string torch_stages_args(const StagesBenchOptions& o, int world_size) {
   const Gpt2Config& g = o.model;
-  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world_size);
+  const int threads = std::max(1, available_cores() / world_size);  // as zero's ranks get (run_rank)
   return absl::StrCat("--layers ", g.num_layers, " --heads ", g.num_heads, " --channels ", g.channels, " --max_seq ",
                       g.max_seq_len, " --vocab ", g.vocab_size, " --batch ", o.batch, " --seq ", o.seq_len, " --ranks ",
                       world_size, " --stages ", absl::StrJoin(o.stages, ","), " --warmup ", o.reps.warmup, " --iters ",
