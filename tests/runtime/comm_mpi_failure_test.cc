@@ -105,7 +105,7 @@ TEST(MpiFailures, RankReturningAnErrorEndsEveryRank) {
 TEST(MpiFailures, RankThrowingEndsEveryRank) {
   const JobResult job = run_job(3, "exception", {"ZERO_COMM_TIMEOUT_S=120"});
   expect_failed_promptly(job);
-  EXPECT_THAT(job.output, HasSubstr("zero: rank 0: INTERNAL: threw: simulated crash"));
+  EXPECT_THAT(job.output, HasSubstr("zero: rank 0: INTERNAL: rank 0 threw: simulated crash"));
 }
 
 TEST(MpiFailures, DivergingRanksAreNamedWithoutAskingForTheCheck) {
