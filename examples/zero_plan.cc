@@ -3,7 +3,8 @@
 // Model states and communication come from shard/plan.h (the ZeRO formulas, which plan_test holds the
 // engine's measurements to); GPT-2 activations from the model's own shapes (models/gpt2.h), for a preset or a
 // shape given by flags named as zero-train's model.* keys (--num_layers, --num_heads, --channels). With
-// --offload_optimizer=nvme the master weights and optimizer state leave RAM for files, and with
+// --offload_optimizer=nvme the master weights and optimizer state leave RAM for files, with --offload_optimizer=cpu
+// (ZeRO-Offload, for an engine on a GPU) they live in host memory beside the device's params and grads, and with
 // --offload_param=nvme stage 3's parameter shards, as in the engine.
 #include <algorithm>
 #include <cstdio>
@@ -54,7 +55,8 @@ ABSL_FLAG(std::string, optimizer, "adamw",
           "adamw or adam (8 bytes of state per parameter: the ZeRO paper's K = 12 with the fp32 master copy), sgd (0) "
           "or sgd_momentum (4)");
 ABSL_FLAG(std::string, offload_optimizer, "none",
-          "none, or nvme: master weights and optimizer state in files (ZeRO-Infinity), not in RAM");
+          "none; nvme: master weights and optimizer state in files (ZeRO-Infinity), not in RAM; or cpu: fp32 master "
+          "weights and optimizer state in host memory for an engine on a GPU (ZeRO-Offload)");
 ABSL_FLAG(std::string, offload_param, "none",
           "none, or nvme: stage 3's parameter shards in files (ZeRO-Infinity), not in RAM; stages 0-2 keep them");
 ABSL_FLAG(int, gradient_accumulation_steps, 1, "micro-batches per optimizer step (each one is reduced)");
@@ -310,7 +312,12 @@ absl::Status resolve_training(Request& r) {
     r.plan.optimizer_state_bytes = 4;
   else
     return flag_error("optimizer", absl::StrCat("'", r.optimizer, "' is not adamw, adam, sgd or sgd_momentum"));
-  ZERO_ASSIGN_OR_RETURN(r.plan.offload_optimizer, offload_to_nvme("offload_optimizer", FLAGS_offload_optimizer));
+  const std::string offload_optimizer = absl::GetFlag(FLAGS_offload_optimizer);
+  if (offload_optimizer != "none" && offload_optimizer != "cpu" && offload_optimizer != "nvme") {
+    return flag_error("offload_optimizer", absl::StrCat("'", offload_optimizer, "' is not none, cpu or nvme"));
+  }
+  r.plan.offload_optimizer = offload_optimizer == "nvme";
+  r.plan.offload_optimizer_to_host = offload_optimizer == "cpu";
   ZERO_ASSIGN_OR_RETURN(r.offload_param, offload_to_nvme("offload_param", FLAGS_offload_param));
   if (r.offload_param && r.stages.size() == 1 && r.stages[0] != 3) {
     return flag_error("offload_param", absl::StrCat("nvme moves the parameter shards of stage 3, and stage ",
@@ -372,7 +379,8 @@ struct StagePlan {
   int64_t activations = 0;
   CommBytes sent;
   int64_t total() const { return model_states.total() + activations; }
-  std::optional<int64_t> largest_params;  // with --memory: model states only
+  int64_t on_device() const { return model_states.on_device() + activations; }  // what --memory must hold
+  std::optional<int64_t> largest_params;                                        // with --memory: model states only
 };
 
 std::vector<StagePlan> plan_stages(const Request& r) {
@@ -424,13 +432,14 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
           {"master_weights", m.master_weights},
           {"optimizer_state", m.optimizer_state},
           {"in_files", m.in_files},
+          {"on_host", m.on_host},
           {"model_states", m.total()},
           {"activations", p.activations},
           {"total", p.total()}}},
         {"comm_bytes_per_step",
          {{"param_gather", p.sent.param_gather}, {"grad_reduce", p.sent.grad_reduce}, {"total", p.sent.total()}}}};
     if (r.budget_bytes.has_value()) {
-      stage["fits"] = p.total() <= *r.budget_bytes;
+      stage["fits"] = p.on_device() <= *r.budget_bytes;
       stage["largest_params_that_fit"] = *p.largest_params;
     }
     out["stages"].push_back(stage);
@@ -510,6 +519,10 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
   if (r.plan.offload_optimizer || r.offload_param) {
     rows.push_back(bytes("  in files (NVMe)", [](const StagePlan& p) { return p.model_states.in_files; }));
   }
+  if (r.plan.offload_optimizer_to_host) {
+    rows.push_back(bytes("  on the device", [](const StagePlan& p) { return p.model_states.on_device(); }));
+    rows.push_back(bytes("  in host memory", [](const StagePlan& p) { return p.model_states.on_host; }));
+  }
   if (r.batch.has_value()) {
     rows.push_back(bytes(absl::StrCat("  activations B=", *r.batch, " T=", *r.seq, r.recompute ? " recompute" : ""),
                          [](const StagePlan& p) { return p.activations; }));
@@ -520,7 +533,7 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
   rows.push_back(bytes("  grad reduce", [](const StagePlan& p) { return p.sent.grad_reduce; }));
   if (r.budget_bytes.has_value()) {
     rows.push_back(row(absl::StrCat("fits in ", r.memory),
-                       [&](const StagePlan& p) { return p.total() <= *r.budget_bytes ? "yes" : "no"; }));
+                       [&](const StagePlan& p) { return p.on_device() <= *r.budget_bytes ? "yes" : "no"; }));
     rows.push_back(row(absl::StrCat("largest model in ", r.memory),
                        [](const StagePlan& p) { return count_text(*p.largest_params); }));
   }
@@ -530,6 +543,11 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
       "another's tied parameters (GPT-2's head, wte) gathers that unit again.\n"
       "Not counted: gradient buckets and gathered units in flight, workspace, the loader's tokens.\n";
   if (r.budget_bytes.has_value()) absl::StrAppend(&notes, "The largest model counts model states only.\n");
+  if (r.budget_bytes.has_value() && r.plan.offload_optimizer_to_host) {
+    absl::StrAppend(&notes,
+                    "With the optimizer in host memory, --memory is the device's: only the device's rows count "
+                    "against it, and the host must hold the rest.\n");
+  }
   return absl::StrCat(heading(r), aligned(rows), notes);
 }
 

@@ -413,8 +413,10 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::s
   for (const UnitState& u : holds_pieces ? std::span<const UnitState>(units_) : std::span<const UnitState>()) {
     const int64_t begin = u.own_begin;
     const int64_t count = u.own_count;
-    ZERO_ASSIGN_OR_RETURN(const Tensor values, host_view(dtype_ != DType::kF32 ? u.master.tensor(DType::kF32, {count})
-                                                                               : u.own_params(dtype_)));
+    // The master weights where there are any (bf16/fp16, or the host's under ZeRO-Offload), else the params.
+    ZERO_ASSIGN_OR_RETURN(
+        const Tensor values,
+        host_view(u.master.data() != nullptr ? u.master.tensor(DType::kF32, {count}) : u.own_params(dtype_)));
     std::vector<std::pair<std::string, Tensor>> state = u.optimizer->state();
     for (auto& [name, t] : state) {
       ZERO_ASSIGN_OR_RETURN(t, host_view(t));

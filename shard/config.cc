@@ -31,9 +31,13 @@ absl::Status ZeroConfig::validate(absl::string_view key_prefix) const {
     if (!path->empty() && !device.is_cpu()) {
       return bad(key, *path,
                  absl::StrCat("offloading from ", device.to_string(),
-                              " is not built (ZeRO-Offload's host "
-                              "optimizer); train on the CPU, or keep the states on the device"));
+                              " to files is not built; train on the CPU, or keep the states in host memory "
+                              "(offload_optimizer_to_host) or on the device"));
     }
+  }
+  if (offload_optimizer_to_host && device.is_cpu()) {
+    return bad("offload_optimizer_to_host", "true",
+               "the engine is on the CPU, where its optimizer runs already; set it false, or name a device");
   }
   if (!offload_param_path.empty() && !policy.partitions_params()) {
     return bad("offload_param_path", offload_param_path,

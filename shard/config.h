@@ -74,6 +74,13 @@ struct ZeroConfig {
   // from RAM once that is done, so RAM holds the gathered units, not the shards. Units kept whole
   // (persistence_threshold) stay in RAM, as DeepSpeed keeps persistent parameters on the device.
   std::string offload_param_path;
+  // An engine on a device (cuda, sim): true keeps the fp32 master weights (under fp32 training too) and the
+  // optimizer state in host memory and steps the optimizer on the CPU, as ZeRO-Offload's offload_optimizer.device
+  // = cpu: each unit's fp32 gradient, unscaled and clipped on the device, comes to the host, the CPU optimizer
+  // updates the master weights there, and the parameters go back in the training dtype. Bit-identical to keeping
+  // them on the device. Each unit's copies and update run in the step, one unit after another, through pageable
+  // host memory: not yet overlapped with backward.
+  bool offload_optimizer_to_host = false;
 
   // Time each step's phases (Engine::phase_times), as DeepSpeed's wall_clock_breakdown. On a GPU the
   // device is synchronized at each phase's start and end so the time is the phase's own work, which

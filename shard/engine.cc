@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
 #include "optim/square_sum.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "shard/offload.h"
 
@@ -15,8 +16,9 @@ namespace zero {
 
 Engine::Engine(Model& model, Communicator& comm, Allocator& allocator, ZeroConfig config)
     : model_(model), comm_(comm), allocator_(allocator), config_(std::move(config)), policy_(config_.stage),
-      dtype_(config_.precision), device_(config_.device), meter_(comm, device_, config_.time_phases),
-      scaler_(dtype_, config_.loss_scaling) {}
+      dtype_(config_.precision), device_(config_.device),
+      optimizer_device_(config_.offload_optimizer_to_host ? Device::cpu() : device_),
+      meter_(comm, device_, config_.time_phases), scaler_(dtype_, config_.loss_scaling) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicator& comm, Allocator& allocator,
                                                        OptimizerFactory make_optimizer, ZeroConfig config) {
@@ -54,8 +56,9 @@ absl::Status Engine::allocate_unit(UnitState& u, const OptimizerFactory& make_op
   const int64_t element_bytes = static_cast<int64_t>(dtype_size(dtype_));
   ZERO_ASSIGN_OR_RETURN(u.grads, allocator_.allocate(u.grads_numel * element_bytes, MemoryCategory::kGrads, device_));
   ZERO_RETURN_IF_ERROR(kernels::fill_zero(u.held_grads(dtype_)));
-  if (dtype_ != DType::kF32) {
-    ZERO_ASSIGN_OR_RETURN(u.master, allocator_.allocate(u.own_count * 4, MemoryCategory::kMasterWeights, device_));
+  if (dtype_ != DType::kF32 || optimizer_device_ != device_) {
+    ZERO_ASSIGN_OR_RETURN(u.master,
+                          allocator_.allocate(u.own_count * 4, MemoryCategory::kMasterWeights, optimizer_device_));
   }
   std::vector<FlatParam> params = u.layout.params;
   std::vector<ParamGroup> groups = assign_decay_groups(params, config_.weight_decay, config_.no_decay_patterns);
@@ -63,11 +66,11 @@ absl::Status Engine::allocate_unit(UnitState& u, const OptimizerFactory& make_op
   ZERO_ASSIGN_OR_RETURN(ShardLayout layout,
                         ShardLayout::for_rank(std::move(params), std::move(groups), u.layout.numel,
                                               whole ? 0 : comm_.rank(), whole ? 1 : comm_.world_size()));
-  ZERO_ASSIGN_OR_RETURN(u.optimizer, make_optimizer(std::move(layout), allocator_, device_));
-  if (u.optimizer->device() != device_) {
-    return absl::InvalidArgumentError(absl::StrCat("the optimizer factory built ", u.optimizer->name(), " on ",
-                                                   u.optimizer->device().to_string(), " for an engine on ",
-                                                   device_.to_string(), "; build it on the device it is given"));
+  ZERO_ASSIGN_OR_RETURN(u.optimizer, make_optimizer(std::move(layout), allocator_, optimizer_device_));
+  if (u.optimizer->device() != optimizer_device_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the optimizer factory built ", u.optimizer->name(), " on ", u.optimizer->device().to_string(),
+                     " for an optimizer on ", optimizer_device_.to_string(), "; build it on the device it is given"));
   }
   return page_out_offloaded(u, allocator_);
 }
@@ -271,13 +274,30 @@ absl::Status Engine::update_unit(UnitState& u, float lr, double clip_coefficient
   if (unscale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::divide_by(grads32, unscale));
   if (clip < 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(grads32, clip));
   Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;  // slice optimizers reduce norms
-  if (dtype_ == DType::kF32) {
+  if (optimizer_device_ != device_) {
+    ZERO_RETURN_IF_ERROR(step_on_host(u, grads32, lr, comm));
+  } else if (dtype_ == DType::kF32) {
     ZERO_RETURN_IF_ERROR(u.optimizer->step(u.own_params(dtype_), grads32, step_count_, lr, comm));
   } else {
     ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {u.own_count}), grads32, step_count_, lr, comm,
                                            HalfCopy{.out = u.own_params(dtype_)}));
   }
   return page_out_offloaded(u, allocator_);
+}
+
+absl::Status Engine::step_on_host(UnitState& u, const Tensor& grads32, float lr, Communicator* comm) {
+  Buffer grads_holder, half_holder;
+  ZERO_ASSIGN_OR_RETURN(const Tensor host_grads, on_host(grads32, allocator_, grads_holder));
+  const Tensor master = u.master.tensor(DType::kF32, {u.own_count});
+  HalfCopy half;
+  if (dtype_ != DType::kF32) {
+    ZERO_ASSIGN_OR_RETURN(half_holder, allocator_.allocate(u.own_count * static_cast<int64_t>(dtype_size(dtype_)),
+                                                           MemoryCategory::kWorkspace));
+    half.out = half_holder.tensor(dtype_, {u.own_count});
+  }
+  ZERO_RETURN_IF_ERROR(u.optimizer->step(master, host_grads, step_count_, lr, comm, half));
+  const Tensor updated = half.enabled() ? half.out : master;
+  return copy_bytes(u.own_params(dtype_).data(), device_, updated.data(), Device::cpu(), updated.nbytes());
 }
 
 absl::StatusOr<StepResult> Engine::step(float lr) {

@@ -158,6 +158,9 @@ class Engine {
   absl::Status non_finite_gradients();
   absl::Status update(float lr, double clip_coefficient);
   absl::Status update_unit(UnitState& u, float lr, double clip_coefficient);
+  // ZeRO-Offload's update: `grads32` (own_count, on the device) to the host, the CPU optimizer on the host master
+  // weights, and the parameters back to the device in the training dtype.
+  absl::Status step_on_host(UnitState& u, const Tensor& grads32, float lr, Communicator* comm);
   absl::Status require_between_steps(absl::string_view call) const;
 
   // Checkpoints (shard/checkpoint.cc): writing this rank's file; what this rank needs of each unit
@@ -182,6 +185,9 @@ class Engine {
   const StagePolicy policy_;
   const DType dtype_;    // config_.precision
   const Device device_;  // config_.device
+  // Where the master weights and the optimizer state live and the optimizer steps: device_, or the CPU under
+  // config_.offload_optimizer_to_host.
+  const Device optimizer_device_;
   CommMeter meter_;
   LossScaler scaler_;
   std::vector<UnitState> units_;

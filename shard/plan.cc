@@ -30,6 +30,11 @@ absl::Status PlanInput::validate() const {
   if (optimizer_state_bytes < 0) {
     return invalid("optimizer_state_bytes", optimizer_state_bytes, "bytes per parameter must be >= 0");
   }
+  if (offload_optimizer && offload_optimizer_to_host) {
+    return absl::InvalidArgumentError(
+        "plan: offload_optimizer and offload_optimizer_to_host: the optimizer's states go to files or to host memory, "
+        "not both");
+  }
   if (offload_param && !StagePolicy(stage).partitions_params()) {
     return invalid("stage", stage, "offload_param moves the parameter shards of stage 3; use stage 3");
   }
@@ -53,10 +58,12 @@ ModelStateBytes model_state_bytes(const PlanInput& input) {
   const int64_t shard = full / input.world_size;
   const StagePolicy policy(input.stage);
   const int64_t updated = policy.updates_everything() ? input.params : shard;
-  ModelStateBytes bytes{.params = p * (policy.partitions_params() ? shard : full),
-                        .grads = p * (policy.partitions_gradients() ? shard : full),
-                        .master_weights = master_bytes(input.precision) * updated,
-                        .optimizer_state = input.optimizer_state_bytes * updated};
+  ModelStateBytes bytes{
+      .params = p * (policy.partitions_params() ? shard : full),
+      .grads = p * (policy.partitions_gradients() ? shard : full),
+      .master_weights = (input.offload_optimizer_to_host ? 4 : master_bytes(input.precision)) * updated,
+      .optimizer_state = input.optimizer_state_bytes * updated};
+  if (input.offload_optimizer_to_host) bytes.on_host = bytes.master_weights + bytes.optimizer_state;
   if (input.offload_optimizer) {
     bytes.in_files = bytes.master_weights + bytes.optimizer_state;
     bytes.master_weights = bytes.optimizer_state = 0;
@@ -87,7 +94,7 @@ int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, in
     PlanInput candidate = input;
     candidate.params = params;
     candidate.padded_params = 0;
-    return model_state_bytes(candidate).total() + other_bytes <= budget_bytes;
+    return model_state_bytes(candidate).on_device() + other_bytes <= budget_bytes;
   };
   if (!fits(0)) return 0;
   // A rank holds at least 2 bytes (a bf16 value) per parameter, or per parameter of its 1/N at stage 3.

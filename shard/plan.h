@@ -23,7 +23,9 @@
 // more where a unit that reads tied parameters gathers their owner again. Units kept whole
 // (ZeroConfig::persistence_threshold) are not gathered at all.
 // Offloading the optimizer (ZeroConfig::offload_optimizer_path) moves the (m+k) column into files, and
-// at stage 3 offloading the parameters (offload_param_path) the params column.
+// at stage 3 offloading the parameters (offload_param_path) the params column. ZeRO-Offload
+// (offload_optimizer_to_host) keeps the (m+k) column in host memory with m = 4 under fp32 too: the host holds
+// fp32 master weights whatever the training precision.
 
 #include <cstdint>
 
@@ -33,15 +35,16 @@
 namespace zero {
 
 struct PlanInput {
-  int64_t params = 0;              // Ψ
-  int64_t padded_params = 0;       // Ψp, a multiple of N and >= Ψ; 0 means ceil(Ψ/N)·N
-  int world_size = 1;              // N
-  int stage = 0;                   // 0-3
-  DType precision = DType::kF32;   // of parameters and gradients: fp32, bf16 or fp16
-  int optimizer_state_bytes = 8;   // k, per parameter
-  int accumulation_steps = 1;      // A, micro-batches per optimizer step
-  bool offload_optimizer = false;  // master weights and optimizer state in files on NVMe, not in RAM
-  bool offload_param = false;      // stage 3 only: the parameter shards in files on NVMe, not in RAM
+  int64_t params = 0;                      // Ψ
+  int64_t padded_params = 0;               // Ψp, a multiple of N and >= Ψ; 0 means ceil(Ψ/N)·N
+  int world_size = 1;                      // N
+  int stage = 0;                           // 0-3
+  DType precision = DType::kF32;           // of parameters and gradients: fp32, bf16 or fp16
+  int optimizer_state_bytes = 8;           // k, per parameter
+  int accumulation_steps = 1;              // A, micro-batches per optimizer step
+  bool offload_optimizer = false;          // master weights and optimizer state in files on NVMe, not in RAM
+  bool offload_param = false;              // stage 3 only: the parameter shards in files on NVMe, not in RAM
+  bool offload_optimizer_to_host = false;  // ZeRO-Offload: fp32 master weights and optimizer state in host memory
 
   // InvalidArgument naming the field and the accepted values when one is out of range.
   absl::Status validate() const;
@@ -56,7 +59,9 @@ struct ModelStateBytes {
   int64_t master_weights = 0;
   int64_t optimizer_state = 0;
   int64_t in_files = 0;  // what offload moves out of RAM: master weights and optimizer state, parameters
+  int64_t on_host = 0;   // of total(), what ZeRO-Offload keeps in host memory: master weights and optimizer state
   int64_t total() const { return params + grads + master_weights + optimizer_state; }
+  int64_t on_device() const { return total() - on_host; }  // all of total() for an engine on the CPU
 };
 
 // Bytes one rank sends per optimizer step, split as the engine's CommVolume.
@@ -70,8 +75,9 @@ struct CommBytes {
 ModelStateBytes model_state_bytes(const PlanInput& input);
 CommBytes comm_bytes_per_step(const PlanInput& input);
 
-// The largest Ψ (padded as ceil(Ψ/N)·N) whose model states plus `other_bytes` fit in `budget_bytes` on
-// one rank under `input`'s stage, precision and optimizer (input.params is ignored); 0 when none does.
+// The largest Ψ (padded as ceil(Ψ/N)·N) whose model states on the device (on_device()) plus `other_bytes` fit in
+// `budget_bytes` on one rank under `input`'s stage, precision and optimizer (input.params is ignored); 0 when none
+// does.
 int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, int64_t other_bytes = 0);
 
 }  // namespace zero

@@ -70,17 +70,18 @@ struct RunFacts {
   int accumulation_steps = 1;
   DType precision = DType::kF32;
   int optimizer_state_floats = 2;
-  bool offload_optimizer = false;      // master weights and optimizer state in files (MemoryStats::in_files)
-  bool offload_param = false;          // stage 3 parameter shards in files
-  int64_t params = 0;                  // Ψ
-  int64_t padded_params = 0;           // Ψ as the engine lays it out: each unit padded to a multiple of N
-  int64_t steps = 0;                   // this process ran (after a resume, the steps since)
-  CommVolume traffic;                  // rank 0's bytes sent over those steps
-  double train_seconds = 0;            // those steps
-  double median_step_seconds = 0;      // median_after_warmup of their times
-  std::vector<PhaseTimes> phases;      // every rank's over those steps, with wall_clock_breakdown; else empty
-  double predictions_per_s = 0;        // at the median step time
-  std::string predictions = "tokens";  // what a prediction is: tokens (GPT-2) or samples (the MLP)
+  bool offload_optimizer = false;          // master weights and optimizer state in files (MemoryStats::in_files)
+  bool offload_param = false;              // stage 3 parameter shards in files
+  bool offload_optimizer_to_host = false;  // ZeRO-Offload: fp32 master weights and optimizer state in host memory
+  int64_t params = 0;                      // Ψ
+  int64_t padded_params = 0;               // Ψ as the engine lays it out: each unit padded to a multiple of N
+  int64_t steps = 0;                       // this process ran (after a resume, the steps since)
+  CommVolume traffic;                      // rank 0's bytes sent over those steps
+  double train_seconds = 0;                // those steps
+  double median_step_seconds = 0;          // median_after_warmup of their times
+  std::vector<PhaseTimes> phases;          // every rank's over those steps, with wall_clock_breakdown; else empty
+  double predictions_per_s = 0;            // at the median step time
+  std::string predictions = "tokens";      // what a prediction is: tokens (GPT-2) or samples (the MLP)
 };
 
 // The median of the step times after the first (which warms up caches, pools and, on a GPU, the kernels), as

@@ -328,7 +328,7 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
                    "takes fp16 ones only with ZeRO-Offload's CPU Adam at stage 2"));
   ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.cpu_offload", false,
                                     "it is DeepSpeed's old name for zero_optimization.offload_optimizer.device = cpu; "
-                                    "set offload_optimizer.device instead: nvme or none"));
+                                    "set offload_optimizer.device = cpu instead (an engine on a GPU)"));
   // Gathered units alive are bounded by stage3_max_live_parameters, and a unit kept for a reuse within
   // them holds no more copies than prefetch would: freeing it earlier would only gather it again.
   r.accept("zero_optimization.stage3_max_reuse_distance");
@@ -445,13 +445,19 @@ bool one_of(const std::string& value, absl::Span<const absl::string_view> allowe
   return absl::c_linear_search(allowed, value);
 }
 
-// One of offload_optimizer and offload_param: "none", or "nvme" with a path, from an engine on the CPU.
+// One of offload_optimizer and offload_param: "none"; "nvme" with a path, from an engine on the CPU; or, for the
+// optimizer of an engine on a device, "cpu" (ZeRO-Offload).
 absl::Status validate_offload_target(const std::string& key, const Offload& o, const std::string& device) {
-  ZERO_RETURN_IF_ERROR(require(o.device != "cpu", key + ".device", o.device,
-                               "ZeRO-Offload (states in host memory for an engine on a GPU) is not built yet: it "
-                               "arrives with the CPU-offload work. Today use nvme with nvme_path (ZeRO-Infinity, "
-                               "CPU engines), or none"));
-  ZERO_RETURN_IF_ERROR(require(one_of(o.device, {"none", "nvme"}), key + ".device", o.device, "use none or nvme"));
+  if (o.device == "cpu") {
+    const bool optimizer = key == "zero_optimization.offload_optimizer";
+    ZERO_RETURN_IF_ERROR(require(optimizer, key + ".device", o.device,
+                                 "parameter shards in host memory for an engine on a GPU are not built yet; use "
+                                 "nvme with nvme_path (ZeRO-Infinity, CPU engines), or none"));
+    return require(device != "cpu", key + ".device", o.device,
+                   "the engine is on the CPU (device = cpu), where its optimizer state is in host memory already; "
+                   "use none, or nvme to move it to files");
+  }
+  ZERO_RETURN_IF_ERROR(require(one_of(o.device, {"none", "nvme"}), key + ".device", o.device, "use none, cpu or nvme"));
   ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || device == "cpu", key + ".device", o.device,
                                "offloading from a GPU is not built; use device = cpu, or none"));
   return require(o.device != "nvme" || !o.nvme_path.empty(), key + ".nvme_path", "\"\"",
@@ -846,7 +852,8 @@ absl::Status check_machine_holds(const TrainConfig& c, const Gpt2Config& g, int 
                          .precision = precision,
                          .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
                          .offload_optimizer = c.zero_optimization.offload_optimizer.device == "nvme",
-                         .offload_param = c.zero_optimization.offload_param.device == "nvme"});
+                         .offload_param = c.zero_optimization.offload_param.device == "nvme",
+                         .offload_optimizer_to_host = c.zero_optimization.offload_optimizer.device == "cpu"});
   const double needed = params * static_cast<double>(per_rank.total()) / static_cast<double>(sample) * ranks_here;
   if (needed <= static_cast<double>(memory_bytes)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(
@@ -898,6 +905,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   config.time_phases = c.wall_clock_breakdown;
   if (z.offload_optimizer.device == "nvme") config.offload_optimizer_path = z.offload_optimizer.nvme_path;
   if (z.offload_param.device == "nvme") config.offload_param_path = z.offload_param.nvme_path;
+  config.offload_optimizer_to_host = z.offload_optimizer.device == "cpu";
   ZERO_RETURN_IF_ERROR(config.validate("zero_optimization."));
   if (c.memory_budget_mib == 0) return config;
 
@@ -909,7 +917,8 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
                                                     .precision = config.precision,
                                                     .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
                                                     .offload_optimizer = !config.offload_optimizer_path.empty(),
-                                                    .offload_param = !config.offload_param_path.empty()});
+                                                    .offload_param = !config.offload_param_path.empty(),
+                                                    .offload_optimizer_to_host = config.offload_optimizer_to_host});
   const auto gathered = std::max_element(units.begin(), units.end(),
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
   const bool gathers = StagePolicy(z.stage).partitions_params();

@@ -181,13 +181,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"steps=0", {"steps = 0"}}, BadConfig{"memory_budget_mib=-5", {"memory_budget_mib = -5"}},
         BadConfig{"checkpoint.interval=-1", {"checkpoint.interval = -1"}},
         BadConfig{"zero_optimization.offload_optimizer.device=cpu",
-                  {"zero_optimization.offload_optimizer.device = cpu", "ZeRO-Offload", "is not built"}},
+                  {"zero_optimization.offload_optimizer.device = cpu", "the engine is on the CPU", "use none"}},
         BadConfig{"zero_optimization.offload_optimizer.device=disk",
-                  {"offload_optimizer.device = disk", "none or nvme"}},
+                  {"offload_optimizer.device = disk", "none, cpu or nvme"}},
         BadConfig{"zero_optimization.offload_optimizer.device=nvme",
                   {"offload_optimizer.nvme_path", "name a directory"}},
         BadConfig{"zero_optimization.offload_param.device=nvme", {"offload_param.nvme_path", "name a directory"}},
-        BadConfig{"zero_optimization.offload_param.device=cpu", {"offload_param.device = cpu", "is not built"}},
+        BadConfig{"zero_optimization.offload_param.device=cpu", {"offload_param.device = cpu", "not built yet"}},
         BadConfig{"checkpoint.keep_last=-2", {"checkpoint.keep_last = -2"}},
         BadConfig{"checkpoint.resume=latest", {"checkpoint.resume = latest", "needs checkpoint.dir"}},
         BadConfig{"steps_per_print=0", {"steps_per_print = 0", "at least 1"}},
@@ -201,8 +201,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"fp16.fp16_master_weights_and_grads=true",
                   {"fp16.fp16_master_weights_and_grads = true: zero always runs as false", "fp32 master weights"}},
         BadConfig{"zero_optimization.cpu_offload=true",
-                  {"zero_optimization.cpu_offload = true", "old name for zero_optimization.offload_optimizer.device"}},
-        BadConfig{"zero_optimization.offload_optimizer.device=cpu", {"arrives with the CPU-offload work"}}));
+                  {"zero_optimization.cpu_offload = true", "old name for zero_optimization.offload_optimizer.device",
+                   "device = cpu instead"}}));
 
 TEST(TrainConfigTest, AcceptsTheKeysDeepSpeedConfigsCarryThatAskWhatZeroDoes) {
   parse_ok(kMinimal,
@@ -680,10 +680,16 @@ TEST(DeepSpeedConfigs, BertLambLoadsAsFusedLambWithoutBiasCorrection) {
   expect_plan(resolve_batch(c, 4), 65536, 64, 256);
 }
 
-TEST(DeepSpeedConfigs, HfTrainerZero2IsRefusedForCpuOffloadAndLoadsWithItRemoved) {
+TEST(DeepSpeedConfigs, HfTrainerZero2OffloadsTheOptimizerOfADeviceEngineAndIsRefusedOnTheCpu) {
+  const absl::StatusOr<TrainConfig> on_device = parse_fixture("hf_trainer_zero2.json", {"device=sim"});
+  ASSERT_TRUE(on_device.ok()) << on_device.status();
+  EXPECT_EQ(on_device->zero_optimization.offload_optimizer.device, "cpu");
+  const absl::StatusOr<ZeroConfig> z = engine_config(*on_device, kOneStep, 4, kUnits, Device::sim(0));
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_TRUE(z->offload_optimizer_to_host);
   EXPECT_THAT(fixture_error("hf_trainer_zero2.json"),
               AllOf(HasSubstr("zero_optimization.offload_optimizer.device = cpu"),
-                    HasSubstr("arrives with the CPU-offload work")));
+                    HasSubstr("the engine is on the CPU (device = cpu)")));
   const TrainConfig c = load_fixture("hf_trainer_zero2.json", {"zero_optimization.offload_optimizer=null"});
   expect_plan(resolve_batch(c, 4), 4 * kAutoMicroBatch, kAutoMicroBatch, 1);
   EXPECT_EQ(c.gradient_clipping, 1.0);
@@ -695,6 +701,9 @@ TEST(DeepSpeedConfigs, HfTrainerZero3IsRefusedForCpuOffloadAndLoadsWithItRemoved
   EXPECT_THAT(fixture_error("hf_trainer_zero3.json"), HasSubstr("offload_optimizer.device = cpu"));
   EXPECT_THAT(fixture_error("hf_trainer_zero3.json", {"zero_optimization.offload_optimizer=null"}),
               HasSubstr("offload_param.device = cpu"));
+  // On a device the optimizer's offload is taken, and the parameters' is what remains refused.
+  EXPECT_THAT(fixture_error("hf_trainer_zero3.json", {"device=sim"}),
+              AllOf(HasSubstr("offload_param.device = cpu"), HasSubstr("not built yet")));
   const TrainConfig c = load_fixture(
       "hf_trainer_zero3.json", {"zero_optimization.offload_optimizer=null", "zero_optimization.offload_param=null"});
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 64 * 64);

@@ -236,6 +236,24 @@ TEST(ZeroPlan, OffloadMovesMasterWeightsAndOptimizerStateIntoFiles) {
   EXPECT_EQ(bytes["total"], 15'000'000'000 + 234'375'000);  // 2Ψ + 2Ψ/64 left in RAM
 }
 
+// ZeRO-Offload: the device holds the bf16 params and gradient shard, the host the fp32 master weights and AdamW's
+// state; the largest model that fits a device counts only what is on it.
+TEST(ZeroPlan, HostOffloadKeepsMasterWeightsAndOptimizerStateInHostMemory) {
+  const nlohmann::json plan = run_json(absl::StrCat(kPaperExample, " --stage 2 --offload_optimizer cpu --memory 80GB"));
+  const nlohmann::json& stage = plan["stages"][0];
+  EXPECT_EQ(stage["bytes"]["master_weights"], 468'750'000);         // 4Ψ/64, as without offload
+  EXPECT_EQ(stage["bytes"]["on_host"], 468'750'000 + 937'500'000);  // (4 + 8)Ψ/64
+  EXPECT_EQ(stage["bytes"]["model_states"], 15'000'000'000 + 234'375'000 + 468'750'000 + 937'500'000);
+  // 80 GB holds 2Ψ + 2Ψ/64 of params and grads: Ψ = 80e9 / (2 + 2/64) = 39.38e9, where the device would
+  // otherwise hold 2Ψ + 14Ψ/64 (Ψ = 36.06e9).
+  const int64_t largest = stage["largest_params_that_fit"];
+  EXPECT_NEAR(static_cast<double>(largest), 80e9 / (2 + 2.0 / 64), 64.0);
+  const RunResult table = run_plan(absl::StrCat(kPaperExample, " --stage 2 --offload_optimizer cpu --memory 80GB"));
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_EQ(table_row(table.output, "in host memory"), std::vector<double>{1.406});  // GB
+  EXPECT_THAT(table.output, HasSubstr("--memory is the device's"));
+}
+
 TEST(ZeroPlan, OffloadingParametersMovesStage3ShardsIntoFilesAndLeavesStages0To2Alone) {
   const nlohmann::json plan =
       run_json(absl::StrCat(kPaperExample, " --stage all --offload_optimizer nvme --offload_param nvme"));
@@ -253,7 +271,7 @@ TEST(ZeroPlan, BadFlagsExitNonZeroNamingTheFlag) {
       {"--params 1e9 --ranks 8 --stage 5", "--stage: '5' is not 0, 1, 2, 3 or all"},
       {"--params 1e9 --ranks 8 --precision fp8", "--precision: 'fp8'"},
       {"--params 1e9 --ranks 8 --optimizer lion", "--optimizer: 'lion'"},
-      {"--params 1e9 --ranks 8 --offload_optimizer cpu", "--offload_optimizer: 'cpu' is not none or nvme"},
+      {"--params 1e9 --ranks 8 --offload_optimizer disk", "--offload_optimizer: 'disk' is not none, cpu or nvme"},
       {"--params 1e9 --ranks 8 --stage 1 --offload_param nvme", "--offload_param: nvme moves the parameter shards"},
       {"--params 1e9 --ranks 8 --memory 80XB", "--memory: unknown unit 'XB'"},
       {"--params 1e9 --ranks 8 --units furlongs", "--units: unknown unit 'furlongs'"},

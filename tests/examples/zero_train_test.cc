@@ -235,7 +235,8 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
 }
 
 // The GPU path on the simulated device runs the CPU's kernels, so it gives the CPU's bits: the same losses, the
-// same exported weights, and a checkpoint saved there resumes to them, also with its streams delayed at random.
+// same exported weights, and a checkpoint saved there resumes to them, also with its streams delayed at random. With
+// the optimizer offloaded to the host (ZeRO-Offload) the bits are the same, and its checkpoints resume on the device.
 TEST_F(ZeroTrainTest, TheSimulatedDeviceTrainsTheCpusBitsAndResumesFromItsCheckpoints) {
   const std::filesystem::path& dir = dir_.path();
   const auto run = [&](const std::string& name, const std::string& more, const std::string& launcher = "") {
@@ -263,6 +264,23 @@ TEST_F(ZeroTrainTest, TheSimulatedDeviceTrainsTheCpusBitsAndResumesFromItsCheckp
                                 "ZERO_SIM_DELAY_US=100 ZERO_SIM_SEED=3");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(file_bytes((dir / "resumed.safetensors").string()) == exported);
+
+  const std::string offload = "--device=sim --zero_optimization.offload_optimizer.device=cpu";
+  const std::string offload_ckpt = (dir / "offload_ckpt").string();
+  const RunResult offloaded =
+      run("offloaded", absl::StrCat(offload, " --checkpoint.dir=", offload_ckpt, " --checkpoint.interval=4"));
+  ASSERT_EQ(offloaded.exit_code, 0) << offloaded.output;
+  EXPECT_THAT(offloaded.output, HasSubstr("optimizer (fp32 master weights and state) to host memory"));
+  EXPECT_EQ(losses("offloaded"), losses("cpu"));
+  EXPECT_TRUE(file_bytes((dir / "offloaded.safetensors").string()) == exported);
+  const RunResult back_on_device =
+      run("back_on_device", absl::StrCat("--device=sim --checkpoint.resume=", offload_ckpt, "/step-00000008"));
+  ASSERT_EQ(back_on_device.exit_code, 0) << back_on_device.output;
+  EXPECT_TRUE(file_bytes((dir / "back_on_device.safetensors").string()) == exported);
+  const RunResult offloaded_again =
+      run("offloaded_again", absl::StrCat(offload, " --checkpoint.resume=", ckpt, "/step-00000008"));
+  ASSERT_EQ(offloaded_again.exit_code, 0) << offloaded_again.output;
+  EXPECT_TRUE(file_bytes((dir / "offloaded_again.safetensors").string()) == exported);
 }
 
 // --- Nothing saved is lost ------------------------------------------------------------------------------

@@ -685,13 +685,21 @@ TEST(EngineConfig, OffloadedParameterPathThatCannotHoldFilesIsRefusedNamingIt) {
   EXPECT_THAT(std::string(out.status.message()), HasSubstr("offloading the parameters to /nonexistent/nvme"));
 }
 
-TEST(EngineConfig, OffloadFromAGpuIsRefusedSayingItIsNotBuilt) {
+TEST(EngineConfig, OffloadFromAGpuToFilesIsRefusedSayingItIsNotBuilt) {
   for (const ZeroConfig& config : {ZeroConfig{.device = Device::cuda(0), .offload_optimizer_path = "/nvme"},
                                    ZeroConfig{.stage = 3, .device = Device::cuda(0), .offload_param_path = "/nvme"}}) {
     const absl::Status status = config.validate();
     EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
-    EXPECT_THAT(std::string(status.message()), HasSubstr("offloading from cuda:0 is not built"));
+    EXPECT_THAT(std::string(status.message()), HasSubstr("offloading from cuda:0 to files is not built"));
   }
+}
+
+TEST(EngineConfig, HostOffloadNeedsAnEngineOnADevice) {
+  const ZeroConfig on_gpu{.device = Device::cuda(0), .offload_optimizer_to_host = true};
+  EXPECT_TRUE(on_gpu.validate().ok());
+  const absl::Status status = ZeroConfig{.offload_optimizer_to_host = true}.validate();
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("the engine is on the CPU, where its optimizer runs already"));
 }
 
 TEST(EngineConfig, OffloadingParametersBelowStage3IsRefused) {
