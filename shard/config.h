@@ -76,10 +76,10 @@ struct ZeroConfig {
   std::string offload_param_path;
   // An engine on a device (cuda, sim): true keeps the fp32 master weights (under fp32 training too) and the
   // optimizer state in host memory and steps the optimizer on the CPU, as ZeRO-Offload's offload_optimizer.device
-  // = cpu: each unit's fp32 gradient, unscaled and clipped on the device, comes to the host, the CPU optimizer
-  // updates the master weights there, and the parameters go back in the training dtype. Bit-identical to keeping
-  // them on the device. Each unit's copies and update run in the step, one unit after another, through pageable
-  // host memory: not yet overlapped with backward.
+  // = cpu (shard/host_offload.h): each unit's gradient streams to pinned host memory as soon as its last reduction
+  // of the step is in, overlapping the rest of backward; the update widens, unscales and clips it on the host, steps
+  // the CPU optimizer on the master weights, and streams the parameters back in the training dtype. Bit-identical
+  // to keeping them on the device.
   bool offload_optimizer_to_host = false;
 
   // Time each step's phases (Engine::phase_times), as DeepSpeed's wall_clock_breakdown. On a GPU the

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
 #include "optim/square_sum.h"
-#include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "shard/offload.h"
 
@@ -44,7 +43,12 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   const RankContext rank{
       .units = units_, .comm = comm_, .allocator = allocator_, .meter = meter_, .dtype = dtype_, .device = device_};
   gatherer_ = std::make_unique<ParamGatherer>(rank, config_.max_live_units);
-  reducer_ = std::make_unique<GradientReducer>(rank, config_);
+  GradientReducer::GradientsFinal on_final;
+  if (config_.offload_optimizer_to_host) {
+    ZERO_ASSIGN_OR_RETURN(host_offload_, HostOffload::create(units_, dtype_, device_));
+    on_final = [this](int i) { return host_offload_->gradients_final(i); };
+  }
+  reducer_ = std::make_unique<GradientReducer>(rank, config_, std::move(on_final));
   ZERO_ASSIGN_OR_RETURN(metrics_, StepMetrics::create(allocator_, device_, config_.accumulation_steps));
   ZERO_RETURN_IF_ERROR(reserve_transient());
   allocator_.reset_peaks();  // from here on, peaks are the steps' (initialization's workspace is gone)
@@ -249,7 +253,7 @@ absl::Status Engine::update(float lr, double clip_coefficient) {
   std::vector<Work> gathers;
   absl::Status status;
   for (int i = 0; i < static_cast<int>(units_.size()) && status.ok(); ++i) {
-    status = update_unit(units_[i], lr, clip_coefficient);
+    status = update_unit(i, lr, clip_coefficient);
     if (status.ok() && !policy_.updates_everything() && !units_[i].sharded) {
       gathers.push_back(gatherer_->allgather_updated(i));
     }
@@ -258,46 +262,45 @@ absl::Status Engine::update(float lr, double clip_coefficient) {
   return status;
 }
 
-absl::Status Engine::update_unit(UnitState& u, float lr, double clip_coefficient) {
-  // fp32 gradients for the optimizer: in place for fp32, else in workspace, unscaled and clipped in the
-  // same order of operations on every stage.
-  const float unscale = static_cast<float>(scaler_.scale());
-  const float clip = static_cast<float>(clip_coefficient);
-  const Tensor grads = u.own_grads(dtype_);
-  Buffer grads32_buffer;
-  Tensor grads32 = grads;
-  if (dtype_ != DType::kF32) {
-    ZERO_ASSIGN_OR_RETURN(grads32_buffer, allocator_.allocate(u.own_count * 4, MemoryCategory::kWorkspace, device_));
-    grads32 = grads32_buffer.tensor(DType::kF32, {u.own_count});
-    ZERO_RETURN_IF_ERROR(kernels::cast(grads32, grads));
-  }
-  if (unscale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::divide_by(grads32, unscale));
-  if (clip < 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(grads32, clip));
+absl::Status Engine::update_unit(int i, float lr, double clip_coefficient) {
+  UnitState& u = units_[i];
   Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;  // slice optimizers reduce norms
-  if (optimizer_device_ != device_) {
-    ZERO_RETURN_IF_ERROR(step_on_host(u, grads32, lr, comm));
-  } else if (dtype_ == DType::kF32) {
+  const Tensor master = u.master.data() != nullptr ? u.master.tensor(DType::kF32, {u.own_count}) : Tensor();
+  Buffer grads32_holder;
+  if (host_offload_) {  // ZeRO-Offload: the gradient streamed to the host, the step there, the parameters back
+    ZERO_ASSIGN_OR_RETURN(const Tensor grads, host_offload_->gradients(i));
+    ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(grads, clip_coefficient, grads32_holder));
+    ZERO_ASSIGN_OR_RETURN(const Tensor params, host_offload_->parameters(i));
+    if (dtype_ == DType::kF32) {
+      ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, step_count_, lr, comm));
+      ZERO_RETURN_IF_ERROR(kernels::cast(params, master));
+    } else {
+      ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, step_count_, lr, comm, HalfCopy{.out = params}));
+    }
+    return host_offload_->send_parameters(i);
+  }
+  ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(u.own_grads(dtype_), clip_coefficient, grads32_holder));
+  if (dtype_ == DType::kF32) {
     ZERO_RETURN_IF_ERROR(u.optimizer->step(u.own_params(dtype_), grads32, step_count_, lr, comm));
   } else {
-    ZERO_RETURN_IF_ERROR(u.optimizer->step(u.master.tensor(DType::kF32, {u.own_count}), grads32, step_count_, lr, comm,
-                                           HalfCopy{.out = u.own_params(dtype_)}));
+    ZERO_RETURN_IF_ERROR(
+        u.optimizer->step(master, grads32, step_count_, lr, comm, HalfCopy{.out = u.own_params(dtype_)}));
   }
   return page_out_offloaded(u, allocator_);
 }
 
-absl::Status Engine::step_on_host(UnitState& u, const Tensor& grads32, float lr, Communicator* comm) {
-  Buffer grads_holder, half_holder;
-  ZERO_ASSIGN_OR_RETURN(const Tensor host_grads, on_host(grads32, allocator_, grads_holder));
-  const Tensor master = u.master.tensor(DType::kF32, {u.own_count});
-  HalfCopy half;
+absl::StatusOr<Tensor> Engine::fp32_gradients(const Tensor& grads, double clip_coefficient, Buffer& holder) {
+  const float unscale = static_cast<float>(scaler_.scale());
+  const float clip = static_cast<float>(clip_coefficient);
+  Tensor grads32 = grads;
   if (dtype_ != DType::kF32) {
-    ZERO_ASSIGN_OR_RETURN(half_holder, allocator_.allocate(u.own_count * static_cast<int64_t>(dtype_size(dtype_)),
-                                                           MemoryCategory::kWorkspace));
-    half.out = half_holder.tensor(dtype_, {u.own_count});
+    ZERO_ASSIGN_OR_RETURN(holder, allocator_.allocate(grads.numel() * 4, MemoryCategory::kWorkspace, grads.device()));
+    grads32 = holder.tensor(DType::kF32, {grads.numel()});
+    ZERO_RETURN_IF_ERROR(kernels::cast(grads32, grads));
   }
-  ZERO_RETURN_IF_ERROR(u.optimizer->step(master, host_grads, step_count_, lr, comm, half));
-  const Tensor updated = half.enabled() ? half.out : master;
-  return copy_bytes(u.own_params(dtype_).data(), device_, updated.data(), Device::cpu(), updated.nbytes());
+  if (unscale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::divide_by(grads32, unscale));
+  if (clip < 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(grads32, clip));
+  return grads32;
 }
 
 absl::StatusOr<StepResult> Engine::step(float lr) {
@@ -324,6 +327,7 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
     ++step_count_;
     ZERO_RETURN_IF_ERROR(update(lr, clip_coefficient));
   }
+  if (host_offload_) ZERO_RETURN_IF_ERROR(host_offload_->release_gradients());
   ZERO_RETURN_IF_ERROR(reducer_->zero_grads());
   ZERO_ASSIGN_OR_RETURN(const StepMetrics::Reduced metrics, metrics_->reduce(meter_, comm_));
   result.loss = metrics.loss;

@@ -44,6 +44,7 @@
 #include "runtime/comm/communicator.h"
 #include "shard/config.h"
 #include "shard/gatherer.h"
+#include "shard/host_offload.h"
 #include "shard/loss_scaler.h"
 #include "shard/meter.h"
 #include "shard/module.h"
@@ -157,10 +158,11 @@ class Engine {
   // naming the first unit whose gradient holds a NaN or infinity. A collective.
   absl::Status non_finite_gradients();
   absl::Status update(float lr, double clip_coefficient);
-  absl::Status update_unit(UnitState& u, float lr, double clip_coefficient);
-  // ZeRO-Offload's update: `grads32` (own_count, on the device) to the host, the CPU optimizer on the host master
-  // weights, and the parameters back to the device in the training dtype.
-  absl::Status step_on_host(UnitState& u, const Tensor& grads32, float lr, Communicator* comm);
+  absl::Status update_unit(int i, float lr, double clip_coefficient);
+  // The optimizer's fp32 gradient from `grads` (own_count, training dtype, on the device or on the host): `grads`
+  // itself for fp32, else a cast into `holder` beside it; unscaled and clipped in the same order of operations on
+  // every stage and device.
+  absl::StatusOr<Tensor> fp32_gradients(const Tensor& grads, double clip_coefficient, Buffer& holder);
   absl::Status require_between_steps(absl::string_view call) const;
 
   // Checkpoints (shard/checkpoint.cc): writing this rank's file; what this rank needs of each unit
@@ -191,6 +193,7 @@ class Engine {
   CommMeter meter_;
   LossScaler scaler_;
   std::vector<UnitState> units_;
+  std::optional<HostOffload> host_offload_;  // under config_.offload_optimizer_to_host
   // Declared after units_, so destroyed first: each waits for its collectives in flight.
   std::unique_ptr<ParamGatherer> gatherer_;
   std::unique_ptr<GradientReducer> reducer_;

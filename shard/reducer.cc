@@ -7,9 +7,10 @@
 
 namespace zero {
 
-GradientReducer::GradientReducer(const RankContext& rank, const ZeroConfig& config)
+GradientReducer::GradientReducer(const RankContext& rank, const ZeroConfig& config, GradientsFinal on_final)
     : rank_(rank), units_(rank.units), allreduce_(StagePolicy(config.stage).updates_everything()),
-      accumulation_steps_(config.accumulation_steps), no_sync_(config.no_sync), places_(units_.size()) {
+      accumulation_steps_(config.accumulation_steps), no_sync_(config.no_sync), places_(units_.size()),
+      on_final_(std::move(on_final)) {
   std::vector<int64_t> padded_numels;
   for (const UnitState& u : units_) padded_numels.push_back(u.layout.padded_numel);
   for (std::vector<int>& members : config.gradient_buckets(padded_numels)) {
@@ -30,7 +31,10 @@ GradientReducer::~GradientReducer() {
   }
 }
 
-void GradientReducer::begin_micro_batch(bool last_of_step) { reducing_ = !no_sync_ || last_of_step; }
+void GradientReducer::begin_micro_batch(bool last_of_step) {
+  reducing_ = !no_sync_ || last_of_step;
+  last_of_step_ = last_of_step;
+}
 
 absl::StatusOr<ParamViews> GradientReducer::grad_views(int i) {
   // (P) per unit: its bucket's staging, or under no_sync the held gradients (stages 0-1 hold all of them).
@@ -127,6 +131,7 @@ absl::Status GradientReducer::finish(Bucket& b) {
       const Tensor slice = reduced.slice(u.slice_begin, u.slice_begin + u.layout.shard_numel);
       ZERO_RETURN_IF_ERROR(kernels::add_into(u.grad_slice(rank_.dtype), slice));
     }
+    if (last_of_step_ && on_final_) ZERO_RETURN_IF_ERROR(on_final_(i));
   }
   b.staging.reset();
   return absl::OkStatus();

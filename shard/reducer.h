@@ -1,6 +1,7 @@
 // Gradient reduction: buckets filled by backward, reduced as they complete, added into what the stage holds.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -25,7 +26,11 @@ namespace zero {
 // only.
 class GradientReducer {
  public:
-  GradientReducer(const RankContext& rank, const ZeroConfig& config);
+  // Called with a unit's index once the step's last reduction of its gradient is added into the held gradients
+  // (queued on the device): from then on they hold the step's gradient.
+  using GradientsFinal = std::function<absl::Status(int unit)>;
+
+  GradientReducer(const RankContext& rank, const ZeroConfig& config, GradientsFinal on_final = nullptr);
   ~GradientReducer();  // waits for the reductions in flight: none may write into freed memory
 
   // Before a micro-batch's backward: whether it is the step's last (under no_sync, the one reduced).
@@ -70,7 +75,9 @@ class GradientReducer {
   const bool no_sync_;
   std::vector<Bucket> buckets_;
   std::vector<Place> places_;  // per unit
-  bool reducing_ = true;       // this micro-batch's gradients are reduced
+  const GradientsFinal on_final_;
+  bool reducing_ = true;      // this micro-batch's gradients are reduced
+  bool last_of_step_ = true;  // this micro-batch is the step's last
 };
 
 }  // namespace zero

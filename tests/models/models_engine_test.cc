@@ -87,6 +87,7 @@ struct RankRun {
   std::vector<float> params;                    // every parameter, flat, in unit and declaration order
   std::vector<float> losses;                    // per step
   std::vector<uint64_t> host_synchronizations;  // per step on the simulated device, of the rank's thread
+  int skipped_steps = 0;                        // fp16: steps the loss scaler skipped for an overflow
 };
 
 struct Setup {
@@ -97,6 +98,7 @@ struct Setup {
   Device device = Device::cpu();
   double gradient_clipping = 1.0;
   bool offload_optimizer_to_host = false;
+  double initial_loss_scale = 1024.0;  // fp16: the loss gradient scaled, as DeepSpeed
 };
 
 // Trains `task` on setup.device: the engine's buffers, the model's activations and each batch live there.
@@ -106,7 +108,7 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
   ZeroConfig zero{.stage = setup.stage,
                   .persistence_threshold = 0,
                   .precision = setup.precision,
-                  .loss_scaling = {.initial_scale = 1024.0},  // fp16: the loss gradient scaled, as DeepSpeed
+                  .loss_scaling = {.initial_scale = setup.initial_loss_scale},
                   .accumulation_steps = setup.accumulation_steps,
                   .gradient_clipping = setup.gradient_clipping,
                   .weight_decay = 0.01f,
@@ -152,6 +154,7 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
     const uint64_t synchronized_before = setup.device.is_sim() ? sim_device().host_synchronizations() : 0;
     ZERO_ASSIGN_OR_RETURN(StepResult result, engine->train_step(batches, 1e-2f));
     run.losses.push_back(result.loss);
+    run.skipped_steps += result.skipped ? 1 : 0;
     if (setup.device.is_sim())
       run.host_synchronizations.push_back(sim_device().host_synchronizations() - synchronized_before);
   }
@@ -261,12 +264,20 @@ INSTANTIATE_TEST_SUITE_P(MixedPrecision, SimMatchesCpu,
 
 // ZeRO-Offload: the optimizer stepping host master weights gives the bits and losses of the optimizer on the
 // device, at every stage (the device and host AdamW compute the same bits; the fp32 run's parameters make the round
-// trip exactly, a half run's are rounded once, on the host instead of the device).
-class OffloadMatchesDevice : public ::testing::TestWithParam<DType> {};
+// trip exactly, a half run's are rounded once, on the host instead of the device). Each gradient is streamed out on a
+// stream of its own and each parameter copy waited for on the device, orderings the simulated device checks; fp16
+// with accumulated micro-batches, and fp16 from a loss scale so large that its first steps overflow and are skipped
+// (their gradient copies still ordered before the gradients are zeroed).
+class OffloadMatchesDevice : public ::testing::TestWithParam<std::tuple<DType, int, double>> {};
 
 TEST_P(OffloadMatchesDevice, EveryStage) {
+  const auto [precision, accumulation, loss_scale] = GetParam();
   for (int stage = 0; stage <= 3; ++stage) {
-    zero::Setup setup{.stage = stage, .precision = GetParam(), .device = Device::sim(0)};
+    zero::Setup setup{.stage = stage,
+                      .precision = precision,
+                      .accumulation_steps = accumulation,
+                      .device = Device::sim(0),
+                      .initial_loss_scale = loss_scale};
     const absl::StatusOr<RankRun> on_device = train(gpt2_task(), setup);
     setup.offload_optimizer_to_host = true;
     const absl::StatusOr<RankRun> offloaded = train(gpt2_task(), setup);
@@ -274,11 +285,18 @@ TEST_P(OffloadMatchesDevice, EveryStage) {
     ASSERT_TRUE(offloaded.ok()) << "stage " << stage << ": " << offloaded.status();
     EXPECT_EQ(offloaded->params, on_device->params) << "stage " << stage;
     EXPECT_EQ(offloaded->losses, on_device->losses) << "stage " << stage;
+    EXPECT_EQ(offloaded->skipped_steps, on_device->skipped_steps) << "stage " << stage;
+    if (loss_scale > 1e6) EXPECT_GT(offloaded->skipped_steps, 0) << "stage " << stage;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, OffloadMatchesDevice, ::testing::Values(DType::kF32, DType::kBF16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(PrecisionsAndAccumulation, OffloadMatchesDevice,
+                         ::testing::Values(std::tuple{DType::kF32, 1, 1024.0}, std::tuple{DType::kBF16, 1, 1024.0},
+                                           std::tuple{DType::kF16, 2, 1024.0}, std::tuple{DType::kF16, 1, 0x1p40}),
+                         [](const auto& info) {
+                           return absl::StrCat(dtype_name(std::get<0>(info.param)), "_accum", std::get<1>(info.param),
+                                               std::get<2>(info.param) > 1e6 ? "_overflowing" : "");
+                         });
 
 // Without clipping no norm read brings the losses' copy back: the metrics wait for it themselves, and the losses are
 // still the CPU's.

@@ -1,0 +1,65 @@
+// ZeRO-Offload (ZeroConfig::offload_optimizer_to_host): a device engine's optimizer stepping on the host.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/device_api.h"
+#include "shard/unit_state.h"
+
+namespace zero {
+
+// The transfers of the update of units whose parameters and gradients live on a device and whose fp32 master
+// weights and optimizer live on the CPU (the engine steps the optimizer between them). Per unit, in the training
+// dtype (own_count elements each), two page-locked buffers: the gradient, streamed out by gradients_final as soon as
+// the unit's last reduction of the step has been added in, on a transfer stream of its own so that the copy
+// overlaps the rest of backward; and the updated parameters, streamed back by send_parameters. The legacy default
+// stream, where the kernels run, waits on the device for each parameter copy; the host waits only for a gradient
+// it is about to read, or for the previous step's parameter copy before writing the buffer again.
+//
+//   own grads (device) --gradients_final--> gradients(i) (pinned) --the engine: fp32, unscale, clip, CPU step-->
+//   parameters(i) (pinned) --send_parameters--> own params (device)
+//
+// Used from the compute thread only; `units` must outlive it.
+class HostOffload {
+ public:
+  static absl::StatusOr<HostOffload> create(std::vector<UnitState>& units, DType dtype, Device device);
+  HostOffload(HostOffload&&) = default;
+  HostOffload& operator=(HostOffload&&) = default;
+
+  // Unit i's gradient for this step is complete, as queued on the device so far: its copy to the host starts.
+  absl::Status gradients_final(int i);
+  // Unit i's gradient on the host (own_count, training dtype, pinned), once its copy finished; started now when
+  // gradients_final(i) did not run this step.
+  absl::StatusOr<Tensor> gradients(int i);
+  // Where the update writes unit i's parameters (own_count, training dtype, pinned), once the last copy from it
+  // finished.
+  absl::StatusOr<Tensor> parameters(int i);
+  // Copies parameters(i) into unit i's own parameters on the device, ahead of every kernel queued after this call.
+  absl::Status send_parameters(int i);
+  // Kernels queued from now on (zeroing the gradients for the next step) wait for every gradient copy of this step:
+  // after the update, or in its place for a skipped fp16 step.
+  absl::Status release_gradients();
+
+ private:
+  struct PerUnit {
+    PinnedBuffer grads_out;  // (own_count) training dtype
+    PinnedBuffer params_in;  // (own_count) training dtype
+    OwnedEvent copied_out;   // the gradient's copy to grads_out
+    OwnedEvent copied_in;    // the parameters' copy from params_in
+    bool streamed = false;   // gradients_final ran this step, and the kernels have not waited for its copy yet
+  };
+  HostOffload(std::vector<UnitState>& units, DType dtype, Device device, DeviceApi& api, OwnedStream transfer,
+              OwnedEvent legacy_marker, std::vector<PerUnit> per_unit);
+
+  std::vector<UnitState>* units_;
+  DType dtype_;
+  Device device_;
+  DeviceApi* api_;
+  OwnedStream transfer_;      // non-blocking: ordered with the kernels by events alone
+  OwnedEvent legacy_marker_;  // where a gradient copy waits for the kernels queued before it
+  std::vector<PerUnit> per_unit_;
+};
+
+}  // namespace zero
