@@ -6,8 +6,9 @@
 #   build  configure and build build-gpu/ against the kit alone (system prefixes ignored), sm_90, CUDA and NCCL on
 #   test   every test, GPU tests required (a GPU test that skips fails)
 #   sanitize  compute-sanitizer memcheck and racecheck over the CUDA kernel and optimizer tests
-#   train  the main job on the GPU (4 local ranks sharing it; the nccl backend, one rank) and on the CPU; losses
-#          compared; the CPU run's export loaded by transformers' from_pretrained
+#   train  the main job on the GPU (4 local ranks sharing it, also with the optimizer offloaded to the host; the
+#          nccl backend, one rank) and on the CPU; losses compared; the CPU run's export loaded by transformers'
+#          from_pretrained
 #   bench  GPT-2 124M, bf16, sequence 1024: zero against PyTorch (eager and torch.compile) on the same GPU,
 #          with MFU
 #   stages zero-bench stages (GPT-2 124M, 4 local ranks sharing the GPU) and comm on the GPU
@@ -141,10 +142,11 @@ phase_train() {
   mkdir -p "$build/train/export"
   train cpu --export_path="$build/train/export/"
   train cuda_local --device=cuda
+  train cuda_offload --device=cuda --zero_optimization.offload_optimizer.device=cpu  # ZeRO-Offload
   # One rank evaluates eval_batches micro-batches alone: 4 times the default's 4 is what 4 ranks evaluate.
   train cuda_nccl --device=cuda --backend=nccl --ranks=1 --eval_batches=16
   python3 scripts/gpu/compare_losses.py "$build/train/cpu.jsonl" "$build/train/cuda_local.jsonl" \
-    "$build/train/cuda_nccl.jsonl"
+    "$build/train/cuda_offload.jsonl" "$build/train/cuda_nccl.jsonl"
   python3 scripts/gpu/load_export.py "$build/train/export"
 }
 
