@@ -319,6 +319,11 @@ absl::Status resolve_training(Request& r) {
   r.plan.offload_optimizer = offload_optimizer == "nvme";
   r.plan.offload_optimizer_to_host = offload_optimizer == "cpu";
   ZERO_ASSIGN_OR_RETURN(r.offload_param, offload_to_nvme("offload_param", FLAGS_offload_param));
+  if (r.offload_param && r.plan.offload_optimizer_to_host) {
+    return flag_error("offload_param",
+                      "nvme moves a CPU engine's parameter shards to files, and --offload_optimizer "
+                      "cpu plans an engine on a GPU; pick one");
+  }
   if (r.offload_param && r.stages.size() == 1 && r.stages[0] != 3) {
     return flag_error("offload_param", absl::StrCat("nvme moves the parameter shards of stage 3, and stage ",
                                                     r.stages[0], " keeps every parameter whole; use --stage 3 or all"));

@@ -69,7 +69,8 @@ int64_t MemoryStats::in_files_total() const {
   return total;
 }
 
-Allocator::Allocator(int rank, std::optional<int64_t> budget_bytes) : rank_(rank), budget_(budget_bytes) {}
+Allocator::Allocator(int rank, std::optional<int64_t> budget_bytes, DeviceType budgeted)
+    : rank_(rank), budgeted_(budgeted), budget_(budget_bytes) {}
 
 Allocator::~Allocator() {
   free_blocks(cache_);
@@ -90,13 +91,15 @@ absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory catego
   if (!file_dir.empty() && nbytes > 0) return allocate_in_file(nbytes, category, file_dir);
   {
     absl::MutexLock lock(&mu_);
-    if (budget_ && stats_.current_total + nbytes > *budget_) {
+    const bool budgeted = device.type == budgeted_;
+    if (budget_ && budgeted && budgeted_current_ + nbytes > *budget_) {
       return absl::ResourceExhaustedError(absl::StrFormat(
-          "%s on rank %d: %s asked for %s (%d bytes), but the budget is %s and %s is held (%s). "
+          "%s on rank %d: %s asked for %s (%d bytes), but the budget is %s and %s of it is held (the rank holds %s). "
           "Raise the budget, or hold less per rank: a higher ZeRO stage, offload, smaller buckets or batches.",
           kOutOfMemoryTag, rank_, category_name(category), format_bytes(nbytes), nbytes, format_bytes(*budget_),
-          format_bytes(stats_.current_total), held_description_locked()));
+          format_bytes(budgeted_current_), held_description_locked()));
     }
+    if (budgeted) budgeted_current_ += nbytes;
     // Account before the allocation so concurrent requests cannot both slip under the budget.
     stats_.current[c] += nbytes;
     stats_.current_total += nbytes;
@@ -134,7 +137,9 @@ void* Allocator::take_cached_locked(int64_t nbytes) {
 }
 
 std::vector<Allocator::CachedBlock> Allocator::evict_locked() {
-  const int64_t limit = budget_ ? std::min(most_held_, *budget_ - stats_.current_total) : most_held_;
+  // Kept blocks are host memory: under a budget of the CPU's they count against it.
+  const bool bounded = budget_ && budgeted_ == DeviceType::kCpu;
+  const int64_t limit = bounded ? std::min(most_held_, *budget_ - budgeted_current_) : most_held_;
   size_t dropped = 0;
   while (dropped < cache_.size() && stats_.cached > limit) stats_.cached -= cache_[dropped++].nbytes;
   std::vector<CachedBlock> evicted(cache_.begin(), cache_.begin() + static_cast<ptrdiff_t>(dropped));
@@ -173,6 +178,7 @@ void Allocator::release(Buffer& buffer) {
     } else {
       stats_.current[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
       stats_.current_total -= buffer.nbytes_;
+      if (buffer.device_.type == budgeted_) budgeted_current_ -= buffer.nbytes_;
       kept = cacheable(buffer.nbytes_, buffer.device_);
       if (kept) {
         cache_.push_back({buffer.data_, buffer.nbytes_});

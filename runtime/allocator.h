@@ -85,7 +85,9 @@ class Buffer {
 // communication threads both allocate). It must outlive every Buffer it handed out, and so whatever holds
 // them (models, engines, a communicator given it as CommOptions::allocator): destroying it while bytes are
 // still held aborts, naming them.
-// The budget, when set, bounds the sum over all categories.
+// The budget, when set, bounds the sum over all categories of what is held on devices of one type, the engine's:
+// the CPU's RAM for an engine on the CPU, a GPU's memory for one on a GPU, whose host memory (ZeRO-Offload's
+// master weights and optimizer state, host copies) is then counted but not bounded.
 // CPU memory is 64-byte aligned. A freed host block of at least kMinCachedBytes is kept for the next
 // allocation of the same size: every step frees and allocates the same gathered units, buckets and
 // activations, which the C library would otherwise hand back to the kernel and fault in again page by
@@ -95,7 +97,8 @@ class Buffer {
 // pool, which keeps freed memory for reuse itself: what is accounted is what is live, not what the pool holds.
 class Allocator {
  public:
-  explicit Allocator(int rank = 0, std::optional<int64_t> budget_bytes = std::nullopt);
+  explicit Allocator(int rank = 0, std::optional<int64_t> budget_bytes = std::nullopt,
+                     DeviceType budgeted = DeviceType::kCpu);
   ~Allocator();
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
@@ -148,8 +151,10 @@ class Allocator {
   static void free_blocks(const std::vector<CachedBlock>& blocks);
 
   const int rank_;
+  const DeviceType budgeted_;  // the devices the budget bounds
   mutable absl::Mutex mu_;
   std::optional<int64_t> budget_ ABSL_GUARDED_BY(mu_);
+  int64_t budgeted_current_ ABSL_GUARDED_BY(mu_) = 0;  // of stats_.current_total, what is on budgeted_ devices
   MemoryStats stats_ ABSL_GUARDED_BY(mu_);
   std::array<std::string, kNumMemoryCategories> file_dirs_ ABSL_GUARDED_BY(mu_);  // "" = RAM
   struct FileBuffer {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "absl/strings/numbers.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -23,9 +24,12 @@ int available_cores() {
   return std::max(1, omp_get_num_procs());
 }
 
-void use_rank_share_of_cores(int ranks_on_host) {
-  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
-  set_cpu_threads(std::max(1, available_cores() / std::max(1, ranks_on_host)));
+void use_rank_share_of_cores(int ranks_sharing) {
+  int threads = std::max(1, available_cores() / std::max(1, ranks_sharing));
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  int cap = 0;
+  if (env != nullptr && absl::SimpleAtoi(env, &cap) && cap >= 1) threads = std::min(threads, cap);
+  set_cpu_threads(threads);
 }
 
 }  // namespace zero

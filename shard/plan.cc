@@ -30,10 +30,10 @@ absl::Status PlanInput::validate() const {
   if (optimizer_state_bytes < 0) {
     return invalid("optimizer_state_bytes", optimizer_state_bytes, "bytes per parameter must be >= 0");
   }
-  if (offload_optimizer && offload_optimizer_to_host) {
+  if (offload_optimizer_to_host && (offload_optimizer || offload_param)) {
     return absl::InvalidArgumentError(
-        "plan: offload_optimizer and offload_optimizer_to_host: the optimizer's states go to files or to host memory, "
-        "not both");
+        "plan: offload_optimizer_to_host is for an engine on a device, and offload to files for one on the CPU; "
+        "pick one");
   }
   if (offload_param && !StagePolicy(stage).partitions_params()) {
     return invalid("stage", stage, "offload_param moves the parameter shards of stage 3; use stage 3");

@@ -309,7 +309,8 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   // DeepSpeed's choice of torch.optim.Adam/AdamW over its fused kernel: the same algorithm, which zero's
   // Adam follows either way (torch's formulas).
   r.accept("optimizer.params.torch_adam");
-  r.accept("zero_optimization.offload_optimizer.pin_memory");  // offload goes from host memory to files
+  // Host offload's transfers always use page-locked buffers; NVMe offload maps its files.
+  r.accept("zero_optimization.offload_optimizer.pin_memory");
   r.accept("zero_optimization.offload_param.pin_memory");
   r.accept("zero_allow_untested_optimizer");  // every optimizer zero has is sharded
   // Tuning of DeepSpeed's asynchronous NVMe swapper: zero's offload maps files and pages them itself.
@@ -924,14 +925,16 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   const bool gathers = StagePolicy(z.stage).partitions_params();
   const int64_t gathered_bytes = gathers ? gathered->numel * element_bytes : 0;
   const int64_t bucket_bytes = largest_bucket_numel(units, config, world_size) * element_bytes;
-  const int64_t needed = states.total() + gathered_bytes + bucket_bytes;
+  const int64_t needed = states.on_device() + gathered_bytes + bucket_bytes;  // what the budget bounds
   const int64_t budget = c.memory_budget_mib << 20;
   if (needed <= budget) return config;
   return absl::InvalidArgumentError(absl::StrCat(
       "memory_budget_mib = ", c.memory_budget_mib, ": a rank needs ", format_bytes(needed),
       " before any activation at stage ", z.stage, " on ", world_size, " ranks (params ", format_bytes(states.params),
-      ", grads ", format_bytes(states.grads), ", optimizer state ", format_bytes(states.optimizer_state),
-      ", master weights ", format_bytes(states.master_weights),
+      ", grads ", format_bytes(states.grads),
+      states.on_host > 0 ? ", the optimizer state and master weights in host memory, outside the budget"
+                         : absl::StrCat(", optimizer state ", format_bytes(states.optimizer_state), ", master weights ",
+                                        format_bytes(states.master_weights)),
       gathers ? absl::StrCat(", unit '", gathered->name, "' gathered ", format_bytes(gathered_bytes)) : "",
       ", largest gradient bucket ", format_bytes(bucket_bytes), "); raise the budget, the stage or the ranks"));
 }

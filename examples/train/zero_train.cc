@@ -300,9 +300,16 @@ absl::Status check_not_one_of_several_processes(const TrainConfig& config) {
 }
 
 // A rank's allocator, with memory_budget_mib as its budget.
+// The device config.device names: the one local ranks share (under nccl, rank r takes cuda:r instead).
+Device configured_device(const TrainConfig& config) {
+  return config.device == "cuda" ? Device::cuda(0) : config.device == "sim" ? Device::sim(0) : Device::cpu();
+}
+
+// memory_budget_mib bounds the memory of the rank's device: RAM on the CPU, the GPU's on a GPU.
 Allocator rank_allocator(const TrainConfig& config, int rank) {
-  return Allocator(
-      rank, config.memory_budget_mib > 0 ? std::optional<int64_t>(config.memory_budget_mib << 20) : std::nullopt);
+  return Allocator(rank,
+                   config.memory_budget_mib > 0 ? std::optional<int64_t>(config.memory_budget_mib << 20) : std::nullopt,
+                   configured_device(config).type);
 }
 
 // One rank's run: engine, data, the loop with periodic evaluation, the summary.
@@ -659,9 +666,7 @@ absl::Status run_ranks(const TrainConfig& config) {
 #endif
   }
   // Local ranks share one device; the plan is made before they start, so a bad config is refused first.
-  const Device device = config.device == "cuda"  ? Device::cuda(0)
-                        : config.device == "sim" ? Device::sim(0)
-                                                 : Device::cpu();
+  const Device device = configured_device(config);
   ZERO_ASSIGN_OR_RETURN(const Plan plan, make_plan(config, config.ranks, device));
   if (device.is_cuda()) ZERO_RETURN_IF_ERROR(check_gpu());
   return root_cause(run_local_ranks(config.ranks, [&](Communicator& comm) { return train_one_rank(comm, plan); }));

@@ -268,8 +268,8 @@ absl::Status Communicator::check_same_collective(const Collective& c, absl::Time
   return check_fingerprints_agree(all);
 }
 
-absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm, int ranks_on_host) {
-  use_rank_share_of_cores(ranks_on_host);
+absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm, int ranks_sharing) {
+  use_rank_share_of_cores(ranks_sharing);
   try {
     return fn(comm);
   } catch (const std::exception& e) {

@@ -131,9 +131,9 @@ class Communicator {
   CpuStream stream_;  // last: destroyed (drained) first
 };
 
-// fn(comm) on the calling rank thread, given its share of the host's cores with `ranks_on_host` ranks on it
+// fn(comm) on the calling rank thread, given its share of the cores with `ranks_sharing` ranks on them
 // (runtime/cpu_threads.h), an exception turned into an InternalError naming the rank: how a rank's thread ends.
-absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm, int ranks_on_host);
+absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm, int ranks_sharing);
 
 // Every rank passes how its part of a joint task (`task`, e.g. "writing checkpoint ckpt/step-100") went;
 // every rank gets OK only when all parts did. A failed rank gets its own error back, the others one

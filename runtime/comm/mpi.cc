@@ -4,12 +4,12 @@
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <string>
 #include <vector>
 
@@ -344,9 +344,20 @@ HostPlacement mpi_host_placement() {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
   HostPlacement placement;
+  int ranks_on_host = 1;
   MPI_Comm_rank(node, &placement.local_rank);
-  MPI_Comm_size(node, &placement.ranks_on_host);
+  MPI_Comm_size(node, &ranks_on_host);
+  cpu_set_t mine;
+  if (sched_getaffinity(0, sizeof(mine), &mine) != 0) CPU_ZERO(&mine);  // unknown: shares with every rank
+  std::vector<cpu_set_t> all(static_cast<size_t>(ranks_on_host));
+  MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, node);
   MPI_Comm_free(&node);
+  placement.ranks_sharing_cores = 0;
+  for (cpu_set_t& other : all) {
+    cpu_set_t both;
+    CPU_AND(&both, &mine, &other);
+    if (CPU_COUNT(&mine) == 0 || CPU_COUNT(&other) == 0 || CPU_COUNT(&both) > 0) ++placement.ranks_sharing_cores;
+  }
   return placement;
 }
 
@@ -358,7 +369,7 @@ int run_mpi_launched(const std::function<absl::StatusOr<std::unique_ptr<Communic
                      const std::function<absl::Status(Communicator&)>& fn) {
   absl::StatusOr<std::unique_ptr<Communicator>> comm = make();
   if (!comm.ok()) end_every_rank(comm.status());
-  const absl::Status status = run_rank(fn, **comm, mpi_host_placement().ranks_on_host);
+  const absl::Status status = run_rank(fn, **comm, mpi_host_placement().ranks_sharing_cores);
   if (!status.ok()) end_every_rank(status);
   comm->reset();  // drains pending work; a failure there ends every rank through Backend::abort
   MPI_Finalize();

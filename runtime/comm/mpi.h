@@ -37,11 +37,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(CommOptions 
 // drained and MPI_Finalize).
 int run_mpi_launched(const std::function<absl::StatusOr<std::unique_ptr<Communicator>>()>& make,
                      const std::function<absl::Status(Communicator&)>& fn);
-// This process's place among the MPI_COMM_WORLD ranks on its host (MPI_COMM_TYPE_SHARED): its index there and
-// how many share the host. A collective over MPI_COMM_WORLD; MPI must be initialised.
+// This process's place among the MPI_COMM_WORLD ranks on its host (MPI_COMM_TYPE_SHARED): its index there, and
+// how many of them may run on its cores (their affinity masks overlap its own: all of them unless the launcher
+// bound each to cores of its own). A collective over MPI_COMM_WORLD; MPI must be initialised.
 struct HostPlacement {
   int local_rank = 0;
-  int ranks_on_host = 1;
+  int ranks_sharing_cores = 1;  // itself included
 };
 HostPlacement mpi_host_placement();
 

@@ -486,8 +486,11 @@ absl::Status SimDevice::launch(Stream stream, KernelLaunch launch) {
   }
   auto body = std::make_shared<KernelLaunch>(std::move(launch));
   const std::string name = absl::StrCat("launch '", body->name, "'");
+  // The kernel runs with the launching rank thread's share of the cores, as that thread would: ranks sharing a
+  // stream (the legacy one) each keep their own.
   return enqueue(*s, name, touches,
-                 [this, body] {
+                 [this, body, threads = cpu_threads()] {
+                   set_cpu_threads(threads);
                    const SimLaunchContext ctx(alias_shift_, body->accesses);
                    return body->body(ctx);
                  })
@@ -496,13 +499,8 @@ absl::Status SimDevice::launch(Stream stream, KernelLaunch launch) {
 
 // --- The streams' threads ---------------------------------------------------------------------------------
 
-// The stream's worker runs the kernels enqueued on it with the creating rank thread's share of the cores, as that
-// thread would.
 void SimDevice::start_worker(StreamState& stream) {
-  stream.worker = std::thread([this, raw = &stream, threads = cpu_threads()] {
-    set_cpu_threads(threads);
-    run_stream(raw);
-  });
+  stream.worker = std::thread([this, raw = &stream] { run_stream(raw); });
 }
 
 void SimDevice::run_stream(StreamState* stream) {

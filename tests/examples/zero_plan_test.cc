@@ -272,6 +272,8 @@ TEST(ZeroPlan, BadFlagsExitNonZeroNamingTheFlag) {
       {"--params 1e9 --ranks 8 --precision fp8", "--precision: 'fp8'"},
       {"--params 1e9 --ranks 8 --optimizer lion", "--optimizer: 'lion'"},
       {"--params 1e9 --ranks 8 --offload_optimizer disk", "--offload_optimizer: 'disk' is not none, cpu or nvme"},
+      {"--params 1e9 --ranks 8 --stage 3 --offload_optimizer cpu --offload_param nvme",
+       "--offload_param: nvme moves a CPU engine's parameter shards"},
       {"--params 1e9 --ranks 8 --stage 1 --offload_param nvme", "--offload_param: nvme moves the parameter shards"},
       {"--params 1e9 --ranks 8 --memory 80XB", "--memory: unknown unit 'XB'"},
       {"--params 1e9 --ranks 8 --units furlongs", "--units: unknown unit 'furlongs'"},

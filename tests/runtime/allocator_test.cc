@@ -67,6 +67,21 @@ TEST(Allocator, BudgetBreachNamesCategoryRequestAndHoldings) {
   EXPECT_TRUE(alloc.allocate(1096, MemoryCategory::kOptimizerState).ok());
 }
 
+// A device engine's budget bounds the device's memory; its host memory is counted beside it, not bounded.
+TEST(Allocator, ABudgetOfADeviceBoundsThatDeviceAlone) {
+  Allocator alloc(/*rank=*/0, /*budget_bytes=*/4096, DeviceType::kSim);
+  absl::StatusOr<Buffer> params = alloc.allocate(3000, MemoryCategory::kParams, Device::sim(0));
+  ASSERT_TRUE(params.ok()) << params.status();
+  absl::StatusOr<Buffer> state = alloc.allocate(8000, MemoryCategory::kOptimizerState);  // host memory
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(alloc.stats().current_total, 11000);
+  absl::StatusOr<Buffer> grads = alloc.allocate(2000, MemoryCategory::kGrads, Device::sim(0));
+  ASSERT_FALSE(grads.ok());
+  EXPECT_THAT(std::string(grads.status().message()), HasSubstr("the budget is 4.00 KiB and 2.93 KiB of it is held"));
+  params->reset();
+  EXPECT_TRUE(alloc.allocate(4096, MemoryCategory::kGrads, Device::sim(0)).ok());
+}
+
 TEST(Allocator, OtherFailuresAreNotOutOfMemory) {
   EXPECT_FALSE(is_out_of_memory(absl::ResourceExhaustedError("something else")));
   EXPECT_FALSE(is_out_of_memory(absl::OkStatus()));

@@ -360,17 +360,22 @@ TEST(LocalRanks, EachRankThreadGetsItsShareOfTheCores) {
   }
 }
 
-// An OMP_NUM_THREADS is the user's choice: each rank thread keeps OpenMP's default from it.
-TEST(LocalRanks, AnOmpNumThreadsInTheEnvironmentIsKept) {
-  setenv("OMP_NUM_THREADS", "1", /*overwrite=*/0);
-  int fresh_thread_default = 0;
-  std::thread([&] { fresh_thread_default = cpu_threads(); }).join();
-  int rank_threads = 0;  // one rank: its share would be every core, where ctest's OMP_NUM_THREADS=1 says one
-  ASSERT_TRUE(root_cause(run_local_ranks(1, [&](Communicator&) {
-                rank_threads = cpu_threads();
-                return absl::OkStatus();
-              })).ok());
-  EXPECT_EQ(rank_threads, fresh_thread_default);
+// An OMP_NUM_THREADS caps each rank's share: a lower count is kept, a larger one (an exported nproc) does not
+// oversubscribe, and one that is not a count is ignored.
+TEST(LocalRanks, AnOmpNumThreadsCapsEachRanksShare) {
+  const auto one_rank_threads = [](const char* omp_num_threads) {
+    setenv("OMP_NUM_THREADS", omp_num_threads, /*overwrite=*/1);
+    int threads = 0;
+    EXPECT_TRUE(root_cause(run_local_ranks(1, [&](Communicator&) {
+                  threads = cpu_threads();
+                  return absl::OkStatus();
+                })).ok());
+    return threads;
+  };
+  EXPECT_EQ(one_rank_threads("1"), 1);
+  EXPECT_EQ(one_rank_threads("100000"), available_cores());
+  EXPECT_EQ(one_rank_threads("lots"), available_cores());
+  unsetenv("OMP_NUM_THREADS");
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 // awkward sizes, bit for bit against the same reference the local backend meets. Every rank runs every test.
 #include "runtime/comm/mpi.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "runtime/allocator.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/status.h"
 #include "tests/runtime/collective_checks.h"
 
@@ -147,6 +151,28 @@ TEST(MpiBackend, ScratchIsAccountedAsCommBuffersAndReturned) {
     EXPECT_GT(peak, 0);
   }
   EXPECT_EQ(allocator.stats().current_of(MemoryCategory::kCommBuffers), 0);
+}
+
+// Every rank on one host: distinct local ranks, and the ranks sharing this rank's cores are all of them where no rank
+// is bound to cores of its own (the launcher's choice: Open MPI binds 1 or 2 ranks to a core each).
+TEST(MpiHostPlacement, CountsTheRanksWhoseCoresOverlap) {
+  const HostPlacement placement = mpi_host_placement();
+  const int n = comm().world_size();
+  const auto gathered = [&](int32_t mine) {
+    std::vector<int32_t> all(n);
+    expect_ok(comm().allgather(Tensor(&mine, DType::kI32, {1}), Tensor(all.data(), DType::kI32, {n})).wait());
+    return all;
+  };
+  std::vector<int32_t> local_ranks = gathered(placement.local_rank);
+  std::sort(local_ranks.begin(), local_ranks.end());
+  for (int r = 0; r < n; ++r) EXPECT_EQ(local_ranks[r], r);
+  EXPECT_GE(placement.ranks_sharing_cores, 1);
+  EXPECT_LE(placement.ranks_sharing_cores, n);
+  const bool unbound = available_cores() == static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const std::vector<int32_t> all_unbound = gathered(unbound ? 1 : 0);
+  if (std::find(all_unbound.begin(), all_unbound.end(), 0) == all_unbound.end()) {
+    EXPECT_EQ(placement.ranks_sharing_cores, n);
+  }
 }
 
 // Ranks other than 0 print only their failures, each line prefixed with the rank.

@@ -58,7 +58,7 @@ TEST(CudaRuntimeTest, AllocationOnADeviceThatIsNotThereFailsWithoutKeepingAccoun
 
 TEST(CudaRuntimeTest, BudgetBreachOnCudaIsTheSameOutOfMemoryAsOnCpu) {
   Allocator on_cpu(/*rank=*/2, /*budget_bytes=*/1 << 20);
-  Allocator on_cuda(/*rank=*/2, /*budget_bytes=*/1 << 20);
+  Allocator on_cuda(/*rank=*/2, /*budget_bytes=*/1 << 20, DeviceType::kCuda);
   auto cpu = on_cpu.allocate(2 << 20, MemoryCategory::kGrads, Device::cpu());
   auto cuda = on_cuda.allocate(2 << 20, MemoryCategory::kGrads, Device::cuda(0));
   ASSERT_TRUE(is_out_of_memory(cuda.status())) << cuda.status();
@@ -67,7 +67,7 @@ TEST(CudaRuntimeTest, BudgetBreachOnCudaIsTheSameOutOfMemoryAsOnCpu) {
 
 TEST(CudaRuntimeTest, AllocatesOnCuda0AndAccountsEveryByte) {
   ZERO_SKIP_WITHOUT_GPU();
-  Allocator allocator(/*rank=*/0, /*budget_bytes=*/3 << 20);
+  Allocator allocator(/*rank=*/0, /*budget_bytes=*/3 << 20, DeviceType::kCuda);
   auto params = allocator.allocate(1 << 20, MemoryCategory::kParams, Device::cuda(0));
   ASSERT_TRUE(params.ok()) << params.status();
   cudaPointerAttributes attributes{};

@@ -99,20 +99,26 @@ TEST(SimDeviceTest, AStreamRunsItsOperationsInOrder) {
   EXPECT_EQ(read_back(*sim, x, 256), std::vector<float>(256, 20.0f));
 }
 
-// A stream's worker runs kernels as the rank thread that created the stream would: with its share of the cores.
-TEST(SimDeviceTest, KernelsRunWithTheCreatingThreadsCpuThreads) {
+// A kernel runs as the rank thread that launched it would, with its share of the cores, also where ranks share a
+// stream (the legacy one).
+TEST(SimDeviceTest, KernelsRunWithTheLaunchingThreadsCpuThreads) {
   auto sim = make_sim();
-  set_cpu_threads(3);
-  const Stream s = new_stream(*sim, StreamFlags::kNonBlocking);
-  set_cpu_threads(1);
-  int seen = 0;
-  KernelLaunch probe{"probe", {}, [&](const LaunchContext&) {
-                       seen = cpu_threads();
-                       return absl::OkStatus();
-                     }};
-  ASSERT_TRUE(sim->launch(s, std::move(probe)).ok());
-  ASSERT_TRUE(sim->synchronize(s).ok());
-  EXPECT_EQ(seen, 3);
+  const auto threads_seen = [&](int launcher_threads) {
+    int seen = 0;
+    std::thread([&] {
+      set_cpu_threads(launcher_threads);
+      KernelLaunch probe{"probe", {}, [&](const LaunchContext&) {
+                           seen = cpu_threads();
+                           return absl::OkStatus();
+                         }};
+      EXPECT_TRUE(sim->launch(Stream::legacy(0), std::move(probe)).ok());
+      EXPECT_TRUE(sim->synchronize(Stream::legacy(0)).ok());
+    }).join();
+    return seen;
+  };
+  EXPECT_EQ(threads_seen(3), 3);
+  EXPECT_EQ(threads_seen(1), 1);
+  EXPECT_EQ(threads_seen(2), 2);
 }
 
 TEST(SimDeviceTest, LegacyStreamWaitsForBlockingStreamsNotNonBlockingOnes) {
