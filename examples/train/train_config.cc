@@ -855,11 +855,12 @@ absl::Status check_machine_holds(const TrainConfig& c, const Gpt2Config& g, int 
                          .offload_optimizer = c.zero_optimization.offload_optimizer.device == "nvme",
                          .offload_param = c.zero_optimization.offload_param.device == "nvme",
                          .offload_optimizer_to_host = c.zero_optimization.offload_optimizer.device == "cpu"});
-  const double needed = params * static_cast<double>(per_rank.total()) / static_cast<double>(sample) * ranks_here;
+  const int64_t in_host_memory = c.device == "cuda" ? per_rank.on_host : per_rank.total();
+  const double needed = params * static_cast<double>(in_host_memory) / static_cast<double>(sample) * ranks_here;
   if (needed <= static_cast<double>(memory_bytes)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(
       "the model (model.num_layers = %d, model.channels = %d, vocabulary %d) has %.3g parameters, whose states at "
-      "stage %d need %s on the %d rank(s) of this machine, which has %s of memory; make the model smaller, or "
+      "stage %d need %s of host memory on the %d rank(s) of this machine, which has %s; make the model smaller, or "
       "spread it over more machines",
       g.num_layers, g.channels, g.vocab_size, params, c.zero_optimization.stage,
       needed < 9e18 ? format_bytes(static_cast<int64_t>(needed)) : absl::StrFormat("%.3g bytes", needed), ranks_here,

@@ -183,10 +183,10 @@ struct UnitSize {
 // Local ranks are threads of one process; more ranks than this are processes (mpirun).
 inline constexpr int kMaxLocalRanks = 1024;
 
-// OK when the model states of a GPT-2 of shape `g` (shard/plan.h's formulas for the config's stage,
-// precision, optimizer and offload), times the `ranks_here` ranks this machine runs, fit in its
-// `memory_bytes`; else InvalidArgument naming the shape. Checked before the model is built: a model of a
-// billion layers would take minutes to declare and then fail to allocate.
+// OK when the model states a GPT-2 of shape `g` keeps in host memory (shard/plan.h's formulas for the config's
+// stage, precision, optimizer and offload: all of them, or on a GPU what ZeRO-Offload moves to the host), times the
+// `ranks_here` ranks this machine runs, fit in its `memory_bytes`; else InvalidArgument naming the shape. Checked
+// before the model is built: a model of a billion layers would take minutes to declare and then fail to allocate.
 absl::Status check_machine_holds(const TrainConfig& c, const Gpt2Config& g, int world_size, int ranks_here,
                                  int64_t memory_bytes);
 

@@ -188,10 +188,8 @@ absl::StatusOr<Plan> make_plan(const TrainConfig& config, int world_size, Device
   ZERO_RETURN_IF_ERROR(load_data(config.data, plan));
   if (config.model.type == "gpt2") {
     ZERO_ASSIGN_OR_RETURN(plan.gpt2, model_shape(config, plan.train->layout().input_shape[0]));  // T
-    if (!device.is_cuda()) {  // a GPU's memory is the device's; host memory then holds no model states
-      ZERO_RETURN_IF_ERROR(check_machine_holds(config, plan.gpt2, world_size, ranks_on_this_machine(config, world_size),
-                                               physical_memory_bytes()));
-    }
+    ZERO_RETURN_IF_ERROR(check_machine_holds(config, plan.gpt2, world_size, ranks_on_this_machine(config, world_size),
+                                             physical_memory_bytes()));
   }
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, create_model(plan));
   std::vector<UnitSize> units;

@@ -797,11 +797,24 @@ TEST(TrainConfigBadInput, AModelTheMachineCannotHoldIsRefusedBeforeItIsBuilt) {
   EXPECT_TRUE(absl::IsInvalidArgument(refused));
   EXPECT_THAT(std::string(refused.message()),
               AllOf(HasSubstr("model.num_layers = 1000000000"), HasSubstr("5e+13 parameters"),
-                    HasSubstr("727.36 TiB on the 4 rank(s) of this machine, which has 24.00 GiB")));
+                    HasSubstr("727.36 TiB of host memory on the 4 rank(s) of this machine, which has 24.00 GiB")));
   // Stage 3 spreads the states over the world: 10^4 machines of one rank each hold it.
   EXPECT_TRUE(check_machine_holds(c, Gpt2Config::make(64, 13, 100'000, 4, 64), 10'000, 1, int64_t{24} << 30).ok());
   // A shape whose count overflows int64 is refused all the same.
   EXPECT_FALSE(check_machine_holds(c, Gpt2Config::make(64, 13, 2, 4, 4'000'000'000), 4, 4, int64_t{24} << 30).ok());
+}
+
+// On a GPU host memory holds no model states, unless ZeRO-Offload puts the optimizer's there: 12 of their 16 bytes
+// per parameter (fp32 master weights and AdamW's state).
+TEST(TrainConfigBadInput, OnAGpuHostMemoryMustHoldWhatOffloadPutsThere) {
+  const Gpt2Config deep = Gpt2Config::make(64, 13, 1'000'000'000, 4, 64);
+  const TrainConfig on_gpu = parse_ok(kMinimal, {"zero_optimization.stage=3", "device=cuda"});
+  EXPECT_TRUE(check_machine_holds(on_gpu, deep, 4, 4, int64_t{24} << 30).ok());
+  const TrainConfig offloaded = parse_ok(
+      kMinimal, {"zero_optimization.stage=3", "device=cuda", "zero_optimization.offload_optimizer.device=cpu"});
+  const absl::Status refused = check_machine_holds(offloaded, deep, 4, 4, int64_t{24} << 30);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("545.52 TiB of host memory on the 4 rank(s)"));
 }
 
 }  // namespace
