@@ -808,10 +808,12 @@ TEST(TrainConfigBadInput, AModelTheMachineCannotHoldIsRefusedBeforeItIsBuilt) {
 // per parameter (fp32 master weights and AdamW's state).
 TEST(TrainConfigBadInput, OnAGpuHostMemoryMustHoldWhatOffloadPutsThere) {
   const Gpt2Config deep = Gpt2Config::make(64, 13, 1'000'000'000, 4, 64);
-  const TrainConfig on_gpu = parse_ok(kMinimal, {"zero_optimization.stage=3", "device=cuda"});
+  // Set after parsing, which refuses cuda in a build without CUDA.
+  TrainConfig on_gpu = parse_ok(kMinimal, {"zero_optimization.stage=3"});
+  on_gpu.device = "cuda";
   EXPECT_TRUE(check_machine_holds(on_gpu, deep, 4, 4, int64_t{24} << 30).ok());
-  const TrainConfig offloaded = parse_ok(
-      kMinimal, {"zero_optimization.stage=3", "device=cuda", "zero_optimization.offload_optimizer.device=cpu"});
+  TrainConfig offloaded = on_gpu;
+  offloaded.zero_optimization.offload_optimizer.device = "cpu";
   const absl::Status refused = check_machine_holds(offloaded, deep, 4, 4, int64_t{24} << 30);
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_THAT(std::string(refused.message()), HasSubstr("545.52 TiB of host memory on the 4 rank(s)"));
