@@ -66,6 +66,9 @@ ABSL_FLAG(bool, recompute, false, "activations with every block recomputed in ba
 ABSL_FLAG(std::optional<std::string>, memory, std::nullopt,
           "per-device memory with its unit, e.g. 80GB or 80GiB (a bare 80 is refused): prints whether the model fits "
           "and the largest that does");
+ABSL_FLAG(std::optional<std::string>, host_memory, std::nullopt,
+          "with --offload_optimizer=cpu: host memory per node, which its ranks share, with its unit (e.g. 128GB): "
+          "prints whether it holds what offload puts there, and the largest model counts it too");
 ABSL_FLAG(std::string, units, "GB", "units of the table: B, KB, KiB, MB, MiB, GB, GiB, TB or TiB");
 ABSL_FLAG(bool, json, false, "print the figures as JSON (bytes) instead of the table");
 
@@ -88,7 +91,14 @@ struct Request {
   std::optional<int64_t> batch, seq;
   bool recompute = false;
   std::optional<int64_t> budget_bytes;
-  std::string memory;  // as given
+  std::string memory;                 // as given
+  std::optional<int64_t> host_bytes;  // per node
+  std::string host_memory;            // as given
+  // Each rank's share of the node's host memory.
+  std::optional<int64_t> host_bytes_per_rank() const {
+    if (!host_bytes) return std::nullopt;
+    return *host_bytes / (plan.world_size / nodes);
+  }
   std::string units;
   int64_t unit_bytes = 1;
 };
@@ -363,6 +373,16 @@ absl::Status resolve_output(Request& r) {
     r.budget_bytes = *bytes;
     r.memory = *memory;
   }
+  if (const std::optional<std::string> host_memory = absl::GetFlag(FLAGS_host_memory)) {
+    if (!r.plan.offload_optimizer_to_host) {
+      return flag_error("host_memory", "counts what --offload_optimizer=cpu puts in host memory; give that too");
+    }
+    if (!r.budget_bytes) return flag_error("host_memory", "give the device's --memory with it");
+    absl::StatusOr<int64_t> bytes = parse_bytes(*host_memory);
+    if (!bytes.ok()) return flag_error("host_memory", bytes.status().message());
+    r.host_bytes = *bytes;
+    r.host_memory = *host_memory;
+  }
   return absl::OkStatus();
 }
 
@@ -400,7 +420,9 @@ std::vector<StagePlan> plan_stages(const Request& r) {
                 .model_states = model_state_bytes(input),
                 .activations = activations,
                 .sent = comm_bytes_per_step(input)};
-    if (r.budget_bytes.has_value()) p.largest_params = largest_params_that_fit(input, *r.budget_bytes);
+    if (r.budget_bytes.has_value()) {
+      p.largest_params = largest_params_that_fit(input, *r.budget_bytes, 0, r.host_bytes_per_rank());
+    }
     plans.push_back(p);
   }
   return plans;
@@ -427,6 +449,7 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
   }
   if (r.batch.has_value()) out["activations"] = {{"batch", *r.batch}, {"seq", *r.seq}, {"recompute", r.recompute}};
   if (r.budget_bytes.has_value()) out["memory_bytes"] = *r.budget_bytes;
+  if (r.host_bytes.has_value()) out["host_memory_bytes"] = *r.host_bytes;
   for (const StagePlan& p : plans) {
     const ModelStateBytes& m = p.model_states;
     nlohmann::json stage = {
@@ -445,6 +468,7 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
          {{"param_gather", p.sent.param_gather}, {"grad_reduce", p.sent.grad_reduce}, {"total", p.sent.total()}}}};
     if (r.budget_bytes.has_value()) {
       stage["fits"] = p.on_device() <= *r.budget_bytes;
+      if (r.host_bytes.has_value()) stage["fits_host"] = p.model_states.on_host <= *r.host_bytes_per_rank();
       stage["largest_params_that_fit"] = *p.largest_params;
     }
     out["stages"].push_back(stage);
@@ -539,7 +563,12 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
   if (r.budget_bytes.has_value()) {
     rows.push_back(row(absl::StrCat("fits in ", r.memory),
                        [&](const StagePlan& p) { return p.on_device() <= *r.budget_bytes ? "yes" : "no"; }));
-    rows.push_back(row(absl::StrCat("largest model in ", r.memory),
+    if (r.host_bytes.has_value()) {
+      rows.push_back(row(absl::StrCat("host holds it in ", r.host_memory), [&](const StagePlan& p) {
+        return p.model_states.on_host <= *r.host_bytes_per_rank() ? "yes" : "no";
+      }));
+    }
+    rows.push_back(row(absl::StrCat("largest model in ", r.memory, r.host_bytes ? " + " + r.host_memory : ""),
                        [](const StagePlan& p) { return count_text(*p.largest_params); }));
   }
   std::string notes =
@@ -549,9 +578,13 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
       "Not counted: gradient buckets and gathered units in flight, workspace, the loader's tokens.\n";
   if (r.budget_bytes.has_value()) absl::StrAppend(&notes, "The largest model counts model states only.\n");
   if (r.budget_bytes.has_value() && r.plan.offload_optimizer_to_host) {
-    absl::StrAppend(&notes,
-                    "With the optimizer in host memory, --memory is the device's: only the device's rows count "
-                    "against it, and the host must hold the rest.\n");
+    absl::StrAppend(
+        &notes,
+        "With the optimizer in host memory, --memory is the device's: only the device's rows count "
+        "against it, and the host must hold the rest",
+        r.host_bytes ? absl::StrCat(" (--host_memory per node, shared by its ", r.plan.world_size / r.nodes, " ranks)")
+                     : std::string(),
+        ".\n");
   }
   return absl::StrCat(heading(r), aligned(rows), notes);
 }

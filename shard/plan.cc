@@ -89,12 +89,14 @@ CommBytes comm_bytes_per_step(const PlanInput& input) {
   return {.param_gather = one_pass, .grad_reduce = a * one_pass};
 }
 
-int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, int64_t other_bytes) {
+int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, int64_t other_bytes,
+                                std::optional<int64_t> host_bytes) {
   const auto fits = [&](int64_t params) {
     PlanInput candidate = input;
     candidate.params = params;
     candidate.padded_params = 0;
-    return model_state_bytes(candidate).on_device() + other_bytes <= budget_bytes;
+    const ModelStateBytes states = model_state_bytes(candidate);
+    return states.on_device() + other_bytes <= budget_bytes && (!host_bytes || states.on_host <= *host_bytes);
   };
   if (!fits(0)) return 0;
   // A rank holds at least 2 bytes (a bf16 value) per parameter, or per parameter of its 1/N at stage 3.

@@ -28,6 +28,7 @@
 // fp32 master weights whatever the training precision.
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "runtime/dtype.h"
@@ -76,8 +77,9 @@ ModelStateBytes model_state_bytes(const PlanInput& input);
 CommBytes comm_bytes_per_step(const PlanInput& input);
 
 // The largest Ψ (padded as ceil(Ψ/N)·N) whose model states on the device (on_device()) plus `other_bytes` fit in
-// `budget_bytes` on one rank under `input`'s stage, precision and optimizer (input.params is ignored); 0 when none
-// does.
-int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, int64_t other_bytes = 0);
+// `budget_bytes` on one rank under `input`'s stage, precision and optimizer (input.params is ignored), and, where
+// `host_bytes` is given, whose states in host memory (on_host) fit in it; 0 when none does.
+int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, int64_t other_bytes = 0,
+                                std::optional<int64_t> host_bytes = std::nullopt);
 
 }  // namespace zero

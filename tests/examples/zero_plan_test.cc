@@ -254,6 +254,22 @@ TEST(ZeroPlan, HostOffloadKeepsMasterWeightsAndOptimizerStateInHostMemory) {
   EXPECT_THAT(table.output, HasSubstr("--memory is the device's"));
 }
 
+// One 80 GB GPU with 128 GB of host memory, bf16 + AdamW at stage 0: the device holds 4 bytes per parameter (20e9
+// would fit) and the host 12 (10.67e9), so the host decides the largest model.
+TEST(ZeroPlan, HostMemoryBoundsTheLargestModelWithTheOptimizerOffloaded) {
+  const nlohmann::json plan = run_json(
+      "--params 1e9 --ranks 1 --stage 0 --precision bf16 --offload_optimizer cpu --memory 80GB --host_memory 128GB");
+  const nlohmann::json& stage = plan["stages"][0];
+  EXPECT_EQ(plan["host_memory_bytes"], 128'000'000'000);
+  EXPECT_TRUE(stage["fits_host"]);
+  EXPECT_EQ(stage["largest_params_that_fit"], 128'000'000'000 / 12);
+  // 8 ranks of a node share its host memory: 16 GB each for 12Ψ/8 at stage 2.
+  const nlohmann::json node = run_json(
+      "--params 1e9 --nodes 1 --gpus_per_node 8 --stage 2 --precision bf16 --offload_optimizer cpu --memory 80GB "
+      "--host_memory 128GB");
+  EXPECT_NEAR(static_cast<double>(node["stages"][0]["largest_params_that_fit"].get<int64_t>()), 16e9 / 1.5, 8.0);
+}
+
 TEST(ZeroPlan, OffloadingParametersMovesStage3ShardsIntoFilesAndLeavesStages0To2Alone) {
   const nlohmann::json plan =
       run_json(absl::StrCat(kPaperExample, " --stage all --offload_optimizer nvme --offload_param nvme"));
@@ -272,6 +288,8 @@ TEST(ZeroPlan, BadFlagsExitNonZeroNamingTheFlag) {
       {"--params 1e9 --ranks 8 --precision fp8", "--precision: 'fp8'"},
       {"--params 1e9 --ranks 8 --optimizer lion", "--optimizer: 'lion'"},
       {"--params 1e9 --ranks 8 --offload_optimizer disk", "--offload_optimizer: 'disk' is not none, cpu or nvme"},
+      {"--params 1e9 --ranks 8 --memory 80GB --host_memory 128GB",
+       "--host_memory: counts what --offload_optimizer=cpu"},
       {"--params 1e9 --ranks 8 --stage 3 --offload_optimizer cpu --offload_param nvme",
        "--offload_param: nvme moves a CPU engine's parameter shards"},
       {"--params 1e9 --ranks 8 --stage 1 --offload_param nvme", "--offload_param: nvme moves the parameter shards"},
