@@ -58,7 +58,8 @@ ABSL_FLAG(std::string, offload_optimizer, "none",
           "none; nvme: master weights and optimizer state in files (ZeRO-Infinity), not in RAM; or cpu: fp32 master "
           "weights and optimizer state in host memory for an engine on a GPU (ZeRO-Offload)");
 ABSL_FLAG(std::string, offload_param, "none",
-          "none, or nvme: stage 3's parameter shards in files (ZeRO-Infinity), not in RAM; stages 0-2 keep them");
+          "none; nvme: stage 3's parameter shards in files (ZeRO-Infinity), not in RAM; or cpu (with "
+          "--offload_optimizer cpu): in host memory beside the optimizer (ZeRO-Offload); stages 0-2 keep them");
 ABSL_FLAG(int, gradient_accumulation_steps, 1, "micro-batches per optimizer step (each one is reduced)");
 ABSL_FLAG(std::optional<int>, batch, std::nullopt, "GPT-2 micro-batch per rank B, for activations (with --seq)");
 ABSL_FLAG(std::optional<int>, seq, std::nullopt, "GPT-2 sequence length T, for activations (with --batch)");
@@ -86,7 +87,8 @@ struct Request {
   int nodes = 1;
   PlanInput plan;  // stage unset: one per entry of `stages`
   std::vector<int> stages;
-  bool offload_param = false;  // applies to stage 3
+  bool offload_param = false;          // to files; applies to stage 3
+  bool offload_param_to_host = false;  // to host memory; applies to stage 3
   std::string optimizer;
   std::optional<int64_t> batch, seq;
   bool recompute = false;
@@ -287,11 +289,13 @@ absl::Status resolve_world(Request& r) {
   return absl::OkStatus();
 }
 
-// --offload_optimizer and --offload_param: none (false) or nvme (true).
-absl::StatusOr<bool> offload_to_nvme(absl::string_view name, const absl::Flag<std::string>& flag) {
-  const std::string value = absl::GetFlag(flag);
-  if (value != "none" && value != "nvme") return flag_error(name, absl::StrCat("'", value, "' is not none or nvme"));
-  return value == "nvme";
+// --offload_optimizer and --offload_param: none, cpu (host memory, an engine on a GPU) or nvme (files, one on the CPU).
+absl::StatusOr<std::string> offload_target(absl::string_view name, const absl::Flag<std::string>& flag) {
+  std::string value = absl::GetFlag(flag);
+  if (value != "none" && value != "cpu" && value != "nvme") {
+    return flag_error(name, absl::StrCat("'", value, "' is not none, cpu or nvme"));
+  }
+  return value;
 }
 
 absl::Status resolve_training(Request& r) {
@@ -322,20 +326,24 @@ absl::Status resolve_training(Request& r) {
     r.plan.optimizer_state_bytes = 4;
   else
     return flag_error("optimizer", absl::StrCat("'", r.optimizer, "' is not adamw, adam, sgd or sgd_momentum"));
-  const std::string offload_optimizer = absl::GetFlag(FLAGS_offload_optimizer);
-  if (offload_optimizer != "none" && offload_optimizer != "cpu" && offload_optimizer != "nvme") {
-    return flag_error("offload_optimizer", absl::StrCat("'", offload_optimizer, "' is not none, cpu or nvme"));
-  }
-  r.plan.offload_optimizer = offload_optimizer == "nvme";
-  r.plan.offload_optimizer_to_host = offload_optimizer == "cpu";
-  ZERO_ASSIGN_OR_RETURN(r.offload_param, offload_to_nvme("offload_param", FLAGS_offload_param));
+  ZERO_ASSIGN_OR_RETURN(const std::string optimizer_to, offload_target("offload_optimizer", FLAGS_offload_optimizer));
+  ZERO_ASSIGN_OR_RETURN(const std::string param_to, offload_target("offload_param", FLAGS_offload_param));
+  r.plan.offload_optimizer = optimizer_to == "nvme";
+  r.plan.offload_optimizer_to_host = optimizer_to == "cpu";
+  r.offload_param = param_to == "nvme";
+  r.offload_param_to_host = param_to == "cpu";
   if (r.offload_param && r.plan.offload_optimizer_to_host) {
     return flag_error("offload_param",
                       "nvme moves a CPU engine's parameter shards to files, and --offload_optimizer "
                       "cpu plans an engine on a GPU; pick one");
   }
-  if (r.offload_param && r.stages.size() == 1 && r.stages[0] != 3) {
-    return flag_error("offload_param", absl::StrCat("nvme moves the parameter shards of stage 3, and stage ",
+  if (r.offload_param_to_host && !r.plan.offload_optimizer_to_host) {
+    return flag_error("offload_param",
+                      "cpu keeps the shards in host memory beside the optimizer, which writes them: "
+                      "give --offload_optimizer cpu too");
+  }
+  if ((r.offload_param || r.offload_param_to_host) && r.stages.size() == 1 && r.stages[0] != 3) {
+    return flag_error("offload_param", absl::StrCat(param_to, " moves the parameter shards of stage 3, and stage ",
                                                     r.stages[0], " keeps every parameter whole; use --stage 3 or all"));
   }
   r.plan.accumulation_steps = absl::GetFlag(FLAGS_gradient_accumulation_steps);
@@ -416,6 +424,7 @@ std::vector<StagePlan> plan_stages(const Request& r) {
     PlanInput input = r.plan;
     input.stage = stage;
     input.offload_param = r.offload_param && StagePolicy(stage).partitions_params();
+    input.offload_param_to_host = r.offload_param_to_host && StagePolicy(stage).partitions_params();
     StagePlan p{.stage = stage,
                 .model_states = model_state_bytes(input),
                 .activations = activations,

@@ -35,6 +35,13 @@ absl::Status ZeroConfig::validate(absl::string_view key_prefix) const {
                               "(offload_optimizer_to_host) or on the device"));
     }
   }
+  if (offload_param_to_host && !(offload_optimizer_to_host && policy.partitions_params())) {
+    return bad("offload_param_to_host", "true",
+               absl::StrCat("the parameter shards go to host memory at stage 3 with the optimizer there, which writes "
+                            "them (stage ",
+                            stage, ", offload_optimizer_to_host ", offload_optimizer_to_host ? "true" : "false",
+                            "); use stage 3 and offload_optimizer_to_host"));
+  }
   if (offload_optimizer_to_host && device.is_cpu()) {
     return bad("offload_optimizer_to_host", "true",
                "the engine is on the CPU, where its optimizer runs already; set it false, or name a device");

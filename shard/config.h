@@ -81,6 +81,11 @@ struct ZeroConfig {
   // the CPU optimizer on the master weights, and streams the parameters back in the training dtype. Bit-identical
   // to keeping them on the device.
   bool offload_optimizer_to_host = false;
+  // Stage 3, with offload_optimizer_to_host: each rank's parameter shards live in host memory too, as ZeRO-Offload's
+  // offload_param.device = cpu; a shard is copied to the device for each gather (freed once the gather finished),
+  // and the host optimizer writes it in place. The device holds the gathered units, gradients and activations.
+  // Units kept whole (persistence_threshold) stay on the device.
+  bool offload_param_to_host = false;
 
   // Time each step's phases (Engine::phase_times), as DeepSpeed's wall_clock_breakdown. On a GPU the
   // device is synchronized at each phase's start and end so the time is the phase's own work, which

@@ -56,7 +56,8 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
 }
 
 absl::Status Engine::allocate_unit(UnitState& u, const OptimizerFactory& make_optimizer) {
-  ZERO_ASSIGN_OR_RETURN(u.params, allocate_held_params(u, allocator_, dtype_, device_, config_.offload_param_path));
+  ZERO_ASSIGN_OR_RETURN(u.params, allocate_held_params(u, allocator_, dtype_, device_, config_.offload_param_path,
+                                                       config_.offload_param_to_host));
   const int64_t element_bytes = static_cast<int64_t>(dtype_size(dtype_));
   ZERO_ASSIGN_OR_RETURN(u.grads, allocator_.allocate(u.grads_numel * element_bytes, MemoryCategory::kGrads, device_));
   ZERO_RETURN_IF_ERROR(kernels::fill_zero(u.held_grads(dtype_)));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "shard/offload.h"
 
@@ -10,7 +11,7 @@ namespace zero {
 
 ParamGatherer::ParamGatherer(const RankContext& rank, int max_live_units)
     : rank_(rank), units_(rank.units), max_live_units_(max_live_units), gathered_(units_.size()),
-      flight_(units_.size()) {}
+      flight_(units_.size()), staged_(units_.size()) {}
 
 ParamGatherer::~ParamGatherer() {
   for (std::optional<Work>& gather : flight_) {
@@ -88,7 +89,14 @@ absl::Status ParamGatherer::start_gather(int i) {
   ZERO_ASSIGN_OR_RETURN(gathered_[i],
                         rank_.allocator.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(rank_.dtype)),
                                                  MemoryCategory::kCommBuffers, rank_.device));
-  const Tensor shard = u.held_params(rank_.dtype);
+  Tensor shard = u.held_params(rank_.dtype);
+  if (shard.device() != rank_.device) {  // a shard in host memory (offload_param_to_host) goes to the device first
+    ZERO_ASSIGN_OR_RETURN(staged_[i],
+                          rank_.allocator.allocate(shard.nbytes(), MemoryCategory::kCommBuffers, rank_.device));
+    const Tensor staged = staged_[i].tensor(rank_.dtype, {u.held_numel});
+    ZERO_RETURN_IF_ERROR(copy_bytes(staged.data(), rank_.device, shard.data(), shard.device(), shard.nbytes()));
+    shard = staged;
+  }
   const Tensor full = gathered_[i].tensor(rank_.dtype, {u.layout.padded_numel});
   flight_[i] = rank_.meter.counted(&CommVolume::param_gather, [&] { return rank_.comm.allgather(shard, full); });
   return absl::OkStatus();
@@ -98,6 +106,7 @@ absl::Status ParamGatherer::finish_gather(int i) {
   if (!flight_[i]) return absl::OkStatus();
   absl::Status s = rank_.meter.wait(*flight_[i]);
   flight_[i].reset();
+  staged_[i].reset();
   s.Update(rank_.allocator.page_out(units_[i].params.data()));  // offload_param: the shard has been read
   return s;
 }

@@ -70,6 +70,7 @@ class ParamGatherer {
   const int max_live_units_;
   std::vector<Buffer> gathered_;             // per unit: (P) while gathered, else empty
   std::vector<std::optional<Work>> flight_;  // per unit: its gather in flight
+  std::vector<Buffer> staged_;  // per unit: a host shard's copy on the device while its gather is in flight
 
   std::vector<int> recorded_;  // the last recorded pass's gathers
   std::vector<int> plan_;      // this pass's

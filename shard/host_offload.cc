@@ -31,7 +31,7 @@ absl::StatusOr<HostOffload> HostOffload::create(std::vector<UnitState>& units, D
   per_unit.reserve(units.size());
   for (const UnitState& u : units) {
     ZERO_ASSIGN_OR_RETURN(PinnedBuffer grads_out, pinned(*api, own_bytes(u, dtype)));
-    ZERO_ASSIGN_OR_RETURN(PinnedBuffer params_in, pinned(*api, own_bytes(u, dtype)));
+    ZERO_ASSIGN_OR_RETURN(PinnedBuffer params_in, pinned(*api, u.params.device().is_cpu() ? 0 : own_bytes(u, dtype)));
     ZERO_ASSIGN_OR_RETURN(OwnedEvent copied_out, OwnedEvent::create(*api, device.index));
     ZERO_ASSIGN_OR_RETURN(OwnedEvent copied_in, OwnedEvent::create(*api, device.index));
     per_unit.push_back({.grads_out = std::move(grads_out),
@@ -68,12 +68,14 @@ absl::StatusOr<Tensor> HostOffload::gradients(int i) {
 }
 
 absl::StatusOr<Tensor> HostOffload::parameters(int i) {
+  if (params_on_host(i)) return (*units_)[i].own_params(dtype_);
   PerUnit& p = per_unit_[i];
   ZERO_RETURN_IF_ERROR(api_->synchronize(p.copied_in.get()));  // the last step's copy has read them
   return Tensor(p.params_in.data(), dtype_, {(*units_)[i].own_count});
 }
 
 absl::Status HostOffload::send_parameters(int i) {
+  if (params_on_host(i)) return absl::OkStatus();
   PerUnit& p = per_unit_[i];
   const Tensor params = (*units_)[i].own_params(dtype_);
   if (params.nbytes() == 0) return absl::OkStatus();

@@ -21,6 +21,9 @@ namespace zero {
 //   own grads (device) --gradients_final--> gradients(i) (pinned) --the engine: fp32, unscale, clip, CPU step-->
 //   parameters(i) (pinned) --send_parameters--> own params (device)
 //
+// A unit whose parameter shard lives in host memory itself (ZeroConfig::offload_param_to_host) is updated in place:
+// parameters(i) is the shard, and send_parameters has nothing to copy.
+//
 // Used from the compute thread only; `units` must outlive it.
 class HostOffload {
  public:
@@ -33,8 +36,8 @@ class HostOffload {
   // Unit i's gradient on the host (own_count, training dtype, pinned), once its copy finished; started now when
   // gradients_final(i) did not run this step.
   absl::StatusOr<Tensor> gradients(int i);
-  // Where the update writes unit i's parameters (own_count, training dtype, pinned), once the last copy from it
-  // finished.
+  // Where the update writes unit i's parameters (own_count, training dtype): pinned memory, once the last copy from it
+  // finished, or the unit's own parameters where they are in host memory.
   absl::StatusOr<Tensor> parameters(int i);
   // Copies parameters(i) into unit i's own parameters on the device, ahead of every kernel queued after this call.
   absl::Status send_parameters(int i);
@@ -43,9 +46,11 @@ class HostOffload {
   absl::Status release_gradients();
 
  private:
+  bool params_on_host(int i) const { return (*units_)[i].params.device().is_cpu(); }
+
   struct PerUnit {
     PinnedBuffer grads_out;  // (own_count) training dtype
-    PinnedBuffer params_in;  // (own_count) training dtype
+    PinnedBuffer params_in;  // (own_count) training dtype; none where the params are in host memory
     OwnedEvent copied_out;   // the gradient's copy to grads_out
     OwnedEvent copied_in;    // the parameters' copy from params_in
     bool streamed = false;   // gradients_final ran this step, and the kernels have not waited for its copy yet

@@ -18,11 +18,11 @@ absl::Status place_optimizer_in_files(Allocator& allocator, const std::string& d
 }
 
 absl::StatusOr<Buffer> allocate_held_params(const UnitState& u, Allocator& allocator, DType dtype, Device device,
-                                            const std::string& offload_param_dir) {
+                                            const std::string& offload_param_dir, bool to_host) {
   const int64_t nbytes = u.held_numel * static_cast<int64_t>(dtype_size(dtype));
-  if (!u.sharded || offload_param_dir.empty() || nbytes == 0) {
-    return allocator.allocate(nbytes, MemoryCategory::kParams, device);
-  }
+  if (!u.sharded || nbytes == 0) return allocator.allocate(nbytes, MemoryCategory::kParams, device);
+  if (to_host) return allocator.allocate(nbytes, MemoryCategory::kParams, Device::cpu());
+  if (offload_param_dir.empty()) return allocator.allocate(nbytes, MemoryCategory::kParams, device);
   absl::StatusOr<Buffer> in_file = allocator.allocate_in_file(nbytes, MemoryCategory::kParams, offload_param_dir);
   if (in_file.ok()) return in_file;
   return absl::Status(in_file.status().code(), absl::StrCat("offloading the parameters to ", offload_param_dir, ": ",

@@ -13,10 +13,11 @@ namespace zero {
 // live in files there. Nothing when `dir` is "".
 absl::Status place_optimizer_in_files(Allocator& allocator, const std::string& dir);
 
-// The unit's params as held: in a file under `offload_param_dir` when it is set and the unit sharded
-// (only stage 3's shards are offloaded; units kept whole stay in RAM), else on `device`.
+// The unit's params as held: for a sharded unit (only stage 3's shards are offloaded; units kept whole stay where
+// the engine is), in a file under `offload_param_dir` when it is set, or in host memory under `to_host`; else on
+// `device`.
 absl::StatusOr<Buffer> allocate_held_params(const UnitState& u, Allocator& allocator, DType dtype, Device device,
-                                            const std::string& offload_param_dir);
+                                            const std::string& offload_param_dir, bool to_host);
 
 // Sends what of a unit is in files (params shard, master weights, optimizer state) back to them and
 // drops it from RAM, once it has been written or read; nothing for what is in RAM. So RAM holds one

@@ -30,6 +30,11 @@ absl::Status PlanInput::validate() const {
   if (optimizer_state_bytes < 0) {
     return invalid("optimizer_state_bytes", optimizer_state_bytes, "bytes per parameter must be >= 0");
   }
+  if (offload_param_to_host && !(offload_optimizer_to_host && StagePolicy(stage).partitions_params())) {
+    return absl::InvalidArgumentError(
+        "plan: offload_param_to_host moves stage 3's parameter shards beside an optimizer in host memory; use stage 3 "
+        "and offload_optimizer_to_host");
+  }
   if (offload_optimizer_to_host && (offload_optimizer || offload_param)) {
     return absl::InvalidArgumentError(
         "plan: offload_optimizer_to_host is for an engine on a device, and offload to files for one on the CPU; "
@@ -64,6 +69,7 @@ ModelStateBytes model_state_bytes(const PlanInput& input) {
       .master_weights = (input.offload_optimizer_to_host ? 4 : master_bytes(input.precision)) * updated,
       .optimizer_state = input.optimizer_state_bytes * updated};
   if (input.offload_optimizer_to_host) bytes.on_host = bytes.master_weights + bytes.optimizer_state;
+  if (input.offload_param_to_host) bytes.on_host += bytes.params;
   if (input.offload_optimizer) {
     bytes.in_files = bytes.master_weights + bytes.optimizer_state;
     bytes.master_weights = bytes.optimizer_state = 0;

@@ -25,7 +25,7 @@
 // Offloading the optimizer (ZeroConfig::offload_optimizer_path) moves the (m+k) column into files, and
 // at stage 3 offloading the parameters (offload_param_path) the params column. ZeRO-Offload
 // (offload_optimizer_to_host) keeps the (m+k) column in host memory with m = 4 under fp32 too: the host holds
-// fp32 master weights whatever the training precision.
+// fp32 master weights whatever the training precision; offload_param_to_host adds stage 3's params column.
 
 #include <cstdint>
 #include <optional>
@@ -46,6 +46,7 @@ struct PlanInput {
   bool offload_optimizer = false;          // master weights and optimizer state in files on NVMe, not in RAM
   bool offload_param = false;              // stage 3 only: the parameter shards in files on NVMe, not in RAM
   bool offload_optimizer_to_host = false;  // ZeRO-Offload: fp32 master weights and optimizer state in host memory
+  bool offload_param_to_host = false;      // stage 3, with the above: the parameter shards in host memory too
 
   // InvalidArgument naming the field and the accepted values when one is out of range.
   absl::Status validate() const;
@@ -60,7 +61,8 @@ struct ModelStateBytes {
   int64_t master_weights = 0;
   int64_t optimizer_state = 0;
   int64_t in_files = 0;  // what offload moves out of RAM: master weights and optimizer state, parameters
-  int64_t on_host = 0;   // of total(), what ZeRO-Offload keeps in host memory: master weights and optimizer state
+  int64_t on_host = 0;   // of total(), what ZeRO-Offload keeps in host memory: master weights, optimizer state, and
+                         // at stage 3 the parameter shards
   int64_t total() const { return params + grads + master_weights + optimizer_state; }
   int64_t on_device() const { return total() - on_host; }  // all of total() for an engine on the CPU
 };

@@ -41,7 +41,8 @@ PlanInput plan_of(const RunFacts& f) {
           .accumulation_steps = f.accumulation_steps,
           .offload_optimizer = f.offload_optimizer,
           .offload_param = f.offload_param,
-          .offload_optimizer_to_host = f.offload_optimizer_to_host};
+          .offload_optimizer_to_host = f.offload_optimizer_to_host,
+          .offload_param_to_host = f.offload_param_to_host};
 }
 
 // Every rank's `mine` on rank 0 (empty elsewhere), gathered as bytes: the ranks run one binary.

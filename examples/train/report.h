@@ -73,6 +73,7 @@ struct RunFacts {
   bool offload_optimizer = false;          // master weights and optimizer state in files (MemoryStats::in_files)
   bool offload_param = false;              // stage 3 parameter shards in files
   bool offload_optimizer_to_host = false;  // ZeRO-Offload: fp32 master weights and optimizer state in host memory
+  bool offload_param_to_host = false;      // and stage 3's parameter shards
   int64_t params = 0;                      // Ψ
   int64_t padded_params = 0;               // Ψ as the engine lays it out: each unit padded to a multiple of N
   int64_t steps = 0;                       // this process ran (after a resume, the steps since)

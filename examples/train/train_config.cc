@@ -450,13 +450,9 @@ bool one_of(const std::string& value, absl::Span<const absl::string_view> allowe
 // optimizer of an engine on a device, "cpu" (ZeRO-Offload).
 absl::Status validate_offload_target(const std::string& key, const Offload& o, const std::string& device) {
   if (o.device == "cpu") {
-    const bool optimizer = key == "zero_optimization.offload_optimizer";
-    ZERO_RETURN_IF_ERROR(require(optimizer, key + ".device", o.device,
-                                 "parameter shards in host memory for an engine on a GPU are not built yet; use "
-                                 "nvme with nvme_path (ZeRO-Infinity, CPU engines), or none"));
     return require(device != "cpu", key + ".device", o.device,
-                   "the engine is on the CPU (device = cpu), where its optimizer state is in host memory already; "
-                   "use none, or nvme to move it to files");
+                   "the engine is on the CPU (device = cpu), where its states are in host memory already; use none, "
+                   "or nvme to move them to files");
   }
   ZERO_RETURN_IF_ERROR(require(one_of(o.device, {"none", "nvme"}), key + ".device", o.device, "use none, cpu or nvme"));
   ZERO_RETURN_IF_ERROR(require(o.device != "nvme" || device == "cpu", key + ".device", o.device,
@@ -469,10 +465,14 @@ absl::Status validate_offload(const TrainConfig& c) {
   const ZeroOptimization& z = c.zero_optimization;
   ZERO_RETURN_IF_ERROR(validate_offload_target("zero_optimization.offload_optimizer", z.offload_optimizer, c.device));
   ZERO_RETURN_IF_ERROR(validate_offload_target("zero_optimization.offload_param", z.offload_param, c.device));
-  return require(z.offload_param.device == "none" || StagePolicy(z.stage).partitions_params(),
+  ZERO_RETURN_IF_ERROR(require(z.offload_param.device == "none" || StagePolicy(z.stage).partitions_params(),
+                               "zero_optimization.offload_param.device", z.offload_param.device,
+                               absl::StrCat("offload_param moves the parameter shards of stage 3, and stage ", z.stage,
+                                            " keeps every parameter whole; use zero_optimization.stage = 3, or none")));
+  return require(z.offload_param.device != "cpu" || z.offload_optimizer.device == "cpu",
                  "zero_optimization.offload_param.device", z.offload_param.device,
-                 absl::StrCat("offload_param moves the parameter shards of stage 3, and stage ", z.stage,
-                              " keeps every parameter whole; use zero_optimization.stage = 3, or none"));
+                 "the shards in host memory are written there by the optimizer: set offload_optimizer.device = cpu "
+                 "too");
 }
 
 absl::Status validate_deepspeed_keys(const TrainConfig& c) {
@@ -854,7 +854,8 @@ absl::Status check_machine_holds(const TrainConfig& c, const Gpt2Config& g, int 
                          .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
                          .offload_optimizer = c.zero_optimization.offload_optimizer.device == "nvme",
                          .offload_param = c.zero_optimization.offload_param.device == "nvme",
-                         .offload_optimizer_to_host = c.zero_optimization.offload_optimizer.device == "cpu"});
+                         .offload_optimizer_to_host = c.zero_optimization.offload_optimizer.device == "cpu",
+                         .offload_param_to_host = c.zero_optimization.offload_param.device == "cpu"});
   const int64_t in_host_memory = c.device == "cuda" ? per_rank.on_host : per_rank.total();
   const double needed = params * static_cast<double>(in_host_memory) / static_cast<double>(sample) * ranks_here;
   if (needed <= static_cast<double>(memory_bytes)) return absl::OkStatus();
@@ -908,6 +909,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   if (z.offload_optimizer.device == "nvme") config.offload_optimizer_path = z.offload_optimizer.nvme_path;
   if (z.offload_param.device == "nvme") config.offload_param_path = z.offload_param.nvme_path;
   config.offload_optimizer_to_host = z.offload_optimizer.device == "cpu";
+  config.offload_param_to_host = z.offload_param.device == "cpu";
   ZERO_RETURN_IF_ERROR(config.validate("zero_optimization."));
   if (c.memory_budget_mib == 0) return config;
 
@@ -920,7 +922,8 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
                                                     .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
                                                     .offload_optimizer = !config.offload_optimizer_path.empty(),
                                                     .offload_param = !config.offload_param_path.empty(),
-                                                    .offload_optimizer_to_host = config.offload_optimizer_to_host});
+                                                    .offload_optimizer_to_host = config.offload_optimizer_to_host,
+                                                    .offload_param_to_host = config.offload_param_to_host});
   const auto gathered = std::max_element(units.begin(), units.end(),
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
   const bool gathers = StagePolicy(z.stage).partitions_params();

@@ -214,9 +214,10 @@ std::string describe_model(const Plan& p) {
 
 // "" or a line naming what goes to host memory or to files where, warning when a directory is in RAM itself (tmpfs).
 std::string describe_offload(const ZeroConfig& z) {
-  std::string out = z.offload_optimizer_to_host
-                        ? "\n  offload: optimizer (fp32 master weights and state) to host memory, stepped on the CPU"
-                        : "";
+  std::string out = z.offload_optimizer_to_host ? absl::StrCat("\n  offload: optimizer (fp32 master weights and state)",
+                                                               z.offload_param_to_host ? " and parameter shards" : "",
+                                                               " to host memory, stepped on the CPU")
+                                                : "";
   for (const auto& [what, dir] :
        {std::pair{"optimizer", &z.offload_optimizer_path}, std::pair{"parameter shards", &z.offload_param_path}}) {
     if (dir->empty()) continue;
@@ -452,6 +453,7 @@ class RankRun {
                          .offload_optimizer = !plan_.zero.offload_optimizer_path.empty(),
                          .offload_param = !plan_.zero.offload_param_path.empty(),
                          .offload_optimizer_to_host = plan_.zero.offload_optimizer_to_host,
+                         .offload_param_to_host = plan_.zero.offload_param_to_host,
                          .params = engine_->num_params(),
                          .padded_params = engine_->num_padded_params(),
                          .steps = steps_run,

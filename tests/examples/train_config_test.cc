@@ -187,7 +187,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"zero_optimization.offload_optimizer.device=nvme",
                   {"offload_optimizer.nvme_path", "name a directory"}},
         BadConfig{"zero_optimization.offload_param.device=nvme", {"offload_param.nvme_path", "name a directory"}},
-        BadConfig{"zero_optimization.offload_param.device=cpu", {"offload_param.device = cpu", "not built yet"}},
+        BadConfig{"zero_optimization.offload_param.device=cpu",
+                  {"offload_param.device = cpu", "the engine is on the CPU"}},
         BadConfig{"checkpoint.keep_last=-2", {"checkpoint.keep_last = -2"}},
         BadConfig{"checkpoint.resume=latest", {"checkpoint.resume = latest", "needs checkpoint.dir"}},
         BadConfig{"steps_per_print=0", {"steps_per_print = 0", "at least 1"}},
@@ -697,13 +698,19 @@ TEST(DeepSpeedConfigs, HfTrainerZero2OffloadsTheOptimizerOfADeviceEngineAndIsRef
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 200'000'000);  // the file's own value
 }
 
-TEST(DeepSpeedConfigs, HfTrainerZero3IsRefusedForCpuOffloadAndLoadsWithItRemoved) {
+TEST(DeepSpeedConfigs, HfTrainerZero3OffloadsOptimizerAndParametersOfADeviceEngineAndIsRefusedOnTheCpu) {
+  const absl::StatusOr<TrainConfig> on_device = parse_fixture("hf_trainer_zero3.json", {"device=sim"});
+  ASSERT_TRUE(on_device.ok()) << on_device.status();
+  const absl::StatusOr<ZeroConfig> z = engine_config(*on_device, kOneStep, 4, kUnits, Device::sim(0));
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_TRUE(z->offload_optimizer_to_host);
+  EXPECT_TRUE(z->offload_param_to_host);
   EXPECT_THAT(fixture_error("hf_trainer_zero3.json"), HasSubstr("offload_optimizer.device = cpu"));
   EXPECT_THAT(fixture_error("hf_trainer_zero3.json", {"zero_optimization.offload_optimizer=null"}),
               HasSubstr("offload_param.device = cpu"));
-  // On a device the optimizer's offload is taken, and the parameters' is what remains refused.
-  EXPECT_THAT(fixture_error("hf_trainer_zero3.json", {"device=sim"}),
-              AllOf(HasSubstr("offload_param.device = cpu"), HasSubstr("not built yet")));
+  // The shards go to the host beside the optimizer, which writes them there.
+  EXPECT_THAT(fixture_error("hf_trainer_zero3.json", {"device=sim", "zero_optimization.offload_optimizer=null"}),
+              AllOf(HasSubstr("offload_param.device = cpu"), HasSubstr("set offload_optimizer.device = cpu too")));
   const TrainConfig c = load_fixture(
       "hf_trainer_zero3.json", {"zero_optimization.offload_optimizer=null", "zero_optimization.offload_param=null"});
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 64 * 64);

@@ -270,6 +270,18 @@ TEST(ZeroPlan, HostMemoryBoundsTheLargestModelWithTheOptimizerOffloaded) {
   EXPECT_NEAR(static_cast<double>(node["stages"][0]["largest_params_that_fit"].get<int64_t>()), 16e9 / 1.5, 8.0);
 }
 
+// With the parameter shards in host memory too, stage 3's device holds the gradient shard alone: 2Ψ/64 of the paper's
+// 7.5B on 64 GPUs, and the host the other 14Ψ/64.
+TEST(ZeroPlan, HostOffloadOfStage3ParametersLeavesTheGradientShardOnTheDevice) {
+  const nlohmann::json plan =
+      run_json(absl::StrCat(kPaperExample, " --stage all --offload_optimizer cpu --offload_param cpu"));
+  const nlohmann::json& stage3 = plan["stages"][3]["bytes"];
+  EXPECT_EQ(stage3["on_host"], 234'375'000 + 468'750'000 + 937'500'000);  // (2 + 4 + 8)Ψ/64
+  EXPECT_EQ(stage3["model_states"], 4 * 234'375'000 + 937'500'000);       // (2 + 2 + 4 + 8)Ψ/64
+  const nlohmann::json& stage2 = plan["stages"][2]["bytes"];
+  EXPECT_EQ(stage2["on_host"], 468'750'000 + 937'500'000);  // stages 0-2 keep their parameters on the device
+}
+
 TEST(ZeroPlan, OffloadingParametersMovesStage3ShardsIntoFilesAndLeavesStages0To2Alone) {
   const nlohmann::json plan =
       run_json(absl::StrCat(kPaperExample, " --stage all --offload_optimizer nvme --offload_param nvme"));
@@ -293,6 +305,7 @@ TEST(ZeroPlan, BadFlagsExitNonZeroNamingTheFlag) {
       {"--params 1e9 --ranks 8 --stage 3 --offload_optimizer cpu --offload_param nvme",
        "--offload_param: nvme moves a CPU engine's parameter shards"},
       {"--params 1e9 --ranks 8 --stage 1 --offload_param nvme", "--offload_param: nvme moves the parameter shards"},
+      {"--params 1e9 --ranks 8 --stage 3 --offload_param cpu", "--offload_param: cpu keeps the shards in host memory"},
       {"--params 1e9 --ranks 8 --memory 80XB", "--memory: unknown unit 'XB'"},
       {"--params 1e9 --ranks 8 --units furlongs", "--units: unknown unit 'furlongs'"},
       {"--params 1e9 --ranks 0", "--ranks: 0 is not a count >= 1"},

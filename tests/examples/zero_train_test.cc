@@ -281,6 +281,13 @@ TEST_F(ZeroTrainTest, TheSimulatedDeviceTrainsTheCpusBitsAndResumesFromItsCheckp
       run("offloaded_again", absl::StrCat(offload, " --checkpoint.resume=", ckpt, "/step-00000008"));
   ASSERT_EQ(offloaded_again.exit_code, 0) << offloaded_again.output;
   EXPECT_TRUE(file_bytes((dir / "offloaded_again.safetensors").string()) == exported);
+  // The parameter shards in host memory too (stage 3): the same bits again.
+  const RunResult shards_offloaded =
+      run("shards_offloaded", absl::StrCat(offload, " --zero_optimization.offload_param.device=cpu"));
+  ASSERT_EQ(shards_offloaded.exit_code, 0) << shards_offloaded.output;
+  EXPECT_THAT(shards_offloaded.output, HasSubstr("and parameter shards to host memory"));
+  EXPECT_EQ(losses("shards_offloaded"), losses("cpu"));
+  EXPECT_TRUE(file_bytes((dir / "shards_offloaded.safetensors").string()) == exported);
 }
 
 // --- Nothing saved is lost ------------------------------------------------------------------------------

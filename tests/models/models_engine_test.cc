@@ -98,6 +98,7 @@ struct Setup {
   Device device = Device::cpu();
   double gradient_clipping = 1.0;
   bool offload_optimizer_to_host = false;
+  bool offload_param_to_host = false;
   double initial_loss_scale = 1024.0;  // fp16: the loss gradient scaled, as DeepSpeed
 };
 
@@ -113,7 +114,8 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
                   .gradient_clipping = setup.gradient_clipping,
                   .weight_decay = 0.01f,
                   .device = setup.device,
-                  .offload_optimizer_to_host = setup.offload_optimizer_to_host};
+                  .offload_optimizer_to_host = setup.offload_optimizer_to_host,
+                  .offload_param_to_host = setup.offload_param_to_host};
   const OptimizerFactory adamw = [](ShardLayout layout, Allocator& a, Device d) {
     return make_adam(AdamOptions{}, std::move(layout), a, d);
   };
@@ -297,6 +299,23 @@ INSTANTIATE_TEST_SUITE_P(PrecisionsAndAccumulation, OffloadMatchesDevice,
                            return absl::StrCat(dtype_name(std::get<0>(info.param)), "_accum", std::get<1>(info.param),
                                                std::get<2>(info.param) > 1e6 ? "_overflowing" : "");
                          });
+
+// ZeRO-Offload's offload_param at stage 3: each rank's parameter shards in host memory, copied to the device for every
+// gather and updated in place by the host optimizer, give the bits of shards on the device.
+TEST(ParamOffloadMatchesDevice, Stage3) {
+  for (const DType precision : {DType::kF32, DType::kBF16}) {
+    for (const int world_size : {2, 3}) {
+      zero::Setup setup{.world_size = world_size, .stage = 3, .precision = precision, .device = Device::sim(0)};
+      const absl::StatusOr<RankRun> on_device = train(gpt2_task(), setup);
+      setup.offload_optimizer_to_host = setup.offload_param_to_host = true;
+      const absl::StatusOr<RankRun> offloaded = train(gpt2_task(), setup);
+      ASSERT_TRUE(on_device.ok()) << on_device.status();
+      ASSERT_TRUE(offloaded.ok()) << offloaded.status();
+      EXPECT_EQ(offloaded->params, on_device->params) << dtype_name(precision) << " N" << world_size;
+      EXPECT_EQ(offloaded->losses, on_device->losses) << dtype_name(precision) << " N" << world_size;
+    }
+  }
+}
 
 // Without clipping no norm read brings the losses' copy back: the metrics wait for it themselves, and the losses are
 // still the CPU's.
