@@ -546,6 +546,24 @@ TEST_F(ZeroTrainTest, TheOptimizerInHostMemoryTrainsWithinADeviceBudgetItsStates
   EXPECT_THAT(offloaded.output, HasSubstr("step 3/3"));
 }
 
+// Stage 3 on two ranks, one gathered unit at a time: 30.48 MiB of states, gathered unit and bucket per rank before
+// any activation; with the optimizer and the parameter shards in host memory the device holds the gradient shard,
+// the gathered unit, the bucket and the activations in 24 MiB.
+TEST_F(ZeroTrainTest, Stage3WithOptimizerAndShardsInHostMemoryTrainsWithinADeviceBudgetItsStatesExceed) {
+  const std::string args =
+      "--device=sim --ranks=2 --zero_optimization.stage=3 --zero_optimization.stage3_param_persistence_threshold=0 "
+      "--zero_optimization.stage3_max_live_parameters=1000000 --zero_optimization.stage3_prefetch_bucket_size=1000000 "
+      "--model.channels=256 --model.num_layers=4 --steps=3 --scheduler.type=none --eval_interval=0 "
+      "--train_micro_batch_size_per_gpu=2 --train_batch_size=4 --memory_budget_mib=24";
+  const RunResult on_device = run_zero_train(args);
+  EXPECT_EQ(on_device.exit_code, 2) << on_device.output;
+  EXPECT_THAT(on_device.output, StartsWith("zero-train: memory_budget_mib = 24: a rank needs 30.48 MiB"));
+  const RunResult offloaded = run_zero_train(
+      args + " --zero_optimization.offload_optimizer.device=cpu --zero_optimization.offload_param.device=cpu");
+  ASSERT_EQ(offloaded.exit_code, 0) << offloaded.output;
+  EXPECT_THAT(offloaded.output, HasSubstr("step 3/3"));
+}
+
 TEST_F(ZeroTrainTest, BatchMismatchExitsTwoBeforeTraining) {
   const RunResult run = run_zero_train("--ranks 3 --train_batch_size=64 --train_micro_batch_size_per_gpu=16");
   EXPECT_EQ(run.exit_code, 2);
