@@ -68,8 +68,9 @@ ABSL_FLAG(std::optional<std::string>, memory, std::nullopt,
           "per-device memory with its unit, e.g. 80GB or 80GiB (a bare 80 is refused): prints whether the model fits "
           "and the largest that does");
 ABSL_FLAG(std::optional<std::string>, host_memory, std::nullopt,
-          "with --offload_optimizer=cpu: host memory per node, which its ranks share, with its unit (e.g. 128GB): "
-          "prints whether it holds what offload puts there, and the largest model counts it too");
+          "with --offload_optimizer=cpu: host memory per node, which its ranks share (--gpus_per_node of them, or all "
+          "--ranks on one node), with its unit (e.g. 128GB): prints whether it holds what offload puts there (states "
+          "and page-locked transfer buffers), and the largest model counts it too");
 ABSL_FLAG(std::string, units, "GB", "units of the table: B, KB, KiB, MB, MiB, GB, GiB, TB or TiB");
 ABSL_FLAG(bool, json, false, "print the figures as JSON (bytes) instead of the table");
 
@@ -470,6 +471,7 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
           {"optimizer_state", m.optimizer_state},
           {"in_files", m.in_files},
           {"on_host", m.on_host},
+          {"transfer_buffers", m.transfer_buffers},
           {"model_states", m.total()},
           {"activations", p.activations},
           {"total", p.total()}}},
@@ -477,7 +479,7 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
          {{"param_gather", p.sent.param_gather}, {"grad_reduce", p.sent.grad_reduce}, {"total", p.sent.total()}}}};
     if (r.budget_bytes.has_value()) {
       stage["fits"] = p.on_device() <= *r.budget_bytes;
-      if (r.host_bytes.has_value()) stage["fits_host"] = p.model_states.on_host <= *r.host_bytes_per_rank();
+      if (r.host_bytes.has_value()) stage["fits_host"] = p.model_states.host_memory() <= *r.host_bytes_per_rank();
       stage["largest_params_that_fit"] = *p.largest_params;
     }
     out["stages"].push_back(stage);
@@ -560,6 +562,7 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
   if (r.plan.offload_optimizer_to_host) {
     rows.push_back(bytes("  on the device", [](const StagePlan& p) { return p.model_states.on_device(); }));
     rows.push_back(bytes("  in host memory", [](const StagePlan& p) { return p.model_states.on_host; }));
+    rows.push_back(bytes("  + pinned transfers", [](const StagePlan& p) { return p.model_states.transfer_buffers; }));
   }
   if (r.batch.has_value()) {
     rows.push_back(bytes(absl::StrCat("  activations B=", *r.batch, " T=", *r.seq, r.recompute ? " recompute" : ""),
@@ -574,7 +577,7 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
                        [&](const StagePlan& p) { return p.on_device() <= *r.budget_bytes ? "yes" : "no"; }));
     if (r.host_bytes.has_value()) {
       rows.push_back(row(absl::StrCat("host holds it in ", r.host_memory), [&](const StagePlan& p) {
-        return p.model_states.on_host <= *r.host_bytes_per_rank() ? "yes" : "no";
+        return p.model_states.host_memory() <= *r.host_bytes_per_rank() ? "yes" : "no";
       }));
     }
     rows.push_back(row(absl::StrCat("largest model in ", r.memory, r.host_bytes ? " + " + r.host_memory : ""),

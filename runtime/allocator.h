@@ -124,6 +124,7 @@ class Allocator {
 
   int rank() const { return rank_; }
   std::optional<int64_t> budget() const;
+  DeviceType budgeted() const { return budgeted_; }  // the devices the budget bounds
   void set_budget(std::optional<int64_t> budget_bytes);
   MemoryStats stats() const;
   // Peaks restart from what is held now.

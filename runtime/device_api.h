@@ -161,6 +161,7 @@ class Owned {
   }
 
   Handle get() const { return handle_; }
+  bool owns() const { return api_ != nullptr; }  // false once moved from
 
  private:
   Owned(DeviceApi& api, Handle handle) : api_(&api), handle_(handle) {}

@@ -24,6 +24,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicato
   ZERO_RETURN_IF_ERROR(config.validate());
   // Refused here, saying why, rather than at the first allocation with the bare CUDA error.
   if (config.device.is_cuda()) ZERO_RETURN_IF_ERROR(check_cuda_device(config.device.index));
+  if (allocator.budget() && allocator.budgeted() != config.device.type) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the allocator's budget bounds ", Device{allocator.budgeted(), 0}.is_cpu() ? "host" : "another device's",
+        " memory, and the engine is on ", config.device.to_string(),
+        ": give the allocator the engine's device type (Allocator(rank, budget, DeviceType)) so the budget bounds it"));
+  }
   std::unique_ptr<Engine> engine(new Engine(model, comm, allocator, std::move(config)));
   ZERO_RETURN_IF_ERROR(engine->build(std::move(make_optimizer)));
   return engine;
@@ -311,6 +317,10 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
   }
   ZERO_RETURN_IF_ERROR(metrics_->copy_back());                       // arrives with the norm's read
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time
+  // However the step ends, later kernels wait for the gradients' copies to the host (ZeRO-Offload).
+  absl::Cleanup release_gradients = [this] {
+    if (host_offload_) (void)host_offload_->release_gradients();
+  };
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
   ZERO_RETURN_IF_ERROR(gatherer_->end_pass());  // prefetches the step did not use, after an order change
   StepResult result{.loss_scale = scaler_.scale()};
@@ -328,7 +338,7 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
     ++step_count_;
     ZERO_RETURN_IF_ERROR(update(lr, clip_coefficient));
   }
-  if (host_offload_) ZERO_RETURN_IF_ERROR(host_offload_->release_gradients());
+  std::move(release_gradients).Invoke();  // before the gradients are zeroed
   ZERO_RETURN_IF_ERROR(reducer_->zero_grads());
   ZERO_ASSIGN_OR_RETURN(const StepMetrics::Reduced metrics, metrics_->reduce(meter_, comm_));
   result.loss = metrics.loss;

@@ -47,6 +47,10 @@ HostOffload::HostOffload(std::vector<UnitState>& units, DType dtype, Device devi
     : units_(&units), dtype_(dtype), device_(device), api_(&api), transfer_(std::move(transfer)),
       legacy_marker_(std::move(legacy_marker)), per_unit_(std::move(per_unit)) {}
 
+HostOffload::~HostOffload() {
+  if (transfer_.owns()) (void)api_->synchronize(transfer_.get());  // after a device failure nothing is in flight
+}
+
 absl::Status HostOffload::gradients_final(int i) {
   PerUnit& p = per_unit_[i];
   const Tensor grads = (*units_)[i].own_grads(dtype_);

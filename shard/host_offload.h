@@ -30,6 +30,8 @@ class HostOffload {
   static absl::StatusOr<HostOffload> create(std::vector<UnitState>& units, DType dtype, Device device);
   HostOffload(HostOffload&&) = default;
   HostOffload& operator=(HostOffload&&) = default;
+  // Waits for the copies in flight, which read or write the pinned buffers it frees.
+  ~HostOffload();
 
   // Unit i's gradient for this step is complete, as queued on the device so far: its copy to the host starts.
   absl::Status gradients_final(int i);

@@ -68,7 +68,10 @@ ModelStateBytes model_state_bytes(const PlanInput& input) {
       .grads = p * (policy.partitions_gradients() ? shard : full),
       .master_weights = (input.offload_optimizer_to_host ? 4 : master_bytes(input.precision)) * updated,
       .optimizer_state = input.optimizer_state_bytes * updated};
-  if (input.offload_optimizer_to_host) bytes.on_host = bytes.master_weights + bytes.optimizer_state;
+  if (input.offload_optimizer_to_host) {
+    bytes.on_host = bytes.master_weights + bytes.optimizer_state;
+    bytes.transfer_buffers = (input.offload_param_to_host ? 1 : 2) * p * updated;  // shard/host_offload.h
+  }
   if (input.offload_param_to_host) bytes.on_host += bytes.params;
   if (input.offload_optimizer) {
     bytes.in_files = bytes.master_weights + bytes.optimizer_state;
@@ -102,7 +105,7 @@ int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, in
     candidate.params = params;
     candidate.padded_params = 0;
     const ModelStateBytes states = model_state_bytes(candidate);
-    return states.on_device() + other_bytes <= budget_bytes && (!host_bytes || states.on_host <= *host_bytes);
+    return states.on_device() + other_bytes <= budget_bytes && (!host_bytes || states.host_memory() <= *host_bytes);
   };
   if (!fits(0)) return 0;
   // A rank holds at least 2 bytes (a bf16 value) per parameter, or per parameter of its 1/N at stage 3.

@@ -25,7 +25,9 @@
 // Offloading the optimizer (ZeroConfig::offload_optimizer_path) moves the (m+k) column into files, and
 // at stage 3 offloading the parameters (offload_param_path) the params column. ZeRO-Offload
 // (offload_optimizer_to_host) keeps the (m+k) column in host memory with m = 4 under fp32 too: the host holds
-// fp32 master weights whatever the training precision; offload_param_to_host adds stage 3's params column.
+// fp32 master weights whatever the training precision; offload_param_to_host adds stage 3's params column. Beside
+// them the host pins p bytes per updated parameter for the gradient's transfer and p more for the parameters'
+// (none when the shards are in host memory themselves).
 
 #include <cstdint>
 #include <optional>
@@ -63,8 +65,10 @@ struct ModelStateBytes {
   int64_t in_files = 0;  // what offload moves out of RAM: master weights and optimizer state, parameters
   int64_t on_host = 0;   // of total(), what ZeRO-Offload keeps in host memory: master weights, optimizer state, and
                          // at stage 3 the parameter shards
+  int64_t transfer_buffers = 0;  // ZeRO-Offload's page-locked gradient and parameter buffers, outside total()
   int64_t total() const { return params + grads + master_weights + optimizer_state; }
-  int64_t on_device() const { return total() - on_host; }  // all of total() for an engine on the CPU
+  int64_t on_device() const { return total() - on_host; }             // all of total() for an engine on the CPU
+  int64_t host_memory() const { return on_host + transfer_buffers; }  // what ZeRO-Offload needs of the host
 };
 
 // Bytes one rank sends per optimizer step, split as the engine's CommVolume.
@@ -80,7 +84,7 @@ CommBytes comm_bytes_per_step(const PlanInput& input);
 
 // The largest Ψ (padded as ceil(Ψ/N)·N) whose model states on the device (on_device()) plus `other_bytes` fit in
 // `budget_bytes` on one rank under `input`'s stage, precision and optimizer (input.params is ignored), and, where
-// `host_bytes` is given, whose states in host memory (on_host) fit in it; 0 when none does.
+// `host_bytes` is given, whose host memory (host_memory()) fits in it; 0 when none does.
 int64_t largest_params_that_fit(const PlanInput& input, int64_t budget_bytes, int64_t other_bytes = 0,
                                 std::optional<int64_t> host_bytes = std::nullopt);
 

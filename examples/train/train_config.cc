@@ -856,7 +856,7 @@ absl::Status check_machine_holds(const TrainConfig& c, const Gpt2Config& g, int 
                          .offload_param = c.zero_optimization.offload_param.device == "nvme",
                          .offload_optimizer_to_host = c.zero_optimization.offload_optimizer.device == "cpu",
                          .offload_param_to_host = c.zero_optimization.offload_param.device == "cpu"});
-  const int64_t in_host_memory = c.device == "cuda" ? per_rank.on_host : per_rank.total();
+  const int64_t in_host_memory = c.device == "cuda" ? per_rank.host_memory() : per_rank.total();
   const double needed = params * static_cast<double>(in_host_memory) / static_cast<double>(sample) * ranks_here;
   if (needed <= static_cast<double>(memory_bytes)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrFormat(

@@ -255,19 +255,20 @@ TEST(ZeroPlan, HostOffloadKeepsMasterWeightsAndOptimizerStateInHostMemory) {
 }
 
 // One 80 GB GPU with 128 GB of host memory, bf16 + AdamW at stage 0: the device holds 4 bytes per parameter (20e9
-// would fit) and the host 12 (10.67e9), so the host decides the largest model.
+// would fit) and the host 16, 12 of states and 4 of pinned transfer buffers (8e9), so the host decides.
 TEST(ZeroPlan, HostMemoryBoundsTheLargestModelWithTheOptimizerOffloaded) {
   const nlohmann::json plan = run_json(
       "--params 1e9 --ranks 1 --stage 0 --precision bf16 --offload_optimizer cpu --memory 80GB --host_memory 128GB");
   const nlohmann::json& stage = plan["stages"][0];
   EXPECT_EQ(plan["host_memory_bytes"], 128'000'000'000);
   EXPECT_TRUE(stage["fits_host"]);
-  EXPECT_EQ(stage["largest_params_that_fit"], 128'000'000'000 / 12);
-  // 8 ranks of a node share its host memory: 16 GB each for 12Ψ/8 at stage 2.
+  EXPECT_EQ(stage["bytes"]["transfer_buffers"], 4'000'000'000);
+  EXPECT_EQ(stage["largest_params_that_fit"], 128'000'000'000 / 16);
+  // 8 ranks of a node share its host memory: 16 GB each for 16Ψ/8 at stage 2.
   const nlohmann::json node = run_json(
       "--params 1e9 --nodes 1 --gpus_per_node 8 --stage 2 --precision bf16 --offload_optimizer cpu --memory 80GB "
       "--host_memory 128GB");
-  EXPECT_NEAR(static_cast<double>(node["stages"][0]["largest_params_that_fit"].get<int64_t>()), 16e9 / 1.5, 8.0);
+  EXPECT_NEAR(static_cast<double>(node["stages"][0]["largest_params_that_fit"].get<int64_t>()), 16e9 / 2, 8.0);
 }
 
 // With the parameter shards in host memory too, stage 3's device holds the gradient shard alone: 2Ψ/64 of the paper's
