@@ -101,6 +101,7 @@ struct Setup {
   bool offload_param_to_host = false;
   double initial_loss_scale = 1024.0;  // fp16: the loss gradient scaled, as DeepSpeed
   float lr = 1e-2f;
+  bool lamb = false;               // LAMB (whole-parameter norms reduced across ranks) instead of AdamW
   bool read_params_at_end = true;  // false: the engine is destroyed right after the last step, nothing waited for
 };
 
@@ -118,10 +119,10 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
                   .device = setup.device,
                   .offload_optimizer_to_host = setup.offload_optimizer_to_host,
                   .offload_param_to_host = setup.offload_param_to_host};
-  const OptimizerFactory adamw = [](ShardLayout layout, Allocator& a, Device d) {
-    return make_adam(AdamOptions{}, std::move(layout), a, d);
+  const OptimizerFactory optimizer = [lamb = setup.lamb](ShardLayout layout, Allocator& a, Device d) {
+    return lamb ? make_lamb(LambOptions{}, std::move(layout), a, d) : make_adam(AdamOptions{}, std::move(layout), a, d);
   };
-  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, alloc, adamw, zero));
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, alloc, optimizer, zero));
   const int64_t rows = kRowsPerRank;
   const int64_t input_numel = rows * task.inputs_per_row, target_numel = rows * task.targets_per_row;
   // Each micro-batch's inputs and targets (4-byte elements either way) on the host, kept as its host copy.
@@ -302,6 +303,22 @@ INSTANTIATE_TEST_SUITE_P(PrecisionsAndAccumulation, OffloadMatchesDevice,
                            return absl::StrCat(dtype_name(std::get<0>(info.param)), "_accum", std::get<1>(info.param),
                                                std::get<2>(info.param) > 1e6 ? "_overflowing" : "");
                          });
+
+// LAMB's trust ratios come from whole-parameter norms that slice optimizers reduce across ranks: offloaded, from host
+// tensors through the same communicator, with the same bits.
+TEST(OffloadMatchesDeviceWithLamb, EveryStage) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    zero::Setup setup{
+        .world_size = 3, .stage = stage, .precision = DType::kBF16, .device = Device::sim(0), .lamb = true};
+    const absl::StatusOr<RankRun> on_device = train(gpt2_task(), setup);
+    setup.offload_optimizer_to_host = true;
+    const absl::StatusOr<RankRun> offloaded = train(gpt2_task(), setup);
+    ASSERT_TRUE(on_device.ok()) << on_device.status();
+    ASSERT_TRUE(offloaded.ok()) << "stage " << stage << ": " << offloaded.status();
+    EXPECT_EQ(offloaded->params, on_device->params) << "stage " << stage;
+    EXPECT_EQ(offloaded->losses, on_device->losses) << "stage " << stage;
+  }
+}
 
 // The engine destroyed right after a step, its last copies to and from the host perhaps in flight: it waits for them
 // before freeing their pinned buffers, after a step that updated, one skipped for an fp16 overflow, and one that
