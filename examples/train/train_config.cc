@@ -839,23 +839,32 @@ int64_t largest_bucket_numel(const std::vector<UnitSize>& units, const ZeroConfi
   return largest;
 }
 
+DType training_precision(const TrainConfig& c) {
+  return c.bf16 ? DType::kBF16 : c.fp16.enabled ? DType::kF16 : DType::kF32;
+}
+
+// shard/plan.h's input for `params` parameters over `world_size` ranks under the config's stage, precision,
+// optimizer and offload.
+PlanInput states_plan(const TrainConfig& c, int64_t params, int world_size) {
+  const ZeroOptimization& z = c.zero_optimization;
+  return {.params = params,
+          .world_size = world_size,
+          .stage = z.stage,
+          .precision = training_precision(c),
+          .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
+          .offload_optimizer = z.offload_optimizer.device == "nvme",
+          .offload_param = z.offload_param.device == "nvme",
+          .offload_optimizer_to_host = z.offload_optimizer.device == "cpu",
+          .offload_param_to_host = z.offload_param.device == "cpu"};
+}
+
 }  // namespace
 
 absl::Status check_machine_holds(const TrainConfig& c, const Gpt2Config& g, int world_size, int ranks_here,
                                  int64_t memory_bytes) {
   const double params = g.parameter_count();  // a shape that overflows int64 is as refused as one that does not fit
-  const DType precision = c.bf16 ? DType::kBF16 : c.fp16.enabled ? DType::kF16 : DType::kF32;
   const int64_t sample = int64_t{world_size} << 20;  // the formulas are linear in the parameters
-  const ModelStateBytes per_rank =
-      model_state_bytes({.params = sample,
-                         .world_size = world_size,
-                         .stage = c.zero_optimization.stage,
-                         .precision = precision,
-                         .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
-                         .offload_optimizer = c.zero_optimization.offload_optimizer.device == "nvme",
-                         .offload_param = c.zero_optimization.offload_param.device == "nvme",
-                         .offload_optimizer_to_host = c.zero_optimization.offload_optimizer.device == "cpu",
-                         .offload_param_to_host = c.zero_optimization.offload_param.device == "cpu"});
+  const ModelStateBytes per_rank = model_state_bytes(states_plan(c, sample, world_size));
   const int64_t in_host_memory = c.device == "cuda" ? per_rank.host_memory() : per_rank.total();
   const double needed = params * static_cast<double>(in_host_memory) / static_cast<double>(sample) * ranks_here;
   if (needed <= static_cast<double>(memory_bytes)) return absl::OkStatus();
@@ -876,7 +885,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   config.stage = z.stage;
   config.no_sync = z.no_sync;
   config.wrap_min_params = z.wrap_min_params;
-  config.precision = c.bf16 ? DType::kBF16 : c.fp16.enabled ? DType::kF16 : DType::kF32;
+  config.precision = training_precision(c);
   config.loss_scaling = {.initial_scale = std::ldexp(1.0, c.fp16.initial_scale_power),
                          .window = c.fp16.loss_scale_window,
                          .hysteresis = c.fp16.hysteresis,
@@ -915,15 +924,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
 
   int64_t num_params = 0;
   for (const UnitSize& u : units) num_params += u.numel;
-  const ModelStateBytes states = model_state_bytes({.params = num_params,
-                                                    .world_size = world_size,
-                                                    .stage = z.stage,
-                                                    .precision = config.precision,
-                                                    .optimizer_state_bytes = 4 * optimizer_state_floats(c.optimizer),
-                                                    .offload_optimizer = !config.offload_optimizer_path.empty(),
-                                                    .offload_param = !config.offload_param_path.empty(),
-                                                    .offload_optimizer_to_host = config.offload_optimizer_to_host,
-                                                    .offload_param_to_host = config.offload_param_to_host});
+  const ModelStateBytes states = model_state_bytes(states_plan(c, num_params, world_size));
   const auto gathered = std::max_element(units.begin(), units.end(),
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
   const bool gathers = StagePolicy(z.stage).partitions_params();
