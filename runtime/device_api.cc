@@ -38,6 +38,7 @@ absl::Status synchronize_until(DeviceApi& api, Event event, absl::Time deadline,
 
 absl::StatusOr<PinnedBuffer> PinnedBuffer::allocate(DeviceApi& api, size_t bytes) {
   PinnedBuffer pinned;
+  if (bytes == 0) return pinned;
   ZERO_ASSIGN_OR_RETURN(pinned.data_, api.allocate_pinned(bytes));
   pinned.api_ = &api;
   pinned.bytes_ = bytes;

@@ -172,7 +172,7 @@ using OwnedStream = Owned<Stream>;
 using OwnedEvent = Owned<Event>;
 
 // Page-locked host memory of `api` (allocate_pinned), freed with this owner (an error freeing it is dropped, as
-// Owned's). Move-only; empty when default-made.
+// Owned's). Move-only; empty when default-made or allocated with 0 bytes.
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;

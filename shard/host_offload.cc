@@ -9,13 +9,7 @@
 namespace zero {
 namespace {
 
-int64_t own_bytes(const UnitState& u, DType dtype) { return u.own_count * static_cast<int64_t>(dtype_size(dtype)); }
-
-// Page-locked bytes, or an empty buffer for none (a rank whose range of a unit is empty).
-absl::StatusOr<PinnedBuffer> pinned(DeviceApi& api, int64_t bytes) {
-  if (bytes == 0) return PinnedBuffer();
-  return PinnedBuffer::allocate(api, static_cast<size_t>(bytes));
-}
+size_t own_bytes(const UnitState& u, DType dtype) { return static_cast<size_t>(u.own_count) * dtype_size(dtype); }
 
 }  // namespace
 
@@ -30,8 +24,10 @@ absl::StatusOr<HostOffload> HostOffload::create(std::vector<UnitState>& units, D
   std::vector<PerUnit> per_unit;
   per_unit.reserve(units.size());
   for (const UnitState& u : units) {
-    ZERO_ASSIGN_OR_RETURN(PinnedBuffer grads_out, pinned(*api, own_bytes(u, dtype)));
-    ZERO_ASSIGN_OR_RETURN(PinnedBuffer params_in, pinned(*api, u.params.device().is_cpu() ? 0 : own_bytes(u, dtype)));
+    // Empty for a rank whose range of the unit is empty, and for params living in host memory themselves.
+    ZERO_ASSIGN_OR_RETURN(PinnedBuffer grads_out, PinnedBuffer::allocate(*api, own_bytes(u, dtype)));
+    ZERO_ASSIGN_OR_RETURN(PinnedBuffer params_in,
+                          PinnedBuffer::allocate(*api, u.params.device().is_cpu() ? 0 : own_bytes(u, dtype)));
     ZERO_ASSIGN_OR_RETURN(OwnedEvent copied_out, OwnedEvent::create(*api, device.index));
     ZERO_ASSIGN_OR_RETURN(OwnedEvent copied_in, OwnedEvent::create(*api, device.index));
     per_unit.push_back({.grads_out = std::move(grads_out),

@@ -177,6 +177,14 @@ std::vector<uint8_t> read_back(DeviceApi& api, const void* ptr, size_t bytes) {
   return std::vector<uint8_t>(data, data + bytes);
 }
 
+// No bytes asked for, none pinned: an empty buffer, as a default-made one (a rank whose range of a unit is empty).
+TEST_P(DeviceApiTest, APinnedBufferOfNoBytesIsEmpty) {
+  absl::StatusOr<PinnedBuffer> none = PinnedBuffer::allocate(api(), 0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->data(), nullptr);
+  EXPECT_EQ(none->bytes(), 0u);
+}
+
 // Two uploads while the stream is held: each lands its own bytes (the second did not reuse the first's block,
 // whose copy had not run), the sources were free at once, and a later upload reuses a block.
 TEST_P(DeviceApiTest, PinnedUploadsLandWithoutWaitingAndReuseBlocksOnlyOnceCopied) {
