@@ -414,7 +414,9 @@ struct StagePlan {
   CommBytes sent;
   int64_t total() const { return model_states.total() + activations; }
   int64_t on_device() const { return model_states.on_device() + activations; }  // what --memory must hold
-  std::optional<int64_t> largest_params;                                        // with --memory: model states only
+  std::optional<bool> fits;                                                     // with --memory: on_device() within it
+  std::optional<bool> fits_host;          // with --host_memory: the states' host memory within a rank's share
+  std::optional<int64_t> largest_params;  // with --memory: model states only
 };
 
 std::vector<StagePlan> plan_stages(const Request& r) {
@@ -431,8 +433,10 @@ std::vector<StagePlan> plan_stages(const Request& r) {
                 .activations = activations,
                 .sent = comm_bytes_per_step(input)};
     if (r.budget_bytes.has_value()) {
+      p.fits = p.on_device() <= *r.budget_bytes;
       p.largest_params = largest_params_that_fit(input, *r.budget_bytes, 0, r.host_bytes_per_rank());
     }
+    if (r.host_bytes.has_value()) p.fits_host = p.model_states.host_memory() <= *r.host_bytes_per_rank();
     plans.push_back(p);
   }
   return plans;
@@ -478,8 +482,8 @@ nlohmann::json to_json(const Request& r, const std::vector<StagePlan>& plans) {
         {"comm_bytes_per_step",
          {{"param_gather", p.sent.param_gather}, {"grad_reduce", p.sent.grad_reduce}, {"total", p.sent.total()}}}};
     if (r.budget_bytes.has_value()) {
-      stage["fits"] = p.on_device() <= *r.budget_bytes;
-      if (r.host_bytes.has_value()) stage["fits_host"] = p.model_states.host_memory() <= *r.host_bytes_per_rank();
+      stage["fits"] = *p.fits;
+      if (p.fits_host.has_value()) stage["fits_host"] = *p.fits_host;
       stage["largest_params_that_fit"] = *p.largest_params;
     }
     out["stages"].push_back(stage);
@@ -573,12 +577,10 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
   rows.push_back(bytes("  param allgather", [](const StagePlan& p) { return p.sent.param_gather; }));
   rows.push_back(bytes("  grad reduce", [](const StagePlan& p) { return p.sent.grad_reduce; }));
   if (r.budget_bytes.has_value()) {
-    rows.push_back(row(absl::StrCat("fits in ", r.memory),
-                       [&](const StagePlan& p) { return p.on_device() <= *r.budget_bytes ? "yes" : "no"; }));
+    rows.push_back(row(absl::StrCat("fits in ", r.memory), [](const StagePlan& p) { return *p.fits ? "yes" : "no"; }));
     if (r.host_bytes.has_value()) {
-      rows.push_back(row(absl::StrCat("host holds it in ", r.host_memory), [&](const StagePlan& p) {
-        return p.model_states.host_memory() <= *r.host_bytes_per_rank() ? "yes" : "no";
-      }));
+      rows.push_back(row(absl::StrCat("host holds it in ", r.host_memory),
+                         [](const StagePlan& p) { return *p.fits_host ? "yes" : "no"; }));
     }
     rows.push_back(row(absl::StrCat("largest model in ", r.memory, r.host_bytes ? " + " + r.host_memory : ""),
                        [](const StagePlan& p) { return count_text(*p.largest_params); }));
