@@ -933,13 +933,17 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   const int64_t needed = states.on_device() + gathered_bytes + bucket_bytes;  // what the budget bounds
   const int64_t budget = c.memory_budget_mib << 20;
   if (needed <= budget) return config;
+  const std::string params = absl::StrCat("params ", format_bytes(states.params), ", ");
+  const std::string grads = absl::StrCat("grads ", format_bytes(states.grads));
+  const std::string held =
+      states.on_host == 0 ? absl::StrCat(params, grads, ", optimizer state ", format_bytes(states.optimizer_state),
+                                         ", master weights ", format_bytes(states.master_weights))
+      : config.offload_param_to_host
+          ? absl::StrCat(grads, "; the params, optimizer state and master weights in host memory, outside the budget")
+          : absl::StrCat(params, grads, "; the optimizer state and master weights in host memory, outside the budget");
   return absl::InvalidArgumentError(absl::StrCat(
       "memory_budget_mib = ", c.memory_budget_mib, ": a rank needs ", format_bytes(needed),
-      " before any activation at stage ", z.stage, " on ", world_size, " ranks (params ", format_bytes(states.params),
-      ", grads ", format_bytes(states.grads),
-      states.on_host > 0 ? ", the optimizer state and master weights in host memory, outside the budget"
-                         : absl::StrCat(", optimizer state ", format_bytes(states.optimizer_state), ", master weights ",
-                                        format_bytes(states.master_weights)),
+      " before any activation at stage ", z.stage, " on ", world_size, " ranks (", held,
       gathers ? absl::StrCat(", unit '", gathered->name, "' gathered ", format_bytes(gathered_bytes)) : "",
       ", largest gradient bucket ", format_bytes(bucket_bytes), "); raise the budget, the stage or the ranks"));
 }

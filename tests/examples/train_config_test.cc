@@ -514,6 +514,26 @@ TEST(EngineConfigTest, NvmeOffloadOfTheParametersReachesTheEngineAtStage3Only) {
   EXPECT_THAT(message, HasSubstr("stage 2 keeps every parameter whole; use zero_optimization.stage = 3"));
 }
 
+// A budget below what the device holds names the device's states alone; what offload put in host memory is named
+// as outside the budget.
+TEST(EngineConfigTest, ABudgetRefusalNamesWhatOffloadKeepsInHostMemory) {
+  const auto refusal = [](const std::vector<std::string>& offload) {
+    std::vector<std::string> overrides = {"device=sim", "zero_optimization.stage=3", "memory_budget_mib=1"};
+    overrides.insert(overrides.end(), offload.begin(), offload.end());
+    const TrainConfig c = parse_ok(kMinimal, overrides);
+    const std::vector<UnitSize> big = {{"embedding", 400'000}, {"h.0", 1'000'000}, {"head", 20'000}};
+    const absl::StatusOr<ZeroConfig> z = engine_config(c, kOneStep, 4, big, Device::sim(0));
+    EXPECT_FALSE(z.ok());
+    return std::string(z.status().message());
+  };
+  EXPECT_THAT(refusal({"zero_optimization.offload_optimizer.device=cpu"}),
+              HasSubstr("(params 1.35 MiB, grads 1.35 MiB; the optimizer state and master weights in host memory, "
+                        "outside the budget,"));
+  EXPECT_THAT(refusal({"zero_optimization.offload_optimizer.device=cpu", "zero_optimization.offload_param.device=cpu"}),
+              HasSubstr("(grads 1.35 MiB; the params, optimizer state and master weights in host memory, outside the "
+                        "budget,"));
+}
+
 TEST(EngineConfigTest, NoSyncAndWrapReachTheEngineAndNoSyncIsRefusedAtStage2) {
   const ZeroConfig z = engine_config_ok({"zero_optimization.no_sync=true", "zero_optimization.wrap_min_params=5000"});
   EXPECT_TRUE(z.no_sync);
