@@ -1,6 +1,11 @@
 # Finds zero's dependencies and resolves the AUTO|ON|OFF backend switches into ZERO_HAS_*.
 find_package(Threads REQUIRED)
-find_package(absl REQUIRED)
+set(ZERO_ABSEIL_SOURCE_DIR "" CACHE PATH "Compile Abseil from this source folder instead of finding it (sanitizer builds)")
+if(ZERO_ABSEIL_SOURCE_DIR)
+  include(ZeroAbseilSource)
+else()
+  find_package(absl REQUIRED)
+endif()
 find_package(nlohmann_json 3 REQUIRED)  # safetensors headers
 find_package(OpenMP REQUIRED COMPONENTS CXX)  # CPU optimizers
 include(ZeroOpenBLAS)                         # CPU GEMMs

@@ -170,16 +170,19 @@ absl::StatusOr<SimDevice::StreamState*> SimDevice::stream_state(Stream stream) {
 }
 
 absl::Status SimDevice::destroy_stream(Stream stream) {
-  std::vector<std::unique_ptr<StreamState>> ended;  // destroyed before, and their workers returned: joined here
+  // Joined here: streams destroyed before whose workers returned, and this one when it has nothing left to run.
+  // A stream with work queued is joined later, so that destroying it does not wait for its work (as on a GPU).
+  std::vector<std::unique_ptr<StreamState>> ended;
   {
     absl::MutexLock lock(&mu_);
     ZERO_ASSIGN_OR_RETURN(StreamState * s, stream_state(stream));
     if (s->is_legacy()) return absl::InvalidArgumentError("the legacy default stream cannot be destroyed");
     s->stopping = true;  // its worker runs what is queued, then ends
+    const bool idle = s->tail == nullptr || s->tail->done;
     const auto running = std::partition(destroyed_.begin(), destroyed_.end(), [](const auto& d) { return d->ended; });
     ended.assign(std::make_move_iterator(destroyed_.begin()), std::make_move_iterator(running));
     destroyed_.erase(destroyed_.begin(), running);
-    destroyed_.push_back(std::move(streams_[stream.id]));
+    (idle ? ended : destroyed_).push_back(std::move(streams_[stream.id]));
     streams_.erase(stream.id);
   }
   for (const auto& d : ended) d->worker.join();
