@@ -294,7 +294,9 @@ TEST_P(OffloadMatchesDevice, EveryStage) {
     EXPECT_EQ(offloaded->params, on_device->params) << "stage " << stage;
     EXPECT_EQ(offloaded->losses, on_device->losses) << "stage " << stage;
     EXPECT_EQ(offloaded->skipped_steps, on_device->skipped_steps) << "stage " << stage;
-    if (setup.initial_loss_scale > 1e6) EXPECT_GT(offloaded->skipped_steps, 0) << "stage " << stage;
+    if (setup.initial_loss_scale > 1e6) {
+      EXPECT_GT(offloaded->skipped_steps, 0) << "stage " << stage;
+    }
   }
 }
 

@@ -203,7 +203,9 @@ TEST_P(DeviceApiTest, PinnedUploadsLandWithoutWaitingAndReuseBlocksOnlyOnceCopie
     std::fill(source.begin(), source.end(), 0x22);  // free again at once
     ASSERT_TRUE(uploads.upload(*second, source.data(), kBytes, Stream::legacy(0)).ok());
     EXPECT_EQ(uploads.blocks(), 2u);
-    if (sim != nullptr) EXPECT_EQ(sim->host_synchronizations(), waits) << "an upload waited";
+    if (sim != nullptr) {
+      EXPECT_EQ(sim->host_synchronizations(), waits) << "an upload waited";
+    }
   }
   EXPECT_EQ(read_back(api(), *first, kBytes), std::vector<uint8_t>(kBytes, 0x11));
   EXPECT_EQ(read_back(api(), *second, kBytes), std::vector<uint8_t>(kBytes, 0x22));
