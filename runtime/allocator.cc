@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "runtime/device_api.h"
 #include "runtime/device_memory.h"
 #include "runtime/status.h"
 
@@ -46,6 +47,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     nbytes_ = std::exchange(other.nbytes_, 0);
     category_ = other.category_;
     device_ = other.device_;
+    pinned_by_ = std::exchange(other.pinned_by_, nullptr);
   }
   return *this;
 }
@@ -61,6 +63,7 @@ void Buffer::reset() {
   owner_ = nullptr;
   data_ = nullptr;
   nbytes_ = 0;
+  pinned_by_ = nullptr;
 }
 
 int64_t MemoryStats::in_files_total() const {
@@ -91,21 +94,8 @@ absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory catego
   if (!file_dir.empty() && nbytes > 0) return allocate_in_file(nbytes, category, file_dir);
   {
     absl::MutexLock lock(&mu_);
-    const bool budgeted = device.type == budgeted_;
-    if (budget_ && budgeted && budgeted_current_ + nbytes > *budget_) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "%s on rank %d: %s asked for %s (%d bytes), but the budget is %s and %s of it is held (the rank holds %s). "
-          "Raise the budget, or hold less per rank: a higher ZeRO stage, offload, smaller buckets or batches.",
-          kOutOfMemoryTag, rank_, category_name(category), format_bytes(nbytes), nbytes, format_bytes(*budget_),
-          format_bytes(budgeted_current_), held_description_locked()));
-    }
-    if (budgeted) budgeted_current_ += nbytes;
-    // Account before the allocation so concurrent requests cannot both slip under the budget.
-    stats_.current[c] += nbytes;
-    stats_.current_total += nbytes;
-    stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
-    stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
-    most_held_ = std::max(most_held_, stats_.current_total);
+    // Accounted before the allocation so concurrent requests cannot both slip under the budget.
+    ZERO_RETURN_IF_ERROR(count_locked(nbytes, category, device, /*pinned=*/false));
     if (cacheable(nbytes, device)) reused = take_cached_locked(nbytes);
     evicted = evict_locked();
   }
@@ -123,6 +113,58 @@ absl::StatusOr<Buffer> Allocator::allocate(int64_t nbytes, MemoryCategory catego
   if (!ptr.ok()) return ptr.status();  // `buffer` gives the accounting back
   buffer.data_ = *ptr;
   return buffer;
+}
+
+absl::StatusOr<Buffer> Allocator::allocate_pinned(DeviceApi& api, int64_t nbytes, MemoryCategory category) {
+  if (nbytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative allocation of ", nbytes, " bytes"));
+  {
+    absl::MutexLock lock(&mu_);
+    ZERO_RETURN_IF_ERROR(count_locked(nbytes, category, Device::cpu(), /*pinned=*/true));
+  }
+  Buffer buffer;
+  buffer.owner_ = this;
+  buffer.nbytes_ = nbytes;
+  buffer.category_ = category;
+  buffer.pinned_by_ = &api;
+  absl::StatusOr<void*> ptr = nbytes == 0 ? nullptr : api.allocate_pinned(static_cast<size_t>(nbytes));
+  if (!ptr.ok()) return ptr.status();  // `buffer` gives the accounting back
+  buffer.data_ = *ptr;
+  return buffer;
+}
+
+absl::Status Allocator::count_locked(int64_t nbytes, MemoryCategory category, Device device, bool pinned) {
+  const int c = static_cast<int>(category);
+  const bool budgeted = device.type == budgeted_;
+  if (budget_ && budgeted && budgeted_current_ + nbytes > *budget_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s on rank %d: %s asked for %s (%d bytes), but the budget is %s and %s of it is held (the rank holds %s). "
+        "Raise the budget, or hold less per rank: a higher ZeRO stage, offload, smaller buckets or batches.",
+        kOutOfMemoryTag, rank_, category_name(category), format_bytes(nbytes), nbytes, format_bytes(*budget_),
+        format_bytes(budgeted_current_), held_description_locked()));
+  }
+  if (budgeted) budgeted_current_ += nbytes;
+  stats_.current[c] += nbytes;
+  stats_.current_total += nbytes;
+  stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
+  stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
+  if (!device.is_cpu()) {
+    stats_.device_current += nbytes;
+    stats_.device_peak = std::max(stats_.device_peak, stats_.device_current);
+  }
+  if (pinned) {
+    stats_.pinned_current += nbytes;
+    stats_.pinned_peak = std::max(stats_.pinned_peak, stats_.pinned_current);
+  }
+  most_held_ = std::max(most_held_, stats_.current_total);
+  return absl::OkStatus();
+}
+
+void Allocator::uncount_locked(const Buffer& buffer) {
+  stats_.current[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
+  stats_.current_total -= buffer.nbytes_;
+  if (buffer.device_.type == budgeted_) budgeted_current_ -= buffer.nbytes_;
+  if (!buffer.device_.is_cpu()) stats_.device_current -= buffer.nbytes_;
+  if (buffer.pinned_by_ != nullptr) stats_.pinned_current -= buffer.nbytes_;
 }
 
 void* Allocator::take_cached_locked(int64_t nbytes) {
@@ -176,10 +218,8 @@ void Allocator::release(Buffer& buffer) {
       file_buffers_.erase(it);
       stats_.in_files[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
     } else {
-      stats_.current[static_cast<int>(buffer.category_)] -= buffer.nbytes_;
-      stats_.current_total -= buffer.nbytes_;
-      if (buffer.device_.type == budgeted_) budgeted_current_ -= buffer.nbytes_;
-      kept = cacheable(buffer.nbytes_, buffer.device_);
+      uncount_locked(buffer);
+      kept = buffer.pinned_by_ == nullptr && cacheable(buffer.nbytes_, buffer.device_);
       if (kept) {
         cache_.push_back({buffer.data_, buffer.nbytes_});
         stats_.cached += buffer.nbytes_;
@@ -190,6 +230,8 @@ void Allocator::release(Buffer& buffer) {
   free_blocks(evicted);
   if (file) {
     file_free(file->memory, file->nbytes);
+  } else if (buffer.pinned_by_ != nullptr) {
+    if (buffer.data_ != nullptr) (void)buffer.pinned_by_->free_pinned(buffer.data_);  // as PinnedBuffer's
   } else if (!kept && buffer.data_ != nullptr) {
     device_free(buffer.device_, buffer.data_);
   }
@@ -246,6 +288,8 @@ void Allocator::reset_peaks() {
   absl::MutexLock lock(&mu_);
   stats_.peak = stats_.current;
   stats_.peak_total = stats_.current_total;
+  stats_.device_peak = stats_.device_current;
+  stats_.pinned_peak = stats_.pinned_current;
 }
 
 std::string Allocator::held_description_locked() const {
@@ -269,6 +313,14 @@ std::string Allocator::summary() const {
   }
   absl::StrAppendFormat(&out, "%-16s %14s %14s\n", "total", format_bytes(stats_.current_total),
                         format_bytes(stats_.peak_total));
+  if (stats_.device_peak > 0) {
+    absl::StrAppendFormat(&out, "%-16s %14s %14s of the total\n", "on devices", format_bytes(stats_.device_current),
+                          format_bytes(stats_.device_peak));
+  }
+  if (stats_.pinned_peak > 0) {
+    absl::StrAppendFormat(&out, "%-16s %14s %14s of the total, page-locked host memory\n", "pinned",
+                          format_bytes(stats_.pinned_current), format_bytes(stats_.pinned_peak));
+  }
   if (stats_.cached > 0) {
     absl::StrAppendFormat(&out, "%-16s %14s freed, kept for reuse\n", "cached", format_bytes(stats_.cached));
   }

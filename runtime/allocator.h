@@ -43,6 +43,12 @@ struct MemoryStats {
   std::array<int64_t, kNumMemoryCategories> in_files{};
   // Freed host blocks kept for reuse (see Allocator): outside the totals above.
   int64_t cached = 0;
+  // Of the totals, by where the bytes are: on a device other than the CPU (a GPU's memory), and in page-locked
+  // host memory (Allocator::allocate_pinned); the rest is pageable host memory.
+  int64_t device_current = 0;
+  int64_t device_peak = 0;
+  int64_t pinned_current = 0;
+  int64_t pinned_peak = 0;
 
   int64_t current_of(MemoryCategory c) const { return current[static_cast<int>(c)]; }
   int64_t peak_of(MemoryCategory c) const { return peak[static_cast<int>(c)]; }
@@ -51,6 +57,7 @@ struct MemoryStats {
 };
 
 class Allocator;
+class DeviceApi;
 
 // Owns one allocation; returns it (and its accounting) to the allocator on destruction or reset(), which may
 // happen on any thread. Move-only; a Buffer itself is not for concurrent use from several threads.
@@ -79,6 +86,7 @@ class Buffer {
   int64_t nbytes_ = 0;
   MemoryCategory category_ = MemoryCategory::kWorkspace;
   Device device_ = Device::cpu();
+  DeviceApi* pinned_by_ = nullptr;  // page-locked host memory of this API (Allocator::allocate_pinned)
 };
 
 // One per rank. Thread-safe: every method may be called from any thread (a rank's compute and
@@ -105,6 +113,10 @@ class Allocator {
 
   // Fails with ResourceExhausted (see is_out_of_memory) when the budget would be exceeded.
   absl::StatusOr<Buffer> allocate(int64_t nbytes, MemoryCategory category, Device device = Device::cpu());
+  // Page-locked host memory from `api` (DeviceApi::allocate_pinned), for copies to and from its devices that run
+  // beside the host: host memory to the budget (Device::cpu()), counted apart in MemoryStats::pinned_*. The
+  // Buffer frees it with `api`, which must outlive it; free it only once the copies that use it finished.
+  absl::StatusOr<Buffer> allocate_pinned(DeviceApi& api, int64_t nbytes, MemoryCategory category);
 
   // From now on, host allocations of `category` are memory mapped from files in `dir` (an NVMe drive:
   // ZeRO-Infinity's offload). They are counted in MemoryStats::in_files, not against the budget, and
@@ -143,6 +155,11 @@ class Allocator {
   static bool cacheable(int64_t nbytes, Device device) { return device.is_cpu() && nbytes >= kMinCachedBytes; }
 
   void release(Buffer& buffer);
+  // Adds nbytes of `category` on `device` (pinned: page-locked host memory) to the stats, or fails under the
+  // budget without changing them.
+  absl::Status count_locked(int64_t nbytes, MemoryCategory category, Device device, bool pinned)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void uncount_locked(const Buffer& buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string held_description_locked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The newest kept block of exactly `nbytes`, taken out of the cache; nullptr if none.
   void* take_cached_locked(int64_t nbytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

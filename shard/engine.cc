@@ -51,7 +51,7 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   gatherer_ = std::make_unique<ParamGatherer>(rank, config_.max_live_units);
   GradientReducer::GradientsFinal on_final;
   if (config_.offload_optimizer_to_host) {
-    ZERO_ASSIGN_OR_RETURN(host_offload_, HostOffload::create(units_, dtype_, device_));
+    ZERO_ASSIGN_OR_RETURN(host_offload_, HostOffload::create(units_, dtype_, device_, allocator_));
     on_final = [this](int i) { return host_offload_->gradients_final(i); };
   }
   reducer_ = std::make_unique<GradientReducer>(rank, config_, std::move(on_final));

@@ -6,8 +6,8 @@
 //   stage 1  params pΨ    grads pΨ    master+Adam (m+8)Ψ/N  reduce-scatter grads, update own slice, allgather
 //   stage 2  params pΨ    grads pΨ/N  master+Adam (m+8)Ψ/N  as 1, grads held only as the owned slice
 //   stage 3  params pΨ/N  grads pΨ/N  master+Adam (m+8)Ψ/N  allgather each unit before forward and backward
-// plus, in comm_buffers, the gradient buckets in flight and (stage 3) the gathered units alive, and in
-// workspace one unit's fp32 gradient slice during a mixed-precision update.
+// plus, in comm_buffers, the gradient buckets in flight, (stage 3) the gathered units alive and (ZeRO-Offload) the
+// pinned transfer buffers, and in workspace one unit's fp32 gradient slice during a mixed-precision update.
 //
 // Where each concern lives: what a stage partitions, shard/stage.h; the units' buffers and ranges,
 // shard/unit_state.h; parameter gathers, shard/gatherer.h; gradient buckets and reductions,

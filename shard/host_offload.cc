@@ -9,11 +9,16 @@
 namespace zero {
 namespace {
 
-size_t own_bytes(const UnitState& u, DType dtype) { return static_cast<size_t>(u.own_count) * dtype_size(dtype); }
+// The transfer buffers are the staging of copies between host and device, as the communication buffers are of
+// collectives.
+constexpr MemoryCategory kCategory = MemoryCategory::kCommBuffers;
+
+int64_t own_bytes(const UnitState& u, DType dtype) { return u.own_count * static_cast<int64_t>(dtype_size(dtype)); }
 
 }  // namespace
 
-absl::StatusOr<HostOffload> HostOffload::create(std::vector<UnitState>& units, DType dtype, Device device) {
+absl::StatusOr<HostOffload> HostOffload::create(std::vector<UnitState>& units, DType dtype, Device device,
+                                                Allocator& allocator) {
   DeviceApi* api = device_api(device);
   if (api == nullptr) {
     return absl::InvalidArgumentError(
@@ -25,9 +30,9 @@ absl::StatusOr<HostOffload> HostOffload::create(std::vector<UnitState>& units, D
   per_unit.reserve(units.size());
   for (const UnitState& u : units) {
     // Empty for a rank whose range of the unit is empty, and for params living in host memory themselves.
-    ZERO_ASSIGN_OR_RETURN(PinnedBuffer grads_out, PinnedBuffer::allocate(*api, own_bytes(u, dtype)));
-    ZERO_ASSIGN_OR_RETURN(PinnedBuffer params_in,
-                          PinnedBuffer::allocate(*api, u.params.device().is_cpu() ? 0 : own_bytes(u, dtype)));
+    ZERO_ASSIGN_OR_RETURN(Buffer grads_out, allocator.allocate_pinned(*api, own_bytes(u, dtype), kCategory));
+    ZERO_ASSIGN_OR_RETURN(Buffer params_in, allocator.allocate_pinned(
+                                                *api, u.params.device().is_cpu() ? 0 : own_bytes(u, dtype), kCategory));
     ZERO_ASSIGN_OR_RETURN(OwnedEvent copied_out, OwnedEvent::create(*api, device.index));
     ZERO_ASSIGN_OR_RETURN(OwnedEvent copied_in, OwnedEvent::create(*api, device.index));
     per_unit.push_back({.grads_out = std::move(grads_out),

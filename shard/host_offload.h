@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/allocator.h"
 #include "runtime/device_api.h"
 #include "shard/unit_state.h"
 
@@ -27,7 +28,9 @@ namespace zero {
 // Used from the compute thread only; `units` must outlive it.
 class HostOffload {
  public:
-  static absl::StatusOr<HostOffload> create(std::vector<UnitState>& units, DType dtype, Device device);
+  // The pinned buffers come from `allocator` (MemoryStats::pinned_*), which must outlive the HostOffload.
+  static absl::StatusOr<HostOffload> create(std::vector<UnitState>& units, DType dtype, Device device,
+                                            Allocator& allocator);
   HostOffload(HostOffload&&) = default;
   HostOffload& operator=(HostOffload&&) = default;
   // Waits for the copies in flight, which read or write the pinned buffers it frees.
@@ -51,11 +54,11 @@ class HostOffload {
   bool params_on_host(int i) const { return (*units_)[i].params.device().is_cpu(); }
 
   struct PerUnit {
-    PinnedBuffer grads_out;  // (own_count) training dtype
-    PinnedBuffer params_in;  // (own_count) training dtype; none where the params are in host memory
-    OwnedEvent copied_out;   // the gradient's copy to grads_out
-    OwnedEvent copied_in;    // the parameters' copy from params_in
-    bool streamed = false;   // gradients_final ran this step, and the kernels have not waited for its copy yet
+    Buffer grads_out;       // (own_count) training dtype, pinned
+    Buffer params_in;       // (own_count) training dtype, pinned; none where the params are in host memory
+    OwnedEvent copied_out;  // the gradient's copy to grads_out
+    OwnedEvent copied_in;   // the parameters' copy from params_in
+    bool streamed = false;  // gradients_final ran this step, and the kernels have not waited for its copy yet
   };
   HostOffload(std::vector<UnitState>& units, DType dtype, Device device, DeviceApi& api, OwnedStream transfer,
               OwnedEvent legacy_marker, std::vector<PerUnit> per_unit);

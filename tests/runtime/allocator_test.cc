@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/device_memory.h"
+#include "runtime/sim/sim_device.h"
 #include "tests/temp_dir.h"
 
 namespace zero {
@@ -80,6 +82,35 @@ TEST(Allocator, ABudgetOfADeviceBoundsThatDeviceAlone) {
   EXPECT_THAT(std::string(grads.status().message()), HasSubstr("the budget is 4.00 KiB and 2.93 KiB of it is held"));
   params->reset();
   EXPECT_TRUE(alloc.allocate(4096, MemoryCategory::kGrads, Device::sim(0)).ok());
+}
+
+TEST(Allocator, PinnedHostMemoryIsCountedApartFromDeviceMemoryAndFreedByItsApi) {
+  absl::StatusOr<std::unique_ptr<sim::SimDevice>> sim = sim::SimDevice::create();
+  ASSERT_TRUE(sim.ok()) << sim.status();
+  const int64_t big = int64_t{256} << 10;  // a size the host cache would keep, were it pageable
+  Allocator alloc(/*rank=*/0, /*budget_bytes=*/1000, DeviceType::kSim);
+  absl::StatusOr<Buffer> params = alloc.allocate(1000, MemoryCategory::kParams, Device::sim(0));
+  absl::StatusOr<Buffer> pinned = alloc.allocate_pinned(**sim, big, MemoryCategory::kCommBuffers);  // not budgeted
+  absl::StatusOr<Buffer> host = alloc.allocate(500, MemoryCategory::kWorkspace);
+  ASSERT_TRUE(params.ok() && pinned.ok() && host.ok()) << pinned.status();
+  EXPECT_TRUE(pinned->device().is_cpu());
+  EXPECT_EQ(alloc.stats().current_total, 1500 + big);
+  EXPECT_EQ(alloc.stats().current_of(MemoryCategory::kCommBuffers), big);
+  EXPECT_EQ(alloc.stats().device_current, 1000);
+  EXPECT_EQ(alloc.stats().pinned_current, big);
+  EXPECT_THAT(alloc.summary(), HasSubstr("pinned"));
+
+  void* const data = pinned->data();
+  pinned->reset();
+  EXPECT_FALSE((*sim)->free_pinned(data).ok()) << "the buffer did not give its memory back to the API";
+  const MemoryStats after = alloc.stats();
+  EXPECT_EQ(after.pinned_current, 0);
+  EXPECT_EQ(after.pinned_peak, big);
+  EXPECT_EQ(after.cached, 0) << "page-locked memory is not kept for pageable allocations";
+  EXPECT_EQ(after.current_total, 1500);
+  alloc.reset_peaks();
+  EXPECT_EQ(alloc.stats().pinned_peak, 0);
+  EXPECT_EQ(alloc.stats().device_peak, 1000);
 }
 
 TEST(Allocator, OtherFailuresAreNotOutOfMemory) {
