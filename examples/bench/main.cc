@@ -33,9 +33,9 @@ constexpr Subcommand kSubcommands[] = {
      "cross-entropy) beside a parallel memcpy",
      zero::kernels_command},
     {"offload",
-     "one GPT-2 per stage in RAM, with AdamW's state in NVMe files, and at stage 3 the parameters too: step time "
-     "beside the RAM run's, "
-     "bytes in RAM and in files beside the formulas, the process's peak resident memory",
+     "one GPT-2 per stage in RAM, with AdamW's state in NVMe files (--device=cpu) or in host memory (cuda, sim), and "
+     "at stage 3 the parameters too: step time beside the RAM run's, bytes in memory and in files beside the formulas, "
+     "the process's peak resident memory",
      zero::offload_command},
     {"optim", "AdamW parameters/s on one CPU shard beside the bound of its memory traffic and torch.optim.AdamW",
      zero::optim_command},

@@ -91,6 +91,8 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   config.precision = o.precision;
   config.offload_optimizer_path = o.offload_optimizer_path;
   config.offload_param_path = o.offload_param_path;
+  config.offload_optimizer_to_host = o.offload_optimizer_to_host;
+  config.offload_param_to_host = o.offload_param_to_host;
   config.persistence_threshold = o.persistence_threshold;
   config.device = rank_device(comm, o.device);
   // On the CPU timing costs clock reads only; on a GPU it would synchronize the device between phases.
@@ -124,7 +126,9 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
                        .stage = stage,
                        .precision = o.precision,
                        .offload_optimizer = !o.offload_optimizer_path.empty(),
-                       .offload_param = !o.offload_param_path.empty()};
+                       .offload_param = !o.offload_param_path.empty(),
+                       .offload_optimizer_to_host = o.offload_optimizer_to_host,
+                       .offload_param_to_host = o.offload_param_to_host};
   const MemoryStats held = allocator.stats();
   StageRow row{
       .stage = stage,
