@@ -399,8 +399,11 @@ TEST(OffloadBench, OffloadedRowsHoldWhatTheFormulaSaysInFiles) {
                              dir.path().string(), " --csv=", csv));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = csv_rows(csv);
-  const std::vector<std::pair<std::string, std::string>> expected = {
-      {"0", "none"}, {"0", "optimizer"}, {"3", "none"}, {"3", "optimizer"}, {"3", "optimizer+params"}};
+  const std::vector<std::pair<std::string, std::string>> expected = {{"0", "none"},
+                                                                     {"0", "files:optimizer"},
+                                                                     {"3", "none"},
+                                                                     {"3", "files:optimizer"},
+                                                                     {"3", "files:optimizer+params"}};
   ASSERT_EQ(rows.size(), expected.size()) << r.output;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& row = rows[i];
@@ -414,6 +417,30 @@ TEST(OffloadBench, OffloadedRowsHoldWhatTheFormulaSaysInFiles) {
   for (size_t i : {1, 3}) EXPECT_LT(number(rows[i].at("states_ram_MiB")), number(rows[i - 1].at("states_ram_MiB")));
   EXPECT_LT(number(rows[4].at("states_ram_MiB")), number(rows[3].at("states_ram_MiB")));
   EXPECT_GT(number(rows[4].at("in_files_MiB")), number(rows[3].at("in_files_MiB")));
+}
+
+TEST(OffloadBench, HostRowsOfADeviceEngineHoldWhatTheFormulaSaysOffTheDevice) {
+  const ScopedTempDir dir;
+  const std::string csv = dir.file("offload.csv");
+  const RunResult r = run_bench(absl::StrCat(
+      "offload --model=tiny --device=sim --ranks=2 --batch=1 --seq=4 --warmup=0 --iters=1 --stages=0,3 --csv=", csv));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = csv_rows(csv);
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"0", "none"}, {"0", "host:optimizer"}, {"3", "none"}, {"3", "host:optimizer"}, {"3", "host:optimizer+params"}};
+  ASSERT_EQ(rows.size(), expected.size()) << r.output;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    EXPECT_EQ(row.at("stage"), expected[i].first);
+    EXPECT_EQ(row.at("offloaded"), expected[i].second);
+    EXPECT_EQ(row.at("states_ram_MiB"), row.at("formula_MiB")) << i;
+    EXPECT_EQ(number(row.at("in_files_MiB")), 0) << i;
+    const bool host = i != 0 && i != 2;
+    EXPECT_EQ(number(row.at("rank0_pinned_MiB")) > 0, host) << i;  // the transfer buffers
+  }
+  // What goes to the host leaves the device: the optimizer, then the parameter shards too.
+  for (size_t i : {1, 3}) EXPECT_LT(number(rows[i].at("rank0_device_MiB")), number(rows[i - 1].at("rank0_device_MiB")));
+  EXPECT_LT(number(rows[4].at("rank0_device_MiB")), number(rows[3].at("rank0_device_MiB")));
 }
 
 TEST(StagesBenchFlags, BadStageAndModelNameTheFlag) {
