@@ -253,14 +253,14 @@ absl::Status Engine::non_finite_gradients() {
       "scaling skips such steps"));
 }
 
-absl::Status Engine::update(float lr, double clip_coefficient) {
+absl::Status Engine::update(const UpdateArgs& args) {
   // A unit kept whole where each rank updates a slice allgathers the slices. The allgather runs on the
   // communication thread while the next unit updates; all are waited for at the end (also after an error,
   // so no collective is left writing into the parameters).
   std::vector<Work> gathers;
   absl::Status status;
   for (int i = 0; i < static_cast<int>(units_.size()) && status.ok(); ++i) {
-    status = update_unit(i, lr, clip_coefficient);
+    status = update_unit(i, args);
     if (status.ok() && !policy_.updates_everything() && !units_[i].sharded) {
       gathers.push_back(gatherer_->allgather_updated(i));
     }
@@ -269,36 +269,36 @@ absl::Status Engine::update(float lr, double clip_coefficient) {
   return status;
 }
 
-absl::Status Engine::update_unit(int i, float lr, double clip_coefficient) {
+absl::Status Engine::update_unit(int i, const UpdateArgs& args) {
   UnitState& u = units_[i];
   Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;  // slice optimizers reduce norms
   const Tensor master = u.master.data() != nullptr ? u.master.tensor(DType::kF32, {u.own_count}) : Tensor();
   Buffer grads32_holder;
   if (host_offload_) {  // ZeRO-Offload: the gradient streamed to the host, the step there, the parameters back
     ZERO_ASSIGN_OR_RETURN(const Tensor grads, host_offload_->gradients(i));
-    ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(grads, clip_coefficient, grads32_holder));
+    ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(grads, args, grads32_holder));
     ZERO_ASSIGN_OR_RETURN(const Tensor params, host_offload_->parameters(i));
     if (dtype_ == DType::kF32) {
-      ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, step_count_, lr, comm));
+      ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, args.step, args.lr, comm));
       ZERO_RETURN_IF_ERROR(kernels::cast(params, master));
     } else {
-      ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, step_count_, lr, comm, HalfCopy{.out = params}));
+      ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, args.step, args.lr, comm, HalfCopy{.out = params}));
     }
     return host_offload_->send_parameters(i);
   }
-  ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(u.own_grads(dtype_), clip_coefficient, grads32_holder));
+  ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(u.own_grads(dtype_), args, grads32_holder));
   if (dtype_ == DType::kF32) {
-    ZERO_RETURN_IF_ERROR(u.optimizer->step(u.own_params(dtype_), grads32, step_count_, lr, comm));
+    ZERO_RETURN_IF_ERROR(u.optimizer->step(u.own_params(dtype_), grads32, args.step, args.lr, comm));
   } else {
     ZERO_RETURN_IF_ERROR(
-        u.optimizer->step(master, grads32, step_count_, lr, comm, HalfCopy{.out = u.own_params(dtype_)}));
+        u.optimizer->step(master, grads32, args.step, args.lr, comm, HalfCopy{.out = u.own_params(dtype_)}));
   }
   return page_out_offloaded(u, allocator_);
 }
 
-absl::StatusOr<Tensor> Engine::fp32_gradients(const Tensor& grads, double clip_coefficient, Buffer& holder) {
-  const float unscale = static_cast<float>(scaler_.scale());
-  const float clip = static_cast<float>(clip_coefficient);
+absl::StatusOr<Tensor> Engine::fp32_gradients(const Tensor& grads, const UpdateArgs& args, Buffer& holder) {
+  const float unscale = static_cast<float>(args.loss_scale);
+  const float clip = static_cast<float>(args.clip_coefficient);
   Tensor grads32 = grads;
   if (dtype_ != DType::kF32) {
     ZERO_ASSIGN_OR_RETURN(holder, allocator_.allocate(grads.numel() * 4, MemoryCategory::kWorkspace, grads.device()));
@@ -333,10 +333,11 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
       clip_coefficient = config_.gradient_clipping / (result.grad_norm + 1e-6);  // torch clip_grad_norm_
     }
   }
-  scaler_.update(result.skipped);
+  scaler_.update(result.skipped);  // for the next step's gradients: this step's carry result.loss_scale
   if (!result.skipped) {
     ++step_count_;
-    ZERO_RETURN_IF_ERROR(update(lr, clip_coefficient));
+    ZERO_RETURN_IF_ERROR(
+        update({.lr = lr, .loss_scale = result.loss_scale, .clip_coefficient = clip_coefficient, .step = step_count_}));
   }
   std::move(release_gradients).Invoke();  // before the gradients are zeroed
   ZERO_RETURN_IF_ERROR(reducer_->zero_grads());

@@ -157,12 +157,19 @@ class Engine {
   // Where the norm is not finite and no loss scaler skips the step (fp32, bf16): Aborted on every rank,
   // naming the first unit whose gradient holds a NaN or infinity. A collective.
   absl::Status non_finite_gradients();
-  absl::Status update(float lr, double clip_coefficient);
-  absl::Status update_unit(int i, float lr, double clip_coefficient);
+  // What one step's update applies, fixed once the step has decided it.
+  struct UpdateArgs {
+    float lr = 0;
+    double loss_scale = 1;        // the scale this step's gradients carry, which the update divides out
+    double clip_coefficient = 1;  // < 1 where the global norm is clipped
+    int64_t step = 0;             // the optimizer step it is, from 1
+  };
+  absl::Status update(const UpdateArgs& args);
+  absl::Status update_unit(int i, const UpdateArgs& args);
   // The optimizer's fp32 gradient from `grads` (own_count, training dtype, on the device or on the host): `grads`
   // itself for fp32, else a cast into `holder` beside it; unscaled and clipped in the same order of operations on
   // every stage and device.
-  absl::StatusOr<Tensor> fp32_gradients(const Tensor& grads, double clip_coefficient, Buffer& holder);
+  absl::StatusOr<Tensor> fp32_gradients(const Tensor& grads, const UpdateArgs& args, Buffer& holder);
   absl::Status require_between_steps(absl::string_view call) const;
 
   // Checkpoints (shard/checkpoint.cc): writing this rank's file; what this rank needs of each unit

@@ -525,6 +525,28 @@ TEST(LossScaling, ScaleDoublesAfterEachWindowOfGoodSteps) {
   }
 }
 
+TEST(LossScaling, TheUpdateDividesOutTheScaleTheGradientsCarriedNotTheNextOne) {
+  // Window 1: the scale doubles after every good step, so each step's gradients carry twice the last one's. A
+  // scale that stays put gives the same SGD updates up to the fp16 rounding of the parameters (powers of two
+  // scale fp16 gradients exactly in their normal range): at most an ulp or two of each. Dividing by the doubled
+  // scale would halve every update, off by far more.
+  TrainRun doubling{.world_size = 2, .steps = 3, .lr = 0.5f, .optimizer = sgd_factory()};
+  doubling.zero.precision = DType::kF16;
+  doubling.zero.loss_scaling.initial_scale = 16;
+  doubling.zero.loss_scaling.window = 1;
+  TrainRun fixed = doubling;
+  fixed.zero.loss_scaling.window = 1000;
+  const Outcome a = train(doubling), b = train(fixed);
+  ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status << b.status;
+  EXPECT_EQ(a.steps[2].loss_scale, 64);
+  EXPECT_EQ(b.steps[2].loss_scale, 16);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    const float ulp = std::ldexp(1.0f, std::ilogb(std::max(std::abs(b.params[i]), 6.1e-5f)) - 10);  // fp16's
+    EXPECT_LE(std::abs(a.params[i] - b.params[i]), 2 * ulp) << "element " << i;
+  }
+}
+
 TEST(LossScaling, BfloatAndFloatTrainWithoutScaling) {
   for (DType precision : {DType::kF32, DType::kBF16}) {
     TrainRun run{.world_size = 2, .steps = 2};
