@@ -25,6 +25,7 @@ class Lamb final : public Optimizer {
   Lamb(const LambOptions& options, ShardLayout layout, Device device)
       : Optimizer(std::move(layout), device), options_(options) {}
   absl::string_view name() const override { return "LAMB"; }
+  bool communicates() const override { return true; }
 
   absl::Status allocate_bins(Allocator& allocator) {
     ZERO_ASSIGN_OR_RETURN(bins_, optim::allocate_square_bins(layout(), allocator, device()));

@@ -48,6 +48,8 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   virtual absl::string_view name() const = 0;
+  // Whether step() communicates over its `comm` (LAMB/LARS: whole-parameter norms of a slice).
+  virtual bool communicates() const { return false; }
   const ShardLayout& layout() const { return *layout_; }
   Device device() const { return device_; }
 

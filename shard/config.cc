@@ -42,6 +42,15 @@ absl::Status ZeroConfig::validate(absl::string_view key_prefix) const {
                             stage, ", offload_optimizer_to_host ", offload_optimizer_to_host ? "true" : "false",
                             "); use stage 3 and offload_optimizer_to_host"));
   }
+  if (delayed_update_after < -1) {
+    return bad("delayed_update_after", delayed_update_after, "must be >= 0 (steps updated at once first), or -1: off");
+  }
+  if (delayed_update_after >= 0 && (!offload_optimizer_to_host || offload_param_to_host)) {
+    return bad("delayed_update_after", delayed_update_after,
+               "a delayed update overlaps the host optimizer with the device's next step, so it needs "
+               "offload_optimizer_to_host, and the parameter shards on the device (offload_param_to_host false: "
+               "the next step's gathers would read the shards the update writes)");
+  }
   if (offload_optimizer_to_host && device.is_cpu()) {
     return bad("offload_optimizer_to_host", "true",
                "the engine is on the CPU, where its optimizer runs already; set it false, or name a device");

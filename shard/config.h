@@ -86,6 +86,13 @@ struct ZeroConfig {
   // and the host optimizer writes it in place. The device holds the gathered units, gradients and activations.
   // Units kept whole (persistence_threshold) stay on the device.
   bool offload_param_to_host = false;
+  // With offload_optimizer_to_host: ZeRO-Offload's delayed parameter update (DPU) once this many steps have been
+  // taken (-1: never). The CPU update of step k > delayed_update_after runs on a thread of its own beside the
+  // forward and backward of step k+1, whose kernels therefore read the parameters of step k-1 (one step stale:
+  // step k+1's gradient is taken at the parameters of step k-1); step k+1 sends step k's parameters to the device
+  // before its own update starts. The steps up to it (the warm-up, where the parameters change fastest) update at
+  // once. A checkpoint, load_params, load_checkpoint or visit_full_params applies the update in flight first.
+  int64_t delayed_update_after = -1;
 
   // Time each step's phases (Engine::phase_times), as DeepSpeed's wall_clock_breakdown. On a GPU the
   // device is synchronized at each phase's start and end so the time is the phase's own work, which

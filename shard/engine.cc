@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/kernels.h"
 #include "optim/square_sum.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/status.h"
 #include "shard/offload.h"
 
@@ -37,6 +38,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicato
 
 // --- Building -------------------------------------------------------------------------------------------
 
+Engine::~Engine() {
+  if (delayed_ != nullptr) delayed_->thread.join();
+}
+
 absl::Status Engine::build(OptimizerFactory make_optimizer) {
   ZERO_ASSIGN_OR_RETURN(wrapped_, WrappedModel::wrap(model_, config_.wrap_min_params));
   const std::vector<Unit*> units = wrapped_->units();
@@ -45,6 +50,12 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
       units_, flat_unit_states(units, policy_, config_.persistence_threshold, comm_.rank(), comm_.world_size()));
   ZERO_RETURN_IF_ERROR(place_optimizer_in_files(allocator_, config_.offload_optimizer_path));
   for (UnitState& u : units_) ZERO_RETURN_IF_ERROR(allocate_unit(u, make_optimizer));
+  if (config_.delayed_update_after >= 0 && !policy_.updates_everything() && units_[0].optimizer->communicates()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ZeroConfig.delayed_update_after = ", config_.delayed_update_after, ": ", units_[0].optimizer->name(),
+        " reduces its norms across ranks within the update, which a delayed update would run beside the next "
+        "step's collectives; use stage 0 (every rank updates whole parameters), another optimizer, or no delay"));
+  }
   ZERO_RETURN_IF_ERROR(initialize_params());
   const RankContext rank{
       .units = units_, .comm = comm_, .allocator = allocator_, .meter = meter_, .dtype = dtype_, .device = device_};
@@ -52,7 +63,10 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
   GradientReducer::GradientsFinal on_final;
   if (config_.offload_optimizer_to_host) {
     ZERO_ASSIGN_OR_RETURN(host_offload_, HostOffload::create(units_, dtype_, device_, allocator_));
-    on_final = [this](int i) { return host_offload_->gradients_final(i); };
+    on_final = [this](int i) {
+      wait_until_updated(i);
+      return host_offload_->gradients_final(i);
+    };
   }
   reducer_ = std::make_unique<GradientReducer>(rank, config_, std::move(on_final));
   ZERO_ASSIGN_OR_RETURN(metrics_, StepMetrics::create(allocator_, device_, config_.accumulation_steps));
@@ -254,13 +268,17 @@ absl::Status Engine::non_finite_gradients() {
 }
 
 absl::Status Engine::update(const UpdateArgs& args) {
-  // A unit kept whole where each rank updates a slice allgathers the slices. The allgather runs on the
-  // communication thread while the next unit updates; all are waited for at the end (also after an error,
-  // so no collective is left writing into the parameters).
+  if (host_offload_) ZERO_RETURN_IF_ERROR(host_offload_->stream_remaining_gradients());
+  return update_each_unit([&](int i) { return update_unit(i, args); });
+}
+
+absl::Status Engine::update_each_unit(const std::function<absl::Status(int i)>& update_one) {
+  // The allgather runs on the communication thread while the next unit updates; all are waited for at the end
+  // (also after an error, so no collective is left writing into the parameters).
   std::vector<Work> gathers;
   absl::Status status;
   for (int i = 0; i < static_cast<int>(units_.size()) && status.ok(); ++i) {
-    status = update_unit(i, args);
+    status = update_one(i);
     if (status.ok() && !policy_.updates_everything() && !units_[i].sharded) {
       gathers.push_back(gatherer_->allgather_updated(i));
     }
@@ -270,22 +288,14 @@ absl::Status Engine::update(const UpdateArgs& args) {
 }
 
 absl::Status Engine::update_unit(int i, const UpdateArgs& args) {
+  if (host_offload_) {  // ZeRO-Offload: the gradient streamed to the host, the step there, the parameters back
+    ZERO_RETURN_IF_ERROR(update_on_host(i, args));
+    return host_offload_->send_parameters(i);
+  }
   UnitState& u = units_[i];
   Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;  // slice optimizers reduce norms
   const Tensor master = u.master.data() != nullptr ? u.master.tensor(DType::kF32, {u.own_count}) : Tensor();
   Buffer grads32_holder;
-  if (host_offload_) {  // ZeRO-Offload: the gradient streamed to the host, the step there, the parameters back
-    ZERO_ASSIGN_OR_RETURN(const Tensor grads, host_offload_->gradients(i));
-    ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(grads, args, grads32_holder));
-    ZERO_ASSIGN_OR_RETURN(const Tensor params, host_offload_->parameters(i));
-    if (dtype_ == DType::kF32) {
-      ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, args.step, args.lr, comm));
-      ZERO_RETURN_IF_ERROR(kernels::cast(params, master));
-    } else {
-      ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, args.step, args.lr, comm, HalfCopy{.out = params}));
-    }
-    return host_offload_->send_parameters(i);
-  }
   ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(u.own_grads(dtype_), args, grads32_holder));
   if (dtype_ == DType::kF32) {
     ZERO_RETURN_IF_ERROR(u.optimizer->step(u.own_params(dtype_), grads32, args.step, args.lr, comm));
@@ -294,6 +304,62 @@ absl::Status Engine::update_unit(int i, const UpdateArgs& args) {
         u.optimizer->step(master, grads32, args.step, args.lr, comm, HalfCopy{.out = u.own_params(dtype_)}));
   }
   return page_out_offloaded(u, allocator_);
+}
+
+absl::Status Engine::update_on_host(int i, const UpdateArgs& args) {
+  UnitState& u = units_[i];
+  Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;
+  const Tensor master = u.master.tensor(DType::kF32, {u.own_count});  // always apart from the device's params
+  Buffer grads32_holder;
+  ZERO_ASSIGN_OR_RETURN(const Tensor grads, host_offload_->streamed_gradients(i));
+  ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(grads, args, grads32_holder));
+  ZERO_ASSIGN_OR_RETURN(const Tensor params, host_offload_->parameters(i));
+  if (dtype_ == DType::kF32) {
+    ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, args.step, args.lr, comm));
+    return kernels::cast(params, master);
+  }
+  return u.optimizer->step(master, grads32, args.step, args.lr, comm, HalfCopy{.out = params});
+}
+
+bool Engine::delays_this_update() const {
+  return config_.delayed_update_after >= 0 && step_count_ > config_.delayed_update_after;
+}
+
+absl::Status Engine::start_delayed_update(const UpdateArgs& args) {
+  ZERO_RETURN_IF_ERROR(host_offload_->stream_remaining_gradients());
+  delayed_ = std::make_unique<DelayedUpdate>();
+  delayed_->updated.assign(units_.size(), false);
+  delayed_->thread = std::thread([this, args, d = delayed_.get(), threads = cpu_threads()] {
+    set_cpu_threads(threads);  // the rank's share of the cores, as on its compute thread
+    absl::Status status;
+    for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
+      if (status.ok()) status = update_on_host(i, args);
+      absl::MutexLock lock(&d->mu);
+      d->updated[i] = true;  // after a failure too: nothing reads the buffer anymore
+      d->status.Update(status);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Engine::finish_delayed_update() {
+  if (delayed_ == nullptr) return absl::OkStatus();
+  delayed_->thread.join();
+  const absl::Status status = [&] {
+    absl::MutexLock lock(&delayed_->mu);
+    return delayed_->status;
+  }();
+  delayed_.reset();
+  ZERO_RETURN_IF_ERROR(status);
+  return update_each_unit([&](int i) { return host_offload_->send_parameters(i); });
+}
+
+void Engine::wait_until_updated(int i) {
+  if (delayed_ == nullptr) return;
+  DelayedUpdate& d = *delayed_;
+  absl::MutexLock lock(&d.mu);
+  const auto updated = [&d, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu) { return bool{d.updated[i]}; };
+  d.mu.Await(absl::Condition(&updated));
 }
 
 absl::StatusOr<Tensor> Engine::fp32_gradients(const Tensor& grads, const UpdateArgs& args, Buffer& holder) {
@@ -315,7 +381,8 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step() after ", micro_batches_done_, " micro-batches; accumulation_steps is ", config_.accumulation_steps));
   }
-  ZERO_RETURN_IF_ERROR(metrics_->copy_back());                       // arrives with the norm's read
+  ZERO_RETURN_IF_ERROR(finish_delayed_update());  // the last step's, before this step's gradients are read
+  ZERO_RETURN_IF_ERROR(metrics_->copy_back());    // arrives with the norm's read
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time
   // However the step ends, later kernels wait for the gradients' copies to the host (ZeRO-Offload).
   absl::Cleanup release_gradients = [this] {
@@ -336,8 +403,9 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
   scaler_.update(result.skipped);  // for the next step's gradients: this step's carry result.loss_scale
   if (!result.skipped) {
     ++step_count_;
-    ZERO_RETURN_IF_ERROR(
-        update({.lr = lr, .loss_scale = result.loss_scale, .clip_coefficient = clip_coefficient, .step = step_count_}));
+    const UpdateArgs args{
+        .lr = lr, .loss_scale = result.loss_scale, .clip_coefficient = clip_coefficient, .step = step_count_};
+    ZERO_RETURN_IF_ERROR(delays_this_update() ? start_delayed_update(args) : update(args));
   }
   std::move(release_gradients).Invoke();  // before the gradients are zeroed
   ZERO_RETURN_IF_ERROR(reducer_->zero_grads());
@@ -370,6 +438,7 @@ absl::Status Engine::require_between_steps(absl::string_view call) const {
 absl::Status Engine::visit_full_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, const Tensor&)>& visit) {
   ZERO_RETURN_IF_ERROR(require_between_steps("visit_full_params"));
+  ZERO_RETURN_IF_ERROR(finish_delayed_update());
   std::vector<int> plan;
   for (size_t i = 0; i < units_.size(); ++i) {
     if (units_[i].sharded) plan.push_back(static_cast<int>(i));
@@ -393,6 +462,7 @@ absl::Status Engine::visit_full_params(
 absl::Status Engine::load_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, Tensor)>& fill) {
   ZERO_RETURN_IF_ERROR(require_between_steps("load_params"));
+  ZERO_RETURN_IF_ERROR(finish_delayed_update());
   for (UnitState& u : units_) {
     ZERO_ASSIGN_OR_RETURN(Buffer full, allocator_.allocate(u.layout.padded_numel * 4, MemoryCategory::kWorkspace));
     std::memset(full.data(), 0, full.nbytes());

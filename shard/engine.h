@@ -36,9 +36,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "optim/optimizer.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
@@ -89,6 +92,7 @@ class Engine {
   // The allocator's peaks restart when it returns, so they measure the steps.
   static absl::StatusOr<std::unique_ptr<Engine>> create(Model& model, Communicator& comm, Allocator& allocator,
                                                         OptimizerFactory make_optimizer, ZeroConfig config);
+  ~Engine();  // waits for a delayed update in flight
 
   // One optimizer step over config.accumulation_steps micro-batches of this rank, at learning rate lr.
   absl::StatusOr<StepResult> train_step(std::span<const Batch> micro_batches, float lr);
@@ -166,6 +170,21 @@ class Engine {
   };
   absl::Status update(const UpdateArgs& args);
   absl::Status update_unit(int i, const UpdateArgs& args);
+  // ZeRO-Offload: unit i's update on the host, from its streamed gradient into its parameters' pinned buffer.
+  absl::Status update_on_host(int i, const UpdateArgs& args);
+  // Runs `update_one` on every unit in order, allgathering behind it the slices of the units kept whole where each
+  // rank updates a slice.
+  absl::Status update_each_unit(const std::function<absl::Status(int i)>& update_one);
+
+  // ZeRO-Offload's delayed parameter update (ZeroConfig::delayed_update_after).
+  bool delays_this_update() const;
+  // Starts this step's host update on a thread of its own, last unit first (the order the next backward hands
+  // the gradient buffers back), and returns.
+  absl::Status start_delayed_update(const UpdateArgs& args);
+  // Waits for the delayed update in flight, if any, and sends its parameters to the device.
+  absl::Status finish_delayed_update();
+  // Waits until the delayed update in flight has read unit i's gradient buffer, which the next copy overwrites.
+  void wait_until_updated(int i);
   // The optimizer's fp32 gradient from `grads` (own_count, training dtype, on the device or on the host): `grads`
   // itself for fp32, else a cast into `holder` beside it; unscaled and clipped in the same order of operations on
   // every stage and device.
@@ -201,6 +220,15 @@ class Engine {
   LossScaler scaler_;
   std::vector<UnitState> units_;
   std::optional<HostOffload> host_offload_;  // under config_.offload_optimizer_to_host
+  // The delayed update in flight, between the step that started it and the next one (or a call that reads or
+  // writes the whole state).
+  struct DelayedUpdate {
+    std::thread thread;
+    absl::Mutex mu;
+    std::vector<bool> updated ABSL_GUARDED_BY(mu);  // per unit: its gradient read, its parameters written
+    absl::Status status ABSL_GUARDED_BY(mu);        // the first unit's failure
+  };
+  std::unique_ptr<DelayedUpdate> delayed_;
   // Declared after units_, so destroyed first: each waits for its collectives in flight.
   std::unique_ptr<ParamGatherer> gatherer_;
   std::unique_ptr<GradientReducer> reducer_;

@@ -65,9 +65,15 @@ absl::Status HostOffload::gradients_final(int i) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> HostOffload::gradients(int i) {
-  PerUnit& p = per_unit_[i];
-  if (!p.streamed) ZERO_RETURN_IF_ERROR(gradients_final(i));
+absl::Status HostOffload::stream_remaining_gradients() {
+  for (int i = 0; i < static_cast<int>(per_unit_.size()); ++i) {
+    if (!per_unit_[i].streamed) ZERO_RETURN_IF_ERROR(gradients_final(i));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> HostOffload::streamed_gradients(int i) const {
+  const PerUnit& p = per_unit_[i];
   ZERO_RETURN_IF_ERROR(api_->synchronize(p.copied_out.get()));
   return Tensor(p.grads_out.data(), dtype_, {(*units_)[i].own_count});
 }

@@ -25,7 +25,8 @@ namespace zero {
 // A unit whose parameter shard lives in host memory itself (ZeroConfig::offload_param_to_host) is updated in place:
 // parameters(i) is the shard, and send_parameters has nothing to copy.
 //
-// Used from the compute thread only; `units` must outlive it.
+// Used from the compute thread, but for streamed_gradients and parameters, which the delayed update calls from a
+// thread of its own for the units the compute thread leaves alone meanwhile; `units` must outlive it.
 class HostOffload {
  public:
   // The pinned buffers come from `allocator` (MemoryStats::pinned_*), which must outlive the HostOffload.
@@ -38,9 +39,10 @@ class HostOffload {
 
   // Unit i's gradient for this step is complete, as queued on the device so far: its copy to the host starts.
   absl::Status gradients_final(int i);
-  // Unit i's gradient on the host (own_count, training dtype, pinned), once its copy finished; started now when
-  // gradients_final(i) did not run this step.
-  absl::StatusOr<Tensor> gradients(int i);
+  // Starts the gradient copies gradients_final has not started this step: before the update reads them.
+  absl::Status stream_remaining_gradients();
+  // Unit i's gradient on the host (own_count, training dtype, pinned), once its copy (started) finished.
+  absl::StatusOr<Tensor> streamed_gradients(int i) const;
   // Where the update writes unit i's parameters (own_count, training dtype): pinned memory, once the last copy from it
   // finished, or the unit's own parameters where they are in host memory.
   absl::StatusOr<Tensor> parameters(int i);

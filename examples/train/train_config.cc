@@ -291,7 +291,8 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.allgather_partitions", true,
                                     "the updated slices of every unit kept whole are allgathered after the update"));
   ZERO_RETURN_IF_ERROR(r.read_fixed("zero_optimization.round_robin_gradients", false,
-                                    "it spreads copies to host memory for ZeRO-Offload, which zero does not have"));
+                                    "it spreads ZeRO-Offload's copies to host memory over the ranks, and zero's each "
+                                    "copy only the rank's own slice of a unit, as soon as it is reduced"));
   const absl::string_view predivided = "each rank's gradient is divided by N x accumulation before the reduction";
   ZERO_RETURN_IF_ERROR(r.read_fixed("prescale_gradients", false, predivided));
   ZERO_RETURN_IF_ERROR(r.read_fixed("gradient_predivide_factor", 1.0, predivided));
@@ -359,6 +360,7 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_param.nvme_path", z.offload_param.nvme_path));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.no_sync", z.no_sync));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.wrap_min_params", z.wrap_min_params));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.delayed_update_after", z.delayed_update_after));
   ZERO_RETURN_IF_ERROR(r.read("bf16.enabled", c.bf16));
   ZERO_RETURN_IF_ERROR(r.read("fp16.enabled", c.fp16.enabled));
   ZERO_RETURN_IF_ERROR(r.read("fp16.loss_scale", c.fp16.loss_scale));
@@ -885,6 +887,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   config.stage = z.stage;
   config.no_sync = z.no_sync;
   config.wrap_min_params = z.wrap_min_params;
+  config.delayed_update_after = z.delayed_update_after;
   config.precision = training_precision(c);
   config.loss_scaling = {.initial_scale = std::ldexp(1.0, c.fp16.initial_scale_power),
                          .window = c.fp16.loss_scale_window,

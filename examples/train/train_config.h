@@ -37,7 +37,8 @@ struct ZeroOptimization {  // "zero_optimization"
   Offload offload_param;      // stage 3: the parameter shards to files on NVMe
   // zero's own: DDP's no_sync for stages 0-1 (reduce once per step), and the wrap policy's size.
   bool no_sync = false;
-  int64_t wrap_min_params = 0;  // elements; 0 = one flat unit per model unit
+  int64_t wrap_min_params = 0;        // elements; 0 = one flat unit per model unit
+  int64_t delayed_update_after = -1;  // ZeRO-Offload's delayed parameter update after these steps; -1 = never
 };
 
 struct Fp16 {  // "fp16"

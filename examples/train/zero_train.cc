@@ -214,10 +214,14 @@ std::string describe_model(const Plan& p) {
 
 // "" or a line naming what goes to host memory or to files where, warning when a directory is in RAM itself (tmpfs).
 std::string describe_offload(const ZeroConfig& z) {
-  std::string out = z.offload_optimizer_to_host ? absl::StrCat("\n  offload: optimizer (fp32 master weights and state)",
-                                                               z.offload_param_to_host ? " and parameter shards" : "",
-                                                               " to host memory, stepped on the CPU")
-                                                : "";
+  std::string out =
+      z.offload_optimizer_to_host
+          ? absl::StrCat("\n  offload: optimizer (fp32 master weights and state)",
+                         z.offload_param_to_host ? " and parameter shards" : "", " to host memory, stepped on the CPU",
+                         z.delayed_update_after >= 0
+                             ? absl::StrCat(", delayed one step after step ", z.delayed_update_after)
+                             : "")
+          : "";
   for (const auto& [what, dir] :
        {std::pair{"optimizer", &z.offload_optimizer_path}, std::pair{"parameter shards", &z.offload_param_path}}) {
     if (dir->empty()) continue;

@@ -290,6 +290,43 @@ TEST_F(ZeroTrainTest, TheSimulatedDeviceTrainsTheCpusBitsAndResumesFromItsCheckp
   EXPECT_TRUE(file_bytes((dir / "shards_offloaded.safetensors").string()) == exported);
 }
 
+// ZeRO-Offload's delayed parameter update through zero-train: the warm-up's losses are the immediate update's, the
+// next step's loss is not (its gradient is taken one update late), and a checkpoint saved with an update in flight
+// resumes to the same exported weights.
+TEST_F(ZeroTrainTest, TheDelayedUpdateResumesFromItsCheckpointsToTheSameWeights) {
+  const std::filesystem::path& dir = dir_.path();
+  const std::string offload = "--device=sim --zero_optimization.offload_optimizer.device=cpu";
+  const std::string delayed = offload + " --zero_optimization.delayed_update_after=2";
+  const std::string ckpt = (dir / "ckpt").string();
+  const auto run = [&](const std::string& name, const std::string& more) {
+    return run_zero_train(absl::StrCat(tiny_run_args((dir / (name + ".jsonl")).string()),
+                                       " --export_path=", (dir / (name + ".safetensors")).string(), " ", more));
+  };
+  const auto losses = [&](const std::string& name) {
+    std::vector<double> out;
+    for (const json& r : events(metrics_lines((dir / (name + ".jsonl")).string()), "train")) {
+      out.push_back(r["loss"].get<double>());
+    }
+    return out;
+  };
+  ASSERT_EQ(run("immediate", offload).exit_code, 0);
+  const RunResult through =
+      run("delayed", absl::StrCat(delayed, " --checkpoint.dir=", ckpt, " --checkpoint.interval=4"));
+  ASSERT_EQ(through.exit_code, 0) << through.output;
+  EXPECT_THAT(through.output, HasSubstr("delayed one step after step 2"));
+  const std::vector<double> immediate = losses("immediate"), late = losses("delayed");
+  ASSERT_EQ(late.size(), immediate.size());
+  ASSERT_GE(late.size(), 4u);
+  EXPECT_EQ(std::vector<double>(late.begin(), late.begin() + 3),
+            std::vector<double>(immediate.begin(), immediate.begin() + 3));
+  EXPECT_NE(late[3], immediate[3]);
+  const RunResult resumed = run("resumed", absl::StrCat(delayed, " --checkpoint.resume=", ckpt, "/step-00000008"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::string exported = file_bytes((dir / "delayed.safetensors").string());
+  ASSERT_FALSE(exported.empty());
+  EXPECT_TRUE(file_bytes((dir / "resumed.safetensors").string()) == exported);
+}
+
 // --- Nothing saved is lost ------------------------------------------------------------------------------
 
 // Every file under `dir`, by relative path, with its bytes.

@@ -5,10 +5,12 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "models/gpt2.h"
 #include "models/mlp.h"
@@ -19,7 +21,10 @@
 #include "runtime/status.h"
 #include "shard/engine.h"
 #include "shard/plan.h"
+#include "tests/models/model_runner.h"
+#include "tests/shard/hooked_model.h"
 #include "tests/skip_without_gpu.h"
+#include "tests/temp_dir.h"
 
 namespace zero {
 namespace {
@@ -106,6 +111,11 @@ struct Setup {
   float lr = 1e-2f;
   bool lamb = false;               // LAMB (whole-parameter norms reduced across ranks) instead of AdamW
   bool read_params_at_end = true;  // false: the engine is destroyed right after the last step, nothing waited for
+  float weight_decay = 0.01f;
+  int64_t delayed_update_after = -1;  // ZeroConfig's
+  std::string checkpoint;             // a directory: saved after step save_after, or loaded first with resume
+  int save_after = -1;
+  bool resume = false;  // load `checkpoint` and go on from step save_after
 };
 
 // Trains `task` on setup.device: the engine's buffers, the model's activations and each batch live there.
@@ -118,10 +128,11 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
                   .loss_scaling = {.initial_scale = setup.initial_loss_scale},
                   .accumulation_steps = setup.accumulation_steps,
                   .gradient_clipping = setup.gradient_clipping,
-                  .weight_decay = 0.01f,
+                  .weight_decay = setup.weight_decay,
                   .device = setup.device,
                   .offload_optimizer_to_host = setup.offload_optimizer_to_host,
-                  .offload_param_to_host = setup.offload_param_to_host};
+                  .offload_param_to_host = setup.offload_param_to_host,
+                  .delayed_update_after = setup.delayed_update_after};
   const OptimizerFactory optimizer = [lamb = setup.lamb](ShardLayout layout, Allocator& a, Device d) {
     return lamb ? make_lamb(LambOptions{}, std::move(layout), a, d) : make_adam(AdamOptions{}, std::move(layout), a, d);
   };
@@ -147,7 +158,8 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
   }
   const int64_t global_rows = rows * comm.world_size();
   RankRun run;
-  for (int step = 0; step < kSteps; ++step) {
+  if (setup.resume) ZERO_RETURN_IF_ERROR(engine->load_checkpoint(setup.checkpoint).status());
+  for (int step = setup.resume ? setup.save_after : 0; step < kSteps; ++step) {
     for (int m = 0; m < setup.accumulation_steps; ++m) {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t global_row = (step * setup.accumulation_steps + m) * global_rows + comm.rank() * rows + r;
@@ -165,6 +177,7 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
     run.skipped_steps += result.skipped ? 1 : 0;
     if (setup.device.is_sim())
       run.host_synchronizations.push_back(sim_device().host_synchronizations() - synchronized_before);
+    if (!setup.resume && step + 1 == setup.save_after) ZERO_RETURN_IF_ERROR(engine->save_checkpoint(setup.checkpoint));
   }
   run.pinned_peak = alloc.stats().pinned_peak;
   run.transfer_buffers_formula = model_state_bytes({.params = engine->num_params(),
@@ -293,6 +306,222 @@ struct OffloadCase {
 };
 
 class OffloadMatchesDevice : public ::testing::TestWithParam<OffloadCase> {};
+
+// The explicit reference for a delayed update: `task` run on one rank without the engine (ModelRunner, on the CPU)
+// and AdamW stepped by hand over every parameter as one fp32 shard, step k's gradient taken at the parameters the
+// engine promises its forward reads: those after update k-1 up to step warmup+1, after update k-2 from then on.
+struct DelayedReference {
+  std::vector<float> params;  // after the last update
+  std::vector<float> losses;  // per step
+};
+absl::StatusOr<DelayedReference> delayed_reference(const Task& task, const Setup& setup, int warmup) {
+  Allocator alloc;
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, task.make_model());
+  testing::ModelRunner runner(*model);
+  runner.init(ZeroConfig{}.seed);
+  std::vector<FlatParam> flat;
+  std::vector<float> master;  // the parameters, flat, in unit and declaration order
+  runner.for_each_param([&](const std::string& unit, const std::string& param) {
+    const Tensor t = runner.param(unit, param);
+    flat.push_back(
+        {.name = absl::StrCat(unit, ".", param), .offset = static_cast<int64_t>(master.size()), .numel = t.numel()});
+    master.insert(master.end(), static_cast<const float*>(t.data()), static_cast<const float*>(t.data()) + t.numel());
+  });
+  const int64_t numel = static_cast<int64_t>(master.size());
+  ZERO_ASSIGN_OR_RETURN(ShardLayout layout, ShardLayout::create(flat, {ParamGroup{.weight_decay = setup.weight_decay}},
+                                                                /*shard_begin=*/0, numel));
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> adamw, make_adam(AdamOptions{}, std::move(layout), alloc));
+  std::vector<std::vector<float>> updated = {master};  // updated[j]: the parameters after update j
+  DelayedReference out;
+  std::vector<int32_t> inputs(kRowsPerRank * task.inputs_per_row), targets(kRowsPerRank * task.targets_per_row);
+  for (int k = 1; k <= kSteps; ++k) {
+    const std::vector<float>& seen = updated[k <= warmup + 1 ? k - 1 : k - 2];
+    ZERO_RETURN_IF_ERROR(runner.load([&](absl::string_view unit, absl::string_view param, const Tensor& dst) {
+      const FlatParam& p = *std::find_if(flat.begin(), flat.end(),
+                                         [&](const FlatParam& f) { return f.name == absl::StrCat(unit, ".", param); });
+      std::memcpy(dst.data(), seen.data() + p.offset, dst.nbytes());
+      return absl::OkStatus();
+    }));
+    runner.for_each_param([&](const std::string& unit, const std::string& param) {
+      const Tensor g = runner.grad(unit, param);
+      std::memset(g.data(), 0, g.nbytes());
+    });
+    for (int64_t r = 0; r < kRowsPerRank; ++r) {
+      task.fill((k - 1) * kRowsPerRank + r, &inputs[r * task.inputs_per_row], &targets[r * task.targets_per_row]);
+    }
+    const Batch batch{.inputs = Tensor(inputs.data(), task.input_dtype, {kRowsPerRank, task.inputs_per_row}),
+                      .targets = Tensor(targets.data(), DType::kI32, {kRowsPerRank, task.targets_per_row})};
+    ZERO_ASSIGN_OR_RETURN(const testing::RunResult result, runner.forward_backward(alloc, batch));
+    out.losses.push_back(result.loss);
+    std::vector<float> grads = runner.all_grads();
+    ZERO_RETURN_IF_ERROR(adamw->step(Tensor(master.data(), DType::kF32, {numel}),
+                                     Tensor(grads.data(), DType::kF32, {numel}), k, setup.lr));
+    updated.push_back(master);
+  }
+  out.params = master;
+  return out;
+}
+
+// ZeRO-Offload's delayed parameter update: after a warm-up of immediate updates, each step's host update runs
+// beside the next step's forward and backward, which read the parameters one update older; the losses and the
+// final parameters are the explicit reference's, bit for bit (one rank, stage 0, fp32: the engine's gradient is
+// the model's own). On the simulated device with random stream delays the ordering is checked as well.
+TEST(DelayedUpdate, EqualsTheReferenceThatTakesEachGradientOneUpdateLate) {
+  constexpr int kWarmup = 2;
+  const Task task = gpt2_task();
+  zero::Setup setup{.world_size = 1,
+                    .device = Device::sim(0),
+                    .gradient_clipping = 0,
+                    .offload_optimizer_to_host = true,
+                    .weight_decay = 0,
+                    .delayed_update_after = kWarmup};
+  const absl::StatusOr<RankRun> delayed = train(task, setup);
+  const absl::StatusOr<DelayedReference> reference = delayed_reference(task, setup, kWarmup);
+  ASSERT_TRUE(delayed.ok()) << delayed.status();
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  EXPECT_EQ(delayed->losses, reference->losses);
+  EXPECT_EQ(delayed->params, reference->params);
+
+  // Not the immediate update's: the delay changed the trajectory from the first delayed step's forward on.
+  setup.delayed_update_after = -1;
+  const absl::StatusOr<RankRun> immediate = train(task, setup);
+  ASSERT_TRUE(immediate.ok()) << immediate.status();
+  EXPECT_EQ(std::vector<float>(immediate->losses.begin(), immediate->losses.begin() + kWarmup + 1),
+            std::vector<float>(delayed->losses.begin(), delayed->losses.begin() + kWarmup + 1));
+  EXPECT_NE(immediate->losses[kWarmup + 1], delayed->losses[kWarmup + 1]);
+}
+
+// A checkpoint saved with an update in flight holds it applied, and training on from it is bitwise the run that
+// saved it going on (whose next step starts from the update the save applied).
+TEST(DelayedUpdate, ResumingFromACheckpointIsTrainingOn) {
+  const testing::ScopedTempDir dir;
+  zero::Setup setup{.world_size = 2,
+                    .stage = 2,
+                    .precision = DType::kBF16,
+                    .device = Device::sim(0),
+                    .offload_optimizer_to_host = true,
+                    .delayed_update_after = 1,
+                    .checkpoint = dir.file("step-4"),
+                    .save_after = 4};
+  const absl::StatusOr<RankRun> through = train(gpt2_task(), setup);
+  ASSERT_TRUE(through.ok()) << through.status();
+  setup.resume = true;
+  const absl::StatusOr<RankRun> resumed = train(gpt2_task(), setup);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->params, through->params);
+  EXPECT_EQ(resumed->losses, std::vector<float>(through->losses.begin() + 4, through->losses.end()));
+}
+
+// LAMB's slices reduce their norms across ranks inside the update, which a delayed update would run beside the
+// next step's collectives: refused from stage 1 on, where ranks update slices; at stage 0 each rank updates whole
+// parameters and it trains.
+TEST(DelayedUpdate, LambOnSlicesIsRefusedNamingIt) {
+  zero::Setup setup{
+      .stage = 1, .device = Device::sim(0), .offload_optimizer_to_host = true, .lamb = true, .delayed_update_after = 0};
+  const absl::StatusOr<RankRun> sliced = train(gpt2_task(), setup);
+  ASSERT_FALSE(sliced.ok());
+  EXPECT_EQ(sliced.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(sliced.status().message(), "LAMB reduces its norms across ranks")) << sliced.status();
+  setup.stage = 0;
+  const absl::StatusOr<RankRun> whole = train(gpt2_task(), setup);
+  EXPECT_TRUE(whole.ok()) << whole.status();
+}
+
+// A gate shut until opened, and the log of who came there, in order: the update that waited at it, and the event
+// that opened it. Each side fails after a minute (whoever should come never came).
+class Gate {
+ public:
+  absl::Status pass() {
+    absl::MutexLock lock(&mu_);
+    log_.push_back("update held");
+    waiting_ = true;
+    if (!mu_.AwaitWithTimeout(absl::Condition(&open_), absl::Seconds(60))) {
+      return absl::DeadlineExceededError("the gate was never opened: the engine waited for the held update");
+    }
+    log_.push_back("update done");
+    return absl::OkStatus();
+  }
+  // Once someone waits at the gate, logs `event` and opens it.
+  void open_on(const std::string& event) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&waiting_), absl::Seconds(60));
+    log_.push_back(event);
+    open_ = true;
+  }
+  std::vector<std::string> log() const {
+    absl::MutexLock lock(&mu_);
+    return log_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);
+};
+
+// Plain SGD on the host whose first update waits at `gate` (when given) until it opens.
+class GatedSgd final : public Optimizer {
+ public:
+  GatedSgd(ShardLayout layout, Device device, Gate* gate) : Optimizer(std::move(layout), device), gate_(gate) {}
+  absl::string_view name() const override { return "gated SGD"; }
+
+ protected:
+  absl::Status update(const StepArgs& args) override {
+    if (gate_ != nullptr) ZERO_RETURN_IF_ERROR(std::exchange(gate_, nullptr)->pass());  // the first update only
+    for (const ShardChunk& c : layout().chunks()) {
+      for (int64_t e = c.begin; e < c.end; ++e) args.params[e] -= static_cast<float>(args.lr) * args.grads[e];
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Gate* gate_;
+};
+
+// The delayed update overlaps: the host update of step 1's last unit (the first the update thread takes) is held
+// at a gate that opens only when step 2's backward reaches that unit, after step 2's whole forward. An engine that
+// waited for its update before the next step (or ran it inside step 1) would never get there.
+TEST(DelayedUpdate, TheHostUpdateRunsWhileTheNextStepComputes) {
+  const Task task = mlp_task();
+  std::string last;  // "backward <the last unit>"
+  Gate gate;
+  const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
+    Allocator alloc;
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> mlp, task.make_model());
+    const size_t units = mlp->units().size();
+    last = absl::StrCat("backward ", mlp->units().back()->name());
+    int step = 0;
+    testing::HookedModel model(*mlp, {.on_start = [&](const std::string& event) {
+      if (event == last && step == 1) gate.open_on(event);
+    }});
+    size_t made = 0;
+    const OptimizerFactory gated = [&](ShardLayout layout, Allocator&, Device device) {
+      Gate* held = ++made == units ? &gate : nullptr;
+      return absl::StatusOr<std::unique_ptr<Optimizer>>(std::make_unique<GatedSgd>(std::move(layout), device, held));
+    };
+    const ZeroConfig zero{.device = Device::sim(0), .offload_optimizer_to_host = true, .delayed_update_after = 0};
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, gated, zero));
+    std::vector<float> inputs(kRowsPerRank * task.inputs_per_row);
+    std::vector<int32_t> targets(kRowsPerRank);
+    for (int64_t r = 0; r < kRowsPerRank; ++r) task.fill(r, &inputs[r * task.inputs_per_row], &targets[r]);
+    ZERO_ASSIGN_OR_RETURN(Buffer on_device, alloc.allocate((inputs.size() + targets.size()) * 4,
+                                                           MemoryCategory::kActivations, zero.device));
+    const Tensor all = on_device.tensor(DType::kF32, {static_cast<int64_t>(inputs.size() + targets.size())});
+    ZERO_RETURN_IF_ERROR(copy_bytes(all.data(), zero.device, inputs.data(), Device::cpu(), inputs.size() * 4));
+    ZERO_RETURN_IF_ERROR(copy_bytes(static_cast<char*>(all.data()) + inputs.size() * 4, zero.device, targets.data(),
+                                    Device::cpu(), targets.size() * 4));
+    const Batch batch{
+        .inputs = all.view(0, {kRowsPerRank, task.inputs_per_row}),
+        .targets = Tensor(static_cast<char*>(all.data()) + inputs.size() * 4, DType::kI32, {kRowsPerRank}, zero.device),
+        .host_inputs = Tensor(inputs.data(), DType::kF32, {kRowsPerRank, task.inputs_per_row}),
+        .host_targets = Tensor(targets.data(), DType::kI32, {kRowsPerRank})};
+    for (step = 0; step < 3; ++step) ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 0.1f).status());
+    return absl::OkStatus();
+  }));
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(gate.log(), (std::vector<std::string>{"update held", last, "update done"}));
+}
 
 TEST_P(OffloadMatchesDevice, EveryStage) {
   for (int stage = 0; stage <= 3; ++stage) {

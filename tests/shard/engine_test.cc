@@ -435,6 +435,19 @@ TEST(Engine, AMicroBatchPastAccumulationStepsIsRefusedNamingStep) {
   EXPECT_TRUE(status.ok()) << status;
 }
 
+TEST(DelayedUpdateConfig, NeedsTheOptimizerOnTheHostAndTheParameterShardsOnTheDevice) {
+  ZeroConfig c{.stage = 3, .delayed_update_after = 0};
+  c.device = Device::sim(0);
+  EXPECT_THAT(std::string(c.validate().message()), HasSubstr("needs offload_optimizer_to_host"));
+  c.offload_optimizer_to_host = true;
+  EXPECT_TRUE(c.validate().ok()) << c.validate();
+  c.offload_param_to_host = true;
+  EXPECT_THAT(std::string(c.validate().message()), HasSubstr("the parameter shards on the device"));
+  c.offload_param_to_host = false;
+  c.delayed_update_after = -2;
+  EXPECT_THAT(std::string(c.validate().message()), HasSubstr("ZeroConfig.delayed_update_after = -2"));
+}
+
 TEST(NoSync, RefusedAtStagesTwoAndThree) {
   ZeroConfig c;
   c.no_sync = true;
