@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "runtime/device_api.h"
 #include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "shard/offload.h"
@@ -90,11 +91,15 @@ absl::Status ParamGatherer::start_gather(int i) {
                         rank_.allocator.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(rank_.dtype)),
                                                  MemoryCategory::kCommBuffers, rank_.device));
   Tensor shard = u.held_params(rank_.dtype);
-  if (shard.device() != rank_.device) {  // a shard in host memory (offload_param_to_host) goes to the device first
+  if (shard.device() != rank_.device) {
+    // A shard in pinned host memory (offload_param_to_host) goes to the device first, on the legacy stream, which
+    // orders it before the collective's copies and kernels there without the host waiting for it.
     ZERO_ASSIGN_OR_RETURN(staged_[i],
                           rank_.allocator.allocate(shard.nbytes(), MemoryCategory::kCommBuffers, rank_.device));
     const Tensor staged = staged_[i].tensor(rank_.dtype, {u.held_numel});
-    ZERO_RETURN_IF_ERROR(copy_bytes(staged.data(), rank_.device, shard.data(), shard.device(), shard.nbytes()));
+    ZERO_RETURN_IF_ERROR(
+        device_api(rank_.device)
+            ->copy_async(staged.data(), shard.data(), shard.nbytes(), Stream::legacy(rank_.device.index)));
     shard = staged;
   }
   const Tensor full = gathered_[i].tensor(rank_.dtype, {u.layout.padded_numel});

@@ -2,6 +2,8 @@
 #include "shard/offload.h"
 
 #include "absl/strings/str_cat.h"
+#include "runtime/device_api.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -21,7 +23,11 @@ absl::StatusOr<Buffer> allocate_held_params(const UnitState& u, Allocator& alloc
                                             const std::string& offload_param_dir, bool to_host) {
   const int64_t nbytes = u.held_numel * static_cast<int64_t>(dtype_size(dtype));
   if (!u.sharded || nbytes == 0) return allocator.allocate(nbytes, MemoryCategory::kParams, device);
-  if (to_host) return allocator.allocate(nbytes, MemoryCategory::kParams, Device::cpu());
+  if (to_host) {  // page-locked, so the copy to the device for each gather runs beside the host
+    DeviceApi* api = device_api(device);
+    if (api == nullptr) return absl::InvalidArgumentError("parameter shards in host memory need an engine on a device");
+    return allocator.allocate_pinned(*api, nbytes, MemoryCategory::kParams);
+  }
   if (offload_param_dir.empty()) return allocator.allocate(nbytes, MemoryCategory::kParams, device);
   absl::StatusOr<Buffer> in_file = allocator.allocate_in_file(nbytes, MemoryCategory::kParams, offload_param_dir);
   if (in_file.ok()) return in_file;

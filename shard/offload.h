@@ -14,8 +14,8 @@ namespace zero {
 absl::Status place_optimizer_in_files(Allocator& allocator, const std::string& dir);
 
 // The unit's params as held: for a sharded unit (only stage 3's shards are offloaded; units kept whole stay where
-// the engine is), in a file under `offload_param_dir` when it is set, or in host memory under `to_host`; else on
-// `device`.
+// the engine is), in a file under `offload_param_dir` when it is set, or in pinned host memory under `to_host`;
+// else on `device`.
 absl::StatusOr<Buffer> allocate_held_params(const UnitState& u, Allocator& allocator, DType dtype, Device device,
                                             const std::string& offload_param_dir, bool to_host);
 

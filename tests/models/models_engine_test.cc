@@ -95,7 +95,7 @@ struct RankRun {
   std::vector<uint64_t> host_synchronizations;  // per step on the simulated device, of the rank's thread
   int skipped_steps = 0;                        // fp16: steps the loss scaler skipped for an overflow
   int64_t pinned_peak = 0;                      // the rank's page-locked host memory at most (MemoryStats)
-  int64_t transfer_buffers_formula = 0;         // shard/plan.h's ZeRO-Offload transfer buffers for this run
+  int64_t pinned_formula = 0;  // shard/plan.h's for this run: the transfer buffers, and the shards in host memory
 };
 
 struct Setup {
@@ -180,14 +180,14 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
     if (!setup.resume && step + 1 == setup.save_after) ZERO_RETURN_IF_ERROR(engine->save_checkpoint(setup.checkpoint));
   }
   run.pinned_peak = alloc.stats().pinned_peak;
-  run.transfer_buffers_formula = model_state_bytes({.params = engine->num_params(),
-                                                    .padded_params = engine->num_padded_params(),
-                                                    .world_size = comm.world_size(),
-                                                    .stage = setup.stage,
-                                                    .precision = setup.precision,
-                                                    .offload_optimizer_to_host = setup.offload_optimizer_to_host,
-                                                    .offload_param_to_host = setup.offload_param_to_host})
-                                     .transfer_buffers;
+  const ModelStateBytes formula = model_state_bytes({.params = engine->num_params(),
+                                                     .padded_params = engine->num_padded_params(),
+                                                     .world_size = comm.world_size(),
+                                                     .stage = setup.stage,
+                                                     .precision = setup.precision,
+                                                     .offload_optimizer_to_host = setup.offload_optimizer_to_host,
+                                                     .offload_param_to_host = setup.offload_param_to_host});
+  run.pinned_formula = formula.transfer_buffers + (setup.offload_param_to_host ? formula.params : 0);
   if (!setup.read_params_at_end) return run;
   ZERO_RETURN_IF_ERROR(engine->visit_full_params([&](absl::string_view, absl::string_view, const Tensor& t) {
     for (int64_t i = 0; i < t.numel(); ++i) run.params.push_back(load_as_float(t.data(), t.dtype(), i));
@@ -536,7 +536,7 @@ TEST_P(OffloadMatchesDevice, EveryStage) {
     EXPECT_EQ(offloaded->losses, on_device->losses) << "stage " << stage;
     EXPECT_EQ(offloaded->skipped_steps, on_device->skipped_steps) << "stage " << stage;
     EXPECT_GT(offloaded->pinned_peak, 0) << "stage " << stage;
-    EXPECT_EQ(offloaded->pinned_peak, offloaded->transfer_buffers_formula) << "stage " << stage;
+    EXPECT_EQ(offloaded->pinned_peak, offloaded->pinned_formula) << "stage " << stage;
     EXPECT_EQ(on_device->pinned_peak, 0) << "stage " << stage;
     if (setup.initial_loss_scale > 1e6) {
       EXPECT_GT(offloaded->skipped_steps, 0) << "stage " << stage;
@@ -603,7 +603,7 @@ TEST(ParamOffloadMatchesDevice, Stage3) {
       ASSERT_TRUE(offloaded.ok()) << offloaded.status();
       EXPECT_EQ(offloaded->params, on_device->params) << dtype_name(precision) << " N" << world_size;
       EXPECT_EQ(offloaded->losses, on_device->losses) << dtype_name(precision) << " N" << world_size;
-      EXPECT_EQ(offloaded->pinned_peak, offloaded->transfer_buffers_formula) << dtype_name(precision);
+      EXPECT_EQ(offloaded->pinned_peak, offloaded->pinned_formula) << dtype_name(precision);
     }
   }
 }
