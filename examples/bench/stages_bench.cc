@@ -130,6 +130,7 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
                        .offload_optimizer_to_host = o.offload_optimizer_to_host,
                        .offload_param_to_host = o.offload_param_to_host};
   const MemoryStats held = allocator.stats();
+  const ModelStateBytes bytes = model_state_bytes(plan);
   StageRow row{
       .stage = stage,
       .world_size = comm.world_size(),
@@ -138,9 +139,11 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
       .wait_ms = config.time_phases
                      ? std::optional<double>(absl::ToDoubleMilliseconds(engine->phase_times().waiting) / o.reps.iters)
                      : std::nullopt,
-      .formula_model_state = model_state_bytes(plan).total(),
+      .formula_model_state = bytes.total(),
       .in_files = held.in_files_total(),
-      .formula_in_files = model_state_bytes(plan).in_files,
+      .formula_in_files = bytes.in_files,
+      .formula_offload_traffic =
+          2 * bytes.in_files + bytes.transfer_buffers + (o.offload_param_to_host ? 2 * bytes.params : 0),
       .sent = engine->comm_volume(),
       .formula_sent = comm_bytes_per_step(plan).total(),
       .kept_for_reuse = held.cached};

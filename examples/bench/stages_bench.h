@@ -45,9 +45,13 @@ struct StageRow {
   int64_t formula_model_state = 0;  // shard/plan.h's params + grads + master + optimizer in RAM for this model
   int64_t in_files = 0;             // rank 0's model states in offload files
   int64_t formula_in_files = 0;     // shard/plan.h's
-  CommVolume sent;                  // rank 0's bytes in the last step
-  int64_t formula_sent = 0;         // shard/plan.h's gathers + reductions per step
-  int64_t kept_for_reuse = 0;       // rank 0's freed host blocks the allocator kept after the last step
+  // Bytes rank 0 moves per step to and from where its states are offloaded (shard/plan.h's sizes): each byte in
+  // files read and written once; ZeRO-Offload's gradients out and parameters in, and each host shard in for its
+  // unit's two gathers (forward and backward).
+  int64_t formula_offload_traffic = 0;
+  CommVolume sent;             // rank 0's bytes in the last step
+  int64_t formula_sent = 0;    // shard/plan.h's gathers + reductions per step
+  int64_t kept_for_reuse = 0;  // rank 0's freed host blocks the allocator kept after the last step
 
   // Rank 0's peak params + grads + master weights + optimizer state in RAM, beside formula_model_state.
   int64_t model_state_peak() const;

@@ -412,6 +412,9 @@ TEST(OffloadBench, OffloadedRowsHoldWhatTheFormulaSaysInFiles) {
     EXPECT_EQ(row.at("in_files_MiB"), row.at("formula_files_MiB")) << i;
     EXPECT_EQ(row.at("states_ram_MiB"), row.at("formula_MiB")) << i;
     EXPECT_GT(number(row.at("step_ms")), 0);
+    // Each byte in files is read and written once a step; a plain write and read of them was timed beside.
+    EXPECT_NEAR(number(row.at("moved_MiB")), 2 * number(row.at("in_files_MiB")), 0.02) << i;
+    EXPECT_EQ(number(row.at("plain_ms")) > 0, number(row.at("moved_MiB")) > 0) << i;
   }
   EXPECT_EQ(number(rows[0].at("in_files_MiB")), 0);
   for (size_t i : {1, 3}) EXPECT_LT(number(rows[i].at("states_ram_MiB")), number(rows[i - 1].at("states_ram_MiB")));
@@ -437,6 +440,8 @@ TEST(OffloadBench, HostRowsOfADeviceEngineHoldWhatTheFormulaSaysOffTheDevice) {
     EXPECT_EQ(number(row.at("in_files_MiB")), 0) << i;
     const bool host = i != 0 && i != 2;
     EXPECT_EQ(number(row.at("rank0_pinned_MiB")) > 0, host) << i;  // the transfer buffers
+    EXPECT_EQ(number(row.at("moved_MiB")) > 0, host) << i;
+    EXPECT_EQ(number(row.at("plain_ms")) > 0, host) << i;
   }
   // What goes to the host leaves the device: the optimizer, then the parameter shards too.
   for (size_t i : {1, 3}) EXPECT_LT(number(rows[i].at("rank0_device_MiB")), number(rows[i - 1].at("rank0_device_MiB")));
