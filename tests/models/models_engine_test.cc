@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "models/data/device_batch.h"
 #include "models/gpt2.h"
 #include "models/mlp.h"
 #include "optim/optimizers.h"
@@ -22,6 +23,7 @@
 #include "shard/engine.h"
 #include "shard/plan.h"
 #include "tests/models/model_runner.h"
+#include "tests/shard/held_backend.h"
 #include "tests/shard/hooked_model.h"
 #include "tests/skip_without_gpu.h"
 #include "tests/temp_dir.h"
@@ -427,6 +429,20 @@ TEST(DelayedUpdate, LambOnSlicesIsRefusedNamingIt) {
   EXPECT_TRUE(whole.ok()) << whole.status();
 }
 
+// The MLP task's first kRowsPerRank rows, on the host (the batch views this object's storage).
+struct MlpRows {
+  std::vector<float> inputs;
+  std::vector<int32_t> targets;
+  explicit MlpRows(const Task& task) : inputs(kRowsPerRank * task.inputs_per_row), targets(kRowsPerRank) {
+    for (int64_t r = 0; r < kRowsPerRank; ++r) task.fill(r, &inputs[r * task.inputs_per_row], &targets[r]);
+  }
+  Batch batch() const {
+    const int64_t features = static_cast<int64_t>(inputs.size()) / kRowsPerRank;
+    return Batch{.inputs = Tensor(const_cast<float*>(inputs.data()), DType::kF32, {kRowsPerRank, features}),
+                 .targets = Tensor(const_cast<int32_t*>(targets.data()), DType::kI32, {kRowsPerRank})};
+  }
+};
+
 // A gate shut until opened, and the log of who came there, in order: the update that waited at it, and the event
 // that opened it. Each side fails after a minute (whoever should come never came).
 class Gate {
@@ -479,48 +495,37 @@ class GatedSgd final : public Optimizer {
   Gate* gate_;
 };
 
-// The delayed update overlaps: the host update of step 1's last unit (the first the update thread takes) is held
-// at a gate that opens only when step 2's backward reaches that unit, after step 2's whole forward. An engine that
-// waited for its update before the next step (or ran it inside step 1) would never get there.
+// The delayed update overlaps: the host update of step 1's first unit (the last the update thread takes) is held at
+// a gate that opens only when step 2's backward reaches that unit, after step 2's whole forward and the backward
+// of the units after it (whose gradients stream out meanwhile). An engine that waited for its update before the
+// next step (or ran it inside step 1) would never get there.
 TEST(DelayedUpdate, TheHostUpdateRunsWhileTheNextStepComputes) {
   const Task task = mlp_task();
-  std::string last;  // "backward <the last unit>"
+  std::string first;  // "backward <the first unit>"
   Gate gate;
   const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
     Allocator alloc;
     ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> mlp, task.make_model());
-    const size_t units = mlp->units().size();
-    last = absl::StrCat("backward ", mlp->units().back()->name());
+    first = absl::StrCat("backward ", mlp->units().front()->name());
     int step = 0;
     testing::HookedModel model(*mlp, {.on_start = [&](const std::string& event) {
-      if (event == last && step == 1) gate.open_on(event);
+      if (event == first && step == 1) gate.open_on(event);
     }});
-    size_t made = 0;
+    bool made = false;
     const OptimizerFactory gated = [&](ShardLayout layout, Allocator&, Device device) {
-      Gate* held = ++made == units ? &gate : nullptr;
+      Gate* held = std::exchange(made, true) ? nullptr : &gate;  // the first unit's
       return absl::StatusOr<std::unique_ptr<Optimizer>>(std::make_unique<GatedSgd>(std::move(layout), device, held));
     };
     const ZeroConfig zero{.device = Device::sim(0), .offload_optimizer_to_host = true, .delayed_update_after = 0};
     ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, gated, zero));
-    std::vector<float> inputs(kRowsPerRank * task.inputs_per_row);
-    std::vector<int32_t> targets(kRowsPerRank);
-    for (int64_t r = 0; r < kRowsPerRank; ++r) task.fill(r, &inputs[r * task.inputs_per_row], &targets[r]);
-    ZERO_ASSIGN_OR_RETURN(Buffer on_device, alloc.allocate((inputs.size() + targets.size()) * 4,
-                                                           MemoryCategory::kActivations, zero.device));
-    const Tensor all = on_device.tensor(DType::kF32, {static_cast<int64_t>(inputs.size() + targets.size())});
-    ZERO_RETURN_IF_ERROR(copy_bytes(all.data(), zero.device, inputs.data(), Device::cpu(), inputs.size() * 4));
-    ZERO_RETURN_IF_ERROR(copy_bytes(static_cast<char*>(all.data()) + inputs.size() * 4, zero.device, targets.data(),
-                                    Device::cpu(), targets.size() * 4));
-    const Batch batch{
-        .inputs = all.view(0, {kRowsPerRank, task.inputs_per_row}),
-        .targets = Tensor(static_cast<char*>(all.data()) + inputs.size() * 4, DType::kI32, {kRowsPerRank}, zero.device),
-        .host_inputs = Tensor(inputs.data(), DType::kF32, {kRowsPerRank, task.inputs_per_row}),
-        .host_targets = Tensor(targets.data(), DType::kI32, {kRowsPerRank})};
+    const MlpRows rows(task);
+    data::DeviceBatch on_device(alloc, zero.device);
+    ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(rows.batch()));
     for (step = 0; step < 3; ++step) ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 0.1f).status());
     return absl::OkStatus();
   }));
   ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(gate.log(), (std::vector<std::string>{"update held", last, "update done"}));
+  EXPECT_EQ(gate.log(), (std::vector<std::string>{"update held", first, "update done"}));
 }
 
 TEST_P(OffloadMatchesDevice, EveryStage) {
@@ -654,6 +659,63 @@ TEST(SimHostSynchronizations, NoneInsideAMicroBatchAndOnePerStep) {
       }
     }
   }
+}
+
+// --- Overlap on the simulated device: the held-backend tests of tests/shard/overlap_test.cc, on the GPU path ---
+
+// Trains `steps` steps of the MLP on sim:0 over one rank whose backend holds the first collective `hold` picks from
+// step `hold_from_step` on, until the event `release_on` ("forward fc0", "backward fc1", ...) starts; returns the held
+// collective's events and `release_on`'s from then on, in order. An engine that waited for the held collective
+// before going on would never get there (the collective fails at its deadline).
+absl::StatusOr<std::vector<std::string>> run_holding_on_sim(ZeroConfig zero, int steps, int hold_from_step,
+                                                            const std::function<bool(const Collective&)>& hold,
+                                                            const std::string& release_on) {
+  testing::EventLog log;
+  Allocator alloc;
+  auto backend = std::make_unique<testing::HeldBackend>(hold, log);
+  testing::HeldBackend& held = *backend;
+  Communicator comm(std::move(backend), CommOptions{.timeout = absl::Seconds(60)});
+  const Task task = mlp_task();
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> mlp, task.make_model());
+  testing::HookedModel model(*mlp, {.on_start = [&](const std::string& event) {
+    if (event != release_on || !held.armed()) return;
+    log.add(event);
+    held.release();
+  }});
+  zero.device = Device::sim(0);
+  const OptimizerFactory adamw = [](ShardLayout layout, Allocator& a, Device d) {
+    return make_adam(AdamOptions{}, std::move(layout), a, d);
+  };
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, adamw, zero));
+  const MlpRows rows(task);
+  data::DeviceBatch on_device(alloc, zero.device);
+  ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(rows.batch()));
+  for (int step = 0; step < steps; ++step) {
+    if (step == hold_from_step) held.arm();
+    ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 0.01f).status());
+  }
+  return log.events();
+}
+
+TEST(SimOverlap, Stage0BucketAllreduceRunsWhileTheNextUnitComputesItsBackward) {
+  const ZeroConfig zero{.stage = 0, .bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1};  // a bucket per unit
+  const auto first_allreduce = [](const Collective& c) { return c.op == CollectiveOp::kAllreduce; };
+  const absl::StatusOr<std::vector<std::string>> events =
+      run_holding_on_sim(zero, 1, 0, first_allreduce, "backward fc0");
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_EQ(*events, (std::vector<std::string>{"posted held collective", "backward fc0", "completed held collective"}));
+}
+
+TEST(SimOverlap, Stage3PrefetchedGatherRunsWhileTheUnitBeforeComputes) {
+  // From the second step on, the recorded order prefetches fc1's gather before fc0's forward runs.
+  const ZeroConfig zero{.stage = 3, .max_live_units = 2, .persistence_threshold = 0};
+  const auto second_unit_gather = [](const Collective& c) {
+    return c.op == CollectiveOp::kAllgather && c.count == 13 * 5 + 5;  // fc1: (5, 13) weight and bias
+  };
+  const absl::StatusOr<std::vector<std::string>> events =
+      run_holding_on_sim(zero, 2, 1, second_unit_gather, "forward fc0");
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_EQ(*events, (std::vector<std::string>{"posted held collective", "forward fc0", "completed held collective"}));
 }
 
 // --- On a GPU: two local ranks share cuda:0, their collectives on device memory through the local backend.

@@ -1,11 +1,8 @@
 // Communication overlaps compute: a collective held open until the compute thread has started the next
 // unit completes, so the engine went on computing instead of waiting for it (waiting would deadlock
 // until the communicator's deadline, failing the step).
-#include <condition_variable>
-#include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -13,10 +10,10 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/comm/backend.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/status.h"
 #include "shard/engine.h"
+#include "tests/shard/held_backend.h"
 #include "tests/shard/hooked_model.h"
 #include "tests/shard/toy_model.h"
 #include "tests/shard/toy_training.h"
@@ -25,90 +22,8 @@ namespace zero {
 namespace {
 
 using ::testing::ElementsAre;
-
-// What the compute thread and the communication thread did, in the order they did it.
-class EventLog {
- public:
-  void add(std::string event) {
-    std::lock_guard lock(mu_);
-    events_.push_back(std::move(event));
-  }
-  std::vector<std::string> events() const {
-    std::lock_guard lock(mu_);
-    return events_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> events_;
-};
-
-// One rank (a collective is a copy), which holds the first collective `hold` selects once armed until
-// release() — or until the collective's deadline, failing it.
-class HeldBackend final : public Backend {
- public:
-  HeldBackend(std::function<bool(const Collective&)> hold, EventLog& log) : hold_(std::move(hold)), log_(log) {}
-
-  absl::string_view name() const override { return "held"; }
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-
-  void arm() {
-    std::lock_guard lock(mu_);
-    armed_ = true;
-  }
-  bool armed() {
-    std::lock_guard lock(mu_);
-    return armed_;
-  }
-  void release() {
-    std::lock_guard lock(mu_);
-    released_ = true;
-    cv_.notify_all();
-  }
-
-  absl::Status prepare(const Collective& c) override {
-    if (selected(c)) log_.add("posted held collective");
-    return absl::OkStatus();
-  }
-
-  absl::Status run(const Collective& c, absl::Time deadline) override {
-    if (selected(c)) {
-      std::unique_lock lock(mu_);
-      const auto wait = absl::ToChronoTime(deadline) - std::chrono::system_clock::now();
-      if (!cv_.wait_for(lock, wait, [&] { return released_; })) {
-        return absl::DeadlineExceededError(absl::StrCat(c.describe(),
-                                                        " was never released: the compute "
-                                                        "thread waited for it instead of going on"));
-      }
-      held_ = false;
-      log_.add("completed held collective");
-    }
-    // With one rank every collective's result is its input.
-    if (c.send != nullptr && c.recv != nullptr && c.send != c.recv) std::memmove(c.recv, c.send, c.chunk_bytes());
-    return absl::OkStatus();
-  }
-
- private:
-  // The first armed collective `hold_` picks (prepare and run see the same one).
-  bool selected(const Collective& c) {
-    std::lock_guard lock(mu_);
-    if (armed_ && held_seq_ < 0 && hold_(c)) {
-      held_seq_ = static_cast<int64_t>(c.seq);
-      held_ = true;
-    }
-    return held_ && held_seq_ == static_cast<int64_t>(c.seq);
-  }
-
-  const std::function<bool(const Collective&)> hold_;
-  EventLog& log_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool armed_ = false;
-  bool released_ = false;
-  bool held_ = false;
-  int64_t held_seq_ = -1;
-};
+using testing::EventLog;
+using testing::HeldBackend;
 
 // Trains `steps` steps of the toy model (input, hidden_0, hidden_1, head) on one rank whose backend holds
 // the first collective `hold` picks from step `hold_from_step` on, until the event `release_on` starts;
