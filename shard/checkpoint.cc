@@ -376,7 +376,7 @@ absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<Uni
 
 absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std::string, std::string>& extra) {
   ZERO_RETURN_IF_ERROR(require_between_steps("save_checkpoint"));
-  ZERO_RETURN_IF_ERROR(finish_delayed_update());  // the state saved is the one the next step continues from
+  ZERO_RETURN_IF_ERROR(apply_delayed_update());  // the state saved is the one the next step continues from
   for (const auto& [key, value] : extra) {
     if (absl::StartsWith(key, "zero.")) {
       return absl::InvalidArgumentError(
@@ -464,7 +464,7 @@ absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const
       metadata.ok() ? counters_from(*metadata, dtype_, dir) : absl::StatusOr<EngineCounters>(metadata.status());
   ZERO_RETURN_IF_ERROR(agree_across_ranks(comm_, counters.status(), absl::StrCat("loading checkpoint ", dir)));
   ZERO_RETURN_IF_ERROR(check_same_save_on_every_rank(*metadata, dir));
-  ZERO_RETURN_IF_ERROR(finish_delayed_update());  // done writing before the checkpoint's state replaces it
+  ZERO_RETURN_IF_ERROR(apply_delayed_update());  // done writing before the checkpoint's state replaces it
   ZERO_RETURN_IF_ERROR(install_checkpoint(*units));
   step_count_ = counters->steps;
   if (counters->scaler) scaler_.restore(*counters->scaler);  // an fp16 run from an fp16 checkpoint carries it on

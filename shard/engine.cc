@@ -1,7 +1,9 @@
 // The ZeRO engine: builds a rank's flat units, then orders gathers, reductions and the update into a step.
 #include "shard/engine.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/cleanup/cleanup.h"
@@ -39,7 +41,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicato
 // --- Building -------------------------------------------------------------------------------------------
 
 Engine::~Engine() {
-  if (delayed_ != nullptr) delayed_->thread.join();
+  if (delayed_ == nullptr) return;
+  delayed_->thread.join();
+  absl::MutexLock lock(&delayed_->mu);
+  if (!delayed_->status.ok()) {  // a destructor cannot return it, and dropping it would hide a failed update
+    std::fprintf(stderr, "zero: rank %d: the delayed update of step %lld failed, and no call reported it: %s\n",
+                 comm_.rank(), static_cast<long long>(delayed_->step), delayed_->status.ToString().c_str());
+  }
 }
 
 absl::Status Engine::build(OptimizerFactory make_optimizer) {
@@ -50,9 +58,12 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
       units_, flat_unit_states(units, policy_, config_.persistence_threshold, comm_.rank(), comm_.world_size()));
   ZERO_RETURN_IF_ERROR(place_optimizer_in_files(allocator_, config_.offload_optimizer_path));
   for (UnitState& u : units_) ZERO_RETURN_IF_ERROR(allocate_unit(u, make_optimizer));
-  if (config_.delayed_update_after >= 0 && !policy_.updates_everything() && units_[0].optimizer->communicates()) {
+  const auto communicates = [](const UnitState& u) { return u.optimizer->communicates(); };
+  const auto talker = std::find_if(units_.begin(), units_.end(), communicates);
+  if (config_.delayed_update_after >= 0 && !policy_.updates_everything() && talker != units_.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ZeroConfig.delayed_update_after = ", config_.delayed_update_after, ": ", units_[0].optimizer->name(),
+        "ZeroConfig.delayed_update_after = ", config_.delayed_update_after, ": ", talker->optimizer->name(), " (unit '",
+        talker->name, "')",
         " reduces its norms across ranks within the update, which a delayed update would run beside the next "
         "step's collectives; use stage 0 (every rank updates whole parameters), another optimizer, or no delay"));
   }
@@ -329,6 +340,7 @@ absl::Status Engine::start_delayed_update(const UpdateArgs& args) {
   ZERO_RETURN_IF_ERROR(host_offload_->stream_remaining_gradients());
   delayed_ = std::make_unique<DelayedUpdate>();
   delayed_->updated.assign(units_.size(), false);
+  delayed_->step = args.step;
   delayed_->thread = std::thread([this, args, d = delayed_.get(), threads = cpu_threads()] {
     set_cpu_threads(threads);  // the rank's share of the cores, as on its compute thread
     absl::Status status;
@@ -342,15 +354,19 @@ absl::Status Engine::start_delayed_update(const UpdateArgs& args) {
   return absl::OkStatus();
 }
 
-absl::Status Engine::finish_delayed_update() {
+absl::Status Engine::apply_delayed_update() {
   if (delayed_ == nullptr) return absl::OkStatus();
   delayed_->thread.join();
   const absl::Status status = [&] {
     absl::MutexLock lock(&delayed_->mu);
     return delayed_->status;
   }();
+  const int64_t step = delayed_->step;
   delayed_.reset();
-  ZERO_RETURN_IF_ERROR(status);
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("the delayed update of step ", step, " failed: ", status.message()));
+  }
   return update_each_unit([&](int i) { return host_offload_->send_parameters(i); });
 }
 
@@ -381,15 +397,15 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step() after ", micro_batches_done_, " micro-batches; accumulation_steps is ", config_.accumulation_steps));
   }
-  ZERO_RETURN_IF_ERROR(finish_delayed_update());  // the last step's, before this step's gradients are read
-  ZERO_RETURN_IF_ERROR(metrics_->copy_back());    // arrives with the norm's read
+  ZERO_RETURN_IF_ERROR(metrics_->copy_back());                       // arrives with the norm's read
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time
   // However the step ends, later kernels wait for the gradients' copies to the host (ZeRO-Offload).
   absl::Cleanup release_gradients = [this] {
     if (host_offload_) (void)host_offload_->release_gradients();
   };
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
-  ZERO_RETURN_IF_ERROR(gatherer_->end_pass());  // prefetches the step did not use, after an order change
+  ZERO_RETURN_IF_ERROR(apply_delayed_update());  // the last step's (its time is this update phase's)
+  ZERO_RETURN_IF_ERROR(gatherer_->end_pass());   // prefetches the step did not use, after an order change
   StepResult result{.loss_scale = scaler_.scale()};
   double clip_coefficient = 1.0;
   if (config_.gradient_clipping > 0 || scaler_.checks_overflow()) {
@@ -438,7 +454,7 @@ absl::Status Engine::require_between_steps(absl::string_view call) const {
 absl::Status Engine::visit_full_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, const Tensor&)>& visit) {
   ZERO_RETURN_IF_ERROR(require_between_steps("visit_full_params"));
-  ZERO_RETURN_IF_ERROR(finish_delayed_update());
+  ZERO_RETURN_IF_ERROR(apply_delayed_update());
   std::vector<int> plan;
   for (size_t i = 0; i < units_.size(); ++i) {
     if (units_[i].sharded) plan.push_back(static_cast<int>(i));
@@ -462,7 +478,7 @@ absl::Status Engine::visit_full_params(
 absl::Status Engine::load_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, Tensor)>& fill) {
   ZERO_RETURN_IF_ERROR(require_between_steps("load_params"));
-  ZERO_RETURN_IF_ERROR(finish_delayed_update());
+  ZERO_RETURN_IF_ERROR(apply_delayed_update());
   for (UnitState& u : units_) {
     ZERO_ASSIGN_OR_RETURN(Buffer full, allocator_.allocate(u.layout.padded_numel * 4, MemoryCategory::kWorkspace));
     std::memset(full.data(), 0, full.nbytes());

@@ -92,7 +92,7 @@ class Engine {
   // The allocator's peaks restart when it returns, so they measure the steps.
   static absl::StatusOr<std::unique_ptr<Engine>> create(Model& model, Communicator& comm, Allocator& allocator,
                                                         OptimizerFactory make_optimizer, ZeroConfig config);
-  ~Engine();  // waits for a delayed update in flight
+  ~Engine();  // waits for a delayed update in flight, and reports on stderr a failure of it nothing reported
 
   // One optimizer step over config.accumulation_steps micro-batches of this rank, at learning rate lr.
   absl::StatusOr<StepResult> train_step(std::span<const Batch> micro_batches, float lr);
@@ -100,6 +100,13 @@ class Engine {
   // The same in pieces, for custom loops: forward+backward once per micro-batch, then step.
   absl::Status forward_backward(const Batch& batch);
   absl::StatusOr<StepResult> step(float lr);
+
+  // Applies the update a step left in flight under ZeroConfig::delayed_update_after: waits for it, reports its
+  // failure, and sends its parameters to the device. The next step, save_checkpoint, load_checkpoint, load_params and
+  // visit_full_params do it first themselves; call it after the last step, so that evaluate() sees the last update
+  // and its failure is not lost. Nothing when no update is in flight. A collective (stages 1-2 allgather the
+  // slices of units kept whole).
+  absl::Status apply_delayed_update();
 
   // Forward only, for evaluation, between steps: stage 3 gathers each unit just for its forward,
   // prefetching up to max_live_units ahead (a collective: every rank calls it), and no gradient is
@@ -181,8 +188,6 @@ class Engine {
   // Starts this step's host update on a thread of its own, last unit first (the order the next backward hands
   // the gradient buffers back), and returns.
   absl::Status start_delayed_update(const UpdateArgs& args);
-  // Waits for the delayed update in flight, if any, and sends its parameters to the device.
-  absl::Status finish_delayed_update();
   // Waits until the delayed update in flight has read unit i's gradient buffer, which the next copy overwrites.
   void wait_until_updated(int i);
   // The optimizer's fp32 gradient from `grads` (own_count, training dtype, on the device or on the host): `grads`
@@ -227,6 +232,7 @@ class Engine {
     absl::Mutex mu;
     std::vector<bool> updated ABSL_GUARDED_BY(mu);  // per unit: its gradient read, its parameters written
     absl::Status status ABSL_GUARDED_BY(mu);        // the first unit's failure
+    int64_t step = 0;                               // the optimizer step it is
   };
   std::unique_ptr<DelayedUpdate> delayed_;
   // Declared after units_, so destroyed first: each waits for its collectives in flight.

@@ -337,6 +337,8 @@ class RankRun {
     const int64_t steps = plan_.config.steps;
     for (int64_t step = first_step_ + 1; step <= steps; ++step) {
       ZERO_RETURN_IF_ERROR(train_step(step));
+      // A delayed update of the last step is applied before its evaluation and export see the parameters.
+      if (step == steps) ZERO_RETURN_IF_ERROR(engine_->apply_delayed_update());
       const bool eval_due = plan_.config.eval_interval > 0 && step % plan_.config.eval_interval == 0;
       if (eval_due || step == steps) ZERO_RETURN_IF_ERROR(evaluate(step));
       if (checkpoint_due(plan_.config.checkpoint, step, steps)) {

@@ -89,6 +89,20 @@ Task mlp_task() {
                   }};
 }
 
+// The MLP task's first kRowsPerRank rows, on the host (the batch views this object's storage).
+struct MlpRows {
+  std::vector<float> inputs;
+  std::vector<int32_t> targets;
+  explicit MlpRows(const Task& task) : inputs(kRowsPerRank * task.inputs_per_row), targets(kRowsPerRank) {
+    for (int64_t r = 0; r < kRowsPerRank; ++r) task.fill(r, &inputs[r * task.inputs_per_row], &targets[r]);
+  }
+  Batch batch() const {
+    const int64_t features = static_cast<int64_t>(inputs.size()) / kRowsPerRank;
+    return Batch{.inputs = Tensor(const_cast<float*>(inputs.data()), DType::kF32, {kRowsPerRank, features}),
+                 .targets = Tensor(const_cast<int32_t*>(targets.data()), DType::kI32, {kRowsPerRank})};
+  }
+};
+
 Task task_named(const std::string& name) { return name == "gpt2" ? gpt2_task() : mlp_task(); }
 
 struct RankRun {
@@ -414,34 +428,87 @@ TEST(DelayedUpdate, ResumingFromACheckpointIsTrainingOn) {
   EXPECT_EQ(resumed->losses, std::vector<float>(through->losses.begin() + 4, through->losses.end()));
 }
 
+// An optimizer that fails its update of optimizer step `failing_step` (plain SGD otherwise).
+class FailingSgd final : public Optimizer {
+ public:
+  FailingSgd(ShardLayout layout, Device device, int64_t failing_step)
+      : Optimizer(std::move(layout), device), failing_step_(failing_step) {}
+  absl::string_view name() const override { return "failing SGD"; }
+
+ protected:
+  absl::Status update(const StepArgs& args) override {
+    if (args.step == failing_step_) return absl::InternalError("the planted failure");
+    for (const ShardChunk& c : layout().chunks()) {
+      for (int64_t e = c.begin; e < c.end; ++e) args.params[e] -= static_cast<float>(args.lr) * args.grads[e];
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const int64_t failing_step_;
+};
+
+// A delayed update that fails is reported by the next call that applies it, naming its step: the next step, or
+// apply_delayed_update after the last one.
+TEST(DelayedUpdate, AFailedUpdateIsReportedByTheCallThatAppliesItNamingItsStep) {
+  const Task task = mlp_task();
+  for (const bool fails_last : {false, true}) {
+    const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
+      Allocator alloc;
+      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> mlp, task.make_model());
+      const OptimizerFactory failing = [&](ShardLayout layout, Allocator&, Device device) {
+        return absl::StatusOr<std::unique_ptr<Optimizer>>(
+            std::make_unique<FailingSgd>(std::move(layout), device, /*failing_step=*/fails_last ? 3 : 2));
+      };
+      const ZeroConfig zero{.device = Device::sim(0), .offload_optimizer_to_host = true, .delayed_update_after = 0};
+      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*mlp, comm, alloc, failing, zero));
+      const MlpRows rows(task);
+      data::DeviceBatch on_device(alloc, zero.device);
+      ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(rows.batch()));
+      for (int step = 1; step <= 3; ++step) {
+        const absl::Status stepped = engine->train_step({&batch, 1}, 0.1f).status();
+        if (!stepped.ok()) return stepped;
+        EXPECT_LT(step, fails_last ? 4 : 3) << "the step after the failed update went on";
+      }
+      return engine->apply_delayed_update();
+    }));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), absl::StrCat("the delayed update of step ", fails_last ? 3 : 2,
+                                                                 " failed: the planted failure")))
+        << status;
+  }
+}
+
 // LAMB's slices reduce their norms across ranks inside the update, which a delayed update would run beside the
-// next step's collectives: refused from stage 1 on, where ranks update slices; at stage 0 each rank updates whole
-// parameters and it trains.
+// next step's collectives: refused from stage 1 on, where ranks update slices, whichever unit has it; at stage 0
+// each rank updates whole parameters and it trains.
 TEST(DelayedUpdate, LambOnSlicesIsRefusedNamingIt) {
   zero::Setup setup{
       .stage = 1, .device = Device::sim(0), .offload_optimizer_to_host = true, .lamb = true, .delayed_update_after = 0};
   const absl::StatusOr<RankRun> sliced = train(gpt2_task(), setup);
   ASSERT_FALSE(sliced.ok());
   EXPECT_EQ(sliced.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(sliced.status().message(), "LAMB reduces its norms across ranks")) << sliced.status();
+  EXPECT_TRUE(absl::StrContains(sliced.status().message(), "reduces its norms across ranks")) << sliced.status();
   setup.stage = 0;
   const absl::StatusOr<RankRun> whole = train(gpt2_task(), setup);
   EXPECT_TRUE(whole.ok()) << whole.status();
-}
 
-// The MLP task's first kRowsPerRank rows, on the host (the batch views this object's storage).
-struct MlpRows {
-  std::vector<float> inputs;
-  std::vector<int32_t> targets;
-  explicit MlpRows(const Task& task) : inputs(kRowsPerRank * task.inputs_per_row), targets(kRowsPerRank) {
-    for (int64_t r = 0; r < kRowsPerRank; ++r) task.fill(r, &inputs[r * task.inputs_per_row], &targets[r]);
-  }
-  Batch batch() const {
-    const int64_t features = static_cast<int64_t>(inputs.size()) / kRowsPerRank;
-    return Batch{.inputs = Tensor(const_cast<float*>(inputs.data()), DType::kF32, {kRowsPerRank, features}),
-                 .targets = Tensor(const_cast<int32_t*>(targets.data()), DType::kI32, {kRowsPerRank})};
-  }
-};
+  // AdamW for the first unit, LAMB for the others.
+  const absl::Status mixed = root_cause(run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
+    Allocator alloc;
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, gpt2_task().make_model());
+    bool made = false;
+    const OptimizerFactory adam_then_lamb = [&](ShardLayout layout, Allocator& a, Device d) {
+      return std::exchange(made, true) ? make_lamb(LambOptions{}, std::move(layout), a, d)
+                                       : make_adam(AdamOptions{}, std::move(layout), a, d);
+    };
+    const ZeroConfig zero{
+        .stage = 2, .device = Device::sim(0), .offload_optimizer_to_host = true, .delayed_update_after = 0};
+    return Engine::create(*model, comm, alloc, adam_then_lamb, zero).status();
+  }));
+  EXPECT_EQ(mixed.code(), absl::StatusCode::kInvalidArgument) << mixed;
+  EXPECT_TRUE(absl::StrContains(mixed.message(), "LAMB (unit")) << mixed;
+}
 
 // A gate shut until opened, and the log of who came there, in order: the update that waited at it, and the event
 // that opened it. Each side fails after a minute (whoever should come never came).
