@@ -428,6 +428,14 @@ TEST(DelayedUpdate, ResumingFromACheckpointIsTrainingOn) {
   EXPECT_EQ(resumed->losses, std::vector<float>(through->losses.begin() + 4, through->losses.end()));
 }
 
+// params -= lr * grads over the layout's parameters: the update of the test optimizers below.
+absl::Status plain_sgd(const ShardLayout& layout, const optim::ShardStep& args) {
+  for (const ShardChunk& c : layout.chunks()) {
+    for (int64_t e = c.begin; e < c.end; ++e) args.params[e] -= static_cast<float>(args.lr) * args.grads[e];
+  }
+  return absl::OkStatus();
+}
+
 // An optimizer that fails its update of optimizer step `failing_step` (plain SGD otherwise).
 class FailingSgd final : public Optimizer {
  public:
@@ -438,10 +446,7 @@ class FailingSgd final : public Optimizer {
  protected:
   absl::Status update(const StepArgs& args) override {
     if (args.step == failing_step_) return absl::InternalError("the planted failure");
-    for (const ShardChunk& c : layout().chunks()) {
-      for (int64_t e = c.begin; e < c.end; ++e) args.params[e] -= static_cast<float>(args.lr) * args.grads[e];
-    }
-    return absl::OkStatus();
+    return plain_sgd(layout(), args);
   }
 
  private:
@@ -552,10 +557,7 @@ class GatedSgd final : public Optimizer {
  protected:
   absl::Status update(const StepArgs& args) override {
     if (gate_ != nullptr) ZERO_RETURN_IF_ERROR(std::exchange(gate_, nullptr)->pass());  // the first update only
-    for (const ShardChunk& c : layout().chunks()) {
-      for (int64_t e = c.begin; e < c.end; ++e) args.params[e] -= static_cast<float>(args.lr) * args.grads[e];
-    }
-    return absl::OkStatus();
+    return plain_sgd(layout(), args);
   }
 
  private:
