@@ -18,6 +18,10 @@ install(DIRECTORY runtime kernels optim shard models DESTINATION include/zero
         FILES_MATCHING PATTERN "*.h")
 install(EXPORT zeroTargets NAMESPACE zero:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
 
+if(ZERO_HAS_CUDA)  # the files zeroConfig.cmake points the consumer's CUDA::cudart and CUDA::cublas at
+  get_target_property(ZERO_CUDART_LIBRARY CUDA::cudart IMPORTED_LOCATION)
+  get_target_property(ZERO_CUBLAS_LIBRARY CUDA::cublas IMPORTED_LOCATION)
+endif()
 configure_package_config_file(cmake/zeroConfig.cmake.in ${CMAKE_BINARY_DIR}/zeroConfig.cmake
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/zeroConfigVersion.cmake COMPATIBILITY SameMinorVersion)
