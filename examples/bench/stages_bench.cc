@@ -318,9 +318,13 @@ void print_torch_comparison(const std::vector<StageRow>& zero, const std::vector
 
 absl::Status stages_command() {
   ZERO_ASSIGN_OR_RETURN(const StagesBenchOptions options, stages_options_from_flags());
-  return run_on_ranks([&](Communicator& comm) -> absl::Status {
-    ZERO_ASSIGN_OR_RETURN(std::vector<StageRow> rows, run_stages_bench(comm, options));
+  std::vector<StageRow> rows;  // rank 0's, in rank 0's process
+  int world_size = 0;
+  ZERO_RETURN_IF_ERROR(run_on_ranks([&](Communicator& comm) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(std::vector<StageRow> own, run_stages_bench(comm, options));
     if (comm.rank() != 0) return absl::OkStatus();
+    rows = std::move(own);
+    world_size = comm.world_size();
     const ResultTable table = stages_bench_table(rows);
     std::printf(
         "# zero-bench stages: %s, backend %s, %d ranks, warmup %d, iters %d\n"
@@ -333,20 +337,21 @@ absl::Status stages_command() {
     std::fputs(table.to_text().c_str(), stdout);
     std::fflush(stdout);
     ZERO_RETURN_IF_ERROR(write_csv_flag(table));
-    if (options.torch) {
-      const std::string python = benchmark_python(absl::GetFlag(FLAGS_python));
-      const BaselineOutput run =
-          run_baseline(python, ZERO_TORCH_STAGES_SCRIPT, torch_stages_args(options, comm.world_size()));
-      const std::vector<TorchStage> torch = torch_stage_rows(run.lines);
-      if (torch.empty()) {
-        std::fputs(missing_torch_note(python, run).c_str(), stdout);
-      } else {
-        print_torch_comparison(rows, torch, comm.world_size());
-      }
-    }
     const std::string png = absl::GetFlag(FLAGS_png);
     return png.empty() ? absl::OkStatus() : plot_png(table, png);
-  });
+  }));
+  // PyTorch's run starts once every rank of zero's is done: under mpirun the other ranks' processes have ended by
+  // then, rather than spinning in MPI_Finalize on cores PyTorch's ranks need.
+  if (!options.torch || rows.empty()) return absl::OkStatus();
+  const std::string python = benchmark_python(absl::GetFlag(FLAGS_python));
+  const BaselineOutput run = run_baseline(python, ZERO_TORCH_STAGES_SCRIPT, torch_stages_args(options, world_size));
+  const std::vector<TorchStage> torch = torch_stage_rows(run.lines);
+  if (torch.empty()) {
+    std::fputs(missing_torch_note(python, run).c_str(), stdout);
+  } else {
+    print_torch_comparison(rows, torch, world_size);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace zero
