@@ -1,7 +1,11 @@
 #include "examples/bench/stages_bench.h"
 
+#include <sched.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -316,12 +320,39 @@ void print_torch_comparison(const std::vector<StageRow>& zero, const std::vector
 
 }  // namespace
 
+// The cores any rank of the job may run on, together (every rank's affinity, or'ed): PyTorch's ranks get them once
+// zero's are done. Under mpirun each rank's process is bound to a core of its own, and a child of rank 0's would
+// inherit one core for all of PyTorch's ranks.
+absl::StatusOr<cpu_set_t> cores_of_every_rank(Communicator& comm) {
+  cpu_set_t own;
+  if (sched_getaffinity(0, sizeof(own), &own) != 0) {
+    return absl::InternalError(absl::StrCat("sched_getaffinity: ", std::strerror(errno)));
+  }
+  constexpr int64_t kWords = sizeof(cpu_set_t) / sizeof(int32_t);
+  std::vector<int32_t> all(kWords * comm.world_size());
+  ZERO_RETURN_IF_ERROR(comm.allgather(Tensor(&own, DType::kI32, {kWords}),
+                                      Tensor(all.data(), DType::kI32, {static_cast<int64_t>(all.size())}))
+                           .wait());
+  cpu_set_t every;
+  CPU_ZERO(&every);
+  for (int r = 0; r < comm.world_size(); ++r) {
+    cpu_set_t theirs;
+    std::memcpy(&theirs, all.data() + r * kWords, sizeof(theirs));
+    CPU_OR(&every, &every, &theirs);
+  }
+  return every;
+}
+
 absl::Status stages_command() {
   ZERO_ASSIGN_OR_RETURN(const StagesBenchOptions options, stages_options_from_flags());
   std::vector<StageRow> rows;  // rank 0's, in rank 0's process
   int world_size = 0;
+  cpu_set_t cores;  // every rank's (with --torch)
   ZERO_RETURN_IF_ERROR(run_on_ranks([&](Communicator& comm) -> absl::Status {
     ZERO_ASSIGN_OR_RETURN(std::vector<StageRow> own, run_stages_bench(comm, options));
+    if (options.torch) {
+      ZERO_ASSIGN_OR_RETURN(cores, cores_of_every_rank(comm));
+    }
     if (comm.rank() != 0) return absl::OkStatus();
     rows = std::move(own);
     world_size = comm.world_size();
@@ -340,9 +371,12 @@ absl::Status stages_command() {
     const std::string png = absl::GetFlag(FLAGS_png);
     return png.empty() ? absl::OkStatus() : plot_png(table, png);
   }));
-  // PyTorch's run starts once every rank of zero's is done: under mpirun the other ranks' processes have ended by
-  // then, rather than spinning in MPI_Finalize on cores PyTorch's ranks need.
+  // PyTorch's run starts once every rank of zero's is done (under mpirun the other ranks' processes have ended by
+  // then, rather than spinning in MPI_Finalize), on the cores zero's ranks had together.
   if (!options.torch || rows.empty()) return absl::OkStatus();
+  if (sched_setaffinity(0, sizeof(cores), &cores) != 0) {  // this thread's, which the baseline's processes inherit
+    return absl::InternalError(absl::StrCat("sched_setaffinity: ", std::strerror(errno)));
+  }
   const std::string python = benchmark_python(absl::GetFlag(FLAGS_python));
   const BaselineOutput run = run_baseline(python, ZERO_TORCH_STAGES_SCRIPT, torch_stages_args(options, world_size));
   const std::vector<TorchStage> torch = torch_stage_rows(run.lines);
