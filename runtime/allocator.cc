@@ -244,15 +244,29 @@ absl::Status Allocator::place_in_files(MemoryCategory category, const std::strin
   return absl::OkStatus();
 }
 
-absl::Status Allocator::page_out(const void* buffer_data) {
+absl::Status Allocator::move_file_buffer(const void* buffer_data, bool in_ram,
+                                         absl::Status (*transfer)(const FileMemory&, size_t)) {
   FileBuffer file;
   {
     absl::MutexLock lock(&mu_);
     const auto it = file_buffers_.find(buffer_data);
-    if (it == file_buffers_.end()) return absl::OkStatus();
+    if (it == file_buffers_.end() || it->second.in_ram == in_ram) return absl::OkStatus();
     file = it->second;
   }
-  return file_page_out(file.memory, file.nbytes);
+  ZERO_RETURN_IF_ERROR(transfer(file.memory, file.nbytes));
+  absl::MutexLock lock(&mu_);
+  file_buffers_[buffer_data].in_ram = in_ram;
+  return absl::OkStatus();
+}
+
+absl::Status Allocator::page_in(const void* buffer_data) { return move_file_buffer(buffer_data, true, file_read_in); }
+
+absl::Status Allocator::page_out(const void* buffer_data) {
+  return move_file_buffer(buffer_data, false, file_write_out);
+}
+
+absl::Status Allocator::drop_unchanged(const void* buffer_data) {
+  return move_file_buffer(buffer_data, false, file_drop);
 }
 
 int64_t Allocator::file_bytes_in_ram() const {

@@ -118,20 +118,22 @@ class Allocator {
   // Buffer frees it with `api`, which must outlive it; free it only once the copies that use it finished.
   absl::StatusOr<Buffer> allocate_pinned(DeviceApi& api, int64_t nbytes, MemoryCategory category);
 
-  // From now on, host allocations of `category` are memory mapped from files in `dir` (an NVMe drive:
-  // ZeRO-Infinity's offload). They are counted in MemoryStats::in_files, not against the budget, and
-  // page_out drops them from RAM until they are next touched. Fails, naming `dir`, if no file can be
-  // created there.
+  // From now on, host allocations of `category` are backed by files in `dir` (an NVMe drive: ZeRO-Infinity's
+  // offload; runtime/file_memory.h). They are counted in MemoryStats::in_files, not against the budget. A new one
+  // is in RAM; page_out writes it to its file and drops it from RAM, and page_in reads it back: in between,
+  // touching it is a crash (SIGSEGV). Fails, naming `dir`, if no file can be created there.
   absl::Status place_in_files(MemoryCategory category, const std::string& dir);
-  // Writes the pages of the file-backed buffer whose data() is `buffer_data` back and drops them from
-  // RAM; nothing for other buffers.
-  absl::Status page_out(const void* buffer_data);
-  // One host allocation mapped from a new file in `dir`, counted as place_in_files counts a category's:
-  // for when only some of a category's buffers go to files (the sharded parameters of ZeRO-Infinity's
-  // offload_param, beside parameters kept whole in RAM).
+  // One host allocation backed by a new file in `dir`, counted as place_in_files counts a category's: for when
+  // only some of a category's buffers go to files (the sharded parameters of ZeRO-Infinity's offload_param,
+  // beside parameters kept whole in RAM).
   absl::StatusOr<Buffer> allocate_in_file(int64_t nbytes, MemoryCategory category, const std::string& dir);
-  // Bytes of the file-backed buffers that are in RAM now (whole pages): what page_out has not dropped,
-  // or what was touched since.
+  // The file-backed buffer whose data() is `buffer_data`: brought into RAM, written out and dropped, or dropped
+  // unwritten (for one only read since page_in). Each blocks for its transfer and does nothing where there is
+  // nothing to do (the buffer already there, or not file-backed). Thread-safe for distinct buffers.
+  absl::Status page_in(const void* buffer_data);
+  absl::Status page_out(const void* buffer_data);
+  absl::Status drop_unchanged(const void* buffer_data);
+  // Bytes of the file-backed buffers that are in RAM now (whole pages).
   int64_t file_bytes_in_ram() const;
 
   int rank() const { return rank_; }
@@ -178,7 +180,11 @@ class Allocator {
   struct FileBuffer {
     FileMemory memory;
     size_t nbytes;
+    bool in_ram = true;
   };
+  // Moves the file-backed buffer at `buffer_data` to `in_ram` with `transfer` (outside the lock), if it is not.
+  absl::Status move_file_buffer(const void* buffer_data, bool in_ram,
+                                absl::Status (*transfer)(const FileMemory&, size_t));
   absl::flat_hash_map<const void*, FileBuffer> file_buffers_ ABSL_GUARDED_BY(mu_);  // by data()
   std::vector<CachedBlock> cache_ ABSL_GUARDED_BY(mu_);                             // oldest first
   int64_t most_held_ ABSL_GUARDED_BY(mu_) = 0;  // the largest current_total so far; reset_peaks leaves it

@@ -411,7 +411,9 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::s
   };
   // Where every rank updates everything, every rank holds the same values: rank 0 saves them.
   const bool holds_pieces = !policy_.updates_everything() || comm_.rank() == 0;
+  ZERO_RETURN_IF_ERROR(settle_offload());
   for (const UnitState& u : holds_pieces ? std::span<const UnitState>(units_) : std::span<const UnitState>()) {
+    ZERO_RETURN_IF_ERROR(page_in_offloaded(u, allocator_));
     const int64_t begin = u.own_begin;
     const int64_t count = u.own_count;
     // The master weights where there are any (bf16/fp16, or the host's under ZeRO-Offload), else the params.
@@ -450,7 +452,7 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::s
   metadata["zero.good_steps"] = absl::StrCat(scaler_.state().good_steps);
   metadata["zero.hysteresis_left"] = absl::StrCat(scaler_.state().hysteresis_left);
   ZERO_RETURN_IF_ERROR(write_safetensors(path, pieces, metadata));
-  for (const UnitState& u : units_) ZERO_RETURN_IF_ERROR(page_out_offloaded(u, allocator_));  // reading paged them in
+  for (const UnitState& u : units_) ZERO_RETURN_IF_ERROR(page_out_offloaded(u, allocator_));
   return absl::OkStatus();
 }
 
@@ -519,9 +521,11 @@ absl::StatusOr<std::vector<UnitCheckpoint>> Engine::checkpoint_targets() {
 }
 
 absl::Status Engine::install_checkpoint(const std::vector<UnitCheckpoint>& units) {
+  ZERO_RETURN_IF_ERROR(settle_offload());
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
     const UnitCheckpoint& c = units[i];
+    ZERO_RETURN_IF_ERROR(page_in_offloaded(u, allocator_));
     const Tensor values = c.values.tensor(DType::kF32, {c.count});
     ZERO_RETURN_IF_ERROR(cast_from_host(u.own_params(dtype_), values, allocator_));
     if (u.master.data() != nullptr)

@@ -35,6 +35,9 @@ absl::Status ZeroConfig::validate(absl::string_view key_prefix) const {
                               "(offload_optimizer_to_host) or on the device"));
     }
   }
+  if (optimizer_swap.buffer_count < 1) {
+    return bad("optimizer_swap.buffer_count", optimizer_swap.buffer_count, "RAM must hold at least one tensor");
+  }
   if (offload_param_to_host && !(offload_optimizer_to_host && policy.partitions_params())) {
     return bad("offload_param_to_host", "true",
                absl::StrCat("the parameter shards go to host memory at stage 3 with the optimizer there, which writes "

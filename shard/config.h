@@ -69,6 +69,21 @@ struct ZeroConfig {
   // them in files instead, as ZeRO-Infinity's offload_optimizer: each unit's are paged in for its update
   // and written back and dropped from RAM after it (Allocator::place_in_files), bit-identical results.
   std::string offload_optimizer_path;
+  // With offload_optimizer_path: how the units' optimizer tensors move between their files and RAM (DeepSpeed's
+  // offload_optimizer keys; shard/offload.h's OptimizerSwapper). The defaults are DeepSpeed's: one unit's at a
+  // time, each read when its update starts and written back before the next unit's.
+  struct OptimizerSwap {
+    // How many optimizer tensors (the fp32 master weights, each optimizer state) RAM holds at once, counted as
+    // DeepSpeed counts its swap buffers; a unit's update needs all of its own, so this divided by one unit's
+    // tensors is how many units' RAM holds.
+    int buffer_count = 4;
+    // Reads ahead: the next units' tensors while one updates, and the first units' of the next step once the
+    // update ends, so that they arrive while the forward and backward compute.
+    bool pipeline_read = false;
+    // Writes behind: a unit's tensors go back to their file while the next units update.
+    bool pipeline_write = false;
+  };
+  OptimizerSwap optimizer_swap;
   // Stage 3 only: "" keeps each rank's parameter shards in RAM. A directory holds them in files instead,
   // as ZeRO-Infinity's offload_param: a unit's shard is paged in to be gathered or updated and dropped
   // from RAM once that is done, so RAM holds the gathered units, not the shards. Units kept whole

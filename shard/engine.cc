@@ -58,6 +58,9 @@ absl::Status Engine::build(OptimizerFactory make_optimizer) {
       units_, flat_unit_states(units, policy_, config_.persistence_threshold, comm_.rank(), comm_.world_size()));
   ZERO_RETURN_IF_ERROR(place_optimizer_in_files(allocator_, config_.offload_optimizer_path));
   for (UnitState& u : units_) ZERO_RETURN_IF_ERROR(allocate_unit(u, make_optimizer));
+  if (!config_.offload_optimizer_path.empty()) {
+    ZERO_ASSIGN_OR_RETURN(swapper_, OptimizerSwapper::create(units_, allocator_, config_.optimizer_swap));
+  }
   const auto communicates = [](const UnitState& u) { return u.optimizer->communicates(); };
   const auto talker = std::find_if(units_.begin(), units_.end(), communicates);
   if (config_.delayed_update_after >= 0 && !policy_.updates_everything() && talker != units_.end()) {
@@ -134,7 +137,10 @@ absl::Status Engine::reserve_transient() {
   return absl::OkStatus();
 }
 
+absl::Status Engine::settle_offload() { return swapper_ ? swapper_->settle() : absl::OkStatus(); }
+
 absl::Status Engine::assign_params(UnitState& u, const float* values, int64_t first) {
+  ZERO_RETURN_IF_ERROR(page_in_offloaded(u, allocator_));
   const Tensor held(const_cast<float*>(values) + (u.held_begin - first), DType::kF32, {u.held_numel});
   ZERO_RETURN_IF_ERROR(cast_from_host(u.held_params(dtype_), held, allocator_));
   if (u.master.data() != nullptr) {
@@ -280,7 +286,9 @@ absl::Status Engine::non_finite_gradients() {
 
 absl::Status Engine::update(const UpdateArgs& args) {
   if (host_offload_) ZERO_RETURN_IF_ERROR(host_offload_->stream_remaining_gradients());
-  return update_each_unit([&](int i) { return update_unit(i, args); });
+  ZERO_RETURN_IF_ERROR(update_each_unit([&](int i) { return update_unit(i, args); }));
+  if (swapper_) swapper_->read_ahead_next_step();
+  return absl::OkStatus();
 }
 
 absl::Status Engine::update_each_unit(const std::function<absl::Status(int i)>& update_one) {
@@ -304,6 +312,8 @@ absl::Status Engine::update_unit(int i, const UpdateArgs& args) {
     return host_offload_->send_parameters(i);
   }
   UnitState& u = units_[i];
+  ZERO_RETURN_IF_ERROR(allocator_.page_in(u.params.data()));  // offload_param: the shard is updated in place
+  if (swapper_) ZERO_RETURN_IF_ERROR(swapper_->acquire(i));
   Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;  // slice optimizers reduce norms
   const Tensor master = u.master.data() != nullptr ? u.master.tensor(DType::kF32, {u.own_count}) : Tensor();
   Buffer grads32_holder;
@@ -314,7 +324,8 @@ absl::Status Engine::update_unit(int i, const UpdateArgs& args) {
     ZERO_RETURN_IF_ERROR(
         u.optimizer->step(master, grads32, args.step, args.lr, comm, HalfCopy{.out = u.own_params(dtype_)}));
   }
-  return page_out_offloaded(u, allocator_);
+  if (swapper_) ZERO_RETURN_IF_ERROR(swapper_->release(i));
+  return allocator_.page_out(u.params.data());
 }
 
 absl::Status Engine::update_on_host(int i, const UpdateArgs& args) {
@@ -479,6 +490,7 @@ absl::Status Engine::load_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, Tensor)>& fill) {
   ZERO_RETURN_IF_ERROR(require_between_steps("load_params"));
   ZERO_RETURN_IF_ERROR(apply_delayed_update());
+  ZERO_RETURN_IF_ERROR(settle_offload());
   for (UnitState& u : units_) {
     ZERO_ASSIGN_OR_RETURN(Buffer full, allocator_.allocate(u.layout.padded_numel * 4, MemoryCategory::kWorkspace));
     std::memset(full.data(), 0, full.nbytes());

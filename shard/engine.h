@@ -51,6 +51,7 @@
 #include "shard/loss_scaler.h"
 #include "shard/meter.h"
 #include "shard/module.h"
+#include "shard/offload.h"
 #include "shard/reducer.h"
 #include "shard/stage.h"
 #include "shard/step_metrics.h"
@@ -156,6 +157,9 @@ class Engine {
   absl::Status reserve_transient();
   // values[k] is flat element first + k (fp32, on the host), covering at least what this rank holds.
   absl::Status assign_params(UnitState& u, const float* values, int64_t first);
+  // NVMe offload: every optimizer tensor in its file and none in transfer, for a path outside the update (which
+  // the swapper paces) that pages units in and out itself.
+  absl::Status settle_offload();
 
   // Which units take part in this micro-batch (Unit::runs); an error if the first or last would not.
   absl::StatusOr<std::vector<bool>> units_that_run(const UnitContext& ctx) const;
@@ -235,6 +239,8 @@ class Engine {
     int64_t step = 0;                               // the optimizer step it is
   };
   std::unique_ptr<DelayedUpdate> delayed_;
+  // Under config_.offload_optimizer_path; declared after units_, so destroyed first, waiting for its transfers.
+  std::unique_ptr<OptimizerSwapper> swapper_;
   // Declared after units_, so destroyed first: each waits for its collectives in flight.
   std::unique_ptr<ParamGatherer> gatherer_;
   std::unique_ptr<GradientReducer> reducer_;

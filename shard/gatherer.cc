@@ -90,6 +90,7 @@ absl::Status ParamGatherer::start_gather(int i) {
   ZERO_ASSIGN_OR_RETURN(gathered_[i],
                         rank_.allocator.allocate(u.layout.padded_numel * static_cast<int64_t>(dtype_size(rank_.dtype)),
                                                  MemoryCategory::kCommBuffers, rank_.device));
+  ZERO_RETURN_IF_ERROR(rank_.allocator.page_in(u.params.data()));  // offload_param: the shard from its file
   Tensor shard = u.held_params(rank_.dtype);
   if (shard.device() != rank_.device) {
     // A shard in pinned host memory (offload_param_to_host) goes to the device first, on the legacy stream, which
@@ -112,7 +113,7 @@ absl::Status ParamGatherer::finish_gather(int i) {
   absl::Status s = rank_.meter.wait(*flight_[i]);
   flight_[i].reset();
   staged_[i].reset();
-  s.Update(rank_.allocator.page_out(units_[i].params.data()));  // offload_param: the shard has been read
+  s.Update(rank_.allocator.drop_unchanged(units_[i].params.data()));  // offload_param: the shard, only read
   return s;
 }
 

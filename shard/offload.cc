@@ -1,5 +1,8 @@
-// NVMe offload: placing the optimizer and the parameter shards in files, and paging a unit's out.
+// NVMe offload: placing the optimizer and the parameter shards in files, paging a unit's, and the optimizer's swapper.
 #include "shard/offload.h"
+
+#include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/device_api.h"
@@ -35,11 +38,142 @@ absl::StatusOr<Buffer> allocate_held_params(const UnitState& u, Allocator& alloc
                                                             in_file.status().message()));
 }
 
+absl::Status page_in_offloaded(const UnitState& u, Allocator& allocator) {
+  ZERO_RETURN_IF_ERROR(allocator.page_in(u.params.data()));
+  ZERO_RETURN_IF_ERROR(allocator.page_in(u.master.data()));
+  for (const auto& [name, state] : u.optimizer->state()) ZERO_RETURN_IF_ERROR(allocator.page_in(state.data()));
+  return absl::OkStatus();
+}
+
 absl::Status page_out_offloaded(const UnitState& u, Allocator& allocator) {
   ZERO_RETURN_IF_ERROR(allocator.page_out(u.params.data()));
   ZERO_RETURN_IF_ERROR(allocator.page_out(u.master.data()));
   for (const auto& [name, state] : u.optimizer->state()) ZERO_RETURN_IF_ERROR(allocator.page_out(state.data()));
   return absl::OkStatus();
+}
+
+// --- OptimizerSwapper ------------------------------------------------------------------------------------
+
+namespace {
+
+// The unit's optimizer tensors that are in files: the master weights, where there are any, and each state.
+std::vector<const void*> optimizer_tensors_in_files(const UnitState& u) {
+  std::vector<const void*> tensors;
+  if (u.master.data() != nullptr) tensors.push_back(u.master.data());
+  for (const auto& [name, state] : u.optimizer->state()) {
+    if (state.data() != nullptr) tensors.push_back(state.data());
+  }
+  return tensors;
+}
+
+// "master weights, exp_avg, exp_avg_sq": what optimizer_tensors_in_files holds, by name.
+std::string tensor_names(const UnitState& u) {
+  std::string names = u.master.data() != nullptr ? "master weights" : "";
+  for (const auto& [name, state] : u.optimizer->state()) absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+  return names;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(std::span<const UnitState> units,
+                                                                           Allocator& allocator,
+                                                                           const ZeroConfig::OptimizerSwap& options) {
+  const UnitState* largest = nullptr;  // the unit with the most tensors in files
+  size_t per_unit = 0;
+  for (const UnitState& u : units) {
+    if (optimizer_tensors_in_files(u).size() <= per_unit) continue;
+    per_unit = optimizer_tensors_in_files(u).size();
+    largest = &u;
+  }
+  const int units_count = static_cast<int>(units.size());
+  const int units_in_ram = per_unit == 0 ? units_count : options.buffer_count / static_cast<int>(per_unit);
+  const bool pipelined = options.pipeline_read || options.pipeline_write;
+  const int needed = pipelined ? 2 : 1;
+  if (units_in_ram < std::min(needed, units_count)) {
+    return absl::InvalidArgumentError(absl::StrCat("offload_optimizer.buffer_count = ", options.buffer_count,
+                                                   ": one unit's update holds ", per_unit,
+                                                   " optimizer tensors in RAM (", tensor_names(*largest), ")",
+                                                   pipelined ? ", and a pipelined read or write one more unit's" : "",
+                                                   "; set buffer_count to at least ", needed * per_unit));
+  }
+  return std::unique_ptr<OptimizerSwapper>(new OptimizerSwapper(units, allocator, options, units_in_ram));
+}
+
+OptimizerSwapper::OptimizerSwapper(std::span<const UnitState> units, Allocator& allocator,
+                                   const ZeroConfig::OptimizerSwap& options, int units_in_ram)
+    : tensors_([&] {
+        std::vector<std::vector<const void*>> tensors;
+        for (const UnitState& u : units) tensors.push_back(optimizer_tensors_in_files(u));
+        return tensors;
+      }()),
+      allocator_(allocator), options_(options), units_in_ram_(units_in_ram), held_(units.size(), Held::kNo),
+      queued_(units.size(), 0) {}
+
+OptimizerSwapper::~OptimizerSwapper() { io_.synchronize(); }
+
+void OptimizerSwapper::queue(int i, absl::Status (Allocator::*move)(const void*), Held then) {
+  held_count_ += (then != Held::kNo) - (held_[i] != Held::kNo);
+  held_[i] = then;
+  {
+    absl::MutexLock lock(&mu_);
+    ++queued_[i];
+  }
+  io_.submit([this, i, move] {
+    absl::Status status;
+    for (const void* tensor : tensors_[i]) {
+      if (status.ok()) status = (allocator_.*move)(tensor);
+    }
+    absl::MutexLock lock(&mu_);
+    --queued_[i];
+    failure_.Update(status);
+  });
+}
+
+absl::Status OptimizerSwapper::wait_for(int i) {
+  absl::MutexLock lock(&mu_);
+  const auto done = [this, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queued_[i] == 0; };
+  mu_.Await(absl::Condition(&done));
+  return std::exchange(failure_, absl::OkStatus());
+}
+
+void OptimizerSwapper::read_ahead_from(int first) {
+  if (!options_.pipeline_read) return;
+  for (int j = first; j < static_cast<int>(held_.size()) && held_count_ < units_in_ram_; ++j) {
+    if (held_[j] == Held::kNo) queue(j, &Allocator::page_in, Held::kReadAhead);
+  }
+}
+
+absl::Status OptimizerSwapper::acquire(int i) {
+  if (held_[i] == Held::kNo) {
+    if (held_count_ == units_in_ram_) ZERO_RETURN_IF_ERROR(settle());  // out of the update's order: start over
+    queue(i, &Allocator::page_in, Held::kAcquired);
+  }
+  held_[i] = Held::kAcquired;
+  read_ahead_from(i + 1);
+  return wait_for(i);
+}
+
+absl::Status OptimizerSwapper::release(int i) {
+  queue(i, &Allocator::page_out, Held::kNo);
+  return options_.pipeline_write ? absl::OkStatus() : wait_for(i);
+}
+
+void OptimizerSwapper::read_ahead_next_step() { read_ahead_from(0); }
+
+absl::Status OptimizerSwapper::settle() {
+  io_.synchronize();
+  absl::Status status = [&] {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(failure_, absl::OkStatus());
+  }();
+  for (int i = 0; i < static_cast<int>(held_.size()); ++i) {
+    if (held_[i] == Held::kNo) continue;
+    const auto move = held_[i] == Held::kAcquired ? &Allocator::page_out : &Allocator::drop_unchanged;
+    for (const void* tensor : tensors_[i]) status.Update((allocator_.*move)(tensor));
+    held_[i] = Held::kNo;
+  }
+  held_count_ = 0;
+  return status;
 }
 
 }  // namespace zero

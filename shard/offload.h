@@ -1,10 +1,17 @@
-// NVMe offload (ZeroConfig::offload_*_path): which states live in files, and paging them out of RAM.
+// NVMe offload (ZeroConfig::offload_*_path): which states live in files, and moving them between files and RAM.
 #pragma once
 
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "runtime/allocator.h"
+#include "runtime/cpu_stream.h"
+#include "shard/config.h"
 #include "shard/unit_state.h"
 
 namespace zero {
@@ -19,9 +26,57 @@ absl::Status place_optimizer_in_files(Allocator& allocator, const std::string& d
 absl::StatusOr<Buffer> allocate_held_params(const UnitState& u, Allocator& allocator, DType dtype, Device device,
                                             const std::string& offload_param_dir, bool to_host);
 
-// Sends what of a unit is in files (params shard, master weights, optimizer state) back to them and
-// drops it from RAM, once it has been written or read; nothing for what is in RAM. So RAM holds one
-// unit's at a time.
+// What of a unit is in files (params shard, master weights, optimizer state), brought into RAM, or written back
+// and dropped from it; nothing for what is in RAM. Blocking: for the paths outside the update (initialization,
+// checkpoints), which settle the OptimizerSwapper first.
+absl::Status page_in_offloaded(const UnitState& u, Allocator& allocator);
 absl::Status page_out_offloaded(const UnitState& u, Allocator& allocator);
+
+// The units' optimizer tensors in files (master weights and optimizer state under offload_optimizer_path),
+// moved by an I/O thread of their own in the update's order: each unit's read before its update (ahead of it
+// under pipeline_read) and written after it (behind it under pipeline_write), with at most units_in_ram()
+// units' in RAM at once. Owns those tensors' paging: every other path settle()s first. Calls come from one
+// thread.
+class OptimizerSwapper {
+ public:
+  // Fails, saying what to set, when buffer_count holds less than one unit's tensors (two units' with a
+  // pipeline: one updating, one moving).
+  static absl::StatusOr<std::unique_ptr<OptimizerSwapper>> create(std::span<const UnitState> units,
+                                                                  Allocator& allocator,
+                                                                  const ZeroConfig::OptimizerSwap& options);
+  ~OptimizerSwapper();  // waits for what is queued
+
+  // Unit i's tensors in RAM, for its update: waits for their read (queued now unless read ahead), after queueing
+  // reads of the units after it that fit (pipeline_read).
+  absl::Status acquire(int i);
+  // After unit i's update: queues the write of its tensors, and waits for it unless pipeline_write.
+  absl::Status release(int i);
+  // After the step's last update: queues reads of the first units that fit, for the next step (pipeline_read).
+  void read_ahead_next_step();
+  // Waits for everything queued; what was read ahead is dropped and what was acquired is written, so every
+  // tensor is in its file. The first failure of a queued transfer since the last report.
+  absl::Status settle();
+
+  int units_in_ram() const { return units_in_ram_; }
+
+ private:
+  enum class Held { kNo, kReadAhead, kAcquired };  // by the calling thread's queueing
+  OptimizerSwapper(std::span<const UnitState> units, Allocator& allocator, const ZeroConfig::OptimizerSwap& options,
+                   int units_in_ram);
+  void queue(int i, absl::Status (Allocator::*move)(const void*), Held then);
+  void read_ahead_from(int first);
+  absl::Status wait_for(int i);
+
+  const std::vector<std::vector<const void*>> tensors_;  // [unit]: its file-backed optimizer tensors' data()
+  Allocator& allocator_;
+  const ZeroConfig::OptimizerSwap options_;
+  const int units_in_ram_;
+  std::vector<Held> held_;
+  int held_count_ = 0;
+  absl::Mutex mu_;
+  std::vector<int> queued_ ABSL_GUARDED_BY(mu_);  // [unit]: transfers queued and not yet done
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  CpuStream io_{"zero-nvme-io"};  // last: joined before the members its tasks use go
+};
 
 }  // namespace zero

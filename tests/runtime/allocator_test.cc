@@ -253,6 +253,7 @@ TEST(AllocatorFiles, CategoryPlacedInFilesKeepsItsValuesAcrossPageOutAndCountsOu
   for (int64_t i = 0; i < kFloats; ++i) x[i] = static_cast<float>(i) * 0.5f;
   ASSERT_TRUE(alloc.page_out(state.data()).ok());
   ASSERT_TRUE(alloc.page_out(params.data()).ok()) << "a RAM buffer has nothing to page out";
+  ASSERT_TRUE(alloc.page_in(state.data()).ok());
   for (int64_t i = 0; i < kFloats; ++i) ASSERT_EQ(x[i], static_cast<float>(i) * 0.5f) << i;
 
   const MemoryStats stats = alloc.stats();
@@ -265,21 +266,49 @@ TEST(AllocatorFiles, CategoryPlacedInFilesKeepsItsValuesAcrossPageOutAndCountsOu
   EXPECT_EQ(alloc.stats().in_files_of(MemoryCategory::kOptimizerState), 0);
 }
 
-TEST(AllocatorFiles, PageOutDropsTheBytesFromRamUntilTheyAreTouched) {
+TEST(AllocatorFiles, PageOutDropsTheBytesFromRamUntilPageInReadsThemBack) {
   const testing::ScopedTempDir offload;
   const std::string dir = offload.path().string();
   if (files_stay_in_ram(dir)) GTEST_SKIP() << dir << " is in RAM (tmpfs): paging out frees nothing there";
   Allocator alloc;
   ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, dir).ok());
-  constexpr int64_t kFloats = 1 << 16;  // 64 pages of 4 KiB
+  constexpr int64_t kFloats = (1 << 16) + 3;  // 64 pages of 4 KiB and 12 bytes more: a page partly used
   Buffer state = std::move(alloc.allocate(kFloats * 4, MemoryCategory::kOptimizerState)).value();
   float* x = static_cast<float*>(state.data());
   for (int64_t i = 0; i < kFloats; ++i) x[i] = 1.0f;
-  EXPECT_EQ(alloc.file_bytes_in_ram(), kFloats * 4) << "every page was written";
+  EXPECT_EQ(alloc.file_bytes_in_ram(), 65 * 4096) << "every page was written";
   ASSERT_TRUE(alloc.page_out(state.data()).ok());
   EXPECT_EQ(alloc.file_bytes_in_ram(), 0);
-  EXPECT_EQ(x[kFloats / 2], 1.0f);
-  EXPECT_GT(alloc.file_bytes_in_ram(), 0) << "reading a value paged it back in (with the kernel's readahead)";
+  ASSERT_TRUE(alloc.page_out(state.data()).ok()) << "paging out what is out does nothing";
+  ASSERT_TRUE(alloc.page_in(state.data()).ok());
+  EXPECT_EQ(alloc.file_bytes_in_ram(), 65 * 4096);
+  EXPECT_EQ(x[kFloats - 1], 1.0f);
+}
+
+TEST(AllocatorFiles, TouchingPagedOutMemoryIsACrashNeverASilentZero) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const testing::ScopedTempDir offload;
+  Allocator alloc;
+  ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, offload.path().string()).ok());
+  Buffer state = std::move(alloc.allocate(4096, MemoryCategory::kOptimizerState)).value();
+  ASSERT_TRUE(alloc.page_out(state.data()).ok());
+  EXPECT_DEATH({ [[maybe_unused]] volatile float v = *static_cast<volatile float*>(state.data()); }, "");
+}
+
+TEST(AllocatorFiles, DropUnchangedLeavesTheFileAsItWas) {
+  const testing::ScopedTempDir offload;
+  Allocator alloc;
+  ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, offload.path().string()).ok());
+  Buffer state = std::move(alloc.allocate(3 * 4096, MemoryCategory::kOptimizerState)).value();
+  float* x = static_cast<float*>(state.data());
+  x[5] = 2.0f;
+  ASSERT_TRUE(alloc.page_out(state.data()).ok());
+  ASSERT_TRUE(alloc.page_in(state.data()).ok());
+  x[5] = 3.0f;  // a change drop_unchanged's caller promised not to make: lost, as the contract says
+  ASSERT_TRUE(alloc.drop_unchanged(state.data()).ok());
+  EXPECT_EQ(alloc.file_bytes_in_ram(), 0);
+  ASSERT_TRUE(alloc.page_in(state.data()).ok());
+  EXPECT_EQ(x[5], 2.0f) << "the file holds what the last page_out wrote";
 }
 
 TEST(AllocatorFiles, MoreThanTheDriveHoldsIsRefusedWhenAllocatedNamingTheDirectory) {
