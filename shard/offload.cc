@@ -90,11 +90,11 @@ absl::StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(std::
   const bool pipelined = options.pipeline_read || options.pipeline_write;
   const int needed = pipelined ? 2 : 1;
   if (units_in_ram < std::min(needed, units_count)) {
-    return absl::InvalidArgumentError(absl::StrCat("offload_optimizer.buffer_count = ", options.buffer_count,
-                                                   ": one unit's update holds ", per_unit,
-                                                   " optimizer tensors in RAM (", tensor_names(*largest), ")",
-                                                   pipelined ? ", and a pipelined read or write one more unit's" : "",
-                                                   "; set buffer_count to at least ", needed * per_unit));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer_swap.buffer_count (DeepSpeed's offload_optimizer.buffer_count) = ", options.buffer_count,
+        ": one unit's update holds ", per_unit, " optimizer tensors in RAM (", tensor_names(*largest), ")",
+        pipelined ? ", and a pipelined read or write one more unit's" : "", "; set buffer_count to at least ",
+        needed * per_unit));
   }
   return std::unique_ptr<OptimizerSwapper>(new OptimizerSwapper(units, allocator, options, units_in_ram));
 }

@@ -314,10 +314,10 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   r.accept("zero_optimization.offload_optimizer.pin_memory");
   r.accept("zero_optimization.offload_param.pin_memory");
   r.accept("zero_allow_untested_optimizer");  // every optimizer zero has is sharded
-  // Tuning of DeepSpeed's asynchronous NVMe swapper: zero's offload maps files and pages them itself.
+  // Tuning of DeepSpeed's NVMe swapper that zero's has no counterpart for: parameter shards are paged one unit at
+  // a time as their gathers need them, and one I/O thread per rank moves whole tensors.
   for (absl::string_view key : {"offload_param.buffer_count", "offload_param.buffer_size", "offload_param.max_in_cpu",
-                                "offload_optimizer.buffer_count", "offload_optimizer.pipeline_read",
-                                "offload_optimizer.pipeline_write", "offload_optimizer.fast_init"}) {
+                                "offload_optimizer.fast_init"}) {
     r.accept(absl::StrCat("zero_optimization.", key));
   }
   r.accept_section("aio");
@@ -356,6 +356,9 @@ absl::Status read_deepspeed_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(read_deepspeed_keys_zero_ignores(r));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.device", z.offload_optimizer.device));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.nvme_path", z.offload_optimizer.nvme_path));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.buffer_count", z.optimizer_swap.buffer_count));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.pipeline_read", z.optimizer_swap.pipeline_read));
+  ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_optimizer.pipeline_write", z.optimizer_swap.pipeline_write));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_param.device", z.offload_param.device));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.offload_param.nvme_path", z.offload_param.nvme_path));
   ZERO_RETURN_IF_ERROR(r.read("zero_optimization.no_sync", z.no_sync));
@@ -919,6 +922,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   config.seed = c.seed;
   config.time_phases = c.wall_clock_breakdown;
   if (z.offload_optimizer.device == "nvme") config.offload_optimizer_path = z.offload_optimizer.nvme_path;
+  config.optimizer_swap = z.optimizer_swap;
   if (z.offload_param.device == "nvme") config.offload_param_path = z.offload_param.nvme_path;
   config.offload_optimizer_to_host = z.offload_optimizer.device == "cpu";
   config.offload_param_to_host = z.offload_param.device == "cpu";

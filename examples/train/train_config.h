@@ -35,6 +35,8 @@ struct ZeroOptimization {  // "zero_optimization"
   bool overlap_comm = true;
   Offload offload_optimizer;  // master weights and optimizer state to files on NVMe
   Offload offload_param;      // stage 3: the parameter shards to files on NVMe
+  // offload_optimizer's buffer_count, pipeline_read and pipeline_write (DeepSpeed's defaults)
+  ZeroConfig::OptimizerSwap optimizer_swap;
   // zero's own: DDP's no_sync for stages 0-1 (reduce once per step), and the wrap policy's size.
   bool no_sync = false;
   int64_t wrap_min_params = 0;        // elements; 0 = one flat unit per model unit

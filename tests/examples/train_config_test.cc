@@ -499,6 +499,18 @@ TEST(EngineConfigTest, NvmeOffloadOfTheOptimizerReachesTheEngine) {
   const ZeroConfig z = engine_config_ok(
       {"zero_optimization.offload_optimizer.device=nvme", "zero_optimization.offload_optimizer.nvme_path=/local_nvme"});
   EXPECT_EQ(z.offload_optimizer_path, "/local_nvme");
+  EXPECT_EQ(z.optimizer_swap.buffer_count, 4) << "DeepSpeed's defaults: one unit at a time, no pipeline";
+  EXPECT_FALSE(z.optimizer_swap.pipeline_read || z.optimizer_swap.pipeline_write);
+}
+
+TEST(EngineConfigTest, DeepSpeedsSwapperKeysPaceTheOptimizersTransfers) {
+  const ZeroConfig z = engine_config_ok(
+      {"zero_optimization.offload_optimizer.device=nvme", "zero_optimization.offload_optimizer.nvme_path=/local_nvme",
+       "zero_optimization.offload_optimizer.buffer_count=9", "zero_optimization.offload_optimizer.pipeline_read=true",
+       "zero_optimization.offload_optimizer.pipeline_write=true"});
+  EXPECT_EQ(z.optimizer_swap.buffer_count, 9);
+  EXPECT_TRUE(z.optimizer_swap.pipeline_read);
+  EXPECT_TRUE(z.optimizer_swap.pipeline_write);
 }
 
 TEST(EngineConfigTest, NvmeOffloadOfTheParametersReachesTheEngineAtStage3Only) {

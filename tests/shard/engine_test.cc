@@ -4,11 +4,14 @@
 #include <atomic>
 #include <cmath>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/time/clock.h"
 #include "runtime/comm/local.h"
 #include "runtime/device.h"
 #include "runtime/file_memory.h"
@@ -611,20 +614,36 @@ TEST(EngineAccounting, ModelThatDoesNotFitAtStage0TrainsAtStage3) {
   EXPECT_LE(sharded.memory[0].peak_total, *run.budget);
 }
 
+// How the NVMe swapper may pace the optimizer's tensors: DeepSpeed's default (one unit's at a time, synchronous),
+// both pipelines with just the two units' room they need, and both with room for every unit.
+const ZeroConfig::OptimizerSwap kSwapModes[] = {{},
+                                                {.buffer_count = 6, .pipeline_read = true, .pipeline_write = true},
+                                                {.buffer_count = 100, .pipeline_read = true}};
+
+std::vector<std::pair<int, ZeroConfig::OptimizerSwap>> stages_and_swap_modes() {
+  std::vector<std::pair<int, ZeroConfig::OptimizerSwap>> all;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (const ZeroConfig::OptimizerSwap& swap : kSwapModes) all.emplace_back(stage, swap);
+  }
+  return all;
+}
+
 TEST(EngineAccounting, OffloadedOptimizerTrainsBitIdenticallyWithItsStateInFiles) {
   const testing::ScopedTempDir files;
   const std::string dir = files.path().string();
-  for (int stage : {0, 1, 3}) {
+  for (const auto& [stage, swap] : stages_and_swap_modes()) {
     TrainRun run{.world_size = 3};
     run.zero.stage = stage;
     run.zero.precision = DType::kBF16;
     run.zero.persistence_threshold = 0;
     const testing::LocalOutcome in_ram = train_local(run);
     run.zero.offload_optimizer_path = dir;
+    run.zero.optimizer_swap = swap;
     const testing::LocalOutcome offloaded = train_local(run);
     ASSERT_TRUE(in_ram.status.ok() && offloaded.status.ok()) << offloaded.status;
     for (int r = 0; r < 3; ++r) {
-      EXPECT_TRUE(bitwise_equal(offloaded.ranks[r].params, in_ram.ranks[r].params)) << "stage " << stage;
+      EXPECT_TRUE(bitwise_equal(offloaded.ranks[r].params, in_ram.ranks[r].params))
+          << "stage " << stage << ", buffer_count " << swap.buffer_count;
       for (MemoryCategory c : {MemoryCategory::kOptimizerState, MemoryCategory::kMasterWeights}) {
         const int64_t held = in_ram.ranks[r].held_at_end.current_of(c);
         EXPECT_GT(held, 0);
@@ -632,6 +651,46 @@ TEST(EngineAccounting, OffloadedOptimizerTrainsBitIdenticallyWithItsStateInFiles
         EXPECT_EQ(offloaded.ranks[r].memory.peak_of(c), 0) << category_name(c) << " never in RAM, stage " << stage;
       }
     }
+  }
+}
+
+TEST(EngineAccounting, PipelinedReadsBringTheNextStepsFirstUnitsInWhileItComputesAndRamHoldsTwoUnitsAtMost) {
+  // One rank, bf16 AdamW: each unit's master weights, exp_avg and exp_avg_sq in files, each within one page.
+  const testing::ScopedTempDir files;
+  if (files_stay_in_ram(files.path().string())) GTEST_SKIP() << files.path().string() << " is in RAM (tmpfs)";
+  constexpr int64_t kUnitBytes = 3 * 4096;
+  for (const bool pipelined : {false, true}) {
+    TrainRun run{.world_size = 1, .steps = 3};
+    run.zero.stage = 0;
+    run.zero.precision = DType::kBF16;
+    run.zero.offload_optimizer_path = files.path().string();
+    run.zero.optimizer_swap = {.buffer_count = 6, .pipeline_read = pipelined, .pipeline_write = pipelined};
+    int64_t most_in_ram = 0;  // sampled at each unit's start, while the reads ahead and writes behind run
+    std::vector<int64_t> before_first_forward;  // per step after the first, once the reads ahead have arrived
+    std::string first_forward;
+    run.on_unit_start = [&](const std::string& event, const Allocator& allocator) {
+      if (first_forward.empty()) first_forward = event;
+      most_in_ram = std::max(most_in_ram, allocator.file_bytes_in_ram());
+      if (event != first_forward) return;
+      // The engine's thread waits here, inside the forward: whatever arrives, the I/O thread brought on its own.
+      int64_t in_ram = allocator.file_bytes_in_ram();
+      const bool reads_ahead = pipelined && !before_first_forward.empty();  // from the second step
+      for (const auto deadline = absl::Now() + absl::Seconds(30); reads_ahead && in_ram < 2 * kUnitBytes;) {
+        if (absl::Now() > deadline) break;
+        absl::SleepFor(absl::Milliseconds(1));
+        in_ram = allocator.file_bytes_in_ram();
+      }
+      before_first_forward.push_back(in_ram);
+    };
+    const testing::LocalOutcome out = train_local(run);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    ASSERT_EQ(before_first_forward.size(), 3u);
+    EXPECT_EQ(before_first_forward[0], 0) << "nothing is read before the first update";
+    for (int step = 1; step < 3; ++step) {
+      EXPECT_EQ(before_first_forward[step], pipelined ? 2 * kUnitBytes : 0)
+          << "step " << step << (pipelined ? ": the first two units' reads ahead" : ": each unit written back at once");
+    }
+    EXPECT_LE(most_in_ram, 2 * kUnitBytes) << "buffer_count 6 holds two units' three tensors";
   }
 }
 
@@ -708,6 +767,32 @@ TEST(EngineConfig, OffloadPathThatCannotHoldFilesIsRefusedNamingIt) {
   const Outcome out = train(run);
   EXPECT_FALSE(out.status.ok());
   EXPECT_THAT(std::string(out.status.message()), HasSubstr("offloading the optimizer to /nonexistent/nvme"));
+}
+
+TEST(EngineConfig, SwapBuffersTooFewForOneUnitOrForAPipelineAreRefusedSayingHowManyItTakes) {
+  const testing::ScopedTempDir files;
+  const struct {
+    ZeroConfig::OptimizerSwap swap;
+    std::string says;
+  } cases[] = {
+      {{.buffer_count = 2},
+       "= 2: one unit's update holds 3 optimizer tensors in RAM (master weights, exp_avg, "
+       "exp_avg_sq); set buffer_count to at least 3"},
+      {{.buffer_count = 5, .pipeline_write = true},
+       "and a pipelined read or write one more unit's; set buffer_count "
+       "to at least 6"},
+  };
+  for (const auto& [swap, says] : cases) {
+    TrainRun run{.world_size = 2};
+    run.zero.precision = DType::kBF16;
+    run.zero.offload_optimizer_path = files.path().string();
+    run.zero.optimizer_swap = swap;
+    const Outcome out = train(run);
+    EXPECT_TRUE(absl::IsInvalidArgument(out.status)) << out.status;
+    EXPECT_THAT(std::string(out.status.message()), HasSubstr(says));
+  }
+  EXPECT_THAT(std::string(ZeroConfig{.optimizer_swap = {.buffer_count = 0}}.validate().message()),
+              HasSubstr("optimizer_swap.buffer_count = 0: RAM must hold at least one tensor"));
 }
 
 TEST(EngineConfig, OffloadedParameterPathThatCannotHoldFilesIsRefusedNamingIt) {

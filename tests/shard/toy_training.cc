@@ -24,7 +24,14 @@ absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
   RankResult result;
   Allocator alloc(comm.rank(), run.budget);
   ToyModel toy(run.model, comm.rank());
-  HookedModel model(toy, run.hooks);
+  UnitHooks hooks = run.hooks;
+  if (run.on_unit_start) {
+    hooks.on_start = [&](const std::string& event) {
+      if (run.hooks.on_start) run.hooks.on_start(event);
+      run.on_unit_start(event, alloc);
+    };
+  }
+  HookedModel model(toy, hooks);
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, run.optimizer, run.zero));
   const int micro = run.zero.accumulation_steps;
   const int64_t rows = kGlobalBatch / (comm.world_size() * micro);

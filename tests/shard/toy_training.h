@@ -34,6 +34,8 @@ struct TrainRun {
   std::string save_checkpoint;  // saved after the last step; "" = none
   bool evaluate_first = false;  // each micro-batch goes through Engine::evaluate before its step
   UnitHooks hooks;              // around every unit's forward and backward, on every rank
+  // Also before every unit's forward and backward, with the rank's allocator.
+  std::function<void(const std::string& event, const Allocator& allocator)> on_unit_start;
 };
 
 // What one rank saw.
