@@ -66,8 +66,8 @@ struct ZeroConfig {
   Device device = Device::cpu();
 
   // "" keeps the optimizer state and fp32 master weights in RAM. A directory (on an NVMe drive) holds
-  // them in files instead, as ZeRO-Infinity's offload_optimizer: each unit's are paged in for its update
-  // and written back and dropped from RAM after it (Allocator::place_in_files), bit-identical results.
+  // them in files instead, as ZeRO-Infinity's offload_optimizer: each unit's are read in for its update and
+  // written back and dropped from RAM after it, as optimizer_swap paces them, bit-identical results.
   std::string offload_optimizer_path;
   // With offload_optimizer_path: how the units' optimizer tensors move between their files and RAM (DeepSpeed's
   // offload_optimizer keys; shard/offload.h's OptimizerSwapper). The defaults are DeepSpeed's: one unit's at a

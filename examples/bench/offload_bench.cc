@@ -26,6 +26,8 @@
 
 ABSL_FLAG(std::string, nvme_path, std::filesystem::temp_directory_path().string(),
           "offload: directory for the offloaded states' files (a fast local drive)");
+ABSL_FLAG(int, swap_buffers, 8,
+          "offload: the pipelined files rows' offload_optimizer.buffer_count (optimizer tensors RAM holds at once)");
 
 namespace zero {
 namespace {
@@ -69,14 +71,18 @@ absl::Status write_and_read_back(const std::string& path, void* data, int64_t by
 
 // Where a run keeps what it offloads: nowhere, NVMe files (ZeRO-Infinity), or host memory beside a device engine
 // (ZeRO-Offload); the optimizer (master weights and state), or at stage 3 the parameter shards too.
+// Files' transfers are paced as DeepSpeed's defaults do (one unit at a time, each read at its update and written
+// before the next), or pipelined (read ahead and written behind, --swap_buffers tensors in RAM).
 struct Offload {
   enum class To { kNone, kFiles, kHost };
   To to = To::kNone;
   bool params = false;
+  bool pipelined = false;
 
   std::string name() const {
     if (to == To::kNone) return "none";
-    return absl::StrCat(to == To::kFiles ? "files:" : "host:", params ? "optimizer+params" : "optimizer");
+    return absl::StrCat(to == To::kFiles ? "files:" : "host:", params ? "optimizer+params" : "optimizer",
+                        pipelined ? "/pipelined" : "");
   }
 };
 
@@ -127,6 +133,10 @@ absl::StatusOr<OffloadRow> run_one(Communicator& comm, StagesBenchOptions option
   const bool files = offload.to == Offload::To::kFiles, host = offload.to == Offload::To::kHost;
   options.offload_optimizer_path = files ? dir : "";
   options.offload_param_path = files && offload.params ? dir : "";
+  if (offload.pipelined) {
+    options.optimizer_swap = {
+        .buffer_count = absl::GetFlag(FLAGS_swap_buffers), .pipeline_read = true, .pipeline_write = true};
+  }
   options.offload_optimizer_to_host = host;
   options.offload_param_to_host = host && offload.params;
   options.persistence_threshold = 0;  // every unit sharded at stage 3, as the formulas assume
@@ -148,9 +158,15 @@ absl::StatusOr<OffloadRow> run_one(Communicator& comm, StagesBenchOptions option
 // The runs of one stage: none (the baseline), then offloaded to NVMe files for an engine on the CPU, to host memory
 // for one on a device.
 std::vector<Offload> offloads_of(int stage, Device device) {
-  const Offload::To to = device.is_cpu() ? Offload::To::kFiles : Offload::To::kHost;
-  std::vector<Offload> offloads = {{}, {.to = to}};
-  if (StagePolicy(stage).partitions_params()) offloads.push_back({.to = to, .params = true});
+  if (!device.is_cpu()) {
+    std::vector<Offload> offloads = {{}, {.to = Offload::To::kHost}};
+    if (StagePolicy(stage).partitions_params()) offloads.push_back({.to = Offload::To::kHost, .params = true});
+    return offloads;
+  }
+  std::vector<Offload> offloads = {{}, {.to = Offload::To::kFiles}, {.to = Offload::To::kFiles, .pipelined = true}};
+  if (StagePolicy(stage).partitions_params()) {
+    offloads.push_back({.to = Offload::To::kFiles, .params = true, .pipelined = true});
+  }
   return offloads;
 }
 

@@ -95,6 +95,7 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   config.precision = o.precision;
   config.offload_optimizer_path = o.offload_optimizer_path;
   config.offload_param_path = o.offload_param_path;
+  config.optimizer_swap = o.optimizer_swap;
   config.offload_optimizer_to_host = o.offload_optimizer_to_host;
   config.offload_param_to_host = o.offload_param_to_host;
   config.persistence_threshold = o.persistence_threshold;

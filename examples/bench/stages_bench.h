@@ -25,10 +25,11 @@ struct StagesBenchOptions {
   DType precision = DType::kF32;
   Device device = Device::cpu();  // --device's: cuda:0 for every local rank on the GPU (see rank_device)
   Repetitions reps;
-  std::string offload_optimizer_path;      // "" = optimizer state in RAM (ZeroConfig::offload_optimizer_path)
-  std::string offload_param_path;          // "" = stage 3's parameter shards in RAM (ZeroConfig::offload_param_path)
-  bool offload_optimizer_to_host = false;  // ZeroConfig::offload_optimizer_to_host (an engine on a device)
-  bool offload_param_to_host = false;      // ZeroConfig::offload_param_to_host (stage 3, with the above)
+  std::string offload_optimizer_path;        // "" = optimizer state in RAM (ZeroConfig::offload_optimizer_path)
+  std::string offload_param_path;            // "" = stage 3's parameter shards in RAM (ZeroConfig::offload_param_path)
+  bool offload_optimizer_to_host = false;    // ZeroConfig::offload_optimizer_to_host (an engine on a device)
+  bool offload_param_to_host = false;        // ZeroConfig::offload_param_to_host (stage 3, with the above)
+  ZeroConfig::OptimizerSwap optimizer_swap;  // how the files' transfers are paced (ZeroConfig::optimizer_swap)
   int64_t persistence_threshold = ZeroConfig{}.persistence_threshold;  // stage 3: smaller units stay whole
   bool torch = false;  // also PyTorch's counterpart of each stage (benchmarks/torch_stages.py)
 };

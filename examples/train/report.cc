@@ -91,12 +91,14 @@ std::string offload_line(const RunFacts& f, const ModelStateBytes& formula, cons
                            : f.offload_param ? "parameter shards"
                                              : "master weights and optimizer state";
   const int64_t measured = peaks[0].in_files_total();
-  return absl::StrCat("  offloaded to NVMe files: ", what, " ", format_bytes(measured), " on rank 0 (formula ",
-                      format_bytes(formula.in_files), "), paged in one unit at a time",
-                      f.offload_param && measured < formula.in_files
-                          ? "; units kept whole (stage3_param_persistence_threshold) stay in RAM"
-                          : "",
-                      "\n");
+  return absl::StrCat(
+      "  offloaded to NVMe files: ", what, " ", format_bytes(measured), " on rank 0 (formula ",
+      format_bytes(formula.in_files),
+      "), in RAM only while a unit uses them (those read ahead too, under offload_optimizer's pipeline_read)",
+      f.offload_param && measured < formula.in_files
+          ? "; units kept whole (stage3_param_persistence_threshold) stay in RAM"
+          : "",
+      "\n");
 }
 
 std::string ratio(int64_t measured, int64_t theory) {

@@ -310,7 +310,7 @@ absl::Status read_deepspeed_keys_zero_ignores(KeyReader& r) {
   // DeepSpeed's choice of torch.optim.Adam/AdamW over its fused kernel: the same algorithm, which zero's
   // Adam follows either way (torch's formulas).
   r.accept("optimizer.params.torch_adam");
-  // Host offload's transfers always use page-locked buffers; NVMe offload maps its files.
+  // Host offload's transfers always use page-locked buffers; NVMe offload's bypass the page cache (O_DIRECT).
   r.accept("zero_optimization.offload_optimizer.pin_memory");
   r.accept("zero_optimization.offload_param.pin_memory");
   r.accept("zero_allow_untested_optimizer");  // every optimizer zero has is sharded
