@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicato
 
 Engine::~Engine() {
   if (delayed_ == nullptr) return;
-  delayed_->thread.join();
+  update_worker_->synchronize();
   absl::MutexLock lock(&delayed_->mu);
   if (!delayed_->status.ok()) {  // a destructor cannot return it, and dropping it would hide a failed update
     std::fprintf(stderr, "zero: rank %d: the delayed update of step %lld failed, and no call reported it: %s\n",
@@ -352,7 +352,8 @@ absl::Status Engine::start_delayed_update(const UpdateArgs& args) {
   delayed_ = std::make_unique<DelayedUpdate>();
   delayed_->updated.assign(units_.size(), false);
   delayed_->step = args.step;
-  delayed_->thread = std::thread([this, args, d = delayed_.get(), threads = cpu_threads()] {
+  if (!update_worker_) update_worker_ = std::make_unique<CpuStream>("zero-update");
+  update_worker_->submit([this, args, d = delayed_.get(), threads = cpu_threads()] {
     set_cpu_threads(threads);  // the rank's share of the cores, as on its compute thread
     absl::Status status;
     for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
@@ -367,7 +368,7 @@ absl::Status Engine::start_delayed_update(const UpdateArgs& args) {
 
 absl::Status Engine::apply_delayed_update() {
   if (delayed_ == nullptr) return absl::OkStatus();
-  delayed_->thread.join();
+  update_worker_->synchronize();
   const absl::Status status = [&] {
     absl::MutexLock lock(&delayed_->mu);
     return delayed_->status;

@@ -36,7 +36,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -45,6 +44,7 @@
 #include "optim/optimizer.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/cpu_stream.h"
 #include "shard/config.h"
 #include "shard/gatherer.h"
 #include "shard/host_offload.h"
@@ -232,13 +232,15 @@ class Engine {
   // The delayed update in flight, between the step that started it and the next one (or a call that reads or
   // writes the whole state).
   struct DelayedUpdate {
-    std::thread thread;
     absl::Mutex mu;
     std::vector<bool> updated ABSL_GUARDED_BY(mu);  // per unit: its gradient read, its parameters written
     absl::Status status ABSL_GUARDED_BY(mu);        // the first unit's failure
     int64_t step = 0;                               // the optimizer step it is
   };
   std::unique_ptr<DelayedUpdate> delayed_;
+  // The thread the delayed updates run on, made once (config_.delayed_update_after >= 0); declared after delayed_
+  // and units_, so joined before what its task uses goes.
+  std::unique_ptr<CpuStream> update_worker_;
   // Under config_.offload_optimizer_path; declared after units_, so destroyed first, waiting for its transfers.
   std::unique_ptr<OptimizerSwapper> swapper_;
   // Declared after units_, so destroyed first: each waits for its collectives in flight.
