@@ -115,17 +115,23 @@ TEST(Checkpoint, AnOffloadedEngineSavesAndLoadsAsOneInRam) {
   const testing::ScopedTempDir temp;
   const std::string dir = temp.path().string();
   const TrainRun in_ram = small_run(2, 3, DType::kBF16);
-  TrainRun offloaded = in_ram;
-  offloaded.zero.offload_optimizer_path = dir;
-  offloaded.zero.offload_param_path = dir;
   const LocalOutcome straight = train_span(in_ram, 0, 4);
-  ASSERT_TRUE(train_span(offloaded, 0, 2, "", dir + "/from-files").status.ok());
-  const LocalOutcome into_ram = train_span(in_ram, 2, 2, dir + "/from-files");
   ASSERT_TRUE(train_span(in_ram, 0, 2, "", dir + "/from-ram").status.ok());
-  const LocalOutcome into_files = train_span(offloaded, 2, 2, dir + "/from-ram");
-  ASSERT_TRUE(straight.status.ok() && into_ram.status.ok() && into_files.status.ok()) << into_files.status;
-  EXPECT_TRUE(bitwise_equal(into_ram.ranks[0].params, straight.ranks[0].params));
-  EXPECT_TRUE(bitwise_equal(into_files.ranks[0].params, straight.ranks[0].params));
+  // Synchronous, and pipelined: a save and a load find the next step's first units read ahead.
+  for (const ZeroConfig::OptimizerSwap& swap :
+       {ZeroConfig::OptimizerSwap{}, {.buffer_count = 6, .pipeline_read = true, .pipeline_write = true}}) {
+    TrainRun offloaded = in_ram;
+    offloaded.zero.offload_optimizer_path = dir;
+    offloaded.zero.offload_param_path = dir;
+    offloaded.zero.optimizer_swap = swap;
+    const std::string saved = absl::StrCat(dir, "/from-files-", swap.buffer_count);
+    ASSERT_TRUE(train_span(offloaded, 0, 2, "", saved).status.ok());
+    const LocalOutcome into_ram = train_span(in_ram, 2, 2, saved);
+    const LocalOutcome into_files = train_span(offloaded, 2, 2, dir + "/from-ram");
+    ASSERT_TRUE(straight.status.ok() && into_ram.status.ok() && into_files.status.ok()) << into_files.status;
+    EXPECT_TRUE(bitwise_equal(into_ram.ranks[0].params, straight.ranks[0].params)) << swap.buffer_count;
+    EXPECT_TRUE(bitwise_equal(into_files.ranks[0].params, straight.ranks[0].params)) << swap.buffer_count;
+  }
 }
 
 TEST(Checkpoint, MissingOrIncompleteCheckpointsAreRefusedNamingWhatIsMissing) {
