@@ -21,6 +21,16 @@ RunResult run_program(const std::string& binary, const std::string& args, const 
   return result;
 }
 
+RunResult run_program_killed_when(const std::string& binary, const std::string& args, const std::string& shell_test) {
+  // The program in the background; the shell polls the condition every millisecond while it lives.
+  const std::string script = absl::StrCat(binary, " ", args, " & pid=$!; until ", shell_test,
+                                          "; do kill -0 $pid 2>/dev/null || break; sleep 0.001; done; "
+                                          "kill -9 $pid 2>/dev/null; wait $pid");
+  std::string quoted;  // one single-quoted shell word
+  for (const char c : script) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return run_program("sh", absl::StrCat("-c '", quoted, "'"));
+}
+
 std::string mpiexec_launcher(const std::string& mpiexec, int ranks) {
   return absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ", mpiexec, " -n ", ranks,
                       " --oversubscribe");

@@ -234,6 +234,39 @@ TEST_F(ZeroTrainTest, ResumingFromACheckpointExportsTheSameBitsAsNotStopping) {
   EXPECT_THAT(other_model.output, HasSubstr("was it saved from another model?"));
 }
 
+TEST_F(ZeroTrainTest, AKillDuringAnOffloadedStepLosesNothingTheLastCheckpointHolds) {
+  // Stage 3 with the optimizer (pipelined) and the parameter shards in files, saving every 10 steps: killed once
+  // step 20's checkpoint is complete, then resumed from the newest complete one, it exports the bits of a run that
+  // never stopped.
+  const std::filesystem::path& dir = dir_.path();
+  const std::string nvme = (dir / "nvme").string(), ckpt = (dir / "ckpt").string();
+  std::filesystem::create_directories(nvme);
+  const auto args = [&](const std::string& name, const std::string& more) {
+    return absl::StrCat(
+        "--ranks 2 --zero_optimization.stage=3 --zero_optimization.stage3_param_persistence_threshold=0 "
+        "--model.num_layers=1 --model.channels=32 --train_batch_size=16 --train_micro_batch_size_per_gpu=4 "
+        "--steps=300 --eval_interval=0 --scheduler.params.warmup_num_steps=2 --data.addition.val_rows=64 "
+        "--zero_optimization.offload_optimizer.device=nvme --zero_optimization.offload_optimizer.nvme_path=",
+        nvme, " --zero_optimization.offload_param.device=nvme --zero_optimization.offload_param.nvme_path=", nvme,
+        " --zero_optimization.offload_optimizer.buffer_count=8 --zero_optimization.offload_optimizer.pipeline_read=true"
+        " --zero_optimization.offload_optimizer.pipeline_write=true --metrics_path=",
+        (dir / (name + ".jsonl")).string(), " --export_path=", (dir / (name + ".safetensors")).string(), " ", more);
+  };
+  const RunResult straight = run_zero_train(args("straight", ""));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const std::string saving = absl::StrCat("--checkpoint.dir=", ckpt, " --checkpoint.interval=10");
+  const RunResult killed = testing::run_program_killed_when(ZERO_TRAIN_BINARY, args("killed", saving),
+                                                            absl::StrCat("grep -qs step-00000020 ", ckpt, "/latest"));
+  ASSERT_EQ(killed.exit_code, 137) << "the run ended before the kill:\n" << killed.output;
+  EXPECT_TRUE(std::filesystem::is_empty(nvme)) << "the offload files are unlinked from the start";
+  const RunResult resumed = run_zero_train(args("resumed", saving + " --checkpoint.resume=auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("resumed after step "));
+  const std::string exported = file_bytes((dir / "straight.safetensors").string());
+  ASSERT_FALSE(exported.empty());
+  EXPECT_TRUE(file_bytes((dir / "resumed.safetensors").string()) == exported) << "the resumed run diverged";
+}
+
 // The GPU path on the simulated device runs the CPU's kernels, so it gives the CPU's bits: the same losses, the
 // same exported weights, and a checkpoint saved there resumes to them, also with its streams delayed at random. With
 // the optimizer offloaded to the host (ZeRO-Offload) the bits are the same, and its checkpoints resume on the device.
