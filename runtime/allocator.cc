@@ -244,30 +244,31 @@ absl::Status Allocator::place_in_files(MemoryCategory category, const std::strin
   return absl::OkStatus();
 }
 
-absl::Status Allocator::move_file_buffer(const void* buffer_data, bool in_ram,
-                                         absl::Status (*transfer)(const FileMemory&, size_t)) {
+absl::Status Allocator::move_file_buffer(const void* buffer_data, bool to_ram, bool unchanged) {
   FileBuffer file;
   {
     absl::MutexLock lock(&mu_);
     const auto it = file_buffers_.find(buffer_data);
-    if (it == file_buffers_.end() || it->second.in_ram == in_ram) return absl::OkStatus();
+    if (it == file_buffers_.end() || it->second.in_ram == to_ram) return absl::OkStatus();
     file = it->second;
   }
-  ZERO_RETURN_IF_ERROR(transfer(file.memory, file.nbytes));
+  const bool writes = !to_ram && !(unchanged && file.file_current);
+  const absl::Status status = to_ram   ? file_read_in(file.memory, file.nbytes)
+                              : writes ? file_write_out(file.memory, file.nbytes)
+                                       : file_drop(file.memory, file.nbytes);
   absl::MutexLock lock(&mu_);
-  file_buffers_[buffer_data].in_ram = in_ram;
-  return absl::OkStatus();
+  const auto it = file_buffers_.find(buffer_data);
+  if (it == file_buffers_.end()) return status;
+  if (status.ok()) it->second.in_ram = to_ram;
+  it->second.file_current = status.ok() || !writes;  // a failed write leaves the file stale
+  return status;
 }
 
-absl::Status Allocator::page_in(const void* buffer_data) { return move_file_buffer(buffer_data, true, file_read_in); }
+absl::Status Allocator::page_in(const void* buffer_data) { return move_file_buffer(buffer_data, true, false); }
 
-absl::Status Allocator::page_out(const void* buffer_data) {
-  return move_file_buffer(buffer_data, false, file_write_out);
-}
+absl::Status Allocator::page_out(const void* buffer_data) { return move_file_buffer(buffer_data, false, false); }
 
-absl::Status Allocator::drop_unchanged(const void* buffer_data) {
-  return move_file_buffer(buffer_data, false, file_drop);
-}
+absl::Status Allocator::drop_unchanged(const void* buffer_data) { return move_file_buffer(buffer_data, false, true); }
 
 int64_t Allocator::file_bytes_in_ram() const {
   absl::MutexLock lock(&mu_);

@@ -128,8 +128,9 @@ class Allocator {
   // beside parameters kept whole in RAM).
   absl::StatusOr<Buffer> allocate_in_file(int64_t nbytes, MemoryCategory category, const std::string& dir);
   // The file-backed buffer whose data() is `buffer_data`: brought into RAM, written out and dropped, or dropped
-  // unwritten (for one only read since page_in). Each blocks for its transfer and does nothing where there is
-  // nothing to do (the buffer already there, or not file-backed). Thread-safe for distinct buffers.
+  // unwritten (for one only read since page_in; written after all where its file is not current, as after a
+  // failed write). Each blocks for its transfer and does nothing where there is nothing to do (the buffer already
+  // there, or not file-backed). Thread-safe for distinct buffers.
   absl::Status page_in(const void* buffer_data);
   absl::Status page_out(const void* buffer_data);
   absl::Status drop_unchanged(const void* buffer_data);
@@ -181,10 +182,13 @@ class Allocator {
     FileMemory memory;
     size_t nbytes;
     bool in_ram = true;
+    // The file held the memory's contents at the last transfer: not before the first write, nor after a failed one.
+    bool file_current = false;
   };
-  // Moves the file-backed buffer at `buffer_data` to `in_ram` with `transfer` (outside the lock), if it is not.
-  absl::Status move_file_buffer(const void* buffer_data, bool in_ram,
-                                absl::Status (*transfer)(const FileMemory&, size_t));
+  // Brings the file-backed buffer at `buffer_data` into RAM (`to_ram`), or out of it: written unless `unchanged`
+  // and its file is current, dropped otherwise. The transfer runs outside the lock; a failed one changes nothing
+  // but marks a failed write's file stale.
+  absl::Status move_file_buffer(const void* buffer_data, bool to_ram, bool unchanged);
   absl::flat_hash_map<const void*, FileBuffer> file_buffers_ ABSL_GUARDED_BY(mu_);  // by data()
   std::vector<CachedBlock> cache_ ABSL_GUARDED_BY(mu_);                             // oldest first
   int64_t most_held_ ABSL_GUARDED_BY(mu_) = 0;  // the largest current_total so far; reset_peaks leaves it

@@ -108,9 +108,14 @@ absl::Status file_write_out(const FileMemory& memory, size_t nbytes) {
 }
 
 absl::Status file_drop(const FileMemory& memory, size_t nbytes) {
+  // Protected first: if either step fails, the memory is as it was, readable and whole.
   const size_t mapped = mapped_bytes(nbytes);
-  if (madvise(memory.data, mapped, MADV_DONTNEED) != 0) return errno_error("cannot drop", "offloaded memory");
   if (mprotect(memory.data, mapped, PROT_NONE) != 0) return errno_error("cannot protect", "offloaded memory");
+  if (madvise(memory.data, mapped, MADV_DONTNEED) != 0) {
+    const absl::Status status = errno_error("cannot drop", "offloaded memory");
+    mprotect(memory.data, mapped, PROT_READ | PROT_WRITE);
+    return status;
+  }
   return absl::OkStatus();
 }
 
@@ -119,8 +124,10 @@ absl::Status file_read_in(const FileMemory& memory, size_t nbytes) {
   if (mprotect(memory.data, mapped, PROT_READ | PROT_WRITE) != 0) {
     return errno_error("cannot unprotect", "offloaded memory");
   }
-  ZERO_RETURN_IF_ERROR(transfer_all(pread, "cannot read", memory.fd, static_cast<char*>(memory.data), mapped));
-  return leave_no_cached_pages(memory, nbytes);
+  absl::Status status = transfer_all(pread, "cannot read", memory.fd, static_cast<char*>(memory.data), mapped);
+  if (status.ok()) status = leave_no_cached_pages(memory, nbytes);
+  if (!status.ok()) mprotect(memory.data, mapped, PROT_NONE);  // still out: a use is a crash, not a read of junk
+  return status;
 }
 
 size_t file_resident_bytes(const FileMemory& memory, size_t nbytes) {

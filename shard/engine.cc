@@ -287,8 +287,7 @@ absl::Status Engine::non_finite_gradients() {
 absl::Status Engine::update(const UpdateArgs& args) {
   if (host_offload_) ZERO_RETURN_IF_ERROR(host_offload_->stream_remaining_gradients());
   ZERO_RETURN_IF_ERROR(update_each_unit([&](int i) { return update_unit(i, args); }));
-  if (swapper_) swapper_->read_ahead_next_step();
-  return absl::OkStatus();
+  return swapper_ ? swapper_->end_step() : absl::OkStatus();
 }
 
 absl::Status Engine::update_each_unit(const std::function<absl::Status(int i)>& update_one) {

@@ -2,6 +2,7 @@
 #include "shard/offload.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -101,39 +102,73 @@ absl::StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(std::
 
 OptimizerSwapper::OptimizerSwapper(std::span<const UnitState> units, Allocator& allocator,
                                    const ZeroConfig::OptimizerSwap& options, int units_in_ram)
-    : tensors_([&] {
+    : names_([&] {
+        std::vector<std::string> names;
+        for (const UnitState& u : units) names.push_back(u.name);
+        return names;
+      }()),
+      tensors_([&] {
         std::vector<std::vector<const void*>> tensors;
         for (const UnitState& u : units) tensors.push_back(optimizer_tensors_in_files(u));
         return tensors;
       }()),
       allocator_(allocator), options_(options), units_in_ram_(units_in_ram), held_(units.size(), Held::kNo),
-      queued_(units.size(), 0) {}
+      queued_(units.size(), 0), failure_(units.size()) {}
 
-OptimizerSwapper::~OptimizerSwapper() { io_.synchronize(); }
+OptimizerSwapper::~OptimizerSwapper() {
+  io_.synchronize();
+  const absl::Status unreported = take_failures();
+  if (!unreported.ok()) {  // a destructor cannot return it, and dropping it would hide a lost transfer
+    std::fprintf(stderr, "zero: rank %d: %s\n", allocator_.rank(), unreported.ToString().c_str());
+  }
+}
+
+void OptimizerSwapper::set_held(int i, Held held) {
+  held_count_ += (held != Held::kNo) - (held_[i] != Held::kNo);
+  held_[i] = held;
+}
 
 void OptimizerSwapper::queue(int i, absl::Status (Allocator::*move)(const void*), Held then) {
-  held_count_ += (then != Held::kNo) - (held_[i] != Held::kNo);
-  held_[i] = then;
+  set_held(i, then);
   {
     absl::MutexLock lock(&mu_);
     ++queued_[i];
   }
-  io_.submit([this, i, move] {
+  const bool reads = move == &Allocator::page_in;
+  io_.submit([this, i, move, reads] {
     absl::Status status;
     for (const void* tensor : tensors_[i]) {
       if (status.ok()) status = (allocator_.*move)(tensor);
     }
     absl::MutexLock lock(&mu_);
     --queued_[i];
-    failure_.Update(status);
+    if (status.ok()) return;
+    failure_[i].Update(absl::Status(
+        status.code(), absl::StrCat(reads ? "reading" : "writing", " the optimizer state of unit '", names_[i],
+                                    reads ? "' from" : "' to", " its files: ", status.message())));
   });
+}
+
+absl::Status OptimizerSwapper::take_failure(int i) {
+  absl::Status failure = std::exchange(failure_[i], absl::OkStatus());
+  if (!failure.ok() && held_[i] != Held::kNo) set_held(i, Held::kNo);
+  return failure;
 }
 
 absl::Status OptimizerSwapper::wait_for(int i) {
   absl::MutexLock lock(&mu_);
   const auto done = [this, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queued_[i] == 0; };
   mu_.Await(absl::Condition(&done));
-  return std::exchange(failure_, absl::OkStatus());
+  return take_failure(i);
+}
+
+absl::Status OptimizerSwapper::take_failures() {
+  absl::MutexLock lock(&mu_);
+  absl::Status failures;
+  for (int i = 0; i < static_cast<int>(held_.size()); ++i) {
+    if (queued_[i] == 0) failures.Update(take_failure(i));  // a unit still moving reports once it is done
+  }
+  return failures;
 }
 
 void OptimizerSwapper::read_ahead_from(int first) {
@@ -148,7 +183,7 @@ absl::Status OptimizerSwapper::acquire(int i) {
     if (held_count_ == units_in_ram_) ZERO_RETURN_IF_ERROR(settle());  // out of the update's order: start over
     queue(i, &Allocator::page_in, Held::kAcquired);
   }
-  held_[i] = Held::kAcquired;
+  set_held(i, Held::kAcquired);
   read_ahead_from(i + 1);
   return wait_for(i);
 }
@@ -158,21 +193,21 @@ absl::Status OptimizerSwapper::release(int i) {
   return options_.pipeline_write ? absl::OkStatus() : wait_for(i);
 }
 
-void OptimizerSwapper::read_ahead_next_step() { read_ahead_from(0); }
+absl::Status OptimizerSwapper::end_step() {
+  read_ahead_from(0);
+  return take_failures();
+}
 
 absl::Status OptimizerSwapper::settle() {
   io_.synchronize();
-  absl::Status status = [&] {
-    absl::MutexLock lock(&mu_);
-    return std::exchange(failure_, absl::OkStatus());
-  }();
+  absl::Status status = take_failures();
   for (int i = 0; i < static_cast<int>(held_.size()); ++i) {
     if (held_[i] == Held::kNo) continue;
+    // What was read ahead is unchanged (drop_unchanged writes it after all where its file is stale).
     const auto move = held_[i] == Held::kAcquired ? &Allocator::page_out : &Allocator::drop_unchanged;
     for (const void* tensor : tensors_[i]) status.Update((allocator_.*move)(tensor));
-    held_[i] = Held::kNo;
+    set_held(i, Held::kNo);
   }
-  held_count_ = 0;
   return status;
 }
 

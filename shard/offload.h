@@ -44,17 +44,20 @@ class OptimizerSwapper {
   static absl::StatusOr<std::unique_ptr<OptimizerSwapper>> create(std::span<const UnitState> units,
                                                                   Allocator& allocator,
                                                                   const ZeroConfig::OptimizerSwap& options);
-  ~OptimizerSwapper();  // waits for what is queued
+  ~OptimizerSwapper();  // waits for what is queued, and logs a failure no call reported
 
   // Unit i's tensors in RAM, for its update: waits for their read (queued now unless read ahead), after queueing
-  // reads of the units after it that fit (pipeline_read).
+  // reads of the units after it that fit (pipeline_read). A failure of unit i's transfers, this read's or an
+  // earlier write's, is returned here, and the next acquire(i) reads again what did not arrive.
   absl::Status acquire(int i);
   // After unit i's update: queues the write of its tensors, and waits for it unless pipeline_write.
   absl::Status release(int i);
-  // After the step's last update: queues reads of the first units that fit, for the next step (pipeline_read).
-  void read_ahead_next_step();
+  // After the step's last update: queues reads of the first units that fit, for the next step (pipeline_read), and
+  // returns the failures of the transfers done so far (waiting for none). A unit whose write failed keeps its
+  // tensors in RAM, and its next write-out writes them again.
+  absl::Status end_step();
   // Waits for everything queued; what was read ahead is dropped and what was acquired is written, so every
-  // tensor is in its file. The first failure of a queued transfer since the last report.
+  // tensor is in its file. The first failure of a queued transfer not yet reported.
   absl::Status settle();
 
   int units_in_ram() const { return units_in_ram_; }
@@ -65,8 +68,13 @@ class OptimizerSwapper {
                    int units_in_ram);
   void queue(int i, absl::Status (Allocator::*move)(const void*), Held then);
   void read_ahead_from(int first);
+  void set_held(int i, Held held);
+  // Unit i's failures so far, cleared; a failed unit is no longer held, so that it is read again.
+  absl::Status take_failure(int i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status wait_for(int i);
+  absl::Status take_failures();  // every unit's, without waiting
 
+  const std::vector<std::string> names_;                 // [unit], for messages
   const std::vector<std::vector<const void*>> tensors_;  // [unit]: its file-backed optimizer tensors' data()
   Allocator& allocator_;
   const ZeroConfig::OptimizerSwap options_;
@@ -74,9 +82,9 @@ class OptimizerSwapper {
   std::vector<Held> held_;
   int held_count_ = 0;
   absl::Mutex mu_;
-  std::vector<int> queued_ ABSL_GUARDED_BY(mu_);  // [unit]: transfers queued and not yet done
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  CpuStream io_{"zero-nvme-io"};  // last: joined before the members its tasks use go
+  std::vector<int> queued_ ABSL_GUARDED_BY(mu_);            // [unit]: transfers queued and not yet done
+  std::vector<absl::Status> failure_ ABSL_GUARDED_BY(mu_);  // [unit]: the first failure not yet reported
+  CpuStream io_{"zero-nvme-io"};                            // last: joined before the members its tasks use go
 };
 
 }  // namespace zero

@@ -1,5 +1,6 @@
 #include "runtime/allocator.h"
-#include "runtime/file_memory.h"
+
+#include <fcntl.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -13,7 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/device_memory.h"
+#include "runtime/file_memory.h"
 #include "runtime/sim/sim_device.h"
+#include "tests/failing_files.h"
 #include "tests/temp_dir.h"
 
 namespace zero {
@@ -309,6 +312,33 @@ TEST(AllocatorFiles, DropUnchangedLeavesTheFileAsItWas) {
   EXPECT_EQ(alloc.file_bytes_in_ram(), 0);
   ASSERT_TRUE(alloc.page_in(state.data()).ok());
   EXPECT_EQ(x[5], 2.0f) << "the file holds what the last page_out wrote";
+}
+
+TEST(AllocatorFiles, AFailedTransferLosesNothingAndTheNextOneRetriesIt) {
+  const testing::ScopedTempDir offload;
+  const std::string dir = offload.path().string();
+  Allocator alloc;
+  ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, dir).ok());
+  Buffer state = std::move(alloc.allocate(4096, MemoryCategory::kOptimizerState)).value();
+  float* x = static_cast<float*>(state.data());
+  x[1] = 1.0f;
+  ASSERT_TRUE(alloc.page_out(state.data()).ok());
+  {
+    const testing::FailingFiles unreadable(testing::offload_fds(dir), O_WRONLY);
+    const absl::Status read = alloc.page_in(state.data());
+    EXPECT_THAT(std::string(read.message()), HasSubstr("cannot read an offload file"));
+  }
+  ASSERT_TRUE(alloc.page_in(state.data()).ok()) << "the failed read left the buffer out, so this reads it";
+  x[1] = 2.0f;
+  {
+    const testing::FailingFiles unwritable(testing::offload_fds(dir), O_RDONLY);
+    const absl::Status written = alloc.page_out(state.data());
+    EXPECT_THAT(std::string(written.message()), HasSubstr("cannot write an offload file"));
+  }
+  EXPECT_EQ(x[1], 2.0f) << "a failed write leaves the memory in RAM, as it was";
+  ASSERT_TRUE(alloc.drop_unchanged(state.data()).ok());
+  ASSERT_TRUE(alloc.page_in(state.data()).ok());
+  EXPECT_EQ(x[1], 2.0f) << "the file was stale after the failed write, so dropping wrote it after all";
 }
 
 TEST(AllocatorFiles, MoreThanTheDriveHoldsIsRefusedWhenAllocatedNamingTheDirectory) {
