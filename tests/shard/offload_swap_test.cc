@@ -22,8 +22,8 @@
 namespace zero {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::bitwise_equal;
+using ::testing::HasSubstr;
 using testing::kGlobalBatch;
 using testing::ToyData;
 using testing::ToyModel;
@@ -138,9 +138,9 @@ TEST(OptimizerSwap, EveryPathBetweenStepsWithReadsAheadInFlightMatchesTrainingIn
         run.zero.optimizer_swap = swap;
         if (stage == 3) run.zero.offload_param_path = dir;
         const Outcome offloaded = train(run, between);
-        const std::string where = absl::StrCat("stage ", stage, " ", dtype_name(precision), " buffer_count ",
-                                               swap.buffer_count, " read ", swap.pipeline_read, " write ",
-                                               swap.pipeline_write);
+        const std::string where =
+            absl::StrCat("stage ", stage, " ", dtype_name(precision), " buffer_count ", swap.buffer_count, " read ",
+                         swap.pipeline_read, " write ", swap.pipeline_write);
         ASSERT_TRUE(in_ram.status.ok()) << where << ": " << in_ram.status;
         ASSERT_TRUE(offloaded.status.ok()) << where << ": " << offloaded.status;
         for (int r = 0; r < 3; ++r) {
@@ -198,6 +198,7 @@ TEST(OptimizerSwap, AFailedWriteIsReportedNamingTheUnitByTheStepOrPastTheLastCal
     ::testing::internal::CaptureStderr();
     const std::vector<absl::Status> statuses = run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
       Allocator alloc(comm.rank());
+      std::optional<testing::FailingFiles> unwritable;  // until the engine is gone, with its writes behind
       ToyModel model(run.model, comm.rank());
       ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                             Engine::create(model, comm, alloc, run.optimizer, run.zero));
@@ -205,9 +206,10 @@ TEST(OptimizerSwap, AFailedWriteIsReportedNamingTheUnitByTheStepOrPastTheLastCal
       const Batch batch = data.batch(run.model.features);
       ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, run.lr).status());
       const std::vector<int> fds = testing::offload_fds(dir);
-      const testing::FailingFiles unwritable(std::vector<int>(fds.end() - 3, fds.end()), O_RDONLY);
+      unwritable.emplace(std::vector<int>(fds.end() - 3, fds.end()), O_RDONLY);
       failures.push_back(engine->train_step({&batch, 1}, run.lr).status());
-      return absl::OkStatus();  // the engine goes, and logs what no call reported
+      engine.reset();  // logs what no call reported
+      return absl::OkStatus();
     });
     const std::string log = ::testing::internal::GetCapturedStderr();
     ASSERT_TRUE(statuses[0].ok()) << statuses[0];
