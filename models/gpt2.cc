@@ -227,11 +227,11 @@ class Gpt2Head final : public Unit {
     const ParamViews& p = p32.views();
     x_ = x;
     const int64_t B = x.size(0), T = x.size(1), C = config_.channels, Vp = config_.padded_vocab_size;
-    ZERO_ASSIGN_OR_RETURN(
-        saved_,
-        allocate_tensors(
-            ctx.allocator, MemoryCategory::kActivations, ctx.device,
-            {{&lnf_, {B, T, C}}, {&mean_, {B, T}}, {&rstd_, {B, T}}, {&logits_, {B, T, Vp}}, {&dlogits_, {B, T, Vp}}}));
+    // The logits' gradient over the logits themselves, unless the caller reads them (UnitContext::output_read).
+    std::vector<TensorSlot> saved = {{&lnf_, {B, T, C}}, {&mean_, {B, T}}, {&rstd_, {B, T}}, {&logits_, {B, T, Vp}}};
+    if (ctx.output_read) saved.push_back({&dlogits_, {B, T, Vp}});
+    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device, saved));
+    if (!ctx.output_read) dlogits_ = logits_;
     ZERO_RETURN_IF_ERROR(kernels::layernorm_forward(lnf_, mean_, rstd_, x, p.at("ln_f.weight"), p.at("ln_f.bias")));
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(logits_, lnf_, p.at("wte.weight"), Tensor()));
     ZERO_RETURN_IF_ERROR(classifier_loss(ctx, dlogits_, logits_, config_.vocab_size));
@@ -268,14 +268,14 @@ class Gpt2Head final : public Unit {
   Tensor x_;  // (B, T, C)
   Buffer saved_;
   Tensor lnf_, mean_, rstd_;  // (B, T, C), (B, T), (B, T)
-  Tensor logits_, dlogits_;   // (B, T, Vp)
+  Tensor logits_, dlogits_;   // (B, T, Vp); one buffer unless the forward's caller reads the logits
 };
 
 int64_t gpt2_peak_activation_bytes(const Gpt2Config& config, int64_t B, int64_t T, bool recompute) {
   const int64_t bt = B * T, btc = bt * config.channels, layers = config.num_layers;
   const int64_t block_saved = 15 * btc + 4 * bt + B * config.num_heads * T;
-  const int64_t head = btc + 2 * bt + 2 * bt * config.padded_vocab_size;
-  const int64_t outputs = (layers + 1) * btc;  // the embedding's and every block's
+  const int64_t head = btc + 2 * bt + bt * config.padded_vocab_size;  // the gradient over the logits
+  const int64_t outputs = (layers + 1) * btc;                         // the embedding's and every block's
   const int64_t floats = recompute ? outputs + std::max(block_saved, head) : outputs + layers * block_saved + head;
   return 4 * floats;
 }

@@ -180,7 +180,8 @@ absl::Status Engine::forward_backward(const Batch& batch) {
                   .device = device_,
                   .step = step_count_,
                   .loss_scale = static_cast<float>(scaler_.scale()),
-                  .loss_sums = metrics_->slot(micro_batches_done_)};
+                  .loss_sums = metrics_->slot(micro_batches_done_),
+                  .output_read = false};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   if (micro_batches_done_ == 0) gatherer_->begin_recorded_pass();
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time

@@ -95,6 +95,10 @@ struct UnitContext {
   // engine reads every micro-batch's slot once per step for `loss` and `correct`.
   Tensor loss_sums;
   bool loss_sums_written = false;
+  // Whether the caller reads the last unit's output after its forward (evaluation, a test of the logits). The
+  // engine's training pass does not, so there the last unit may write its loss's gradient over its logits (llm.c's
+  // fused classifier): one (B, T, classes) buffer instead of two.
+  bool output_read = true;
 };
 
 class Unit {
@@ -116,10 +120,10 @@ class Unit {
   }
 
   // x: the previous unit's output (undefined for the first unit, which reads ctx.batch). Returns this
-  // unit's output, which stays valid until this unit's backward; the last unit returns its logits
-  // and sets ctx.loss and ctx.correct, or leaves them in ctx.loss_sums (classifier_loss does both). Saves what
-  // backward needs (or recomputes it there). Evaluation calls forward
-  // without a backward (Engine::evaluate): the next forward must replace what this one saved.
+  // unit's output, which stays valid until this unit's backward; the last unit returns its logits (overwritten by
+  // their gradient where !ctx.output_read) and sets ctx.loss and ctx.correct, or leaves them in ctx.loss_sums
+  // (classifier_loss does both). Saves what backward needs (or recomputes it there). Evaluation calls forward without a
+  // backward (Engine::evaluate): the next forward must replace what this one saved.
   virtual absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) = 0;
 
   // dy: d(loss)/d(output) (undefined for the last unit, which starts from its own loss: the mean over

@@ -164,6 +164,7 @@ TEST(Gpt2, PeakActivationBytesMatchTheDocumentedFormula) {
       std::unique_ptr<Gpt2> model = *Gpt2::create(c);
       for (int64_t layer = 0; layer < c.num_layers; ++layer) model->set_recompute(layer, recompute);
       ModelRunner runner(*model);
+      runner.set_reads_logits(false);  // as the engine trains
       TokenBatch data(c, B, T);
       Allocator alloc;
       ASSERT_TRUE(runner.forward_backward(alloc, data.batch).ok());
@@ -174,6 +175,33 @@ TEST(Gpt2, PeakActivationBytesMatchTheDocumentedFormula) {
       EXPECT_EQ(m.current_of(MemoryCategory::kWorkspace), 0) << "the last input gradient is freed too";
     }
   }
+}
+
+TEST(Gpt2, TheLossGradientOverTheLogitsSavesTheirBufferAndChangesNoBit) {
+  // Unread logits take the loss's gradient in place (llm.c's fused classifier): one B·T·Vp buffer less at the
+  // peak, and the same loss and gradients as a run that keeps the logits to read them.
+  const Gpt2Config c = tiny();
+  constexpr int64_t B = 2, T = 8;
+  std::vector<float> grads[2];
+  float loss[2];
+  int64_t peak[2];
+  for (const bool reads : {false, true}) {
+    std::unique_ptr<Gpt2> model = *Gpt2::create(c);
+    ModelRunner runner(*model);
+    runner.init(7);
+    runner.set_reads_logits(reads);
+    TokenBatch data(c, B, T);
+    Allocator alloc;
+    const absl::StatusOr<RunResult> r = runner.forward_backward(alloc, data.batch);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->logits.size(), reads ? static_cast<size_t>(B * T * c.padded_vocab_size) : 0u);
+    grads[reads] = runner.all_grads();
+    loss[reads] = r->loss;
+    peak[reads] = alloc.stats().peak_of(MemoryCategory::kActivations);
+  }
+  EXPECT_EQ(peak[1] - peak[0], B * T * c.padded_vocab_size * 4);
+  EXPECT_EQ(loss[0], loss[1]);
+  EXPECT_EQ(grads[0], grads[1]);
 }
 
 absl::Status run_tokens(std::vector<int32_t> tokens, int64_t B, int64_t T) {

@@ -157,13 +157,19 @@ absl::StatusOr<RunResult> ModelRunner::run_on_device(Allocator& allocator, const
 
 absl::StatusOr<RunResult> ModelRunner::run_units(Allocator& allocator, const Batch& batch, float loss_scale,
                                                  const Views& views) {
-  UnitContext ctx{.allocator = allocator, .batch = batch, .device = device_, .loss_scale = loss_scale};
+  UnitContext ctx{.allocator = allocator,
+                  .batch = batch,
+                  .device = device_,
+                  .loss_scale = loss_scale,
+                  .output_read = reads_logits_};
   RunResult result;
   Tensor x;
   for (size_t i = 0; i < units_.size(); ++i) {
     ZERO_ASSIGN_OR_RETURN(x, units_[i].unit->forward(ctx, views.params[i], x));
   }
-  ZERO_ASSIGN_OR_RETURN(result.logits, host_floats(x));
+  if (reads_logits_) {
+    ZERO_ASSIGN_OR_RETURN(result.logits, host_floats(x));
+  }
   result.logits_shape = x.shape();
   Tensor dy;
   for (size_t i = units_.size(); i-- > 0;) {

@@ -47,6 +47,9 @@ class ModelRunner {
   // Called after each unit's backward with its name (none by default). On a CUDA device the host gradients
   // are those from before the call until it returns.
   void set_after_backward(std::function<void(const std::string& unit)> hook) { after_backward_ = std::move(hook); }
+  // false: runs as the engine trains, not reading the last unit's output (UnitContext::output_read), so
+  // RunResult::logits stays empty and the last unit may write the loss's gradient over them. True by default.
+  void set_reads_logits(bool reads) { reads_logits_ = reads; }
 
   // The parameter or gradient `param` of `unit` (its owner's for a tied one), in dtype; an unknown name aborts.
   Tensor param(absl::string_view unit, absl::string_view param);
@@ -79,6 +82,7 @@ class ModelRunner {
   Device device_;
   std::vector<UnitStorage> units_;
   std::function<void(const std::string& unit)> after_backward_;
+  bool reads_logits_ = true;
 };
 
 }  // namespace zero::testing
