@@ -94,7 +94,8 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
   const int64_t n = detail::num_rows(logits), padded = detail::last_dim(logits);
   const Device dev = logits.device();
   ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "logits", logits, DType::kF32, dev, n, padded));
-  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, DType::kF32, dev, n, padded));
+  const bool gradient = dlogits.data() != nullptr;  // else the loss alone, with the same bits
+  if (gradient) ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, DType::kF32, dev, n, padded));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "targets", targets, DType::kI32, dev, n));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "sums", sums, DType::kU8, dev, sizeof(LossSums)));
   if (reinterpret_cast<uintptr_t>(sums.data()) % alignof(LossSums) != 0) {
@@ -119,28 +120,30 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
     ++counted;
   }
   if (dev.is_sim()) {  // the targets were checked on the host above, as for CUDA; the sums stay on the device
+    std::vector<Access> accesses = {reads(logits), reads(targets), writes(sums)};
+    if (gradient) accesses.push_back(writes(dlogits));
     ZERO_RETURN_IF_ERROR(launch_on_sim(
-        dev, "crossentropy_forward_backward", {reads(logits), reads(targets), writes(dlogits), writes(sums)},
-        [=](HostTensors& host) -> absl::Status {
-          return crossentropy_forward_backward_into(host(sums), host(dlogits), host(logits), host(targets), vocab)
-              .status();
+        dev, "crossentropy_forward_backward", std::move(accesses), [=](HostTensors& host) -> absl::Status {
+          const Tensor d = gradient ? host(dlogits) : Tensor();
+          return crossentropy_forward_backward_into(host(sums), d, host(logits), host(targets), vocab).status();
         }));
     return counted;
   }
   const float scale = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
 #if ZERO_HAS_CUDA
   if (dev.is_cuda()) {
-    ZERO_RETURN_IF_ERROR(cuda::crossentropy_forward_backward(dev.index, static_cast<LossSums*>(sums.data()),
-                                                             dlogits.data_as<float>(), logits.data_as<float>(),
-                                                             targets.data_as<int32_t>(), n, vocab, padded, scale));
+    ZERO_RETURN_IF_ERROR(cuda::crossentropy_forward_backward(
+        dev.index, static_cast<LossSums*>(sums.data()), gradient ? dlogits.data_as<float>() : nullptr,
+        logits.data_as<float>(), targets.data_as<int32_t>(), n, vocab, padded, scale));
     return counted;
   }
 #endif
   const RowSums row_sums = ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
     RowSums s;
+    std::vector<float> scratch(gradient ? 0 : padded);  // the loss alone: a row's gradient, computed and dropped
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = logits.data_as<float>() + r * padded;
-      float* d = dlogits.data_as<float>() + r * padded;
+      float* d = gradient ? dlogits.data_as<float>() + r * padded : scratch.data();
       if (tgt[r] == kIgnoreIndex) {
         std::fill(d, d + padded, 0.0f);
       } else {

@@ -110,7 +110,8 @@ struct CrossEntropyResult {
 // Softmax cross-entropy and its gradient in one pass. logits (N, Vp) with the real vocab in columns
 // [0, vocab), vocab <= Vp (columns >= vocab are padding: ignored, their gradient 0); targets (N) int32 in
 // [0, vocab) or kIgnoreIndex (no loss, zero gradient row).
-// dlogits (N, Vp) = (softmax(logits) - onehot(target)) / counted (written; may alias logits).
+// dlogits (N, Vp) = (softmax(logits) - onehot(target)) / counted (written; may alias logits; undefined: the loss
+// alone, with the same bits, for a forward no backward follows).
 absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
                                                                  const Tensor& targets, int64_t vocab,
                                                                  const Tensor& host_targets = Tensor());

@@ -227,11 +227,13 @@ class Gpt2Head final : public Unit {
     const ParamViews& p = p32.views();
     x_ = x;
     const int64_t B = x.size(0), T = x.size(1), C = config_.channels, Vp = config_.padded_vocab_size;
-    // The logits' gradient over the logits themselves, unless the caller reads them (UnitContext::output_read).
+    // The logits' gradient over the logits themselves, unless the caller reads them (UnitContext::output_read); none
+    // where no backward follows.
     std::vector<TensorSlot> saved = {{&lnf_, {B, T, C}}, {&mean_, {B, T}}, {&rstd_, {B, T}}, {&logits_, {B, T, Vp}}};
-    if (ctx.output_read) saved.push_back({&dlogits_, {B, T, Vp}});
+    const bool apart = ctx.output_read && ctx.backward_follows;
+    if (apart) saved.push_back({&dlogits_, {B, T, Vp}});
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device, saved));
-    if (!ctx.output_read) dlogits_ = logits_;
+    if (!apart) dlogits_ = ctx.backward_follows ? logits_ : Tensor();
     ZERO_RETURN_IF_ERROR(kernels::layernorm_forward(lnf_, mean_, rstd_, x, p.at("ln_f.weight"), p.at("ln_f.bias")));
     ZERO_RETURN_IF_ERROR(kernels::matmul_forward(logits_, lnf_, p.at("wte.weight"), Tensor()));
     ZERO_RETURN_IF_ERROR(classifier_loss(ctx, dlogits_, logits_, config_.vocab_size));

@@ -19,7 +19,8 @@
 //                                               rstd; attention's log-sum-exp
 //     head       B·T·C + 2·B·T + B·T·Vp         ln_f, its mean and rstd, the logits, which the loss overwrites
 //                                               with their gradient (llm.c's fused classifier; another B·T·Vp
-//                                               where the forward's caller reads the logits: UnitContext::output_read)
+//                                               where the forward's caller reads the logits and a backward
+//                                               follows; none in evaluation, which computes the loss alone)
 //   so the peak in training, at the end of forward, is (L+2)·B·T·C + L·(15·B·T·C + 4·B·T + B·NH·T) + 2·B·T + B·T·Vp.
 //   A block set to recompute holds only its output between forward and backward; what it saves lives only
 //   while it computes it (in forward, and again at the start of its backward). The kernels are

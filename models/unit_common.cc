@@ -102,7 +102,9 @@ absl::Status classifier_loss(UnitContext& ctx, const Tensor& dlogits, const Tens
     ctx.predictions = ce.counted;
   }
   // One fp32 multiply per element, as a host loop would do: the same bits.
-  if (ctx.loss_scale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(dlogits, ctx.loss_scale));
+  if (ctx.loss_scale != 1.0f && dlogits.data() != nullptr) {
+    ZERO_RETURN_IF_ERROR(kernels::multiply_by(dlogits, ctx.loss_scale));
+  }
   return absl::OkStatus();
 }
 

@@ -78,9 +78,10 @@ class GradRelay {
 
 // A classifier head's loss: fused softmax cross-entropy over the first `classes` columns of logits (N, Cp)
 // against ctx.batch.targets (N) int32 on ctx.device (kIgnoreIndex rows skipped), dlogits (N, Cp) =
-// d(loss)/d(logits) times ctx.loss_scale. ctx.predictions is set at once (the targets are counted on the host);
-// the loss and correct count go to ctx.loss_sums on the device where the engine gives a slot (training), or are
-// read back into ctx.loss and ctx.correct (evaluation, which so waits for the device).
+// d(loss)/d(logits) times ctx.loss_scale (undefined: the loss alone, where no backward follows). ctx.predictions is set
+// at once (the targets are counted on the host); the loss and correct count go to ctx.loss_sums on the device where the
+// engine gives a slot (training), or are read back into ctx.loss and ctx.correct (evaluation, which so waits for the
+// device).
 absl::Status classifier_loss(UnitContext& ctx, const Tensor& dlogits, const Tensor& logits, int64_t classes);
 
 }  // namespace zero

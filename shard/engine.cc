@@ -230,7 +230,8 @@ absl::Status Engine::backward(UnitContext& ctx, const std::vector<bool>& runs) {
 absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
                                             const std::function<absl::Status(const Tensor&)>& on_output) {
   ZERO_RETURN_IF_ERROR(require_between_steps("evaluate"));
-  UnitContext ctx{.allocator = allocator_, .batch = batch, .device = device_, .step = step_count_};
+  UnitContext ctx{
+      .allocator = allocator_, .batch = batch, .device = device_, .step = step_count_, .backward_follows = false};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   std::vector<int> plan;  // the gathers of this pass, known in advance, so prefetched along
   for (size_t i = 0; i < units_.size(); ++i) {

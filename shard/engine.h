@@ -238,8 +238,8 @@ class Engine {
     int64_t step = 0;                               // the optimizer step it is
   };
   std::unique_ptr<DelayedUpdate> delayed_;
-  // The thread the delayed updates run on, made once (config_.delayed_update_after >= 0); declared after delayed_
-  // and units_, so joined before what its task uses goes.
+  // The thread the delayed updates run on, made at the first (config_.delayed_update_after >= 0). ~Engine waits for
+  // its task before any member goes, since the task uses the gatherer, the reducer and the units.
   std::unique_ptr<CpuStream> update_worker_;
   // Under config_.offload_optimizer_path; declared after units_, so destroyed first, waiting for its transfers.
   std::unique_ptr<OptimizerSwapper> swapper_;

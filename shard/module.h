@@ -99,6 +99,9 @@ struct UnitContext {
   // engine's training pass does not, so there the last unit may write its loss's gradient over its logits (llm.c's
   // fused classifier): one (B, T, classes) buffer instead of two.
   bool output_read = true;
+  // False where no backward follows this forward (Engine::evaluate): the last unit computes its loss without the
+  // gradient, and so holds no buffer for it.
+  bool backward_follows = true;
 };
 
 class Unit {

@@ -34,17 +34,18 @@ __device__ T block_reduce(T x, T* shared, Combine combine) {
 
 // Row r: d = scale * (softmax(x) - onehot(target)) over [0, vocab), 0 over the padding; row_loss[r] =
 // -log p(target), row_correct[r] = argmax == target. Ignored rows get a zero gradient and no loss. d may
-// alias x: every element is read before the block's first barrier or by the thread that then writes it.
+// alias x: every element is read before the block's first barrier or by the thread that then writes it. d null:
+// the loss alone (the sum adds the same floats).
 __global__ void crossentropy_kernel(float* dlogits, const float* logits, const int32_t* targets, int64_t vocab,
                                     int64_t padded, float scale, double* row_loss, int32_t* row_correct) {
   __shared__ MaxAt max_shared[kThreads];
   __shared__ double sum_shared[kThreads];
   const int64_t r = blockIdx.x;
   const float* x = logits + r * padded;
-  float* d = dlogits + r * padded;
+  float* d = dlogits != nullptr ? dlogits + r * padded : nullptr;
   const int32_t target = targets[r];
   if (target == kIgnoreIndex) {
-    for (int64_t v = threadIdx.x; v < padded; v += kThreads) d[v] = 0.0f;
+    for (int64_t v = threadIdx.x; d != nullptr && v < padded; v += kThreads) d[v] = 0.0f;
     if (threadIdx.x == 0) row_loss[r] = 0.0, row_correct[r] = 0;
     return;
   }
@@ -54,13 +55,16 @@ __global__ void crossentropy_kernel(float* dlogits, const float* logits, const i
   const MaxAt best = block_reduce(local, max_shared, max_at);
   double sum = 0.0;
   for (int64_t v = threadIdx.x; v < vocab; v += kThreads) {
-    d[v] = expf(x[v] - best.value);
-    sum += d[v];
+    const float e = expf(x[v] - best.value);
+    if (d != nullptr) d[v] = e;
+    sum += e;
   }
   sum = block_reduce(sum, sum_shared, [](double a, double b) { return a + b; });
   const float inv = static_cast<float>(scale / sum);
-  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) d[v] = d[v] * inv - (v == target ? scale : 0.0f);
-  for (int64_t v = vocab + threadIdx.x; v < padded; v += kThreads) d[v] = 0.0f;
+  for (int64_t v = threadIdx.x; d != nullptr && v < vocab; v += kThreads) {
+    d[v] = d[v] * inv - (v == target ? scale : 0.0f);
+  }
+  for (int64_t v = vocab + threadIdx.x; d != nullptr && v < padded; v += kThreads) d[v] = 0.0f;
   if (threadIdx.x == 0) {
     row_loss[r] = log(sum) - (static_cast<double>(target_logit) - best.value);
     row_correct[r] = best.index == target ? 1 : 0;

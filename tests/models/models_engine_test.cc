@@ -693,6 +693,41 @@ TEST(ParamOffloadMatchesDevice, Stage3) {
 
 // Without clipping no norm read brings the losses' copy back: the metrics wait for it themselves, and the losses are
 // still the CPU's.
+// zero-plan's activation figure is the training step's peak; an evaluation at the same batch stays within it, since
+// it computes the loss without the logits' gradient. With recompute, or a vocabulary large beside the blocks, a
+// gradient buffer beside the logits would make the evaluation the rank's peak.
+TEST(Gpt2Activations, TrainingPeaksAtTheFormulaAndEvaluationStaysWithinIt) {
+  const Gpt2Config c = Gpt2Config::make(16, 2000, 2, 2, 32);
+  constexpr int64_t B = 4, T = 16;
+  for (const bool recompute : {true, false}) {
+    const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
+      Allocator alloc;
+      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(c));
+      for (int64_t l = 0; l < c.num_layers; ++l) model->set_recompute(l, recompute);
+      const OptimizerFactory adam = [](ShardLayout layout, Allocator& a, Device d) {
+        return make_adam(AdamOptions{}, std::move(layout), a, d);
+      };
+      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, alloc, adam, ZeroConfig{}));
+      std::vector<int32_t> inputs(B * T), targets(B * T);
+      for (int64_t i = 0; i < B * T; ++i) {
+        inputs[i] = static_cast<int32_t>(i * 7 % c.vocab_size);
+        targets[i] = static_cast<int32_t>(i * 13 % c.vocab_size);
+      }
+      const Batch batch{.inputs = Tensor(inputs.data(), DType::kI32, {B, T}),
+                        .targets = Tensor(targets.data(), DType::kI32, {B, T})};
+      const int64_t formula = gpt2_peak_activation_bytes(c, B, T, recompute);
+      ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 1e-3f).status());
+      EXPECT_EQ(alloc.stats().peak_of(MemoryCategory::kActivations), formula) << "recompute " << recompute;
+      alloc.reset_peaks();
+      ZERO_ASSIGN_OR_RETURN(const Evaluation evaluation, engine->evaluate(batch));
+      EXPECT_LE(alloc.stats().peak_of(MemoryCategory::kActivations), formula) << "recompute " << recompute;
+      EXPECT_GT(evaluation.loss, 0.0f);
+      return absl::OkStatus();
+    }));
+    ASSERT_TRUE(status.ok()) << status;
+  }
+}
+
 TEST(SimMatchesCpuWithoutClipping, LossesAndParameters) {
   for (const std::string model : {"gpt2", "mlp"}) {
     zero::Setup setup{.stage = 3, .accumulation_steps = 2, .gradient_clipping = 0.0};
