@@ -36,6 +36,17 @@ class Lamb final : public Optimizer {
   // Pass 1 updates the moments and sums ||p||^2 and ||u||^2 exactly; after the allreduce, pass 2
   // recomputes u from the same inputs (so the same bits) and applies it scaled by the trust ratio.
   absl::Status update(const StepArgs& a) override {
+    ZERO_ASSIGN_OR_RETURN(const WholeParamNorms norms, whole_param_norms(a));
+    const double lr = a.lr * step_size_factor(a.step);
+    std::vector<float> neg_step(norms.size());
+    for (size_t i = 0; i < norms.size(); ++i) {
+      const double ratio = trust_ratio(norms[i][0], norms[i][1]);
+      neg_step[i] = static_cast<float>(-(lr * layout().group_of(static_cast<int>(i)).lr_scale * ratio));
+    }
+    return apply(a, coeffs(a), neg_step);
+  }
+
+  std::vector<optim::LambCoeffs> coeffs(const StepArgs& a) const {
     std::vector<optim::LambCoeffs> coeffs;
     for (const ParamGroup& g : layout().groups()) {
       // Weight decay enters through u, not through Adam's l2 or decoupled decay.
@@ -46,16 +57,7 @@ class Lamb final : public Optimizer {
       }
       coeffs.push_back({adam, g.weight_decay});
     }
-    ZERO_ASSIGN_OR_RETURN(ChunkSums sums, square_sums(a, coeffs));
-    using Norms = std::vector<std::array<double, 2>>;
-    ZERO_ASSIGN_OR_RETURN(Norms norms, whole_param_norms(sums, a.comm));
-    const double lr = a.lr * step_size_factor(a.step);
-    std::vector<float> neg_step(norms.size());
-    for (size_t i = 0; i < norms.size(); ++i) {
-      const double ratio = trust_ratio(norms[i][0], norms[i][1]);
-      neg_step[i] = static_cast<float>(-(lr * layout().group_of(static_cast<int>(i)).lr_scale * ratio));
-    }
-    return apply(a, coeffs, neg_step);
+    return coeffs;
   }
 
   // ||p|| / ||u||, clamped to the options' range; 1 when either norm is 0 (a fresh or a still parameter).
@@ -71,11 +73,15 @@ class Lamb final : public Optimizer {
     return std::sqrt(1.0 - std::pow(options_.beta2, t)) / (1.0 - std::pow(options_.beta1, t));
   }
 
-  // The host reads the sums, so the simulated device's launch is waited for.
-  absl::StatusOr<ChunkSums> square_sums(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs) {
+  // Pass 1: the moments, and the sums of p² and u², which the host reads: on the simulated device they are there
+  // once the launch ran (waited for under `wait`).
+  absl::StatusOr<std::shared_ptr<const ChunkSums>> chunk_square_sums(const StepArgs& a, bool wait) override {
+    const std::vector<optim::LambCoeffs> coeffs = this->coeffs(a);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) {
-      return optim::lamb_sums_cuda(device().index, layout(), coeffs, a, state_data(0), state_data(1), bins_.data());
+    if (device().is_cuda()) {  // read back at once, whatever `wait` says
+      ZERO_ASSIGN_OR_RETURN(ChunkSums sums, optim::lamb_sums_cuda(device().index, layout(), coeffs, a, state_data(0),
+                                                                  state_data(1), bins_.data()));
+      return std::make_shared<const ChunkSums>(std::move(sums));
     }
 #endif
     auto sums = std::make_shared<ChunkSums>(layout().chunks().size());
@@ -100,8 +106,8 @@ class Lamb final : public Optimizer {
           });
           return absl::OkStatus();
         },
-        /*wait=*/true));
-    return std::move(*sums);
+        wait));
+    return sums;
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs,

@@ -29,12 +29,7 @@ class Lars final : public Optimizer {
 
  private:
   absl::Status update(const StepArgs& a) override {
-    std::vector<optim::LarsCoeffs> coeffs;
-    for (const ParamGroup& g : layout().groups())
-      coeffs.push_back({static_cast<float>(options_.momentum), g.weight_decay});
-    ZERO_ASSIGN_OR_RETURN(ChunkSums sums, square_sums(a, coeffs));
-    using Norms = std::vector<std::array<double, 2>>;
-    ZERO_ASSIGN_OR_RETURN(Norms norms, whole_param_norms(sums, a.comm));
+    ZERO_ASSIGN_OR_RETURN(const WholeParamNorms norms, whole_param_norms(a));
     std::vector<float> scaled_lr(norms.size());
     for (size_t i = 0; i < norms.size(); ++i) {
       const auto [p_norm, g_norm] = norms[i];
@@ -43,15 +38,26 @@ class Lars final : public Optimizer {
           p_norm > 0 && g_norm > 0 ? options_.trust_coefficient * p_norm / (g_norm + group.weight_decay * p_norm) : 1.0;
       scaled_lr[i] = static_cast<float>(a.lr * group.lr_scale * local_lr);
     }
-    return apply(a, coeffs, scaled_lr);
+    return apply(a, coeffs(), scaled_lr);
   }
 
-  // The host reads the sums, so the simulated device's launch is waited for.
-  absl::StatusOr<ChunkSums> square_sums(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs) {
+  std::vector<optim::LarsCoeffs> coeffs() const {
+    std::vector<optim::LarsCoeffs> coeffs;
+    for (const ParamGroup& g : layout().groups()) {
+      coeffs.push_back({static_cast<float>(options_.momentum), g.weight_decay});
+    }
+    return coeffs;
+  }
+
+  // Pass 1: the sums of p² and g², which the host reads: on the simulated device they are there once the launch
+  // ran (waited for under `wait`).
+  absl::StatusOr<std::shared_ptr<const ChunkSums>> chunk_square_sums(const StepArgs& a, bool wait) override {
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::lars_sums_cuda(device().index, layout(), coeffs, a, bins_.data());
+    if (device().is_cuda()) {  // read back at once, whatever `wait` says
+      ZERO_ASSIGN_OR_RETURN(ChunkSums sums, optim::lars_sums_cuda(device().index, layout(), coeffs(), a, bins_.data()));
+      return std::make_shared<const ChunkSums>(std::move(sums));
+    }
 #endif
-    (void)coeffs;
     auto sums = std::make_shared<ChunkSums>(layout().chunks().size());
     const PassAccess access{.params = Use::kRead, .state = Use::kNone};
     ZERO_RETURN_IF_ERROR(run_cpu_pass(
@@ -70,8 +76,8 @@ class Lars final : public Optimizer {
           });
           return absl::OkStatus();
         },
-        /*wait=*/true));
-    return std::move(*sums);
+        wait));
+    return sums;
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs,

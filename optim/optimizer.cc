@@ -47,20 +47,42 @@ absl::StatusOr<Buffer> optim::allocate_square_bins(const ShardLayout& layout, Al
   return Buffer();
 }
 
-absl::Status Optimizer::step(Tensor params, Tensor grads, int64_t step, float lr, Communicator* comm,
-                             const HalfCopy& half) {
+absl::Status Optimizer::check_step(const Tensor& params, const Tensor& grads, int64_t step, float lr) const {
   const int64_t n = layout_->shard_numel();
   ZERO_RETURN_IF_ERROR(check_shard_tensor(params, "params", DType::kF32, n, device_));
   ZERO_RETURN_IF_ERROR(check_shard_tensor(grads, "grads", DType::kF32, n, device_));
-  if (half.enabled()) {
-    const DType t = half.out.dtype() == DType::kF16 ? DType::kF16 : DType::kBF16;
-    ZERO_RETURN_IF_ERROR(check_shard_tensor(half.out, "the half-precision copy", t, n, device_));
-  }
   if (step < 1) {
     return absl::InvalidArgumentError(absl::StrCat(name(), " step ", step, ": steps count from 1, as torch.optim's"));
   }
   if (!std::isfinite(lr) || lr < 0) return absl::InvalidArgumentError(absl::StrCat(name(), ": learning rate ", lr));
-  return update({params.data_as<float>(), grads.data_as<float>(), step, lr, comm, &half});
+  return absl::OkStatus();
+}
+
+absl::Status Optimizer::step(Tensor params, Tensor grads, int64_t step, float lr, Communicator* comm,
+                             const HalfCopy& half, const WholeParamNorms* norms) {
+  ZERO_RETURN_IF_ERROR(check_step(params, grads, step, lr));
+  if (half.enabled()) {
+    const DType t = half.out.dtype() == DType::kF16 ? DType::kF16 : DType::kBF16;
+    ZERO_RETURN_IF_ERROR(check_shard_tensor(half.out, "the half-precision copy", t, layout_->shard_numel(), device_));
+  }
+  if (norms != nullptr && (!communicates() || norms->size() != layout_->params().size())) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": norms given for ", norms->size(), " parameters; it ",
+                                                   communicates() ? "has " : "takes none, having ",
+                                                   layout_->params().size()));
+  }
+  return update({params.data_as<float>(), grads.data_as<float>(), step, lr, comm, &half, norms});
+}
+
+absl::StatusOr<NormParts> Optimizer::measure(Tensor params, Tensor grads, int64_t step, float lr) {
+  ZERO_RETURN_IF_ERROR(check_step(params, grads, step, lr));
+  static const HalfCopy kNoCopy;
+  const StepArgs args{params.data_as<float>(), grads.data_as<float>(), step, lr, nullptr, &kNoCopy, nullptr};
+  ZERO_ASSIGN_OR_RETURN(std::shared_ptr<const ChunkSquareSums> per_chunk, chunk_square_sums(args, /*wait=*/false));
+  return NormParts{.layout = layout_, .per_chunk = std::move(per_chunk)};
+}
+
+absl::StatusOr<std::shared_ptr<const ChunkSquareSums>> Optimizer::chunk_square_sums(const StepArgs&, bool) {
+  return absl::UnimplementedError(absl::StrCat(name(), " takes no whole-parameter norms"));
 }
 
 absl::Status Optimizer::run_cpu_pass(std::string name, const StepArgs& a, PassAccess access, CpuPass cpu,
@@ -134,11 +156,10 @@ absl::Status Optimizer::allocate_state(Allocator& allocator, const std::vector<s
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::array<double, 2>>> Optimizer::whole_param_norms(
-    const std::vector<std::array<SquareSum, 2>>& per_chunk, Communicator* comm) const {
-  const std::vector<FlatParam>& params = layout_->params();
-  if (comm == nullptr) {
-    for (const FlatParam& p : params) {
+absl::StatusOr<WholeParamNorms> Optimizer::whole_param_norms(const StepArgs& args) {
+  if (args.norms != nullptr) return *args.norms;
+  if (args.comm == nullptr) {
+    for (const FlatParam& p : layout_->params()) {
       if (p.numel > 0 && (p.offset < layout_->shard_begin() || p.offset + p.numel > layout_->shard_end())) {
         return absl::FailedPreconditionError(absl::StrCat(
             name(), " needs whole-parameter norms but parameter '", p.name, "' is not entirely in this shard [",
@@ -146,23 +167,53 @@ absl::StatusOr<std::vector<std::array<double, 2>>> Optimizer::whole_param_norms(
       }
     }
   }
-  std::vector<std::array<SquareSum, 2>> per_param(params.size());
-  const std::vector<ShardChunk>& chunks = layout_->chunks();
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    for (int q = 0; q < 2; ++q) per_param[chunks[c].param][q].merge(per_chunk[c][q]);
-  }
+  ZERO_ASSIGN_OR_RETURN(std::shared_ptr<const ChunkSquareSums> per_chunk, chunk_square_sums(args, /*wait=*/true));
+  ZERO_ASSIGN_OR_RETURN(
+      std::vector<WholeParamNorms> norms,
+      reduce_norm_parts({NormParts{.layout = layout_, .per_chunk = std::move(per_chunk)}}, args.comm));
+  return std::move(norms[0]);
+}
+
+absl::StatusOr<std::vector<WholeParamNorms>> reduce_norm_parts(const std::vector<NormParts>& parts,
+                                                               Communicator* comm) {
   constexpr int kWire = SquareSum::kWireInts;
-  std::vector<int32_t> wire(params.size() * 2 * kWire);
-  for (size_t p = 0; p < params.size(); ++p) {
-    for (int q = 0; q < 2; ++q) per_param[p][q].to_wire(&wire[(2 * p + q) * kWire]);
+  // Each shard's chunks merged per parameter of its layout, then every shard's parameters on one wire.
+  std::vector<std::vector<std::array<SquareSum, 2>>> per_param;
+  size_t sums = 0;
+  for (const NormParts& shard : parts) {
+    std::vector<std::array<SquareSum, 2>>& merged = per_param.emplace_back();
+    if (shard.layout == nullptr) continue;  // a shard that measured nothing: no norms
+    merged.resize(shard.layout->params().size());
+    const std::vector<ShardChunk>& chunks = shard.layout->chunks();
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      for (int q = 0; q < 2; ++q) merged[chunks[c].param][q].merge((*shard.per_chunk)[c][q]);
+    }
+    sums += 2 * merged.size();
+  }
+  std::vector<int32_t> wire(sums * kWire);
+  size_t at = 0;
+  for (const auto& shard : per_param) {
+    for (const std::array<SquareSum, 2>& param : shard) {
+      for (const SquareSum& sum : param) {
+        sum.to_wire(&wire[at]);
+        at += kWire;
+      }
+    }
   }
   if (comm != nullptr && comm->world_size() > 1 && !wire.empty()) {
     Tensor t(wire.data(), DType::kI32, {static_cast<int64_t>(wire.size())});
     ZERO_RETURN_IF_ERROR(comm->allreduce(t, ReduceOp::kSum).wait());
   }
-  std::vector<std::array<double, 2>> norms(params.size());
-  for (size_t p = 0; p < params.size(); ++p) {
-    for (int q = 0; q < 2; ++q) norms[p][q] = std::sqrt(SquareSum::from_wire(&wire[(2 * p + q) * kWire]).value());
+  std::vector<WholeParamNorms> norms;
+  at = 0;
+  for (const auto& shard : per_param) {
+    WholeParamNorms& shard_norms = norms.emplace_back(shard.size());
+    for (std::array<double, 2>& param : shard_norms) {
+      for (double& norm : param) {
+        norm = std::sqrt(SquareSum::from_wire(&wire[at]).value());
+        at += kWire;
+      }
+    }
   }
   return norms;
 }

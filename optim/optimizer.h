@@ -29,6 +29,23 @@ struct HalfCopy {
   bool enabled() const { return out.data() != nullptr; }
 };
 
+// LAMB/LARS: {||p||, ||u||} (or {||p||, ||g||}) of every whole parameter of a shard's layout, in its order.
+using WholeParamNorms = std::vector<std::array<double, 2>>;
+// Exact square sums of the two quantities, per chunk of a layout (ShardLayout::chunks).
+using ChunkSquareSums = std::vector<std::array<SquareSum, 2>>;
+
+// A shard's part of its whole-parameter norms, as its first pass leaves it: on a device, complete once the work
+// queued there before it is done (Optimizer::measure does not wait for it).
+struct NormParts {
+  std::shared_ptr<const ShardLayout> layout;
+  std::shared_ptr<const ChunkSquareSums> per_chunk;
+};
+
+// Every shard's norms from its parts, summed across ranks with one int32 allreduce over `comm` for all of them
+// (none where comm is null or alone): what Optimizer::measure gives an engine, turned into what Optimizer::step
+// takes. Call it once the parts are complete.
+absl::StatusOr<std::vector<WholeParamNorms>> reduce_norm_parts(const std::vector<NormParts>& parts, Communicator* comm);
+
 namespace optim {
 // One step's inputs as the optimizers' update loops see them.
 struct ShardStep {
@@ -38,6 +55,7 @@ struct ShardStep {
   double lr;
   Communicator* comm;
   const HalfCopy* half;
+  const WholeParamNorms* norms;  // given: measure() ran the first pass, and step() only applies
 };
 }  // namespace optim
 
@@ -58,13 +76,21 @@ class Optimizer {
   // `lr` is the schedule's value; each group scales it by its lr_scale. `comm` is this rank's
   // communicator, or null when the shard holds every parameter whole (LAMB/LARS check this).
   absl::Status step(Tensor params, Tensor grads, int64_t step, float lr, Communicator* comm = nullptr,
-                    const HalfCopy& half = {});
+                    const HalfCopy& half = {}, const WholeParamNorms* norms = nullptr);
+
+  // An optimizer that communicates, split around its norms so that an engine sums every shard's with one
+  // allreduce (reduce_norm_parts): measure() queues the step's first pass (LAMB's updates the moments) and returns
+  // this shard's part, which on a device is complete once the device's queued work is done (so an engine waits
+  // once for every shard's); step() with the summed norms then runs only the second. Bit-identical to step() alone.
+  absl::StatusOr<NormParts> measure(Tensor params, Tensor grads, int64_t step, float lr);
 
   // This rank's state, one fp32 (S) tensor per name (e.g. "exp_avg"), for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
 
  protected:
   using StepArgs = optim::ShardStep;
+  // step()'s and measure()'s checks of their inputs.
+  absl::Status check_step(const Tensor& params, const Tensor& grads, int64_t step, float lr) const;
 
   Optimizer(ShardLayout layout, Device device)
       : layout_(std::make_shared<const ShardLayout>(std::move(layout))), device_(device) {}
@@ -76,6 +102,9 @@ class Optimizer {
  protected:
   float* state_data(int i) const { return static_cast<float*>(state_[i].second.data()); }
   virtual absl::Status update(const StepArgs& args) = 0;
+  // The first pass of an optimizer that communicates: the exact square sums of each chunk of layout().chunks(),
+  // complete when this returns if `wait`, else (on a device) once the device's queued work is done.
+  virtual absl::StatusOr<std::shared_ptr<const ChunkSquareSums>> chunk_square_sums(const StepArgs& args, bool wait);
 
   // One pass of an update's CPU loops: `args` and `state` (state_data(i) of every buffer) as the loops may touch
   // them from the host.
@@ -95,11 +124,10 @@ class Optimizer {
   absl::Status run_cpu_pass(std::string name, const StepArgs& args, PassAccess access, CpuPass cpu,
                             bool wait = false) const;
 
-  // LAMB/LARS: the norms of two quantities per whole parameter. `per_chunk[c]` holds the exact square
-  // sums of chunk c of layout().chunks(); they are combined per parameter and across ranks with one
-  // int32 allreduce for all parameters. Returns {sqrt(sum a), sqrt(sum b)} per parameter.
-  absl::StatusOr<std::vector<std::array<double, 2>>> whole_param_norms(
-      const std::vector<std::array<SquareSum, 2>>& per_chunk, Communicator* comm) const;
+  // LAMB/LARS: the norms of two quantities per whole parameter: args.norms where measure() ran, else from the first
+  // pass's chunk sums, combined per parameter and across ranks with one int32 allreduce for all parameters.
+  // Returns {sqrt(sum a), sqrt(sum b)} per parameter.
+  absl::StatusOr<WholeParamNorms> whole_param_norms(const StepArgs& args);
 
  private:
   std::shared_ptr<const ShardLayout> layout_;  // shared with the simulated device's launches, which may outlive us

@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "optim/square_sum.h"
 #include "runtime/cpu_threads.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 #include "shard/offload.h"
 
@@ -288,8 +289,29 @@ absl::Status Engine::non_finite_gradients() {
 
 absl::Status Engine::update(const UpdateArgs& args) {
   if (host_offload_) ZERO_RETURN_IF_ERROR(host_offload_->stream_remaining_gradients());
-  ZERO_RETURN_IF_ERROR(update_each_unit([&](int i) { return update_unit(i, args); }));
+  ZERO_ASSIGN_OR_RETURN(const std::vector<WholeParamNorms> norms, measure_norms(args));
+  ZERO_RETURN_IF_ERROR(update_each_unit(
+      [&](int i) { return update_unit(i, args, norms.empty() || norms[i].empty() ? nullptr : &norms[i]); }));
   return swapper_ ? swapper_->end_step() : absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<WholeParamNorms>> Engine::measure_norms(const UpdateArgs& args) {
+  // Where every rank updates whole parameters, each optimizer measures its own within its step, alone.
+  if (policy_.updates_everything()) return std::vector<WholeParamNorms>();
+  std::vector<NormParts> parts(units_.size());
+  bool measured = false;
+  for (int i = 0; i < static_cast<int>(units_.size()); ++i) {
+    if (!units_[i].optimizer->communicates()) continue;
+    measured = true;
+    ZERO_RETURN_IF_ERROR(with_unit_in_ram(i, [&]() -> absl::Status {
+      ZERO_ASSIGN_OR_RETURN(const UnitStep s, unit_step(i, args));
+      ZERO_ASSIGN_OR_RETURN(parts[i], units_[i].optimizer->measure(s.target, s.grads32, args.step, args.lr));
+      return absl::OkStatus();
+    }));
+  }
+  if (!measured) return std::vector<WholeParamNorms>();
+  ZERO_RETURN_IF_ERROR(synchronize(optimizer_device_));  // once for every unit's first pass (nothing on the CPU)
+  return reduce_norm_parts(parts, &comm_);
 }
 
 absl::Status Engine::update_each_unit(const std::function<absl::Status(int i)>& update_one) {
@@ -307,41 +329,51 @@ absl::Status Engine::update_each_unit(const std::function<absl::Status(int i)>& 
   return status;
 }
 
-absl::Status Engine::update_unit(int i, const UpdateArgs& args) {
+absl::Status Engine::update_unit(int i, const UpdateArgs& args, const WholeParamNorms* norms) {
   if (host_offload_) {  // ZeRO-Offload: the gradient streamed to the host, the step there, the parameters back
-    ZERO_RETURN_IF_ERROR(update_on_host(i, args));
+    ZERO_RETURN_IF_ERROR(step_optimizer(i, args, norms));
     return host_offload_->send_parameters(i);
   }
+  return with_unit_in_ram(i, [&] { return step_optimizer(i, args, norms); });
+}
+
+absl::Status Engine::with_unit_in_ram(int i, const std::function<absl::Status()>& use) {
   UnitState& u = units_[i];
   ZERO_RETURN_IF_ERROR(allocator_.page_in(u.params.data()));  // offload_param: the shard is updated in place
   if (swapper_) ZERO_RETURN_IF_ERROR(swapper_->acquire(i));
-  Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;  // slice optimizers reduce norms
-  const Tensor master = u.master.data() != nullptr ? u.master.tensor(DType::kF32, {u.own_count}) : Tensor();
-  Buffer grads32_holder;
-  ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(u.own_grads(dtype_), args, grads32_holder));
-  if (dtype_ == DType::kF32) {
-    ZERO_RETURN_IF_ERROR(u.optimizer->step(u.own_params(dtype_), grads32, args.step, args.lr, comm));
-  } else {
-    ZERO_RETURN_IF_ERROR(
-        u.optimizer->step(master, grads32, args.step, args.lr, comm, HalfCopy{.out = u.own_params(dtype_)}));
-  }
+  ZERO_RETURN_IF_ERROR(use());
   if (swapper_) ZERO_RETURN_IF_ERROR(swapper_->release(i));
   return allocator_.page_out(u.params.data());
 }
 
-absl::Status Engine::update_on_host(int i, const UpdateArgs& args) {
+absl::StatusOr<Engine::UnitStep> Engine::unit_step(int i, const UpdateArgs& args) {
   UnitState& u = units_[i];
-  Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;
-  const Tensor master = u.master.tensor(DType::kF32, {u.own_count});  // always apart from the device's params
-  Buffer grads32_holder;
-  ZERO_ASSIGN_OR_RETURN(const Tensor grads, host_offload_->streamed_gradients(i));
-  ZERO_ASSIGN_OR_RETURN(const Tensor grads32, fp32_gradients(grads, args, grads32_holder));
-  ZERO_ASSIGN_OR_RETURN(const Tensor params, host_offload_->parameters(i));
-  if (dtype_ == DType::kF32) {
-    ZERO_RETURN_IF_ERROR(u.optimizer->step(master, grads32, args.step, args.lr, comm));
-    return kernels::cast(params, master);
+  UnitStep s;
+  Tensor grads = u.own_grads(dtype_), params = u.own_params(dtype_);
+  if (host_offload_) {  // the gradient streamed to the host; the parameters' pinned buffer (or the host shard)
+    ZERO_ASSIGN_OR_RETURN(grads, host_offload_->streamed_gradients(i));
+    ZERO_ASSIGN_OR_RETURN(params, host_offload_->parameters(i));
   }
-  return u.optimizer->step(master, grads32, args.step, args.lr, comm, HalfCopy{.out = params});
+  ZERO_ASSIGN_OR_RETURN(s.grads32, fp32_gradients(grads, args, s.grads32_holder));
+  if (u.master.data() == nullptr) {  // fp32 on the engine's device: the params are the master weights
+    s.target = params;
+    return s;
+  }
+  s.target = u.master.tensor(DType::kF32, {u.own_count});
+  if (dtype_ == DType::kF32) {
+    s.cast_after = params;  // fp32 master weights apart from the device's params (ZeRO-Offload)
+  } else {
+    s.half = HalfCopy{.out = params};
+  }
+  return s;
+}
+
+absl::Status Engine::step_optimizer(int i, const UpdateArgs& args, const WholeParamNorms* norms) {
+  UnitState& u = units_[i];
+  Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;  // slice optimizers reduce norms
+  ZERO_ASSIGN_OR_RETURN(const UnitStep s, unit_step(i, args));
+  ZERO_RETURN_IF_ERROR(u.optimizer->step(s.target, s.grads32, args.step, args.lr, comm, s.half, norms));
+  return s.cast_after.data() != nullptr ? kernels::cast(s.cast_after, s.target) : absl::OkStatus();
 }
 
 bool Engine::delays_this_update() const {
@@ -358,7 +390,7 @@ absl::Status Engine::start_delayed_update(const UpdateArgs& args) {
     set_cpu_threads(threads);  // the rank's share of the cores, as on its compute thread
     absl::Status status;
     for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
-      if (status.ok()) status = update_on_host(i, args);
+      if (status.ok()) status = step_optimizer(i, args, nullptr);
       absl::MutexLock lock(&d->mu);
       d->updated[i] = true;  // after a failure too: nothing reads the buffer anymore
       d->status.Update(status);

@@ -180,9 +180,27 @@ class Engine {
     int64_t step = 0;             // the optimizer step it is, from 1
   };
   absl::Status update(const UpdateArgs& args);
-  absl::Status update_unit(int i, const UpdateArgs& args);
-  // ZeRO-Offload: unit i's update on the host, from its streamed gradient into its parameters' pinned buffer.
-  absl::Status update_on_host(int i, const UpdateArgs& args);
+  // Where slices of parameters update (stages 1-3) with an optimizer that needs whole-parameter norms (LAMB, LARS):
+  // every unit's first pass, then their norms summed across ranks in one allreduce; one entry per unit, empty for
+  // a unit whose optimizer takes none. Empty where nothing was measured.
+  absl::StatusOr<std::vector<WholeParamNorms>> measure_norms(const UpdateArgs& args);
+  // Unit i's update, given its measured norms where it has them; under ZeRO-Offload the parameters go back after.
+  absl::Status update_unit(int i, const UpdateArgs& args, const WholeParamNorms* norms);
+  // Runs `use` with unit i's offloaded files in RAM (NVMe offload: its parameter shard, its optimizer tensors).
+  absl::Status with_unit_in_ram(int i, const std::function<absl::Status()>& use);
+  // What unit i's optimizer steps: the fp32 tensor it updates (the master weights, or the fp32 params), its fp32
+  // gradient, and where the training-dtype parameters go (the half copy, or a cast after the step). Under
+  // ZeRO-Offload the gradient is the streamed one on the host and the parameters their pinned buffer.
+  struct UnitStep {
+    Tensor target;
+    Tensor grads32;
+    HalfCopy half;
+    Tensor cast_after;      // fp32 ZeRO-Offload: the params, cast from the master weights after the step
+    Buffer grads32_holder;  // grads32's, where it is a cast
+  };
+  absl::StatusOr<UnitStep> unit_step(int i, const UpdateArgs& args);
+  // Steps unit i's optimizer on unit_step's tensors (the delayed update's, on the host, too).
+  absl::Status step_optimizer(int i, const UpdateArgs& args, const WholeParamNorms* norms);
   // Runs `update_one` on every unit in order, allgathering behind it the slices of the units kept whole where each
   // rank updates a slice.
   absl::Status update_each_unit(const std::function<absl::Status(int i)>& update_one);

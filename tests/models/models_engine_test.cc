@@ -765,6 +765,25 @@ TEST(SimHostSynchronizations, NoneInsideAMicroBatchAndOnePerStep) {
   }
 }
 
+// LAMB on slices (stages 1-3) measures every unit's norms first and sums them across ranks in one allreduce; the
+// parameters are stage 0's, where each rank's LAMB measures whole parameters alone, and a step on a device waits
+// twice whatever the number of units: for the gradient norm and for the LAMB norms.
+TEST(LambOnSlices, EveryStageMatchesStageZeroAndWaitsOnceForAllUnitsNorms) {
+  for (const Device device : {Device::cpu(), Device::sim(0)}) {
+    const absl::StatusOr<RankRun> whole = train(gpt2_task(), {.stage = 0, .device = device, .lamb = true});
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    for (int stage = 1; stage <= 3; ++stage) {
+      const absl::StatusOr<RankRun> sliced = train(gpt2_task(), {.stage = stage, .device = device, .lamb = true});
+      ASSERT_TRUE(sliced.ok()) << sliced.status();
+      EXPECT_EQ(sliced->params, whole->params) << "stage " << stage << " on " << device.to_string();
+      EXPECT_EQ(sliced->losses, whole->losses) << "stage " << stage << " on " << device.to_string();
+      for (const uint64_t waits : device.is_sim() ? sliced->host_synchronizations : std::vector<uint64_t>()) {
+        EXPECT_EQ(waits, 2u) << "stage " << stage;
+      }
+    }
+  }
+}
+
 // --- Overlap on the simulated device: the held-backend tests of tests/shard/overlap_test.cc, on the GPU path ---
 
 // Trains `steps` steps of the MLP on sim:0 over one rank whose backend holds the first collective `hold` picks from

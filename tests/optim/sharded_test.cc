@@ -38,8 +38,9 @@ std::vector<float> random_vector(int64_t n, uint32_t seed, float scale) {
 }
 
 // Runs kSteps steps on N local ranks, each updating its shard of a padded flat buffer. Padding grads are
-// NaN: they must never be read, and padding params must stay zero.
-Result run_sharded(const Factory& make, int world_size) {
+// NaN: they must never be read, and padding params must stay zero. `measured`: an optimizer that communicates
+// steps as an engine drives it, measure() and reduce_norm_parts() first, then step() with the norms.
+Result run_sharded(const Factory& make, int world_size, bool measured = false) {
   const int64_t padded = (kFlat + world_size - 1) / world_size * world_size;
   const int64_t shard = padded / world_size;
   Result result{std::vector<float>(padded, 0.0f), std::vector<uint16_t>(padded, 0)};
@@ -62,7 +63,13 @@ Result run_sharded(const Factory& make, int world_size) {
     HalfCopy half{Tensor(result.half.data() + begin, DType::kBF16, {shard}), /*stochastic=*/true, /*seed=*/42};
     for (int t = 1; t <= kSteps; ++t) {
       Tensor g(grads[t - 1].data() + begin, DType::kF32, {shard});
-      ZERO_RETURN_IF_ERROR(opt->step(p, g, t, 0.05f, &comm, half));
+      if (!measured || !opt->communicates()) {
+        ZERO_RETURN_IF_ERROR(opt->step(p, g, t, 0.05f, &comm, half));
+        continue;
+      }
+      ZERO_ASSIGN_OR_RETURN(NormParts parts, opt->measure(p, g, t, 0.05f));
+      ZERO_ASSIGN_OR_RETURN(const std::vector<WholeParamNorms> norms, reduce_norm_parts({parts}, &comm));
+      ZERO_RETURN_IF_ERROR(opt->step(p, g, t, 0.05f, &comm, half, &norms[0]));
     }
     return absl::OkStatus();
   });
@@ -86,6 +93,15 @@ TEST_P(ShardedEqualsUnsharded, BitwiseForOneToEightShards) {
     for (int64_t i = kFlat; i < static_cast<int64_t>(sharded.params.size()); ++i) {
       EXPECT_EQ(float_bits(sharded.params[i]), 0u) << "padding element " << i << " with N = " << n;
     }
+  }
+}
+
+TEST_P(ShardedEqualsUnsharded, MeasuredFirstAsAnEngineDoesIsBitwiseTheSame) {
+  const Result reference = run_sharded(GetParam().make, 1);
+  for (int n : {1, 3, 8}) {
+    const Result measured = run_sharded(GetParam().make, n, /*measured=*/true);
+    EXPECT_EQ(std::memcmp(measured.params.data(), reference.params.data(), kFlat * sizeof(float)), 0) << "N = " << n;
+    EXPECT_EQ(std::memcmp(measured.half.data(), reference.half.data(), kFlat * sizeof(uint16_t)), 0) << "N = " << n;
   }
 }
 
