@@ -354,7 +354,9 @@ absl::StatusOr<Engine::UnitStep> Engine::unit_step(int i, const UpdateArgs& args
     ZERO_ASSIGN_OR_RETURN(grads, host_offload_->streamed_gradients(i));
     ZERO_ASSIGN_OR_RETURN(params, host_offload_->parameters(i));
   }
-  ZERO_ASSIGN_OR_RETURN(s.grads32, fp32_gradients(grads, args, s.grads32_holder));
+  // Read twice where the norms are measured first (measure_norms, then the step): scaled in a copy, not in place.
+  const bool read_twice = u.optimizer->communicates() && !policy_.updates_everything();
+  ZERO_ASSIGN_OR_RETURN(s.grads32, fp32_gradients(grads, args, read_twice, s.grads32_holder));
   if (u.master.data() == nullptr) {  // fp32 on the engine's device: the params are the master weights
     s.target = params;
     return s;
@@ -423,11 +425,12 @@ void Engine::wait_until_updated(int i) {
   d.mu.Await(absl::Condition(&updated));
 }
 
-absl::StatusOr<Tensor> Engine::fp32_gradients(const Tensor& grads, const UpdateArgs& args, Buffer& holder) {
+absl::StatusOr<Tensor> Engine::fp32_gradients(const Tensor& grads, const UpdateArgs& args, bool keep_grads,
+                                              Buffer& holder) {
   const float unscale = static_cast<float>(args.loss_scale);
   const float clip = static_cast<float>(args.clip_coefficient);
   Tensor grads32 = grads;
-  if (dtype_ != DType::kF32) {
+  if (dtype_ != DType::kF32 || (keep_grads && (unscale != 1.0f || clip < 1.0f))) {
     ZERO_ASSIGN_OR_RETURN(holder, allocator_.allocate(grads.numel() * 4, MemoryCategory::kWorkspace, grads.device()));
     grads32 = holder.tensor(DType::kF32, {grads.numel()});
     ZERO_RETURN_IF_ERROR(kernels::cast(grads32, grads));

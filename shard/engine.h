@@ -213,9 +213,9 @@ class Engine {
   // Waits until the delayed update in flight has read unit i's gradient buffer, which the next copy overwrites.
   void wait_until_updated(int i);
   // The optimizer's fp32 gradient from `grads` (own_count, training dtype, on the device or on the host): `grads`
-  // itself for fp32, else a cast into `holder` beside it; unscaled and clipped in the same order of operations on
-  // every stage and device.
-  absl::StatusOr<Tensor> fp32_gradients(const Tensor& grads, const UpdateArgs& args, Buffer& holder);
+  // itself for fp32 (scaled in place, unless `keep_grads`), else a cast into `holder` beside it; unscaled and
+  // clipped in the same order of operations on every stage and device.
+  absl::StatusOr<Tensor> fp32_gradients(const Tensor& grads, const UpdateArgs& args, bool keep_grads, Buffer& holder);
   absl::Status require_between_steps(absl::string_view call) const;
 
   // Checkpoints (shard/checkpoint.cc): writing this rank's file; what this rank needs of each unit
