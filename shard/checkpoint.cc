@@ -413,7 +413,7 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::s
   const bool holds_pieces = !policy_.updates_everything() || comm_.rank() == 0;
   ZERO_RETURN_IF_ERROR(settle_offload());
   for (const UnitState& u : holds_pieces ? std::span<const UnitState>(units_) : std::span<const UnitState>()) {
-    ZERO_RETURN_IF_ERROR(page_in_offloaded(u, allocator_));
+    ZERO_RETURN_IF_ERROR(move_offloaded(u, allocator_, &Allocator::page_in));
     const int64_t begin = u.own_begin;
     const int64_t count = u.own_count;
     // The master weights where there are any (bf16/fp16, or the host's under ZeRO-Offload), else the params.
@@ -452,7 +452,8 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::s
   metadata["zero.good_steps"] = absl::StrCat(scaler_.state().good_steps);
   metadata["zero.hysteresis_left"] = absl::StrCat(scaler_.state().hysteresis_left);
   ZERO_RETURN_IF_ERROR(write_safetensors(path, pieces, metadata));
-  for (const UnitState& u : units_) ZERO_RETURN_IF_ERROR(page_out_offloaded(u, allocator_));
+  // Only read: dropped, not written back (drop_unchanged writes what failed to reach its file before).
+  for (const UnitState& u : units_) ZERO_RETURN_IF_ERROR(move_offloaded(u, allocator_, &Allocator::drop_unchanged));
   return absl::OkStatus();
 }
 
@@ -525,7 +526,7 @@ absl::Status Engine::install_checkpoint(const std::vector<UnitCheckpoint>& units
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
     const UnitCheckpoint& c = units[i];
-    ZERO_RETURN_IF_ERROR(page_in_offloaded(u, allocator_));
+    ZERO_RETURN_IF_ERROR(move_offloaded(u, allocator_, &Allocator::page_in));
     const Tensor values = c.values.tensor(DType::kF32, {c.count});
     ZERO_RETURN_IF_ERROR(cast_from_host(u.own_params(dtype_), values, allocator_));
     if (u.master.data() != nullptr)
@@ -534,7 +535,7 @@ absl::Status Engine::install_checkpoint(const std::vector<UnitCheckpoint>& units
     for (size_t k = 0; k < state.size(); ++k) {
       ZERO_RETURN_IF_ERROR(cast_from_host(state[k].second, c.state[k].tensor(DType::kF32, {c.count}), allocator_));
     }
-    ZERO_RETURN_IF_ERROR(page_out_offloaded(u, allocator_));
+    ZERO_RETURN_IF_ERROR(move_offloaded(u, allocator_, &Allocator::page_out));
     // A unit kept whole where each rank updates a slice: the others' slices come from them.
     if (!policy_.updates_everything() && !u.sharded) {
       Work gather = gatherer_->allgather_updated(static_cast<int>(i));

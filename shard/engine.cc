@@ -112,7 +112,7 @@ absl::Status Engine::allocate_unit(UnitState& u, const OptimizerFactory& make_op
         absl::StrCat("the optimizer factory built ", u.optimizer->name(), " on ", u.optimizer->device().to_string(),
                      " for an optimizer on ", optimizer_device_.to_string(), "; build it on the device it is given"));
   }
-  return page_out_offloaded(u, allocator_);
+  return move_offloaded(u, allocator_, &Allocator::page_out);
 }
 
 absl::Status Engine::initialize_params() {
@@ -141,14 +141,14 @@ absl::Status Engine::reserve_transient() {
 absl::Status Engine::settle_offload() { return swapper_ ? swapper_->settle() : absl::OkStatus(); }
 
 absl::Status Engine::assign_params(UnitState& u, const float* values, int64_t first) {
-  ZERO_RETURN_IF_ERROR(page_in_offloaded(u, allocator_));
+  ZERO_RETURN_IF_ERROR(move_offloaded(u, allocator_, &Allocator::page_in));
   const Tensor held(const_cast<float*>(values) + (u.held_begin - first), DType::kF32, {u.held_numel});
   ZERO_RETURN_IF_ERROR(cast_from_host(u.held_params(dtype_), held, allocator_));
   if (u.master.data() != nullptr) {
     const Tensor own(const_cast<float*>(values) + (u.own_begin - first), DType::kF32, {u.own_count});
     ZERO_RETURN_IF_ERROR(cast_from_host(u.master.tensor(DType::kF32, {u.own_count}), own, allocator_));
   }
-  return page_out_offloaded(u, allocator_);
+  return move_offloaded(u, allocator_, &Allocator::page_out);
 }
 
 // --- The step --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// NVMe offload: placing the optimizer and the parameter shards in files, paging a unit's, and the optimizer's swapper.
+// NVMe offload: placing the optimizer and the parameter shards in files, moving a unit's, and the optimizer's swapper.
 #include "shard/offload.h"
 
 #include <algorithm>
@@ -39,22 +39,6 @@ absl::StatusOr<Buffer> allocate_held_params(const UnitState& u, Allocator& alloc
                                                             in_file.status().message()));
 }
 
-absl::Status page_in_offloaded(const UnitState& u, Allocator& allocator) {
-  ZERO_RETURN_IF_ERROR(allocator.page_in(u.params.data()));
-  ZERO_RETURN_IF_ERROR(allocator.page_in(u.master.data()));
-  for (const auto& [name, state] : u.optimizer->state()) ZERO_RETURN_IF_ERROR(allocator.page_in(state.data()));
-  return absl::OkStatus();
-}
-
-absl::Status page_out_offloaded(const UnitState& u, Allocator& allocator) {
-  ZERO_RETURN_IF_ERROR(allocator.page_out(u.params.data()));
-  ZERO_RETURN_IF_ERROR(allocator.page_out(u.master.data()));
-  for (const auto& [name, state] : u.optimizer->state()) ZERO_RETURN_IF_ERROR(allocator.page_out(state.data()));
-  return absl::OkStatus();
-}
-
-// --- OptimizerSwapper ------------------------------------------------------------------------------------
-
 namespace {
 
 // The unit's optimizer tensors that are in files: the master weights, where there are any, and each state.
@@ -66,6 +50,18 @@ std::vector<const void*> optimizer_tensors_in_files(const UnitState& u) {
   }
   return tensors;
 }
+
+}  // namespace
+
+absl::Status move_offloaded(const UnitState& u, Allocator& allocator, FileMove move) {
+  ZERO_RETURN_IF_ERROR((allocator.*move)(u.params.data()));
+  for (const void* tensor : optimizer_tensors_in_files(u)) ZERO_RETURN_IF_ERROR((allocator.*move)(tensor));
+  return absl::OkStatus();
+}
+
+// --- OptimizerSwapper ------------------------------------------------------------------------------------
+
+namespace {
 
 // "master weights, exp_avg, exp_avg_sq": what optimizer_tensors_in_files holds, by name.
 std::string tensor_names(const UnitState& u) {
@@ -82,8 +78,9 @@ absl::StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::create(std::
   const UnitState* largest = nullptr;  // the unit with the most tensors in files
   size_t per_unit = 0;
   for (const UnitState& u : units) {
-    if (optimizer_tensors_in_files(u).size() <= per_unit) continue;
-    per_unit = optimizer_tensors_in_files(u).size();
+    const size_t tensors = optimizer_tensors_in_files(u).size();
+    if (tensors <= per_unit) continue;
+    per_unit = tensors;
     largest = &u;
   }
   const int units_count = static_cast<int>(units.size());
@@ -128,7 +125,7 @@ void OptimizerSwapper::set_held(int i, Held held) {
   held_[i] = held;
 }
 
-void OptimizerSwapper::queue(int i, absl::Status (Allocator::*move)(const void*), Held then) {
+void OptimizerSwapper::queue(int i, FileMove move, Held then) {
   set_held(i, then);
   {
     absl::MutexLock lock(&mu_);
@@ -204,7 +201,7 @@ absl::Status OptimizerSwapper::settle() {
   for (int i = 0; i < static_cast<int>(held_.size()); ++i) {
     if (held_[i] == Held::kNo) continue;
     // What was read ahead is unchanged (drop_unchanged writes it after all where its file is stale).
-    const auto move = held_[i] == Held::kAcquired ? &Allocator::page_out : &Allocator::drop_unchanged;
+    const FileMove move = held_[i] == Held::kAcquired ? &Allocator::page_out : &Allocator::drop_unchanged;
     for (const void* tensor : tensors_[i]) status.Update((allocator_.*move)(tensor));
     set_held(i, Held::kNo);
   }

@@ -26,11 +26,13 @@ absl::Status place_optimizer_in_files(Allocator& allocator, const std::string& d
 absl::StatusOr<Buffer> allocate_held_params(const UnitState& u, Allocator& allocator, DType dtype, Device device,
                                             const std::string& offload_param_dir, bool to_host);
 
-// What of a unit is in files (params shard, master weights, optimizer state), brought into RAM, or written back
-// and dropped from it; nothing for what is in RAM. Blocking: for the paths outside the update (initialization,
-// checkpoints), which settle the OptimizerSwapper first.
-absl::Status page_in_offloaded(const UnitState& u, Allocator& allocator);
-absl::Status page_out_offloaded(const UnitState& u, Allocator& allocator);
+// How a file-backed buffer moves: one of Allocator::page_in, page_out and drop_unchanged.
+using FileMove = absl::Status (Allocator::*)(const void* buffer_data);
+
+// What of a unit is in files (params shard, master weights, optimizer state), moved by `move`; nothing for what is
+// in RAM. Blocking: for the paths outside the update (initialization, checkpoints), which settle the
+// OptimizerSwapper first.
+absl::Status move_offloaded(const UnitState& u, Allocator& allocator, FileMove move);
 
 // The units' optimizer tensors in files (master weights and optimizer state under offload_optimizer_path),
 // moved by an I/O thread of their own in the update's order: each unit's read before its update (ahead of it
@@ -66,7 +68,7 @@ class OptimizerSwapper {
   enum class Held { kNo, kReadAhead, kAcquired };  // by the calling thread's queueing
   OptimizerSwapper(std::span<const UnitState> units, Allocator& allocator, const ZeroConfig::OptimizerSwap& options,
                    int units_in_ram);
-  void queue(int i, absl::Status (Allocator::*move)(const void*), Held then);
+  void queue(int i, FileMove move, Held then);
   void read_ahead_from(int first);
   void set_held(int i, Held held);
   // Unit i's failures so far, cleared; a failed unit is no longer held, so that it is read again.
