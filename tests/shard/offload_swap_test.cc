@@ -26,69 +26,11 @@ namespace {
 using testing::bitwise_equal;
 using ::testing::HasSubstr;
 using testing::kGlobalBatch;
+using testing::LocalOutcome;
 using testing::ToyData;
 using testing::ToyModel;
+using testing::train_local;
 using testing::TrainRun;
-
-// Called after each step (0-based index of the step just done) and may call anything on the engine.
-using Between = std::function<absl::Status(Engine& engine, int step, Allocator& allocator)>;
-
-struct Result {
-  std::vector<float> params;
-  std::vector<StepResult> steps;
-  int64_t file_bytes_in_ram_at_end = 0;
-};
-
-absl::StatusOr<std::vector<float>> full_params(Engine& engine) {
-  std::vector<float> params;
-  ZERO_RETURN_IF_ERROR(engine.visit_full_params([&](absl::string_view, absl::string_view, const Tensor& t) {
-    for (int64_t i = 0; i < t.numel(); ++i) params.push_back(load_as_float(t.data(), t.dtype(), i));
-    return absl::OkStatus();
-  }));
-  return params;
-}
-
-absl::StatusOr<Result> train_rank(Communicator& comm, const TrainRun& run, const Between& between) {
-  Result result;
-  Allocator alloc(comm.rank());
-  ToyModel model(run.model, comm.rank());
-  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, run.optimizer, run.zero));
-  const int micro = run.zero.accumulation_steps;
-  const int64_t rows = kGlobalBatch / (comm.world_size() * micro);
-  for (int step = 0; step < run.steps; ++step) {
-    std::vector<ToyData> data;
-    for (int m = 0; m < micro; ++m) {
-      const int64_t begin = step * kGlobalBatch + (m * comm.world_size() + comm.rank()) * rows;
-      data.push_back(testing::toy_rows(run.model, begin, begin + rows));
-    }
-    std::vector<Batch> batches;
-    for (ToyData& d : data) batches.push_back(d.batch(run.model.features));
-    if (run.evaluate_first) {
-      for (const Batch& b : batches) ZERO_RETURN_IF_ERROR(engine->evaluate(b).status());
-    }
-    ZERO_ASSIGN_OR_RETURN(StepResult r, engine->train_step(batches, run.lr));
-    result.steps.push_back(r);
-    if (between) ZERO_RETURN_IF_ERROR(between(*engine, step, alloc));
-  }
-  ZERO_ASSIGN_OR_RETURN(result.params, full_params(*engine));
-  result.file_bytes_in_ram_at_end = alloc.file_bytes_in_ram();
-  return result;
-}
-
-struct Outcome {
-  std::vector<Result> ranks;
-  absl::Status status;
-};
-
-Outcome train(const TrainRun& run, const Between& between = nullptr) {
-  Outcome out;
-  out.ranks.resize(run.world_size);
-  out.status = root_cause(run_local_ranks(run.world_size, [&](Communicator& comm) -> absl::Status {
-    ZERO_ASSIGN_OR_RETURN(out.ranks[comm.rank()], train_rank(comm, run, between));
-    return absl::OkStatus();
-  }));
-  return out;
-}
 
 // DeepSpeed's default pacing, both pipelines with room for two units, each pipeline alone, and room for every unit.
 const ZeroConfig::OptimizerSwap kModes[] = {
@@ -119,13 +61,13 @@ TEST(OptimizerSwap, EveryPathBetweenStepsWithReadsAheadInFlightMatchesTrainingIn
         run.zero.loss_scaling.initial_scale = std::ldexp(1.0, 30);  // fp16: the first steps are skipped
         run.zero.loss_scaling.window = 2;
         const std::string ckpt = absl::StrCat(dir, "/ckpt-", combo++);
-        const Between between = [&](Engine& engine, int step, Allocator&) -> absl::Status {
+        run.after_step = [&](Engine& engine, int step) -> absl::Status {
           if (step == 1) {
             ZERO_RETURN_IF_ERROR(engine.save_checkpoint(ckpt));
             ZERO_RETURN_IF_ERROR(engine.load_checkpoint(ckpt).status());
           }
           if (step == 2) {
-            ZERO_ASSIGN_OR_RETURN(std::vector<float> all, full_params(engine));
+            ZERO_ASSIGN_OR_RETURN(std::vector<float> all, testing::full_params(engine));
             size_t k = 0;
             ZERO_RETURN_IF_ERROR(engine.load_params([&](absl::string_view, absl::string_view, Tensor dst) {
               for (int64_t i = 0; i < dst.numel(); ++i) dst.data_as<float>()[i] = all[k++];
@@ -134,11 +76,11 @@ TEST(OptimizerSwap, EveryPathBetweenStepsWithReadsAheadInFlightMatchesTrainingIn
           }
           return absl::OkStatus();
         };
-        const Outcome in_ram = train(run, between);
+        const LocalOutcome in_ram = train_local(run);
         run.zero.offload_optimizer_path = dir;
         run.zero.optimizer_swap = swap;
         if (stage == 3) run.zero.offload_param_path = dir;
-        const Outcome offloaded = train(run, between);
+        const LocalOutcome offloaded = train_local(run);
         const std::string where =
             absl::StrCat("stage ", stage, " ", dtype_name(precision), " buffer_count ", swap.buffer_count, " read ",
                          swap.pipeline_read, " write ", swap.pipeline_write);
@@ -152,6 +94,28 @@ TEST(OptimizerSwap, EveryPathBetweenStepsWithReadsAheadInFlightMatchesTrainingIn
   }
 }
 
+// A checkpoint reads the offloaded state and writes none of it back: it saves while the files refuse writes. (One
+// rank: the files are the process's, which other ranks' threads would be writing meanwhile.)
+TEST(OptimizerSwap, ACheckpointReadsTheOffloadedStateAndWritesNothingBack) {
+  const testing::ScopedTempDir files;
+  const std::string dir = files.path().string();
+  TrainRun run{.world_size = 1, .steps = 2};
+  run.zero.stage = 3;
+  run.zero.precision = DType::kBF16;
+  run.zero.persistence_threshold = 0;
+  run.zero.offload_optimizer_path = dir;
+  run.zero.offload_param_path = dir;
+  run.zero.optimizer_swap = {.buffer_count = 6, .pipeline_read = true, .pipeline_write = true};
+  run.after_step = [&](Engine& engine, int step) -> absl::Status {
+    if (step != 0) return absl::OkStatus();
+    ZERO_RETURN_IF_ERROR(engine.save_checkpoint(absl::StrCat(dir, "/settled")));  // the writes behind are done
+    const testing::FailingFiles read_only(testing::offload_fds(dir), O_RDONLY);
+    return engine.save_checkpoint(absl::StrCat(dir, "/read-only"));
+  };
+  const LocalOutcome out = train_local(run);
+  EXPECT_TRUE(out.status.ok()) << out.status;
+}
+
 // LAMB on slices pages each unit in twice a step, for its first pass (measure_norms) and for its update.
 TEST(OptimizerSwap, LambOnSlicesMatchesTrainingInRam) {
   const testing::ScopedTempDir files;
@@ -163,10 +127,10 @@ TEST(OptimizerSwap, LambOnSlicesMatchesTrainingInRam) {
     run.optimizer = [](ShardLayout layout, Allocator& allocator, Device device) {
       return make_lamb(LambOptions{}, std::move(layout), allocator, device);
     };
-    const Outcome in_ram = train(run);
+    const LocalOutcome in_ram = train_local(run);
     run.zero.offload_optimizer_path = files.path().string();
     run.zero.optimizer_swap = {.buffer_count = 6, .pipeline_read = true, .pipeline_write = true};
-    const Outcome offloaded = train(run);
+    const LocalOutcome offloaded = train_local(run);
     ASSERT_TRUE(in_ram.status.ok() && offloaded.status.ok()) << offloaded.status;
     for (int r = 0; r < 2; ++r) EXPECT_TRUE(bitwise_equal(offloaded.ranks[r].params, in_ram.ranks[r].params)) << stage;
   }

@@ -20,6 +20,15 @@ OptimizerFactory sgd_factory() {
   };
 }
 
+absl::StatusOr<std::vector<float>> full_params(Engine& engine) {
+  std::vector<float> params;
+  ZERO_RETURN_IF_ERROR(engine.visit_full_params([&](absl::string_view, absl::string_view, const Tensor& t) {
+    for (int64_t i = 0; i < t.numel(); ++i) params.push_back(load_as_float(t.data(), t.dtype(), i));
+    return absl::OkStatus();
+  }));
+  return params;
+}
+
 absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
   RankResult result;
   Allocator alloc(comm.rank(), run.budget);
@@ -50,13 +59,11 @@ absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run) {
     engine->reset_comm_volume();
     ZERO_ASSIGN_OR_RETURN(StepResult step_result, engine->train_step(batches, run.lr));
     result.steps.push_back(step_result);
+    if (run.after_step) ZERO_RETURN_IF_ERROR(run.after_step(*engine, step));
   }
   result.last_step = engine->comm_volume();  // before the visit's own gathers
   if (!run.save_checkpoint.empty()) ZERO_RETURN_IF_ERROR(engine->save_checkpoint(run.save_checkpoint));
-  ZERO_RETURN_IF_ERROR(engine->visit_full_params([&](absl::string_view, absl::string_view, const Tensor& t) {
-    for (int64_t i = 0; i < t.numel(); ++i) result.params.push_back(load_as_float(t.data(), t.dtype(), i));
-    return absl::OkStatus();
-  }));
+  ZERO_ASSIGN_OR_RETURN(result.params, full_params(*engine));
   result.padded_params = engine->num_padded_params();
   result.held_at_end = alloc.stats();
   result.file_bytes_in_ram_at_end = alloc.file_bytes_in_ram();

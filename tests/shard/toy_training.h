@@ -36,6 +36,8 @@ struct TrainRun {
   UnitHooks hooks;              // around every unit's forward and backward, on every rank
   // Also before every unit's forward and backward, with the rank's allocator.
   std::function<void(const std::string& event, const Allocator& allocator)> on_unit_start;
+  // After each step (the index of the global data it read), on every rank: anything the engine takes between steps.
+  std::function<absl::Status(Engine& engine, int step)> after_step;
 };
 
 // What one rank saw.
@@ -49,6 +51,9 @@ struct RankResult {
   CommVolume last_step;                  // bytes sent in the last step
   int64_t padded_params = 0;
 };
+
+// Every parameter of `engine` (as fp32), flat, in unit and declaration order (Engine::visit_full_params).
+absl::StatusOr<std::vector<float>> full_params(Engine& engine);
 
 // Trains `run` on this rank: each step's global batch is split evenly over ranks and micro-batches.
 absl::StatusOr<RankResult> train_rank(Communicator& comm, const TrainRun& run);
