@@ -18,8 +18,6 @@ namespace {
 
 static_assert(kMaxChunkElements <= SquareBins::kMaxBinnedValues, "a chunk's squares must fit one set of bins");
 
-using ChunkSums = std::vector<std::array<SquareSum, 2>>;
-
 class Lamb final : public Optimizer {
  public:
   Lamb(const LambOptions& options, ShardLayout layout, Device device)
@@ -75,16 +73,16 @@ class Lamb final : public Optimizer {
 
   // Pass 1: the moments, and the sums of p² and u², which the host reads: on the simulated device they are there
   // once the launch ran (waited for under `wait`).
-  absl::StatusOr<std::shared_ptr<const ChunkSums>> chunk_square_sums(const StepArgs& a, bool wait) override {
+  absl::StatusOr<std::shared_ptr<const ChunkSquareSums>> chunk_square_sums(const StepArgs& a, bool wait) override {
     const std::vector<optim::LambCoeffs> coeffs = this->coeffs(a);
 #if ZERO_HAS_CUDA
     if (device().is_cuda()) {  // read back at once, whatever `wait` says
-      ZERO_ASSIGN_OR_RETURN(ChunkSums sums, optim::lamb_sums_cuda(device().index, layout(), coeffs, a, state_data(0),
-                                                                  state_data(1), bins_.data()));
-      return std::make_shared<const ChunkSums>(std::move(sums));
+      ZERO_ASSIGN_OR_RETURN(ChunkSquareSums sums, optim::lamb_sums_cuda(device().index, layout(), coeffs, a,
+                                                                        state_data(0), state_data(1), bins_.data()));
+      return std::make_shared<const ChunkSquareSums>(std::move(sums));
     }
 #endif
-    auto sums = std::make_shared<ChunkSums>(layout().chunks().size());
+    auto sums = std::make_shared<ChunkSquareSums>(layout().chunks().size());
     const PassAccess access{.params = Use::kRead, .state = Use::kWrite};
     ZERO_RETURN_IF_ERROR(run_cpu_pass(
         "lamb square sums", a, access,

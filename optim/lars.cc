@@ -13,8 +13,6 @@
 namespace zero {
 namespace {
 
-using ChunkSums = std::vector<std::array<SquareSum, 2>>;
-
 class Lars final : public Optimizer {
  public:
   Lars(const LarsOptions& options, ShardLayout layout, Device device)
@@ -51,14 +49,15 @@ class Lars final : public Optimizer {
 
   // Pass 1: the sums of p² and g², which the host reads: on the simulated device they are there once the launch
   // ran (waited for under `wait`).
-  absl::StatusOr<std::shared_ptr<const ChunkSums>> chunk_square_sums(const StepArgs& a, bool wait) override {
+  absl::StatusOr<std::shared_ptr<const ChunkSquareSums>> chunk_square_sums(const StepArgs& a, bool wait) override {
 #if ZERO_HAS_CUDA
     if (device().is_cuda()) {  // read back at once, whatever `wait` says
-      ZERO_ASSIGN_OR_RETURN(ChunkSums sums, optim::lars_sums_cuda(device().index, layout(), coeffs(), a, bins_.data()));
-      return std::make_shared<const ChunkSums>(std::move(sums));
+      ZERO_ASSIGN_OR_RETURN(ChunkSquareSums sums,
+                            optim::lars_sums_cuda(device().index, layout(), coeffs(), a, bins_.data()));
+      return std::make_shared<const ChunkSquareSums>(std::move(sums));
     }
 #endif
-    auto sums = std::make_shared<ChunkSums>(layout().chunks().size());
+    auto sums = std::make_shared<ChunkSquareSums>(layout().chunks().size());
     const PassAccess access{.params = Use::kRead, .state = Use::kNone};
     ZERO_RETURN_IF_ERROR(run_cpu_pass(
         "lars square sums", a, access,

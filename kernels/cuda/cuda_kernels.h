@@ -50,8 +50,8 @@ absl::Status embedding_backward(int device, float* dwte, float* dwpe, const floa
                                 int64_t b, int64_t t, int64_t c, int64_t vocab);
 
 // logits, dlogits (N, Vp; null: the loss alone), targets (N) on the device; `scale` = 1 / counted (0 if none). Writes
-// to `sums`, on the
-// device, the sum of -log p(target) over counted rows (fp64) and how many of them have argmax == target.
+// to `sums`, on the device, the sum of -log p(target) over counted rows (fp64) and how many of them have argmax ==
+// target.
 absl::Status crossentropy_forward_backward(int device, LossSums* sums, float* dlogits, const float* logits,
                                            const int32_t* targets, int64_t n, int64_t vocab, int64_t padded,
                                            float scale);

@@ -225,10 +225,10 @@ SquareBins bins_of(const uint64_t* slots) {
 // Zeroes the bins, runs `launch(table, grid, first_chunk)` (an absl::Status) per table of chunks, and returns the bins
 // as SquareSums exactly as the CPU's SquareSum::add(SquareBins) builds them.
 template <typename Coeffs, typename Launch>
-absl::StatusOr<ChunkSums> chunk_sums(int device, const ShardLayout& layout, const std::vector<Coeffs>& coeffs,
-                                     void* bins, Launch launch) {
+absl::StatusOr<ChunkSquareSums> chunk_sums(int device, const ShardLayout& layout, const std::vector<Coeffs>& coeffs,
+                                           void* bins, Launch launch) {
   const size_t chunks = layout.chunks().size();
-  if (chunks == 0) return ChunkSums();
+  if (chunks == 0) return ChunkSquareSums();
   ZERO_RETURN_IF_ERROR(zero_on_legacy_stream(device, bins, static_cast<size_t>(square_bins_bytes(layout))));
   const std::vector<float> unused_scale(layout.params().size());  // one segment per chunk: bins are per chunk
   const std::vector<Segment> segments = segments_of(layout, &unused_scale);
@@ -237,7 +237,7 @@ absl::StatusOr<ChunkSums> chunk_sums(int device, const ShardLayout& layout, cons
   }));
   std::vector<uint64_t> host(chunks * 2 * kSquareSlots);
   ZERO_RETURN_IF_ERROR(cuda_api().copy(host.data(), bins, host.size() * sizeof(uint64_t)));
-  ChunkSums sums(chunks);
+  ChunkSquareSums sums(chunks);
   for (size_t k = 0; k < chunks; ++k) {
     for (int q = 0; q < 2; ++q) sums[k][q].add(bins_of(&host[(2 * k + q) * kSquareSlots]));
   }
@@ -284,8 +284,9 @@ absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<
 
 namespace zero::optim {
 
-absl::StatusOr<ChunkSums> lamb_sums_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
-                                         const ShardStep& s, float* exp_avg, float* exp_avg_sq, void* bins) {
+absl::StatusOr<ChunkSquareSums> lamb_sums_cuda(int device, const ShardLayout& layout,
+                                               const std::vector<LambCoeffs>& coeffs, const ShardStep& s,
+                                               float* exp_avg, float* exp_avg_sq, void* bins) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   return chunk_sums(device, layout, coeffs, bins,
@@ -308,8 +309,8 @@ absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::v
                         });
 }
 
-absl::StatusOr<ChunkSums> lars_sums_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
-                                         const ShardStep& s, void* bins) {
+absl::StatusOr<ChunkSquareSums> lars_sums_cuda(int device, const ShardLayout& layout,
+                                               const std::vector<LarsCoeffs>& coeffs, const ShardStep& s, void* bins) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   return chunk_sums(device, layout, coeffs, bins,

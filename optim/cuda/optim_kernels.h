@@ -27,21 +27,22 @@ absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<
 // LAMB and LARS: pass 1 fills exact square bins (square_sum.h) of two quantities per chunk of the layout on
 // the device and returns them as SquareSums, the same integers the CPU bins hold; after the caller's
 // allreduce, pass 2 applies each parameter's scale (`param_scale`, one per layout parameter).
-using ChunkSums = std::vector<std::array<SquareSum, 2>>;
 // Device scratch for pass 1: kSquareSlots uint64 counters per quantity per chunk.
 int64_t square_bins_bytes(const ShardLayout& layout);
 
 // Updates the moments; sums ||p||^2 and ||u||^2 (u = lamb_direction).
-absl::StatusOr<ChunkSums> lamb_sums_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
-                                         const ShardStep& step, float* exp_avg, float* exp_avg_sq, void* bins);
+absl::StatusOr<ChunkSquareSums> lamb_sums_cuda(int device, const ShardLayout& layout,
+                                               const std::vector<LambCoeffs>& coeffs, const ShardStep& step,
+                                               float* exp_avg, float* exp_avg_sq, void* bins);
 // p += param_scale * u, with param_scale = -lr * trust_ratio.
 absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, const float* exp_avg,
                              const float* exp_avg_sq);
 
 // Sums ||p||^2 and ||g||^2.
-absl::StatusOr<ChunkSums> lars_sums_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
-                                         const ShardStep& step, void* bins);
+absl::StatusOr<ChunkSquareSums> lars_sums_cuda(int device, const ShardLayout& layout,
+                                               const std::vector<LarsCoeffs>& coeffs, const ShardStep& step,
+                                               void* bins);
 // lars_element with scaled_lr = param_scale.
 absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, float* momentum_buffer);
