@@ -158,15 +158,11 @@ absl::StatusOr<OffloadRow> run_one(Communicator& comm, StagesBenchOptions option
 // The runs of one stage: none (the baseline), then offloaded to NVMe files for an engine on the CPU, to host memory
 // for one on a device.
 std::vector<Offload> offloads_of(int stage, Device device) {
-  if (!device.is_cpu()) {
-    std::vector<Offload> offloads = {{}, {.to = Offload::To::kHost}};
-    if (StagePolicy(stage).partitions_params()) offloads.push_back({.to = Offload::To::kHost, .params = true});
-    return offloads;
-  }
-  std::vector<Offload> offloads = {{}, {.to = Offload::To::kFiles}, {.to = Offload::To::kFiles, .pipelined = true}};
-  if (StagePolicy(stage).partitions_params()) {
-    offloads.push_back({.to = Offload::To::kFiles, .params = true, .pipelined = true});
-  }
+  const Offload::To to = device.is_cpu() ? Offload::To::kFiles : Offload::To::kHost;
+  const bool files = to == Offload::To::kFiles;  // files' rows are also pipelined
+  std::vector<Offload> offloads = {{}, {.to = to}};
+  if (files) offloads.push_back({.to = to, .pipelined = true});
+  if (StagePolicy(stage).partitions_params()) offloads.push_back({.to = to, .params = true, .pipelined = files});
   return offloads;
 }
 

@@ -319,8 +319,6 @@ void print_torch_comparison(const std::vector<StageRow>& zero, const std::vector
       torch.front().version.c_str(), world_size, table.to_text().c_str());
 }
 
-}  // namespace
-
 // The cores any rank of the job may run on, together (every rank's affinity, or'ed): PyTorch's ranks get them once
 // zero's are done. Under mpirun each rank's process is bound to a core of its own, and a child of rank 0's would
 // inherit one core for all of PyTorch's ranks.
@@ -343,6 +341,8 @@ absl::StatusOr<cpu_set_t> cores_of_every_rank(Communicator& comm) {
   }
   return every;
 }
+
+}  // namespace
 
 absl::Status stages_command() {
   ZERO_ASSIGN_OR_RETURN(const StagesBenchOptions options, stages_options_from_flags());
