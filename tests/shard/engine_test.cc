@@ -614,41 +614,29 @@ TEST(EngineAccounting, ModelThatDoesNotFitAtStage0TrainsAtStage3) {
   EXPECT_LE(sharded.memory[0].peak_total, *run.budget);
 }
 
-// How the NVMe swapper may pace the optimizer's tensors: DeepSpeed's default (one unit's at a time, synchronous),
-// both pipelines with just the two units' room they need, and both with room for every unit.
-const ZeroConfig::OptimizerSwap kSwapModes[] = {{},
-                                                {.buffer_count = 6, .pipeline_read = true, .pipeline_write = true},
-                                                {.buffer_count = 100, .pipeline_read = true}};
-
-std::vector<std::pair<int, ZeroConfig::OptimizerSwap>> stages_and_swap_modes() {
-  std::vector<std::pair<int, ZeroConfig::OptimizerSwap>> all;
-  for (int stage = 0; stage <= 3; ++stage) {
-    for (const ZeroConfig::OptimizerSwap& swap : kSwapModes) all.emplace_back(stage, swap);
-  }
-  return all;
-}
-
 TEST(EngineAccounting, OffloadedOptimizerTrainsBitIdenticallyWithItsStateInFiles) {
   const testing::ScopedTempDir files;
   const std::string dir = files.path().string();
-  for (const auto& [stage, swap] : stages_and_swap_modes()) {
+  for (int stage = 0; stage <= 3; ++stage) {
     TrainRun run{.world_size = 3};
     run.zero.stage = stage;
     run.zero.precision = DType::kBF16;
     run.zero.persistence_threshold = 0;
     const testing::LocalOutcome in_ram = train_local(run);
     run.zero.offload_optimizer_path = dir;
-    run.zero.optimizer_swap = swap;
-    const testing::LocalOutcome offloaded = train_local(run);
-    ASSERT_TRUE(in_ram.status.ok() && offloaded.status.ok()) << offloaded.status;
-    for (int r = 0; r < 3; ++r) {
-      EXPECT_TRUE(bitwise_equal(offloaded.ranks[r].params, in_ram.ranks[r].params))
-          << "stage " << stage << ", buffer_count " << swap.buffer_count;
-      for (MemoryCategory c : {MemoryCategory::kOptimizerState, MemoryCategory::kMasterWeights}) {
-        const int64_t held = in_ram.ranks[r].held_at_end.current_of(c);
-        EXPECT_GT(held, 0);
-        EXPECT_EQ(offloaded.ranks[r].held_at_end.in_files_of(c), held) << category_name(c) << ", stage " << stage;
-        EXPECT_EQ(offloaded.ranks[r].memory.peak_of(c), 0) << category_name(c) << " never in RAM, stage " << stage;
+    for (const ZeroConfig::OptimizerSwap& swap : testing::kOptimizerSwapModes) {
+      run.zero.optimizer_swap = swap;
+      const testing::LocalOutcome offloaded = train_local(run);
+      ASSERT_TRUE(in_ram.status.ok() && offloaded.status.ok()) << offloaded.status;
+      for (int r = 0; r < 3; ++r) {
+        EXPECT_TRUE(bitwise_equal(offloaded.ranks[r].params, in_ram.ranks[r].params))
+            << "stage " << stage << ", buffer_count " << swap.buffer_count;
+        for (MemoryCategory c : {MemoryCategory::kOptimizerState, MemoryCategory::kMasterWeights}) {
+          const int64_t held = in_ram.ranks[r].held_at_end.current_of(c);
+          EXPECT_GT(held, 0);
+          EXPECT_EQ(offloaded.ranks[r].held_at_end.in_files_of(c), held) << category_name(c) << ", stage " << stage;
+          EXPECT_EQ(offloaded.ranks[r].memory.peak_of(c), 0) << category_name(c) << " never in RAM, stage " << stage;
+        }
       }
     }
   }

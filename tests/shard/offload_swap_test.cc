@@ -32,15 +32,6 @@ using testing::ToyModel;
 using testing::train_local;
 using testing::TrainRun;
 
-// DeepSpeed's default pacing, both pipelines with room for two units, each pipeline alone, and room for every unit.
-const ZeroConfig::OptimizerSwap kModes[] = {
-    {},
-    {.buffer_count = 6, .pipeline_read = true, .pipeline_write = true},
-    {.buffer_count = 6, .pipeline_read = true},
-    {.buffer_count = 6, .pipeline_write = true},
-    {.buffer_count = 100, .pipeline_read = true, .pipeline_write = true},
-};
-
 // Everything between steps, with reads ahead in flight: evaluate, a checkpoint saved and loaded back into the same
 // engine, the full parameters visited and loaded back. Every stage, every pacing, accumulation, fp16 with skipped
 // steps, offload_param at stage 3: bit-identical to the same script in RAM.
@@ -50,7 +41,7 @@ TEST(OptimizerSwap, EveryPathBetweenStepsWithReadsAheadInFlightMatchesTrainingIn
   int combo = 0;
   for (int stage = 0; stage <= 3; ++stage) {
     for (DType precision : {DType::kBF16, DType::kF16, DType::kF32}) {
-      for (const ZeroConfig::OptimizerSwap& swap : kModes) {
+      for (const ZeroConfig::OptimizerSwap& swap : testing::kOptimizerSwapModes) {
         TrainRun run{.world_size = 3, .steps = 5};
         run.evaluate_first = true;
         run.zero.stage = stage;

@@ -52,6 +52,16 @@ struct RankResult {
   int64_t padded_params = 0;
 };
 
+// The pacings of the NVMe optimizer swapper the tests train under (ZeroConfig::optimizer_swap): DeepSpeed's default,
+// both pipelines with room for two units (bf16 AdamW), each pipeline alone, and room for every unit.
+inline constexpr ZeroConfig::OptimizerSwap kOptimizerSwapModes[] = {
+    {},
+    {.buffer_count = 6, .pipeline_read = true, .pipeline_write = true},
+    {.buffer_count = 6, .pipeline_read = true},
+    {.buffer_count = 6, .pipeline_write = true},
+    {.buffer_count = 100, .pipeline_read = true, .pipeline_write = true},
+};
+
 // Every parameter of `engine` (as fp32), flat, in unit and declaration order (Engine::visit_full_params).
 absl::StatusOr<std::vector<float>> full_params(Engine& engine);
 
