@@ -1,5 +1,8 @@
-// Causal multi-head attention on CUDA: one warp per query (forward, dq) or key (dk, dv) row; lse saved as on the CPU.
+// Causal multi-head attention on CUDA, tiled as FlashAttention-2: a block owns 64 query (or key) rows of one head and
+// streams the other side through shared memory 32 rows at a time, never forming the (T, T) scores; lse saved as on
+// the CPU. fp32 throughout; no atomics, so every run gives the same bits.
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -7,144 +10,291 @@
 namespace zero::kernels::cuda {
 namespace {
 
-constexpr int kRowsPerBlock = kThreads / kWarp;
-constexpr int kPerLane = kMaxHeadDim / kWarp;  // head dims held by one lane: lane, lane + 32, ...
+// A block's tile: kRows rows it owns (queries, or keys for dk/dv) against kCols streamed ones, 256 threads as a
+// 16 x 16 grid. Thread (ty, tx) holds rows ty + 16 i (i < 4) and columns tx + 16 j (j < 2) of the scores, and
+// head dims tx + 16 j of its rows' outputs. Head dims move through shared memory kChunk at a time.
+constexpr int kRows = 64;
+constexpr int kCols = 32;
+constexpr int kChunk = 64;
+constexpr int kGrid = 16;
+constexpr int kRowsPerThread = kRows / kGrid;
+constexpr int kColsPerThread = kCols / kGrid;
+static_assert(kGrid * kGrid == kThreads);
 
 struct Dims {
   int64_t b, t, nh, hs;
-  __device__ int64_t c() const { return nh * hs; }
-  __device__ int64_t rows() const { return b * nh * t; }
+  __host__ __device__ int64_t c() const { return nh * hs; }
 };
 
-// The (batch, head, position) of a warp's row, with the row's offsets into (B, T, 3C) and (B, T, C).
-struct Row {
-  int64_t bh;     // b * NH + h: the lse row
-  int64_t pos;    // the query (or key) position
-  int64_t qkv;    // offset of q[b, pos, h, 0] in inp; k and v are + C and + 2C
-  int64_t head0;  // offset of q[b, 0, h, 0] in inp
-  int64_t o;      // offset of out[b, pos, h, 0]
-  int64_t o0;     // offset of out[b, 0, h, 0]
+// Rows of one head in a (B, T, width) tensor: row p's head dims at p0 + p * stride.
+template <typename T>
+struct HeadRows {
+  T* p0;
+  int64_t stride;
+  __device__ T* row(int64_t p) const { return p0 + p * stride; }
 };
 
-__device__ Row row_of(int64_t row, const Dims& d) {
-  const int64_t pos = row % d.t, bh = row / d.t, h = bh % d.nh, b = bh / d.nh;
-  const int64_t head0 = b * d.t * 3 * d.c() + h * d.hs, o0 = b * d.t * d.c() + h * d.hs;
-  return {bh, pos, head0 + pos * 3 * d.c(), head0, o0 + pos * d.c(), o0};
+// The tile a block owns: its head and first row. The grid runs the heaviest tiles of every head first: the causal
+// mask gives the last queries, and the first keys, the most work.
+struct Tile {
+  int64_t b, h, first;
+};
+
+enum class Heavy { kLast, kFirst };
+
+__device__ Tile tile_of(const Dims& d, Heavy heavy) {
+  const int64_t tiles = (d.t + kRows - 1) / kRows, heads = d.b * d.nh;
+  const int64_t bh = blockIdx.x % heads, i = blockIdx.x / heads;
+  return {bh / d.nh, bh % d.nh, (heavy == Heavy::kLast ? tiles - 1 - i : i) * kRows};
 }
 
-// A head-size vector spread over the warp: element lane + 32 k in slot k, 0 past hs.
-struct Lanes {
-  float v[kPerLane];
+// Rows of the tile's head: q, k or v (which = 0, 1, 2) of a (B, T, 3C) tensor, or of a (B, T, C) one.
+enum class Part { kQ, kK, kV };
+
+template <typename T>
+__device__ HeadRows<T> qkv_rows(T* qkv, const Dims& d, const Tile& tile, Part part) {
+  return {qkv + tile.b * d.t * 3 * d.c() + static_cast<int>(part) * d.c() + tile.h * d.hs, 3 * d.c()};
+}
+template <typename T>
+__device__ HeadRows<T> out_rows(T* out, const Dims& d, const Tile& tile) {
+  return {out + tile.b * d.t * d.c() + tile.h * d.hs, d.c()};
+}
+
+using Rows = HeadRows<const float>;
+
+struct Shared {
+  float rows[kRows][kChunk + 1];  // + 1: the rows a warp reads down one column fall in distinct banks
+  float cols[kCols][kChunk + 1];
+  float weights[kRows][kCols + 1];  // the tile's P or dS, for the weighted sums
 };
 
-__device__ Lanes load(const float* p, int64_t hs) {
-  Lanes x;
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t e = threadIdx.x % kWarp + k * kWarp;
-    x.v[k] = e < hs ? p[e] : 0.0f;
+__device__ int tx() { return threadIdx.x % kGrid; }
+__device__ int ty() { return threadIdx.x / kGrid; }
+__device__ int64_t row_of(int64_t first, int i) { return first + ty() + kGrid * i; }
+__device__ int64_t col_of(int64_t first, int j) { return first + tx() + kGrid * j; }
+
+// dst[r][e] = src row (first + r), head dim c0 + e; zero past T and past hs.
+template <int R>
+__device__ void load_chunk(float (&dst)[R][kChunk + 1], const Rows& src, int64_t first, const Dims& d, int c0) {
+  for (int i = threadIdx.x; i < R * kChunk; i += kThreads) {
+    const int r = i / kChunk, e = i % kChunk;
+    const int64_t p = first + r, dim = c0 + e;
+    dst[r][e] = p < d.t && dim < d.hs ? src.row(p)[dim] : 0.0f;
   }
+}
+
+// acc[i][j] += a row row_of(first_a, i) · b row col_of(first_b, j), over the head dims.
+template <int HD>
+__device__ void add_dots(float (&acc)[kRowsPerThread][kColsPerThread], Shared& sm, const Rows& a, int64_t first_a,
+                         const Rows& b, int64_t first_b, const Dims& d) {
+#pragma unroll
+  for (int c0 = 0; c0 < HD; c0 += kChunk) {
+    __syncthreads();  // every thread is done with the buffers' last contents
+    load_chunk(sm.rows, a, first_a, d, c0);
+    load_chunk(sm.cols, b, first_b, d, c0);
+    __syncthreads();
+#pragma unroll 8
+    for (int e = 0; e < kChunk; ++e) {
+      float x[kRowsPerThread], y[kColsPerThread];
+      for (int i = 0; i < kRowsPerThread; ++i) x[i] = sm.rows[ty() + kGrid * i][e];
+      for (int j = 0; j < kColsPerThread; ++j) y[j] = sm.cols[tx() + kGrid * j][e];
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        for (int j = 0; j < kColsPerThread; ++j) acc[i][j] += x[i] * y[j];
+      }
+    }
+  }
+}
+
+// acc[i][j] += sum over the tile's columns c of weights[ty + 16 i][c] · b row (first + c), head dim tx + 16 j. The
+// caller has written the weights.
+template <int HD>
+__device__ void add_weighted(float (&acc)[kRowsPerThread][HD / kGrid], Shared& sm, const Rows& b, int64_t first,
+                             const Dims& d) {
+#pragma unroll
+  for (int c0 = 0; c0 < HD; c0 += kChunk) {
+    __syncthreads();  // the weights are written; every thread is done with cols
+    load_chunk(sm.cols, b, first, d, c0);
+    __syncthreads();
+    for (int c = 0; c < kCols; ++c) {
+      float w[kRowsPerThread];
+      for (int i = 0; i < kRowsPerThread; ++i) w[i] = sm.weights[ty() + kGrid * i][c];
+#pragma unroll
+      for (int j = 0; j < kChunk / kGrid; ++j) {
+        const float y = sm.cols[c][tx() + kGrid * j];
+        for (int i = 0; i < kRowsPerThread; ++i) acc[i][c0 / kGrid + j] += w[i] * y;
+      }
+    }
+  }
+}
+
+// weights[ty + 16 i][tx + 16 j] = w[i][j]
+__device__ void set_weights(Shared& sm, const float (&w)[kRowsPerThread][kColsPerThread]) {
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    for (int j = 0; j < kColsPerThread; ++j) sm.weights[ty() + kGrid * i][tx() + kGrid * j] = w[i][j];
+  }
+}
+
+// Over the 16 threads that share a row (lanes 0-15 or 16-31 of a warp).
+__device__ float row_sum(float x) {
+  for (int offset = kGrid / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+__device__ float row_max(float x) {
+  for (int offset = kGrid / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 
-__device__ void store(float* p, const Lanes& x, int64_t hs) {
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t e = threadIdx.x % kWarp + k * kWarp;
-    if (e < hs) p[e] = x.v[k];
+// Query `query` sees key `key`: the causal mask, inside the sequence.
+__device__ bool sees(int64_t query, int64_t key, const Dims& d) { return key <= query && query < d.t; }
+
+// The keys a query tile starting at `first` sees: [0, min(first + kRows, T)).
+__device__ int64_t keys_end(int64_t first, const Dims& d) { return first + kRows < d.t ? first + kRows : d.t; }
+
+// dst row row_of(first, i), head dim tx + 16 j = x[i][j], rows inside T and dims inside hs.
+template <int HD>
+__device__ void store_rows(const HeadRows<float>& dst, int64_t first, const float (&x)[kRowsPerThread][HD / kGrid],
+                           const Dims& d) {
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t p = row_of(first, i);
+    if (p >= d.t) continue;
+    for (int j = 0; j < HD / kGrid; ++j) {
+      const int dim = tx() + kGrid * j;
+      if (dim < d.hs) dst.row(p)[dim] = x[i][j];
+    }
   }
 }
 
-// x · p[0, hs) over the warp; every lane gets the sum.
-__device__ float dot(const Lanes& x, const float* p, int64_t hs) {
-  float s = 0.0f;
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t e = threadIdx.x % kWarp + k * kWarp;
-    if (e < hs) s += x.v[k] * p[e];
+// Online softmax over the key tiles: per query row the running max m, the sum l of exp(s - m) and
+// o = sum exp(s - m) v; at the end out = o / l and lse = m + log l.
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attention_forward_kernel(float* out, float* lse, const float* inp, Dims d, float scale) {
+  __shared__ Shared sm;
+  const Tile tile = tile_of(d, Heavy::kLast);
+  const Rows q = qkv_rows(inp, d, tile, Part::kQ), k = qkv_rows(inp, d, tile, Part::kK);
+  const Rows v = qkv_rows(inp, d, tile, Part::kV);
+  float m[kRowsPerThread], l[kRowsPerThread], o[kRowsPerThread][HD / kGrid] = {};
+  for (int i = 0; i < kRowsPerThread; ++i) m[i] = -INFINITY, l[i] = 0.0f;
+  for (int64_t k0 = 0; k0 < keys_end(tile.first, d); k0 += kCols) {
+    float s[kRowsPerThread][kColsPerThread] = {};
+    add_dots<HD>(s, sm, q, tile.first, k, k0, d);
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      float tile_max = -INFINITY;
+      for (int j = 0; j < kColsPerThread; ++j) {
+        s[i][j] = sees(row_of(tile.first, i), col_of(k0, j), d) ? scale * s[i][j] : -INFINITY;
+        tile_max = fmaxf(tile_max, s[i][j]);
+      }
+      const float m_new = fmaxf(m[i], row_max(tile_max));
+      const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row past T sees no key: its sums stay 0
+      const float alpha = expf(m[i] - base);
+      float p_sum = 0.0f;
+      for (float& x : s[i]) p_sum += x = expf(x - base);  // s becomes p
+      l[i] = l[i] * alpha + row_sum(p_sum);
+      m[i] = m_new;
+      for (float& x : o[i]) x *= alpha;
+    }
+    set_weights(sm, s);
+    add_weighted<HD>(o, sm, v, k0, d);
   }
-  return warp_sum(s);
-}
-
-// acc += a * p[0, hs)
-__device__ void axpy(Lanes& acc, float a, const float* p, int64_t hs) {
-  for (int k = 0; k < kPerLane; ++k) {
-    const int64_t e = threadIdx.x % kWarp + k * kWarp;
-    if (e < hs) acc.v[k] += a * p[e];
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const float inv = 1.0f / l[i];
+    for (float& x : o[i]) x *= inv;
+    const int64_t query = row_of(tile.first, i);
+    if (tx() == 0 && query < d.t) lse[(tile.b * d.nh + tile.h) * d.t + query] = m[i] + logf(l[i]);
   }
-}
-
-__device__ int64_t warp_row() { return blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp; }
-
-// Two passes as the CPU: the row's maximum score, then exp(score - max) summed in fp64 and applied to v.
-__global__ void attention_forward_kernel(float* out, float* lse, const float* inp, Dims d, float scale) {
-  const int64_t row = warp_row();
-  if (row >= d.rows()) return;
-  const Row r = row_of(row, d);
-  const int64_t stride = 3 * d.c();
-  const Lanes q = load(inp + r.qkv, d.hs);
-  const float* k = inp + r.head0 + d.c();
-  const float* v = inp + r.head0 + 2 * d.c();
-  float max = -INFINITY;
-  for (int64_t j = 0; j <= r.pos; ++j) max = fmaxf(max, scale * dot(q, k + j * stride, d.hs));
-  Lanes o{};
-  double sum = 0.0;
-  for (int64_t j = 0; j <= r.pos; ++j) {
-    const float p = expf(scale * dot(q, k + j * stride, d.hs) - max);
-    sum += p;
-    axpy(o, p, v + j * stride, d.hs);
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (float& x : o.v) x *= inv;
-  store(out + r.o, o, d.hs);
-  if (threadIdx.x % kWarp == 0) lse[r.bh * d.t + r.pos] = max + static_cast<float>(log(sum));
+  store_rows<HD>(out_rows(out, d, tile), tile.first, o, d);
 }
 
 // With P = softmax(S), S = scale q k^T (causal), O = P v and D_i = dO_i · O_i:
-// dS_ij = P_ij (dO_i · v_j - D_i);  dq_i = scale sum_{j <= i} dS_ij k_j. Saves D_i for the key pass.
-__global__ void attention_backward_query_kernel(float* dinp, float* dsum, const float* dout, const float* inp,
-                                                const float* out, const float* lse, Dims d, float scale) {
-  const int64_t row = warp_row();
-  if (row >= d.rows()) return;
-  const Row r = row_of(row, d);
-  const int64_t stride = 3 * d.c();
-  const Lanes q = load(inp + r.qkv, d.hs);
-  const Lanes dq_out = load(dout + r.o, d.hs);
-  const float di = dot(dq_out, out + r.o, d.hs);
-  const float li = lse[r.bh * d.t + r.pos];
-  Lanes dq{};
-  for (int64_t j = 0; j <= r.pos; ++j) {
-    const float* kj = inp + r.head0 + d.c() + j * stride;
-    const float pij = expf(scale * dot(q, kj, d.hs) - li);
-    const float dsij = pij * (dot(dq_out, kj + d.c(), d.hs) - di) * scale;
-    axpy(dq, dsij, kj, d.hs);
+// dS_ij = P_ij (dO_i · v_j - D_i);  dq_i = scale sum_{j <= i} dS_ij k_j. Saves D for the key pass.
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    attention_backward_query_kernel(float* dinp, float* dsum, const float* dout, const float* inp, const float* out,
+                                    const float* lse, Dims d, float scale) {
+  __shared__ Shared sm;
+  const Tile tile = tile_of(d, Heavy::kLast);
+  const Rows q = qkv_rows(inp, d, tile, Part::kQ), k = qkv_rows(inp, d, tile, Part::kK);
+  const Rows v = qkv_rows(inp, d, tile, Part::kV), o = out_rows(out, d, tile), dout_rows = out_rows(dout, d, tile);
+  const int64_t stats = (tile.b * d.nh + tile.h) * d.t;  // the head's lse and D rows
+  float di[kRowsPerThread], li[kRowsPerThread], dq[kRowsPerThread][HD / kGrid] = {};
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t query = row_of(tile.first, i);
+    float part = 0.0f;
+    if (query < d.t) {
+      for (int64_t dim = tx(); dim < d.hs; dim += kGrid) part += dout_rows.row(query)[dim] * o.row(query)[dim];
+    }
+    di[i] = row_sum(part);
+    li[i] = query < d.t ? lse[stats + query] : 0.0f;
+    if (tx() == 0 && query < d.t) dsum[stats + query] = di[i];
   }
-  store(dinp + r.qkv, dq, d.hs);
-  if (threadIdx.x % kWarp == 0) dsum[r.bh * d.t + r.pos] = di;
+  for (int64_t k0 = 0; k0 < keys_end(tile.first, d); k0 += kCols) {
+    float s[kRowsPerThread][kColsPerThread] = {}, ds[kRowsPerThread][kColsPerThread] = {};
+    add_dots<HD>(s, sm, q, tile.first, k, k0, d);
+    add_dots<HD>(ds, sm, dout_rows, tile.first, v, k0, d);  // dO_i · v_j
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      for (int j = 0; j < kColsPerThread; ++j) {
+        const float p = sees(row_of(tile.first, i), col_of(k0, j), d) ? expf(scale * s[i][j] - li[i]) : 0.0f;
+        ds[i][j] = p * (ds[i][j] - di[i]) * scale;
+      }
+    }
+    set_weights(sm, ds);
+    add_weighted<HD>(dq, sm, k, k0, d);
+  }
+  store_rows<HD>(qkv_rows(dinp, d, tile, Part::kQ), tile.first, dq, d);
 }
 
-// dv_j = sum_{i >= j} P_ij dO_i;  dk_j = scale sum_{i >= j} dS_ij q_i. The warp's row is key j.
-__global__ void attention_backward_key_kernel(float* dinp, const float* dsum, const float* dout, const float* inp,
-                                              const float* lse, Dims d, float scale) {
-  const int64_t row = warp_row();
-  if (row >= d.rows()) return;
-  const Row r = row_of(row, d);
-  const int64_t stride = 3 * d.c();
-  const Lanes k = load(inp + r.qkv + d.c(), d.hs);
-  const Lanes v = load(inp + r.qkv + 2 * d.c(), d.hs);
-  Lanes dk{}, dv{};
-  for (int64_t i = r.pos; i < d.t; ++i) {
-    const float* qi = inp + r.head0 + i * stride;
-    const float* doi = dout + r.o0 + i * d.c();
-    const float pij = expf(scale * dot(k, qi, d.hs) - lse[r.bh * d.t + i]);
-    const float dsij = pij * (dot(v, doi, d.hs) - dsum[r.bh * d.t + i]) * scale;
-    axpy(dv, pij, doi, d.hs);
-    axpy(dk, dsij, qi, d.hs);
+// Which gradients a key pass makes: both, or one of them where both would not fit in registers (head size 256).
+enum class KeyGrads { kBoth, kDk, kDv };
+
+// dv_j = sum_{i >= j} P_ij dO_i;  dk_j = scale sum_{i >= j} dS_ij q_i. The block's rows are keys; the queries from
+// its first key on stream past.
+template <int HD, KeyGrads kGrads>
+__global__ void __launch_bounds__(kThreads)
+    attention_backward_key_kernel(float* dinp, const float* dsum, const float* dout, const float* inp, const float* lse,
+                                  Dims d, float scale) {
+  __shared__ Shared sm;
+  const Tile tile = tile_of(d, Heavy::kFirst);
+  const Rows q = qkv_rows(inp, d, tile, Part::kQ), k = qkv_rows(inp, d, tile, Part::kK);
+  const Rows v = qkv_rows(inp, d, tile, Part::kV), dout_rows = out_rows(dout, d, tile);
+  const int64_t stats = (tile.b * d.nh + tile.h) * d.t;
+  float dk[kRowsPerThread][HD / kGrid] = {}, dv[kRowsPerThread][HD / kGrid] = {};
+  for (int64_t q0 = tile.first; q0 < d.t; q0 += kCols) {
+    float p[kRowsPerThread][kColsPerThread] = {}, ds[kRowsPerThread][kColsPerThread] = {};
+    add_dots<HD>(p, sm, k, tile.first, q, q0, d);                                                  // k_j · q_i
+    if constexpr (kGrads != KeyGrads::kDv) add_dots<HD>(ds, sm, v, tile.first, dout_rows, q0, d);  // v_j · dO_i
+    for (int j = 0; j < kColsPerThread; ++j) {
+      const int64_t query = col_of(q0, j);
+      const float lj = query < d.t ? lse[stats + query] : 0.0f, dj = query < d.t ? dsum[stats + query] : 0.0f;
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        p[i][j] = sees(query, row_of(tile.first, i), d) ? expf(scale * p[i][j] - lj) : 0.0f;
+        ds[i][j] = p[i][j] * (ds[i][j] - dj) * scale;
+      }
+    }
+    if constexpr (kGrads != KeyGrads::kDk) {
+      set_weights(sm, p);
+      add_weighted<HD>(dv, sm, dout_rows, q0, d);
+    }
+    if constexpr (kGrads == KeyGrads::kBoth) __syncthreads();  // every thread is done reading P
+    if constexpr (kGrads != KeyGrads::kDv) {
+      set_weights(sm, ds);
+      add_weighted<HD>(dk, sm, q, q0, d);
+    }
   }
-  store(dinp + r.qkv + d.c(), dk, d.hs);
-  store(dinp + r.qkv + 2 * d.c(), dv, d.hs);
+  if constexpr (kGrads != KeyGrads::kDv) store_rows<HD>(qkv_rows(dinp, d, tile, Part::kK), tile.first, dk, d);
+  if constexpr (kGrads != KeyGrads::kDk) store_rows<HD>(qkv_rows(dinp, d, tile, Part::kV), tile.first, dv, d);
 }
 
-unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+unsigned tile_blocks(const Dims& d) { return static_cast<unsigned>(d.b * d.nh * ((d.t + kRows - 1) / kRows)); }
 
 float score_scale(int64_t hs) { return 1.0f / std::sqrt(static_cast<float>(hs)); }
+
+// f(std::integral_constant<int, HD>) with HD the padded head size the kernels are built for: 64, 128 or 256.
+template <typename F>
+absl::Status with_head_dim(int64_t hs, F&& f) {
+  if (hs <= 64) return f(std::integral_constant<int, 64>{});
+  if (hs <= 128) return f(std::integral_constant<int, 128>{});
+  return f(std::integral_constant<int, 256>{});
+}
 
 }  // namespace
 
@@ -154,8 +304,10 @@ absl::Status attention_forward(int device, float* out, float* lse, const float* 
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const Dims d{b, t, nh, hs};
   if (b * nh * t == 0) return absl::OkStatus();
-  return launch_kernel(device, "attention_forward_kernel", attention_forward_kernel, row_blocks(b * nh * t), kThreads,
-                       out, lse, inp, d, score_scale(hs));
+  return with_head_dim(hs, [&](auto hd) {
+    return launch_kernel(device, "attention_forward_kernel", attention_forward_kernel<decltype(hd)::value>,
+                         tile_blocks(d), kThreads, out, lse, inp, d, score_scale(hs));
+  });
 }
 
 absl::Status attention_backward(int device, float* dinp, const float* dout, const float* inp, const float* out,
@@ -168,12 +320,22 @@ absl::Status attention_backward(int device, float* dinp, const float* dout, cons
   const Stream stream = Stream::legacy(device);
   ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(rows * sizeof(float), stream));
   float* dsum = static_cast<float*>(scratch);  // D (B, NH, T)
-  absl::Status status = launch_kernel(device, "attention_backward_query_kernel", attention_backward_query_kernel,
-                                      row_blocks(rows), kThreads, dinp, dsum, dout, inp, out, lse, d, score_scale(hs));
-  if (status.ok()) {
-    status.Update(launch_kernel(device, "attention_backward_key_kernel", attention_backward_key_kernel,
-                                row_blocks(rows), kThreads, dinp, dsum, dout, inp, lse, d, score_scale(hs)));
-  }
+  absl::Status status = with_head_dim(hs, [&](auto hd) {
+    constexpr int kHeadDim = decltype(hd)::value;
+    ZERO_RETURN_IF_ERROR(launch_kernel(device, "attention_backward_query_kernel",
+                                       attention_backward_query_kernel<kHeadDim>, tile_blocks(d), kThreads, dinp, dsum,
+                                       dout, inp, out, lse, d, score_scale(hs)));
+    const auto key_pass = [&](auto* kernel) {
+      return launch_kernel(device, "attention_backward_key_kernel", kernel, tile_blocks(d), kThreads, dinp, dsum, dout,
+                           inp, lse, d, score_scale(hs));
+    };
+    if constexpr (kHeadDim <= 128) {
+      return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kBoth>);
+    } else {
+      ZERO_RETURN_IF_ERROR(key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDk>));
+      return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDv>);
+    }
+  });
   ZERO_RETURN_IF_ERROR(cuda_api().free(dsum, stream));
   return status;
 }

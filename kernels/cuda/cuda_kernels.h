@@ -15,13 +15,14 @@
 
 namespace zero::kernels::cuda {
 
-// out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC); bias may be null.
+// out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC); bias may be null. tf32: the GEMM on tensor cores with
+// its operands rounded to TF32 (kernels::Fp32Gemm::kTf32).
 absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias, int64_t n,
-                            int64_t c, int64_t oc);
+                            int64_t c, int64_t oc, bool tf32);
 // dinp (N, C) = dout · weight (dinp may be null); dweight (OC, C) += dout^T · inp; dbias (OC) += column sums (may be
-// null).
+// null). tf32 as matmul_forward.
 absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                             const float* weight, int64_t n, int64_t c, int64_t oc);
+                             const float* weight, int64_t n, int64_t c, int64_t oc, bool tf32);
 // The same on tensor cores: inp, weight and dout in `half` (bf16 or fp16), products summed in fp32; out, bias,
 // dinp, dweight, dbias each fp32 or `half` as its dtype says. Bias and gradient adds happen in fp32 and a
 // half destination is rounded once (nearest even).
@@ -56,7 +57,7 @@ absl::Status crossentropy_forward_backward(int device, LossSums* sums, float* dl
                                            const int32_t* targets, int64_t n, int64_t vocab, int64_t padded,
                                            float scale);
 
-// The largest head size the attention kernels take: one warp holds a query row, kMaxHeadDim / 32 per lane.
+// The largest head size the attention kernels take: they are built for head sizes padded to 64, 128 or 256.
 inline constexpr int64_t kMaxHeadDim = 256;
 // inp (B, T, 3C), out (B, T, C), lse (B, NH, T); C = NH * HS.
 absl::Status attention_forward(int device, float* out, float* lse, const float* inp, int64_t b, int64_t t, int64_t nh,
