@@ -290,29 +290,47 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
   }
 }
 
-TEST_F(CudaKernels, AttentionMatchesCpu) {
-  const int64_t b = 2, t = 17, nh = 3, hs = 40, c = nh * hs;  // hs > 32 and not a multiple: partial lanes
-  std::vector<float> inp = random_floats(b * t * 3 * c, 21), dout = random_floats(b * t * c, 22);
-  std::vector<float> out(b * t * c), lse(b * nh * t), dinp(b * t * 3 * c);
-  const Tensor g_inp = upload(inp, {b, t, 3 * c}), g_out = upload(out, {b, t, c}), g_lse = upload(lse, {b, nh, t});
-  ASSERT_TRUE(attention_forward(view(out, {b, t, c}), view(lse, {b, nh, t}), view(inp, {b, t, 3 * c}), nh).ok());
-  ASSERT_TRUE(attention_forward(g_out, g_lse, g_inp, nh).ok());
-  // A score is scale·(hs products of |.| <= 1) summed in another order: |ds| <= 2·hs·u·hs·scale. Softmax moves
-  // each probability by <= 2 p |ds|, so out (a convex mix of |v| <= 1) and lse move by about 2|ds|, plus T roundings.
-  const double ds = 2.0 * hs * kU32 * hs / std::sqrt(static_cast<double>(hs));
-  const double tol = 2 * ds + t * kU32;
-  expect_near_all(download<float>(g_out), out, tol, "out");
-  expect_near_all(download<float>(g_lse), lse, tol, "lse");
-  // Backward from the CPU's out and lse on both sides; each gradient sums <= T terms, each off by about the
-  // forward's tolerance times |dout · v| <= hs.
-  const Tensor g_dinp = upload(dinp, {b, t, 3 * c});
-  ASSERT_TRUE(attention_backward(view(dinp, {b, t, 3 * c}), view(dout, {b, t, c}), view(inp, {b, t, 3 * c}),
-                                 view(out, {b, t, c}), view(lse, {b, nh, t}), nh)
-                  .ok());
-  ASSERT_TRUE(
-      attention_backward(g_dinp, upload(dout, {b, t, c}), g_inp, upload(out, {b, t, c}), upload(lse, {b, nh, t}), nh)
-          .ok());
-  expect_near_all(download<float>(g_dinp), dinp, t * tol * hs, "dinp");
+// Shapes for the tiled kernels (64 query or key rows a block, 32 streamed, head dims padded to 64, 128 or 256): one
+// partial tile; several tiles with partial ones at the end; and each padded head size, 256 with its split key pass.
+struct AttentionShape {
+  int64_t b, t, nh, hs;
+};
+constexpr AttentionShape kAttentionShapes[] = {{2, 17, 3, 40}, {1, 150, 2, 64}, {1, 70, 1, 100}, {1, 45, 1, 200}};
+
+TEST_F(CudaKernels, AttentionMatchesCpuAndRepeatsBitwise) {
+  for (const auto& [b, t, nh, hs] : kAttentionShapes) {
+    SCOPED_TRACE(absl::StrCat("B ", b, " T ", t, " NH ", nh, " hs ", hs));
+    const int64_t c = nh * hs;
+    std::vector<float> inp = random_floats(b * t * 3 * c, 21), dout = random_floats(b * t * c, 22);
+    std::vector<float> out(b * t * c), lse(b * nh * t), dinp(b * t * 3 * c);
+    const Tensor g_inp = upload(inp, {b, t, 3 * c}), g_out = upload(out, {b, t, c}), g_lse = upload(lse, {b, nh, t});
+    ASSERT_TRUE(attention_forward(view(out, {b, t, c}), view(lse, {b, nh, t}), view(inp, {b, t, 3 * c}), nh).ok());
+    ASSERT_TRUE(attention_forward(g_out, g_lse, g_inp, nh).ok());
+    // A score is scale·(hs products of |.| <= 1) summed in another order: |ds| <= 2·hs·u·hs·scale. Softmax moves
+    // each probability by <= 2 p |ds|, so out (a convex mix of |v| <= 1) and lse move by about 2|ds|, plus T
+    // roundings (the GPU's fp32 sums of at most T terms, against the CPU's fp64 ones).
+    const double ds = 2.0 * hs * kU32 * hs / std::sqrt(static_cast<double>(hs));
+    const double tol = 2 * ds + t * kU32;
+    const std::vector<float> g_out_host = download<float>(g_out), g_lse_host = download<float>(g_lse);
+    expect_near_all(g_out_host, out, tol, "out");
+    expect_near_all(g_lse_host, lse, tol, "lse");
+    // Backward from the CPU's out and lse on both sides; each gradient sums <= T terms, each off by about the
+    // forward's tolerance times |dout · v| <= hs.
+    const Tensor g_dinp = upload(dinp, {b, t, 3 * c}), g_dout = upload(dout, {b, t, c});
+    const Tensor g_cpu_out = upload(out, {b, t, c}), g_cpu_lse = upload(lse, {b, nh, t});
+    ASSERT_TRUE(attention_backward(view(dinp, {b, t, 3 * c}), view(dout, {b, t, c}), view(inp, {b, t, 3 * c}),
+                                   view(out, {b, t, c}), view(lse, {b, nh, t}), nh)
+                    .ok());
+    ASSERT_TRUE(attention_backward(g_dinp, g_dout, g_inp, g_cpu_out, g_cpu_lse, nh).ok());
+    const std::vector<float> g_dinp_host = download<float>(g_dinp);
+    expect_near_all(g_dinp_host, dinp, t * tol * hs, "dinp");
+    // No atomics: a second run writes the same bits.
+    ASSERT_TRUE(attention_forward(g_out, g_lse, g_inp, nh).ok());
+    ASSERT_TRUE(attention_backward(g_dinp, g_dout, g_inp, g_cpu_out, g_cpu_lse, nh).ok());
+    EXPECT_EQ(download<float>(g_out), g_out_host);
+    EXPECT_EQ(download<float>(g_lse), g_lse_host);
+    EXPECT_EQ(download<float>(g_dinp), g_dinp_host);
+  }
 }
 
 TEST_F(CudaKernels, CastsEqualCpuBitwise) {
