@@ -2,10 +2,13 @@
 // stream), warp reductions, deterministic column sums.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/launch.cuh"
@@ -46,38 +49,83 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-// out[col] += sum over rows of term(r, col), accumulated in fp64 like runtime/parallel.h's add_column_sums. Block
-// (kWarp, kSumRows): lane x owns a column, row group y sums rows y, y + kSumRows, ... in order, then the
-// groups are added in order: no atomics, the same bits on every run.
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
+
+// fp32 -> T, round to nearest even (the identity for fp32).
+template <typename T>
+__device__ __forceinline__ T narrow(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(x);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(x);
+  } else {
+    return x;
+  }
+}
+
+// Column sums in fp64, like runtime/parallel.h's add_column_sums, in a fixed order (no atomics: the same bits on
+// every run). Pass 1: block (x, y) sums rows [y block_rows, (y + 1) block_rows) of columns [32 x, 32 x + 32):
+// lane x owns a column, row group y' takes rows y', y' + kSumRows, ..., and the groups are added in order into
+// partial[y][col]. Pass 2 adds the row blocks' partials in order.
 inline constexpr int kSumRows = 8;
 template <typename Term>
-__global__ void add_column_sums_kernel(int64_t rows, int64_t cols, float* out, Term term) {
-  __shared__ double partial[kSumRows][kWarp];
+__global__ void column_partial_sums_kernel(int64_t rows, int64_t cols, int64_t block_rows, double* partial, Term term) {
+  __shared__ double groups[kSumRows][kWarp];
   const int64_t col = blockIdx.x * int64_t{kWarp} + threadIdx.x;
+  const int64_t first = blockIdx.y * block_rows, end = first + block_rows < rows ? first + block_rows : rows;
   double acc = 0.0;
   if (col < cols) {
-    for (int64_t r = threadIdx.y; r < rows; r += kSumRows) acc += term(r, col);
+    for (int64_t r = first + threadIdx.y; r < end; r += kSumRows) acc += term(r, col);
   }
-  partial[threadIdx.y][threadIdx.x] = acc;
+  groups[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y != 0 || col >= cols) return;
   double total = 0.0;
-  for (int y = 0; y < kSumRows; ++y) total += partial[y][threadIdx.x];
-  out[col] += static_cast<float>(total);
+  for (int y = 0; y < kSumRows; ++y) total += groups[y][threadIdx.x];
+  partial[blockIdx.y * cols + col] = total;
 }
 
-// The plain column sum's term: x[r, col] of a row-major (rows, cols) matrix.
+// out[col] = round(out[col] + sum over row blocks of partial[b][col]): the sum rounded to fp32, added in fp32, then
+// one rounding into Out (none for fp32).
+template <typename Out>
+__global__ void add_partial_sums_kernel(int64_t blocks, Out* out, const double* partial, int64_t cols) {
+  ZERO_GRID_STRIDE(col, cols) {
+    double total = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) total += partial[b * cols + col];
+    out[col] = narrow<Out>(widen(out[col]) + static_cast<float>(total));
+  }
+}
+
+// The plain column sum's term: x[r, col] of a row-major (rows, cols) matrix, widened.
+template <typename In>
 struct MatrixElement {
-  const float* x;
+  const In* x;
   int64_t cols;
-  __device__ double operator()(int64_t r, int64_t col) const { return x[r * cols + col]; }
+  __device__ double operator()(int64_t r, int64_t col) const { return widen(x[r * cols + col]); }
 };
 
-// On cuda:`device`'s legacy default stream; `device` is current.
-template <typename Term>
-absl::Status add_column_sums(int device, int64_t rows, int64_t cols, float* out, Term term) {
-  return launch_kernel(device, "add_column_sums_kernel", add_column_sums_kernel<Term>,
-                       static_cast<unsigned>((cols + kWarp - 1) / kWarp), dim3(kWarp, kSumRows), rows, cols, out, term);
+// out (cols) += the column sums of term over rows, on cuda:`device`'s legacy default stream; `device` is current.
+// Row blocks of 256 rows (more past 65535 blocks) fill the GPU; their partials live in a stream-ordered scratch of
+// blocks x cols doubles.
+template <typename Out, typename Term>
+absl::Status add_column_sums(int device, int64_t rows, int64_t cols, Out* out, Term term) {
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  const int64_t block_rows = std::max<int64_t>(256, (rows + kMaxBlocks - 1) / kMaxBlocks);
+  const int64_t blocks = (rows + block_rows - 1) / block_rows;
+  const Stream stream = Stream::legacy(device);
+  ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(blocks * cols * sizeof(double), stream));
+  double* partial = static_cast<double*>(scratch);
+  absl::Status s = launch_kernel(device, "column_partial_sums_kernel", column_partial_sums_kernel<Term>,
+                                 dim3(static_cast<unsigned>((cols + kWarp - 1) / kWarp), static_cast<unsigned>(blocks)),
+                                 dim3(kWarp, kSumRows), rows, cols, block_rows, partial, term);
+  if (s.ok()) {
+    s.Update(launch_kernel(device, "add_partial_sums_kernel", add_partial_sums_kernel<Out>, blocks_for(cols), kThreads,
+                           blocks, out, partial, cols));
+  }
+  s.Update(cuda_api().free(partial, stream));
+  return s;
 }
 
 }  // namespace zero::kernels::cuda

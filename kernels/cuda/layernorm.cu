@@ -85,7 +85,7 @@ absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* 
   ZERO_RETURN_IF_ERROR(launch_kernel(device, "layernorm_backward_kernel", layernorm_backward_kernel, row_blocks(n),
                                      kThreads, dinp, dout, inp, weight, mean, rstd, n, c));
   ZERO_RETURN_IF_ERROR(add_column_sums(device, n, c, dweight, DoutTimesXhat{dout, inp, mean, rstd, c}));
-  return add_column_sums(device, n, c, dbias, MatrixElement{dout, c});
+  return add_column_sums(device, n, c, dbias, MatrixElement<float>{dout, c});
 }
 
 }  // namespace zero::kernels::cuda

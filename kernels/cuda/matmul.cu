@@ -1,5 +1,5 @@
-// matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (no TF32), bf16/fp16 tensor-core GEMMs with fp32 accumulation,
-// bias and deterministic bias gradient.
+// matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (no TF32), bf16/fp16 tensor-core GEMMs with fp32
+// accumulation, bias and deterministic bias gradient.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -42,22 +42,6 @@ absl::Status gemm_ex(cublasHandle_t h, cublasOperation_t op_b, cublasOperation_t
                                               lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
                                               CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
-}
-
-__device__ __forceinline__ float widen(float x) { return x; }
-__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
-
-// fp32 -> T, round to nearest even (the identity for fp32).
-template <typename T>
-__device__ __forceinline__ T narrow(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(x);
-  } else if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(x);
-  } else {
-    return x;
-  }
 }
 
 // Calls f with a null T* for the C++ type T that `t` names (fp32, bf16 or fp16): the launchers below
@@ -107,24 +91,6 @@ absl::Status through_fp32_scratch(int device, int64_t elems, Product&& product, 
   return s;
 }
 
-// out[col] = round(out[col] + sum over rows of x[r, col]): common.cuh's add_column_sums_kernel (fp64 sums in a
-// fixed order, no atomics) for a half x and an fp32 or half out, rounded once.
-template <typename In, typename Out>
-__global__ void add_column_sums_typed_kernel(int64_t rows, int64_t cols, Out* out, const In* x) {
-  __shared__ double partial[kSumRows][kWarp];
-  const int64_t col = blockIdx.x * int64_t{kWarp} + threadIdx.x;
-  double acc = 0.0;
-  if (col < cols) {
-    for (int64_t r = threadIdx.y; r < rows; r += kSumRows) acc += widen(x[r * cols + col]);
-  }
-  partial[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y != 0 || col >= cols) return;
-  double total = 0.0;
-  for (int y = 0; y < kSumRows; ++y) total += partial[y][threadIdx.x];
-  out[col] = narrow<Out>(widen(out[col]) + static_cast<float>(total));
-}
-
 }  // namespace
 
 absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias, int64_t n,
@@ -154,7 +120,7 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
   ZERO_RETURN_IF_ERROR(gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, dweight, c));
   if (dbias == nullptr) return absl::OkStatus();
-  return add_column_sums(device, n, oc, dbias, MatrixElement{dout, oc});
+  return add_column_sums(device, n, oc, dbias, MatrixElement<float>{dout, oc});
 }
 
 absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const void* inp, const void* weight,
@@ -226,9 +192,8 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void
     using In = Pointee<decltype(in_tag)>;
     return with_type(dbias_dtype, [&](auto* out_tag) {
       using Out = Pointee<decltype(out_tag)>;
-      return launch_kernel(device, "add_column_sums_typed_kernel", add_column_sums_typed_kernel<In, Out>,
-                           static_cast<unsigned>((oc + kWarp - 1) / kWarp), dim3(kWarp, kSumRows), n, oc,
-                           static_cast<Out*>(dbias), static_cast<const In*>(dout));
+      return add_column_sums(device, n, oc, static_cast<Out*>(dbias),
+                             MatrixElement<In>{static_cast<const In*>(dout), oc});
     });
   });
 }
