@@ -34,12 +34,18 @@ namespace zero::kernels {
 
 // ---- Matmul ---------------------------------------------------------------------------------------
 
+// How CUDA runs an fp32 GEMM: kExact (fp32 products and sums, the default) or kTf32 (tensor cores: each operand
+// rounded to TF32's 10-bit significand, the products summed in fp32), as PyTorch's allow_tf32. The CPU, and the
+// simulated device that runs its code, always compute kExact.
+enum class Fp32Gemm { kExact, kTf32 };
+
 // out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC). weight as nn.Linear; bias may be undefined
 // (Tensor()) for no bias.
 // Mixed precision, CUDA only (the CPU, and the simulated device that runs its code, take fp32 operands only and
 // refuse others): inp and weight both bf16 or both fp16 run on tensor cores with fp32 accumulation; out and bias
 // may each be fp32 or that dtype. The bias is added in fp32 and a half out is rounded once, to nearest even.
-absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
+absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                            Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 
 // dinp (N, C) = dout (N, OC) · weight (OC, C)           (written; Tensor(): not computed)
 // dweight (OC, C) += dout^T · inp (N, C)
@@ -48,7 +54,7 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
 // dweight, dbias may each be fp32 or that dtype; sums and += run in fp32 (dbias: fp64) and a half
 // destination is rounded once.
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                             const Tensor& inp, const Tensor& weight);
+                             const Tensor& inp, const Tensor& weight, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 
 // ---- Elementwise ----------------------------------------------------------------------------------
 

@@ -57,7 +57,8 @@ absl::Status check_bias(absl::string_view op, absl::string_view name, const Tens
 
 }  // namespace
 
-absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                            Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_forward";
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
   ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
@@ -74,7 +75,7 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
   }
   if (inp.device().is_cuda()) {
     return cuda::matmul_forward(inp.device().index, out.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(),
-                                bias.data_as<float>(), d.n, d.c, d.oc);
+                                bias.data_as<float>(), d.n, d.c, d.oc, fp32_gemm == Fp32Gemm::kTf32);
   }
 #endif
   float* o = out.data_as<float>();
@@ -101,7 +102,7 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
 }
 
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                             const Tensor& inp, const Tensor& weight) {
+                             const Tensor& inp, const Tensor& weight, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_backward";
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
   const Device dev = inp.device();
@@ -126,7 +127,8 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
   }
   if (dev.is_cuda()) {
     return cuda::matmul_backward(dev.index, dinp.data_as<float>(), dweight.data_as<float>(), dbias.data_as<float>(),
-                                 dout.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(), d.n, d.c, d.oc);
+                                 dout.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(), d.n, d.c, d.oc,
+                                 fp32_gemm == Fp32Gemm::kTf32);
   }
 #endif
   const float* g = dout.data_as<float>();

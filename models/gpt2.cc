@@ -107,7 +107,8 @@ class Gpt2Block final : public Unit {
         out_buffer_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device, {{&out_, x.shape()}}));
     ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
     // y (B, T, C) = x2 + fc_gelu · mlp.c_proj^T + b
-    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(out_, a_.fc_gelu, p.at("mlp.c_proj.weight"), p.at("mlp.c_proj.bias")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::matmul_forward(out_, a_.fc_gelu, p.at("mlp.c_proj.weight"), p.at("mlp.c_proj.bias"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::residual_forward(out_, a_.x2, out_));
     if (recompute_) saved_.reset();
     return out_;
@@ -135,19 +136,19 @@ class Gpt2Block final : public Unit {
     const Tensor dqkv = d4c.view(0, {shape[0], shape[1], 3 * config_.channels});
     // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(d4c, g.at("mlp.c_proj.weight"), g.at("mlp.c_proj.bias"), dy,
-                                                  a_.fc_gelu, p.at("mlp.c_proj.weight")));
+                                                  a_.fc_gelu, p.at("mlp.c_proj.weight"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::gelu_backward(d4c, a_.fc, d4c));
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dc, g.at("mlp.c_fc.weight"), g.at("mlp.c_fc.bias"), d4c, a_.ln2,
-                                                  p.at("mlp.c_fc.weight")));
+                                                  p.at("mlp.c_fc.weight"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx2, g.at("ln_2.weight"), g.at("ln_2.bias"), dc, a_.x2,
                                                      p.at("ln_2.weight"), a_.ln2_mean, a_.ln2_rstd));
     ZERO_RETURN_IF_ERROR(kernels::residual_backward(dx2, dy));
     // Attention: x2 = x + c_proj(attn(c_attn(ln_1(x)))).
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dc, g.at("attn.c_proj.weight"), g.at("attn.c_proj.bias"), dx2,
-                                                  a_.atty, p.at("attn.c_proj.weight")));
+                                                  a_.atty, p.at("attn.c_proj.weight"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::attention_backward(dqkv, dc, a_.qkv, a_.atty, a_.lse, config_.num_heads));
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dc, g.at("attn.c_attn.weight"), g.at("attn.c_attn.bias"), dqkv,
-                                                  a_.ln1, p.at("attn.c_attn.weight")));
+                                                  a_.ln1, p.at("attn.c_attn.weight"), fp32_gemm(ctx)));
     ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, shape));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_1.weight"), g.at("ln_1.bias"), dc, x_,
                                                      p.at("ln_1.weight"), a_.ln1_mean, a_.ln1_rstd));
@@ -188,13 +189,16 @@ class Gpt2Block final : public Unit {
                                                     {&a_.fc_gelu, {B, T, 4 * C}}}));
     ZERO_RETURN_IF_ERROR(
         kernels::layernorm_forward(a_.ln1, a_.ln1_mean, a_.ln1_rstd, x_, p.at("ln_1.weight"), p.at("ln_1.bias")));
-    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(a_.qkv, a_.ln1, p.at("attn.c_attn.weight"), p.at("attn.c_attn.bias")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::matmul_forward(a_.qkv, a_.ln1, p.at("attn.c_attn.weight"), p.at("attn.c_attn.bias"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::attention_forward(a_.atty, a_.lse, a_.qkv, config_.num_heads));
-    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(a_.x2, a_.atty, p.at("attn.c_proj.weight"), p.at("attn.c_proj.bias")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::matmul_forward(a_.x2, a_.atty, p.at("attn.c_proj.weight"), p.at("attn.c_proj.bias"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::residual_forward(a_.x2, x_, a_.x2));
     ZERO_RETURN_IF_ERROR(
         kernels::layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x2, p.at("ln_2.weight"), p.at("ln_2.bias")));
-    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(a_.fc, a_.ln2, p.at("mlp.c_fc.weight"), p.at("mlp.c_fc.bias")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::matmul_forward(a_.fc, a_.ln2, p.at("mlp.c_fc.weight"), p.at("mlp.c_fc.bias"), fp32_gemm(ctx)));
     return kernels::gelu_forward(a_.fc_gelu, a_.fc);
   }
 
@@ -235,7 +239,7 @@ class Gpt2Head final : public Unit {
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device, saved));
     if (!apart) dlogits_ = ctx.backward_follows ? logits_ : Tensor();
     ZERO_RETURN_IF_ERROR(kernels::layernorm_forward(lnf_, mean_, rstd_, x, p.at("ln_f.weight"), p.at("ln_f.bias")));
-    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(logits_, lnf_, p.at("wte.weight"), Tensor()));
+    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(logits_, lnf_, p.at("wte.weight"), Tensor(), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(classifier_loss(ctx, dlogits_, logits_, config_.vocab_size));
     return logits_;
   }
@@ -251,8 +255,8 @@ class Gpt2Head final : public Unit {
     Tensor dlnf;
     ZERO_ASSIGN_OR_RETURN(
         Buffer scratch, allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, ctx.device, {{&dlnf, x_.shape()}}));
-    ZERO_RETURN_IF_ERROR(
-        kernels::matmul_backward(dlnf, g.at("wte.weight"), Tensor(), dlogits_, lnf_, p.at("wte.weight")));
+    ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dlnf, g.at("wte.weight"), Tensor(), dlogits_, lnf_,
+                                                  p.at("wte.weight"), fp32_gemm(ctx)));
     ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape()));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_f.weight"), g.at("ln_f.bias"), dlnf, x_,
                                                      p.at("ln_f.weight"), mean_, rstd_));

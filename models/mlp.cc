@@ -38,7 +38,8 @@ class MlpLayer final : public Unit {
     // Hidden layers keep pre (GELU's input) and act (the output); the last keeps logits and dlogits.
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
                                                    {{&pre_, {B, out_}}, {&act_, {B, out_}}}));
-    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(pre_, x_, p.views().at("weight"), p.views().at("bias")));
+    ZERO_RETURN_IF_ERROR(
+        kernels::matmul_forward(pre_, x_, p.views().at("weight"), p.views().at("bias"), fp32_gemm(ctx)));
     if (!last_) {
       ZERO_RETURN_IF_ERROR(kernels::gelu_forward(act_, pre_));
       return act_;
@@ -60,8 +61,8 @@ class MlpLayer final : public Unit {
     if (!first_) {
       ZERO_ASSIGN_OR_RETURN(dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape()));
     }
-    ZERO_RETURN_IF_ERROR(
-        kernels::matmul_backward(dx, g.views().at("weight"), g.views().at("bias"), act_, x_, p.views().at("weight")));
+    ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dx, g.views().at("weight"), g.views().at("bias"), act_, x_,
+                                                  p.views().at("weight"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(g.round_back());
     saved_.reset();
     relay_.hand_off();

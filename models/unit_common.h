@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/kernels.h"
 #include "runtime/allocator.h"
 #include "runtime/tensor.h"
 #include "shard/module.h"
@@ -83,5 +84,10 @@ class GradRelay {
 // engine gives a slot (training), or are read back into ctx.loss and ctx.correct (evaluation, which so waits for the
 // device).
 absl::Status classifier_loss(UnitContext& ctx, const Tensor& dlogits, const Tensor& logits, int64_t classes);
+
+// How the unit's fp32 GEMMs run: TF32 where the engine allows it (UnitContext::tf32).
+inline kernels::Fp32Gemm fp32_gemm(const UnitContext& ctx) {
+  return ctx.tf32 ? kernels::Fp32Gemm::kTf32 : kernels::Fp32Gemm::kExact;
+}
 
 }  // namespace zero

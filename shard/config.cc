@@ -35,6 +35,11 @@ absl::Status ZeroConfig::validate(absl::string_view key_prefix) const {
                               "(offload_optimizer_to_host) or on the device"));
     }
   }
+  if (tf32 && !device.is_cuda()) {
+    return bad("tf32", "true",
+               absl::StrCat("TF32 runs on CUDA's tensor cores; ", device.to_string(),
+                            " computes fp32 GEMMs exactly: set it false, or train on a CUDA device"));
+  }
   if (optimizer_swap.buffer_count < 1) {
     return bad("optimizer_swap.buffer_count", optimizer_swap.buffer_count, "RAM must hold at least one tensor");
   }

@@ -64,6 +64,9 @@ struct ZeroConfig {
   // batch there; values given to and taken from the engine (load_params, visit_full_params,
   // checkpoints) stay on the host, and the engine copies them.
   Device device = Device::cpu();
+  // The models' fp32 GEMMs on tensor cores, their operands rounded to TF32 (UnitContext::tf32, as PyTorch's
+  // allow_tf32): faster, about 3 decimal digits per operand. CUDA only: the CPU has no TF32.
+  bool tf32 = false;
 
   // "" keeps the optimizer state and fp32 master weights in RAM. A directory (on an NVMe drive) holds
   // them in files instead, as ZeRO-Infinity's offload_optimizer: each unit's are read in for its update and

@@ -182,7 +182,8 @@ absl::Status Engine::forward_backward(const Batch& batch) {
                   .step = step_count_,
                   .loss_scale = static_cast<float>(scaler_.scale()),
                   .loss_sums = metrics_->slot(micro_batches_done_),
-                  .output_read = false};
+                  .output_read = false,
+                  .tf32 = config_.tf32};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   if (micro_batches_done_ == 0) gatherer_->begin_recorded_pass();
   absl::Cleanup abandon_phase = [this] { meter_.abandon_phase(); };  // a failed phase adds no time
@@ -231,8 +232,12 @@ absl::Status Engine::backward(UnitContext& ctx, const std::vector<bool>& runs) {
 absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
                                             const std::function<absl::Status(const Tensor&)>& on_output) {
   ZERO_RETURN_IF_ERROR(require_between_steps("evaluate"));
-  UnitContext ctx{
-      .allocator = allocator_, .batch = batch, .device = device_, .step = step_count_, .backward_follows = false};
+  UnitContext ctx{.allocator = allocator_,
+                  .batch = batch,
+                  .device = device_,
+                  .step = step_count_,
+                  .backward_follows = false,
+                  .tf32 = config_.tf32};
   ZERO_ASSIGN_OR_RETURN(const std::vector<bool> runs, units_that_run(ctx));
   std::vector<int> plan;  // the gathers of this pass, known in advance, so prefetched along
   for (size_t i = 0; i < units_.size(); ++i) {

@@ -102,6 +102,9 @@ struct UnitContext {
   // False where no backward follows this forward (Engine::evaluate): the last unit computes its loss without the
   // gradient, and so holds no buffer for it.
   bool backward_follows = true;
+  // Whether the units' fp32 GEMMs may run on CUDA's tensor cores in TF32 (kernels::Fp32Gemm): the engine's
+  // ZeroConfig::tf32.
+  bool tf32 = false;
 };
 
 class Unit {

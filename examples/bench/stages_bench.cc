@@ -34,6 +34,7 @@ ABSL_FLAG(std::string, model, "mini",
 ABSL_FLAG(std::string, stages, "0,1,2,3", "stages: comma list of ZeRO stages to run, each from 0 to 3");
 ABSL_FLAG(int64_t, batch, 4, "stages: sequences per rank per step (B)");
 ABSL_FLAG(int64_t, seq, 64, "stages: tokens per sequence (T), at most the model's maxT");
+ABSL_FLAG(bool, tf32, false, "stages: the models' fp32 GEMMs on tensor cores in TF32 (--device=cuda only)");
 ABSL_FLAG(bool, torch, false,
           "stages: also run PyTorch's counterpart of each stage on the same model, batch and ranks (DDP, DDP + "
           "ZeroRedundancyOptimizer, FSDP SHARD_GRAD_OP, FSDP FULL_SHARD; gloo, one process per rank; "
@@ -100,6 +101,7 @@ absl::StatusOr<StageRow> run_stage(Communicator& comm, const StagesBenchOptions&
   config.offload_param_to_host = o.offload_param_to_host;
   config.persistence_threshold = o.persistence_threshold;
   config.device = rank_device(comm, o.device);
+  config.tf32 = o.tf32;
   // On the CPU timing costs clock reads only; on a GPU it would synchronize the device between phases.
   config.time_phases = config.device.is_cpu();
   const OptimizerFactory adamw = [](ShardLayout layout, Allocator& alloc, Device device) {
@@ -254,6 +256,10 @@ absl::StatusOr<StagesBenchOptions> stages_options_from_flags() {
   ZERO_ASSIGN_OR_RETURN(options.precision, dtype_flag());
   ZERO_ASSIGN_OR_RETURN(options.device, device_flag());
   ZERO_ASSIGN_OR_RETURN(options.reps, repetitions_flags());
+  options.tf32 = absl::GetFlag(FLAGS_tf32);
+  if (options.tf32 && !options.device.is_cuda()) {
+    return flag_error("tf32", "TF32 runs on CUDA's tensor cores: use it with --device=cuda");
+  }
   options.torch = absl::GetFlag(FLAGS_torch);
   if (options.torch && (!options.device.is_cpu() || options.precision != DType::kF32)) {
     return flag_error("torch", "PyTorch's stages run on the CPU in fp32: use --device=cpu --dtype=fp32 with it");
@@ -263,9 +269,9 @@ absl::StatusOr<StagesBenchOptions> stages_options_from_flags() {
 
 std::string describe_model(const StagesBenchOptions& o) {
   const Gpt2Config& g = o.model;
-  return absl::StrFormat("GPT-2 L%d C%d NH%d Vp%d (%d parameters), B %d, T %d, %s, AdamW, on %s", g.num_layers,
+  return absl::StrFormat("GPT-2 L%d C%d NH%d Vp%d (%d parameters), B %d, T %d, %s%s, AdamW, on %s", g.num_layers,
                          g.channels, g.num_heads, g.padded_vocab_size, g.num_parameters(), o.batch, o.seq_len,
-                         dtype_name(o.precision), o.device.to_string());
+                         dtype_name(o.precision), o.tf32 ? " (GEMMs in TF32)" : "", o.device.to_string());
 }
 
 namespace {

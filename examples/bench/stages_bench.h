@@ -24,6 +24,7 @@ struct StagesBenchOptions {
   int64_t seq_len = 64;  // T
   DType precision = DType::kF32;
   Device device = Device::cpu();  // --device's: cuda:0 for every local rank on the GPU (see rank_device)
+  bool tf32 = false;              // the fp32 GEMMs in TF32 (ZeroConfig::tf32; CUDA only)
   Repetitions reps;
   std::string offload_optimizer_path;        // "" = optimizer state in RAM (ZeroConfig::offload_optimizer_path)
   std::string offload_param_path;            // "" = stage 3's parameter shards in RAM (ZeroConfig::offload_param_path)

@@ -424,6 +424,7 @@ absl::Status read_zero_train_keys(KeyReader& r, TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(r.read("data.blobs.seed", d.blobs.seed));
   ZERO_RETURN_IF_ERROR(r.read("backend", c.backend));
   ZERO_RETURN_IF_ERROR(r.read("device", c.device));
+  ZERO_RETURN_IF_ERROR(r.read("tf32", c.tf32));
   ZERO_RETURN_IF_ERROR(r.read("ranks", c.ranks));
   ZERO_RETURN_IF_ERROR(r.read("memory_budget_mib", c.memory_budget_mib));
   ZERO_RETURN_IF_ERROR(r.read("steps", c.steps));
@@ -619,6 +620,9 @@ absl::Status validate_run(const TrainConfig& c) {
                                "nccl moves GPU memory: set device = cuda (one GPU per rank)"));
   ZERO_RETURN_IF_ERROR(require(c.backend != "mpi" || c.device == "cpu", "device", c.device,
                                "with mpi the ranks train on the CPU; use backend = nccl for one process per GPU"));
+  ZERO_RETURN_IF_ERROR(require(!c.tf32 || c.device == "cuda", "tf32", "true",
+                               absl::StrCat("TF32 runs on CUDA's tensor cores; device ", c.device,
+                                            " computes fp32 GEMMs exactly: set device = cuda, or tf32 false")));
 #ifndef ZERO_HAS_CUDA
   ZERO_RETURN_IF_ERROR(require(c.device != "cuda", "device", c.device,
                                "this zero-train was built without CUDA (configure with -DZERO_WITH_CUDA=ON)"));
@@ -887,6 +891,7 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
   const ZeroOptimization& z = c.zero_optimization;
   ZeroConfig config;
   config.device = device;
+  config.tf32 = c.tf32;
   config.stage = z.stage;
   config.no_sync = z.no_sync;
   config.wrap_min_params = z.wrap_min_params;

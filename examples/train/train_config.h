@@ -140,6 +140,7 @@ struct TrainConfig {
   DataConfig data;
   std::string backend = "local";  // local (threads), mpi (mpirun -np N), nccl (one GPU per rank)
   std::string device = "cpu";     // cpu; cuda: local ranks share cuda:0, nccl ranks use their node's GPUs; sim
+  bool tf32 = false;              // cuda: the models' fp32 GEMMs on tensor cores in TF32 (ZeroConfig::tf32)
   int ranks = 4;                  // local, or nccl without mpirun; under mpirun the world size is -np
   int64_t memory_budget_mib = 0;  // per rank, over all categories; 0 = none
   int64_t steps = 300;

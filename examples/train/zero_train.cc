@@ -237,8 +237,9 @@ std::string describe(const Plan& p, int world_size) {
       "  batch %d = micro %d x accumulation %d x ranks %d %s, %s %s, %d steps%s",
       describe_model(p), p.num_params, p.config.data.source, world_size, p.config.backend,
       p.zero.device.is_cpu() ? "" : absl::StrCat(" on ", p.zero.device.to_string()), p.zero.stage,
-      dtype_name(p.zero.precision), p.batch.train_batch_size, p.batch.micro_batch, p.batch.accumulation_steps,
-      world_size, p.config.model.type == "mlp" ? "points" : "sequences", p.config.optimizer.type,
+      absl::StrCat(dtype_name(p.zero.precision), p.zero.tf32 ? " (GEMMs in TF32)" : ""), p.batch.train_batch_size,
+      p.batch.micro_batch, p.batch.accumulation_steps, world_size,
+      p.config.model.type == "mlp" ? "points" : "sequences", p.config.optimizer.type,
       p.config.scheduler.type.empty() ? "constant lr" : p.config.scheduler.type, p.config.steps,
       describe_offload(p.zero));
 }

@@ -16,7 +16,8 @@ absl::Status cublas_status(cublasStatus_t s, const char* what) {
 
 namespace {
 
-// fp32 in, fp32 products and sums: no TF32, so results differ from the CPU only by summation order.
+// fp32 in, fp32 products and sums: the default math keeps cublasSgemm off TF32, so results differ from the CPU only
+// by summation order (kernels::Fp32Gemm::kTf32 asks for TF32 per call, through the compute type).
 // bf16/fp16 in (cublasGemmEx, compute 32F): tensor cores, products exact in fp32 and summed in fp32; the
 // DISALLOW flag keeps split-K partial sums in fp32 too (by default cuBLAS may reduce them in a half C's
 // dtype), so a half output is rounded exactly once. It changes nothing for fp32 outputs.

@@ -1,4 +1,4 @@
-// matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (no TF32), bf16/fp16 tensor-core GEMMs with fp32
+// matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (TF32 on request), bf16/fp16 tensor-core GEMMs with fp32
 // accumulation, bias and deterministic bias gradient.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,11 +13,19 @@ namespace zero::kernels::cuda {
 namespace {
 
 // Row-major C (M, N) = op(A) · op(B) is column-major C^T = op(B)^T · op(A)^T, so every call below passes
-// the operands swapped: cuBLAS sees each row-major (R, K) matrix as a column-major (K, R) one.
-absl::Status gemm(cublasHandle_t h, cublasOperation_t op_b, cublasOperation_t op_a, int64_t n, int64_t m, int64_t k,
-                  const float* b, int64_t ldb, const float* a, int64_t lda, float beta, float* c, int64_t ldc) {
+// the operands swapped: cuBLAS sees each row-major (R, K) matrix as a column-major (K, R) one. tf32: on tensor
+// cores with the operands rounded to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32), else fp32 throughout.
+absl::Status gemm(cublasHandle_t h, bool tf32, cublasOperation_t op_b, cublasOperation_t op_a, int64_t n, int64_t m,
+                  int64_t k, const float* b, int64_t ldb, const float* a, int64_t lda, float beta, float* c,
+                  int64_t ldc) {
   const float one = 1.0f;
-  ZERO_CUBLAS_RETURN_IF_ERROR(cublasSgemm_64(h, op_b, op_a, n, m, k, &one, b, ldb, a, lda, &beta, c, ldc));
+  if (tf32) {
+    ZERO_CUBLAS_RETURN_IF_ERROR(cublasGemmEx_64(h, op_b, op_a, n, m, k, &one, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda,
+                                                &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                                CUBLAS_GEMM_DEFAULT));
+  } else {
+    ZERO_CUBLAS_RETURN_IF_ERROR(cublasSgemm_64(h, op_b, op_a, n, m, k, &one, b, ldb, a, lda, &beta, c, ldc));
+  }
   return absl::OkStatus();
 }
 
@@ -94,7 +102,7 @@ absl::Status through_fp32_scratch(int device, int64_t elems, Product&& product, 
 }  // namespace
 
 absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias, int64_t n,
-                            int64_t c, int64_t oc) {
+                            int64_t c, int64_t oc, bool tf32) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
@@ -104,21 +112,21 @@ absl::Status matmul_forward(int device, float* out, const float* inp, const floa
                                        kThreads, out, bias, n, oc));
   }
   // out (N, OC) = inp (N, C) · weight^T (C, OC) [+ out holding the bias]
-  return gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, bias != nullptr ? 1.0f : 0.0f, out, oc);
+  return gemm(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, bias != nullptr ? 1.0f : 0.0f, out, oc);
 }
 
 absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                             const float* weight, int64_t n, int64_t c, int64_t oc) {
+                             const float* weight, int64_t n, int64_t c, int64_t oc, bool tf32) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
   ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   if (dinp != nullptr) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)
-    ZERO_RETURN_IF_ERROR(gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, 0.0f, dinp, c));
+    ZERO_RETURN_IF_ERROR(gemm(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, 0.0f, dinp, c));
   }
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
-  ZERO_RETURN_IF_ERROR(gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, dweight, c));
+  ZERO_RETURN_IF_ERROR(gemm(h, tf32, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, dweight, c));
   if (dbias == nullptr) return absl::OkStatus();
   return add_column_sums(device, n, oc, dbias, MatrixElement<float>{dout, oc});
 }

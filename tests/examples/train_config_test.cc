@@ -177,6 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"data.addition.digits=10", {"data.addition.digits = 10"}},
         BadConfig{"backend=nccl", {"backend = nccl", "set device = cuda"}},
         BadConfig{"device=tpu", {"device = tpu", "use cpu, cuda, or sim"}},
+        BadConfig{"tf32=true", {"tf32 = true", "device cpu computes fp32 GEMMs exactly", "set device = cuda"}},
         BadConfig{"backend=gloo", {"backend = gloo"}}, BadConfig{"ranks=0", {"ranks = 0"}},
         BadConfig{"steps=0", {"steps = 0"}}, BadConfig{"memory_budget_mib=-5", {"memory_budget_mib = -5"}},
         BadConfig{"checkpoint.interval=-1", {"checkpoint.interval = -1"}},

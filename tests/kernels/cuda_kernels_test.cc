@@ -54,7 +54,18 @@ class CudaKernels : public ::testing::Test {
 // and |a|, |b| <= 1 here, so the two results differ by at most 2·K·u·K (and the += of an O(1) start value).
 double gemm_tolerance(int64_t k) { return 2.0 * k * kU32 * k + 2 * kU32; }
 
-TEST_F(CudaKernels, MatmulMatchesCpu) {
+// TF32 rounds each operand to an 11-bit significand: a relative error of at most 2^-10 (even truncating), so each
+// product of |a|, |b| <= 1 moves by at most 2·2^-10 + 2^-20 and a sum of K of them by K·2^-9 more than fp32's own
+// gemm_tolerance.
+double tf32_tolerance(int64_t k) { return k * std::ldexp(1.0, -9) + gemm_tolerance(k); }
+
+// An fp32 matmul forward and backward (bias, dinp, += dweight, += dbias) on the GPU against the CPU, the GEMMs within
+// tolerance(K) of each other; the bias gradient, no GEMM, within fp64 sums' gemm_tolerance either way.
+class CudaMatmul : public CudaKernels, public ::testing::WithParamInterface<Fp32Gemm> {};
+
+TEST_P(CudaMatmul, MatchesCpu) {
+  const Fp32Gemm gemm = GetParam();
+  const auto tolerance = gemm == Fp32Gemm::kTf32 ? tf32_tolerance : gemm_tolerance;
   const int64_t n = 64, c = 96, oc = 80;
   std::vector<float> inp = random_floats(n * c, 1), w = random_floats(oc * c, 2), b = random_floats(oc, 3);
   std::vector<float> dout = random_floats(n * oc, 4), out(n * oc), dinp(n * c);
@@ -62,16 +73,19 @@ TEST_F(CudaKernels, MatmulMatchesCpu) {
   const Tensor g_out = upload(out, {n, oc}), g_dinp = upload(dinp, {n, c}), g_dw = upload(dw, {oc, c});
   const Tensor g_db = upload(db, {oc}), g_inp = upload(inp, {n, c}), g_w = upload(w, {oc, c});
   ASSERT_TRUE(matmul_forward(view(out, {n, oc}), view(inp, {n, c}), view(w, {oc, c}), view(b, {oc})).ok());
-  ASSERT_TRUE(matmul_forward(g_out, g_inp, g_w, upload(b, {oc})).ok());
+  ASSERT_TRUE(matmul_forward(g_out, g_inp, g_w, upload(b, {oc}), gemm).ok());
   ASSERT_TRUE(matmul_backward(view(dinp, {n, c}), view(dw, {oc, c}), view(db, {oc}), view(dout, {n, oc}),
                               view(inp, {n, c}), view(w, {oc, c}))
                   .ok());
-  ASSERT_TRUE(matmul_backward(g_dinp, g_dw, g_db, upload(dout, {n, oc}), g_inp, g_w).ok());
-  expect_near_all(download<float>(g_out), out, gemm_tolerance(c) + kU32, "out");
-  expect_near_all(download<float>(g_dinp), dinp, gemm_tolerance(oc), "dinp");
-  expect_near_all(download<float>(g_dw), dw, gemm_tolerance(n), "dweight");
+  ASSERT_TRUE(matmul_backward(g_dinp, g_dw, g_db, upload(dout, {n, oc}), g_inp, g_w, gemm).ok());
+  expect_near_all(download<float>(g_out), out, tolerance(c) + kU32, "out");
+  expect_near_all(download<float>(g_dinp), dinp, tolerance(oc), "dinp");
+  expect_near_all(download<float>(g_dw), dw, tolerance(n), "dweight");
   expect_near_all(download<float>(g_db), db, gemm_tolerance(n), "dbias");  // fp64 sums: far tighter in fact
 }
+
+INSTANTIATE_TEST_SUITE_P(Fp32AndTf32, CudaMatmul, ::testing::Values(Fp32Gemm::kExact, Fp32Gemm::kTf32),
+                         [](const auto& info) { return info.param == Fp32Gemm::kTf32 ? "Tf32" : "Fp32"; });
 
 // ---- bf16 / fp16 GEMMs ----
 

@@ -810,6 +810,16 @@ TEST(EngineConfig, HostOffloadNeedsAnEngineOnADevice) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("the engine is on the CPU, where its optimizer runs already"));
 }
 
+TEST(EngineConfig, Tf32NeedsACudaDevice) {
+  EXPECT_TRUE((ZeroConfig{.device = Device::cuda(0), .tf32 = true}.validate().ok()));
+  for (const Device device : {Device::cpu(), Device::sim(0)}) {
+    const absl::Status status = ZeroConfig{.device = device, .tf32 = true}.validate();
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("TF32 runs on CUDA's tensor cores; " + device.to_string() + " computes fp32 GEMMs exactly"));
+  }
+}
+
 TEST(EngineConfig, OffloadingParametersBelowStage3IsRefused) {
   const absl::Status status = ZeroConfig{.stage = 2, .offload_param_path = "/nvme"}.validate();
   EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
