@@ -193,7 +193,9 @@ TEST(OptimizerSwap, AFailedWriteIsReportedNamingTheUnitByTheStepOrPastTheLastCal
     const std::string reported = failures[0].ok() ? log : std::string(failures[0].message());
     EXPECT_THAT(reported, HasSubstr("writing the optimizer state of unit 'head")) << "behind: " << behind;
     EXPECT_THAT(reported, HasSubstr("cannot write an offload file"));
-    if (!behind) EXPECT_FALSE(failures[0].ok()) << "a write waited for fails its own step";
+    if (!behind) {
+      EXPECT_FALSE(failures[0].ok()) << "a write waited for fails its own step";
+    }
   }
 }
 
