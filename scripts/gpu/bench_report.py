@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """The GPU benchmark's summary: zero's GPT-2 step against PyTorch's on the same GPU, with MFU.
 
-Reads zero-bench stages' CSV (one stage row) and benchmarks/torch_gpt2.py's CSVs (the model's shape and
-parameter count come from them). Model FLOPs per token as llm.c counts them: 6·N for the weights' forward
+Reads zero-bench stages' CSVs (one stage row each, labelled: zero's runs, e.g. with and without TF32) and
+benchmarks/torch_gpt2.py's CSVs (the model's shape and parameter count come from them). Each run's speed is
+also given against the fastest PyTorch run. Model FLOPs per token as llm.c counts them: 6·N for the weights' forward
 and backward, plus 6·L·C·T for causal attention (QKᵀ and AV over half the T×T scores, times 3 for
 forward and backward). MFU is over the GPU's dense bf16 peak, looked up by its name.
 
-usage: bench_report.py --gpu NAME ZERO_CSV TORCH_CSV...
+usage: bench_report.py --gpu NAME --zero LABEL=CSV [--zero LABEL=CSV ...] TORCH_CSV...
 """
 import argparse
 import csv
@@ -34,7 +35,7 @@ def read_row(path):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", required=True, help="the GPU's name, as nvidia-smi prints it")
-    p.add_argument("zero_csv")
+    p.add_argument("--zero", action="append", required=True, metavar="LABEL=CSV", help="a zero-bench stages CSV")
     p.add_argument("torch_csvs", nargs="+")
     args = p.parse_args()
 
@@ -42,16 +43,18 @@ def main():
     shape = torch_rows[0]
     flops = flops_per_token(*(int(shape[k]) for k in ("params", "layers", "channels", "seq")))
     peak = dense_bf16_peak(args.gpu)
-    zero_tps = float(read_row(args.zero_csv)["tokens/s"])
-    runs = [("zero", zero_tps)] + [(f"torch {r['mode']} ({r['torch']})", float(r["tokens/s"])) for r in torch_rows]
+    zero_runs = [label_and_path.split("=", 1) for label_and_path in args.zero]
+    runs = [(f"zero {label}", float(read_row(path)["tokens/s"])) for label, path in zero_runs]
+    runs += [(f"torch {r['mode']} ({r['torch']})", float(r["tokens/s"])) for r in torch_rows]
+    best_torch = max(float(r["tokens/s"]) for r in torch_rows)
 
     print(f"GPT-2: {shape['params']} parameters, L={shape['layers']} C={shape['channels']} T={shape['seq']}, "
           f"B={shape['batch']}; {flops / 1e9:.3f} GFLOP per token")
     print(f"{args.gpu}: dense bf16 peak " + (f"{peak / 1e12:.1f} TFLOP/s" if peak else "unknown (no MFU)"))
-    print(f"{'run':<32} {'tokens/s':>12} {'TFLOP/s':>9} {'MFU':>7} {'zero / it':>10}")
+    print(f"{'run':<32} {'tokens/s':>12} {'TFLOP/s':>9} {'MFU':>7} {'/ fastest torch':>16}")
     for name, tps in runs:
         mfu = f"{tps * flops / peak:7.1%}" if peak else "      -"
-        print(f"{name:<32} {tps:12.1f} {tps * flops / 1e12:9.2f} {mfu} {zero_tps / tps:10.3f}")
+        print(f"{name:<32} {tps:12.1f} {tps * flops / 1e12:9.2f} {mfu} {tps / best_torch:16.3f}")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@ def run(script, *args):
 class BenchReportTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
-        self.zero = self.write("zero.csv", "stage,step_ms,tokens/s\n0,81.92,100000\n")
-        self.torch = self.write("torch.csv", "mode,torch,batch,seq,layers,channels,params,step_ms,tokens/s\n"
-                                             "eager,2.11.0,8,1024,12,768,124475904,40.96,200000\n")
+        self.zero = ["--zero=bf16=" + self.write("zero.csv", "stage,step_ms,tokens/s\n0,81.92,100000\n"),
+                     "--zero=bf16 + TF32 GEMMs=" + self.write("tf32.csv", "stage,step_ms,tokens/s\n0,27.31,300000\n")]
+        header = "mode,torch,batch,seq,layers,channels,params,step_ms,tokens/s\n"
+        self.torch = [self.write("eager.csv", header + "eager,2.11.0,8,1024,12,768,124475904,40.96,200000\n"),
+                      self.write("compile.csv", header + "compile,2.11.0,8,1024,12,768,124475904,20.48,400000\n")]
 
     def tearDown(self):
         self.dir.cleanup()
@@ -30,20 +32,23 @@ class BenchReportTest(unittest.TestCase):
             f.write(text)
         return path
 
-    def test_mfu_counts_weights_and_causal_attention_over_the_dense_peak(self):
-        r = run("bench_report.py", "--gpu=NVIDIA H100 80GB HBM3", self.zero, self.torch)
+    def test_mfu_counts_weights_and_causal_attention_over_the_dense_peak_and_each_run_against_the_fastest_torch(self):
+        r = run("bench_report.py", "--gpu=NVIDIA H100 80GB HBM3", *self.zero, *self.torch)
         self.assertEqual(r.returncode, 0, r.stderr)
-        # 6·124475904 + 6·12·768·1024 = 803478528 FLOP per token; at 1e5 tokens/s, 80.35 TFLOP/s of 989.4.
+        # 6·124475904 + 6·12·768·1024 = 803478528 FLOP per token; at 1e5 tokens/s, 80.35 TFLOP/s of 989.4. The last
+        # column divides by torch compile's 4e5 tokens/s.
         self.assertIn("0.803 GFLOP per token", r.stdout)
-        self.assertRegex(r.stdout, r"zero +100000\.0 +80\.35 +8\.1% +1\.000")
+        self.assertRegex(r.stdout, r"zero bf16 +100000\.0 +80\.35 +8\.1% +0\.250")
+        self.assertRegex(r.stdout, r"zero bf16 \+ TF32 GEMMs +300000\.0 +241\.04 +24\.4% +0\.750")
         self.assertRegex(r.stdout, r"torch eager \(2\.11\.0\) +200000\.0 +160\.70 +16\.2% +0\.500")
+        self.assertRegex(r.stdout, r"torch compile \(2\.11\.0\) +400000\.0 +321\.39 +32\.5% +1\.000")
 
     def test_the_pcie_h100_has_its_own_peak_and_an_unknown_gpu_gets_no_mfu(self):
-        pcie = run("bench_report.py", "--gpu=NVIDIA H100 PCIe", self.zero, self.torch)
+        pcie = run("bench_report.py", "--gpu=NVIDIA H100 PCIe", *self.zero, *self.torch)
         self.assertIn("dense bf16 peak 756.0 TFLOP/s", pcie.stdout)
-        other = run("bench_report.py", "--gpu=Some GPU", self.zero, self.torch)
+        other = run("bench_report.py", "--gpu=Some GPU", *self.zero, *self.torch)
         self.assertIn("unknown (no MFU)", other.stdout)
-        self.assertRegex(other.stdout, r"zero +100000\.0 +80\.35 +- +1\.000")
+        self.assertRegex(other.stdout, r"zero bf16 +100000\.0 +80\.35 +- +0\.250")
 
 
 class CompareLossesTest(unittest.TestCase):
