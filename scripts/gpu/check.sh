@@ -2,7 +2,7 @@
 # The GPU check, one phase per command, on a bare GPU machine (CUDA, NCCL and PyTorch from its image, the rest
 # from the kit that scripts/gpu/kit.sh packs here). Each phase writes OUT/<phase>.txt and fails loudly.
 #
-# usage: scripts/gpu/check.sh build|test|sanitize|train|bench|stages OUT
+# usage: scripts/gpu/check.sh build|test|sanitize|train|bench|stages|profile OUT
 #   build  configure and build build-gpu/ against the kit alone (system prefixes ignored), sm_90, CUDA and NCCL on
 #   test   every test, GPU tests required (a GPU test that skips fails)
 #   sanitize  compute-sanitizer memcheck over the CUDA kernel, device API and optimizer tests, racecheck over the
@@ -13,13 +13,14 @@
 #   bench  GPT-2 124M, bf16, sequence 1024: zero (its GEMMs in fp32, then in TF32) against PyTorch (eager and
 #          torch.compile) on the same GPU, with MFU
 #   stages zero-bench stages (GPT-2 124M, 4 local ranks sharing the GPU) and comm on the GPU
+#   profile  where the bench's step (with TF32) spends its GPU time: ncu's kernel durations, ranked
 # Every command has a time limit, so each phase ends inside 9 minutes (the device's 10 per command).
 # Environment: ZERO_CUDA_ARCH (default 90), NCCL_ROOT (default: the nvidia-nccl wheel's folder, else the
 # toolkit's), ZERO_GPU_BATCH (bench: sequences per step, default 8).
 set -eEuo pipefail  # -E: the ERR trap below fires inside the phase functions too
 cd "$(dirname "$0")/../.."
 
-usage="usage: scripts/gpu/check.sh build|test|sanitize|train|bench|stages OUT"
+usage="usage: scripts/gpu/check.sh build|test|sanitize|train|bench|stages|profile OUT"
 phase=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -193,8 +194,18 @@ phase_stages() {
   timeout 100 "$build/bin/zero-bench" comm --device=cuda --backend=nccl --ranks=1 --warmup=3 --iters=10
 }
 
+phase_profile() {
+  ensure_built
+  echo "== ncu: one GPT-2 124M bf16 step with TF32 GEMMs (B=${ZERO_GPU_BATCH:-8}, T=1024, setup included)"
+  # Device time per kernel, the clocks left as they are (ncu's own control would pin them lower).
+  timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+    "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --tf32 --ranks=1 --stages=0 \
+    --batch="${ZERO_GPU_BATCH:-8}" --seq=1024 --warmup=0 --iters=1 >"$out/ncu.csv"
+  python3 scripts/gpu/kernel_times.py "$out/ncu.csv"
+}
+
 case "$phase" in
-  build | test | sanitize | train | bench | stages) ;;
+  build | test | sanitize | train | bench | stages | profile) ;;
   *)
     echo "unknown phase '$phase'; $usage" >&2
     exit 2

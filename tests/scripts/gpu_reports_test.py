@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The GPU check's reports, held to hand-computed figures: scripts/gpu/bench_report.py and compare_losses.py."""
+"""The GPU check's reports, held to hand-computed figures: scripts/gpu/bench_report.py, compare_losses.py and
+kernel_times.py."""
 import json
 import os
 import subprocess
@@ -81,6 +82,48 @@ class CompareLossesTest(unittest.TestCase):
     def test_a_final_validation_loss_off_by_more_than_two_percent_fails(self):
         ref = self.metrics("cpu.jsonl", 2.5, 1.0)
         self.assertEqual(run("compare_losses.py", ref, self.metrics("gpu.jsonl", 2.5, 1.03)).returncode, 1)
+
+
+class KernelTimesTest(unittest.TestCase):
+    # ncu's CSV after the profiled program's own output: one kernel launched with two grids, another twice.
+    NCU = (
+        "==PROF== Connected to process 1\n"
+        "# zero-bench stages: GPT-2\n"
+        '"Process ID","Process Name","Host Name","Kernel Name","Block Size","Grid Size","Device","CC",'
+        '"Invocations","Section Name","Metric Name","Metric Unit","Minimum","Maximum","Average"\n'
+        '"1","zero-bench","h","void kernels::<unnamed>::sums_kernel<kernels::Term>(int, float *)","(32, 8, 1)",'
+        '"(24, 1, 1)","0","9.0","3","Command line profiler metrics","gpu__time_duration.sum","ns","1","1",'
+        '"1,000.00"\n'
+        '"1","zero-bench","h","void kernels::<unnamed>::sums_kernel<kernels::Term>(int, float *)","(32, 8, 1)",'
+        '"(96, 1, 1)","0","9.0","1","Command line profiler metrics","gpu__time_duration.sum","ns","1","1",'
+        '"3,000.00"\n'
+        '"1","zero-bench","h","kernels::<unnamed>::attention_forward_kernel(float *)","(256, 1, 1)",'
+        '"(64, 1, 1)","0","9.0","2","Command line profiler metrics","gpu__time_duration.sum","ns","1","1",'
+        '"9,000.00"\n'
+    )
+
+    def test_kernels_are_summed_over_grids_and_ranked_by_total_time(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "ncu.csv")
+            with open(path, "w") as f:
+                f.write(self.NCU)
+            r = run("kernel_times.py", path)
+            one = run("kernel_times.py", "--top=1", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # attention 2 x 9 us = 18 us of 24; the sums 3 x 1 + 1 x 3 = 6 us over 4 calls.
+        self.assertIn("0.02 ms in 6 kernel calls", r.stdout)
+        lines = r.stdout.splitlines()
+        self.assertRegex(lines[2], r"0\.02 +75\.0% +2 +9\.0  kernels::attention_forward_kernel$")
+        self.assertRegex(lines[3], r"0\.01 +25\.0% +4 +1\.5  kernels::sums_kernel<kernels::Term>$")
+        self.assertRegex(one.stdout.splitlines()[-1], r"0\.01 +25\.0% +4 +1 others$")
+
+    def test_input_without_a_summary_fails_saying_so(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
+            f.write("==PROF== no kernels were profiled\n")
+            f.flush()
+            r = run("kernel_times.py", f.name)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no ncu per-kernel summary", r.stderr)
 
 
 if __name__ == "__main__":
