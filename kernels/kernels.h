@@ -8,10 +8,11 @@
 //   written (N, C) also accepts any shape whose last dim is C, leading dims flattened into N rows.
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
 //   can make. CPU tensors run here; CUDA tensors run the CUDA versions (kernels/cuda/, dispatched on
-//   Tensor::device()), asynchronously on the device's legacy default stream, or return FailedPrecondition
-//   in a build without CUDA. Simulated-device tensors (Device::sim) run the CPU code as a launch on the
-//   simulated device's legacy default stream (runtime/sim/sim_api.h): they accept what the CPU accepts and
-//   give the CPU's bits.
+//   Tensor::device()), asynchronously on the calling thread's current stream of the device (current_stream in
+//   runtime/device_api.h: the legacy default stream unless a StreamScope chose another), or return
+//   FailedPrecondition in a build without CUDA. Simulated-device tensors (Device::sim) run the CPU code as a
+//   launch on the simulated device's current stream (runtime/sim/sim_api.h): they accept what the CPU accepts
+//   and give the CPU's bits.
 // - An optional argument is passed as Tensor() (null data).
 // - Backward ADDS (+=) into parameter gradients (dweight, dbias, dwte, ...), so micro-batches accumulate
 //   and tied users sum, and WRITES (=) input gradients (dinp), unless a function says otherwise.

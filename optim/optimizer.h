@@ -117,8 +117,8 @@ class Optimizer {
     Use state = Use::kWrite;
   };
   // Runs `cpu` where the shard lives: at once on the CPU; on a simulated device as a launch named `name` on its
-  // legacy default stream declaring grads, params, the half copy and every state buffer as `access` says, `cpu`
-  // getting host views of them (null where kNone; args.comm null: communicate on the host, between passes).
+  // current stream (runtime/device_api.h) declaring grads, params, the half copy and every state buffer as `access`
+  // says, `cpu` getting host views of them (null where kNone; args.comm null: communicate on the host, between passes).
   // There it runs after this returns unless `wait`, so `cpu` captures by value, and never `this`; what it writes
   // for the host to read must be waited for.
   absl::Status run_cpu_pass(std::string name, const StepArgs& args, PassAccess access, CpuPass cpu,

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "runtime/status.h"
 
@@ -48,6 +50,49 @@ absl::StatusOr<PinnedBuffer> PinnedBuffer::allocate(DeviceApi& api, size_t bytes
 absl::Status wait_for_legacy_stream(DeviceApi& api, Stream stream, Event marker) {
   ZERO_RETURN_IF_ERROR(api.record(marker, Stream::legacy(stream.device)));
   return api.wait(stream, marker);
+}
+
+namespace {
+
+// The calling thread's scoped streams: one entry per device a StreamScope is open on (a handful at most).
+std::vector<std::pair<Device, Stream>>& scoped_streams() {
+  thread_local std::vector<std::pair<Device, Stream>> streams;
+  return streams;
+}
+
+std::vector<std::pair<Device, Stream>>::iterator scoped_entry(Device device) {
+  auto& streams = scoped_streams();
+  return std::find_if(streams.begin(), streams.end(), [&](const auto& entry) { return entry.first == device; });
+}
+
+}  // namespace
+
+Stream current_stream(Device device) {
+  const auto it = scoped_entry(device);
+  return it != scoped_streams().end() ? it->second : Stream::legacy(device.index);
+}
+
+StreamScope::StreamScope(Device device, std::optional<Stream> stream) : device_(device) {
+  if (!stream.has_value()) return;
+  ZERO_CHECK(!device.is_cpu() && stream->device == device.index, "a StreamScope on ", device.to_string(),
+             " with a stream of device ", stream->device);
+  previous_ = current_stream(device);
+  const auto it = scoped_entry(device);
+  if (it != scoped_streams().end()) {
+    it->second = *stream;
+  } else {
+    scoped_streams().emplace_back(device, *stream);
+  }
+}
+
+StreamScope::~StreamScope() {
+  if (!previous_.has_value()) return;
+  const auto it = scoped_entry(device_);
+  if (*previous_ == Stream::legacy(device_.index)) {
+    scoped_streams().erase(it);
+  } else {
+    it->second = *previous_;
+  }
 }
 
 }  // namespace zero

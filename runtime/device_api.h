@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -123,8 +124,28 @@ absl::Status synchronize_until(DeviceApi& api, Event event, absl::Time deadline,
                                const std::function<absl::Status()>& check = nullptr);
 
 // Later work on `stream` starts after everything queued so far on its device's legacy default stream, by any thread
-// (where memory is allocated and the kernels run), without blocking the host; `marker` is recorded there for it.
+// (where memory is allocated, and ordered after the blocking streams where the kernels run), without blocking the
+// host; `marker` is recorded there for it.
 absl::Status wait_for_legacy_stream(DeviceApi& api, Stream stream, Event marker);
+
+// The stream the calling thread's kernels go to on `device` (a GPU or the simulated device), as PyTorch's current
+// stream: the legacy default stream unless a StreamScope on this thread chose another.
+Stream current_stream(Device device);
+
+// Makes `stream` the current stream of `device` (a GPU or the simulated device) for the calling thread while it
+// lives, then restores the one before; with no stream (a CPU engine's), does nothing. Scopes nest; each must end on
+// the thread that made it.
+class StreamScope {
+ public:
+  StreamScope(Device device, std::optional<Stream> stream);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  Device device_;
+  std::optional<Stream> previous_;  // none where this scope does nothing
+};
 
 // A stream or event of `api` that is destroyed with this owner. A destroy's error is dropped: after a device failure
 // the handle is left to the lost device. Move-only.

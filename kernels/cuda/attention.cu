@@ -317,7 +317,7 @@ absl::Status attention_backward(int device, float* dinp, const float* dout, cons
   const Dims d{b, t, nh, hs};
   const int64_t rows = b * nh * t;
   if (rows == 0) return absl::OkStatus();
-  const Stream stream = Stream::legacy(device);
+  const Stream stream = current_cuda_stream(device);
   ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(rows * sizeof(float), stream));
   float* dsum = static_cast<float*>(scratch);  // D (B, NH, T)
   absl::Status status = with_head_dim(hs, [&](auto hd) {

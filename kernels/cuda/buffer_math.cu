@@ -46,7 +46,7 @@ absl::Status multiply_by(int device, void* x, DType dtype, int64_t n, float fact
 absl::Status fill_zero(int device, void* x, int64_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return zero_on_legacy_stream(device, x, static_cast<size_t>(nbytes));
+  return zero_on_current_stream(device, x, static_cast<size_t>(nbytes));
 }
 
 }  // namespace zero::kernels::cuda

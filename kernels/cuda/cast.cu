@@ -39,7 +39,7 @@ absl::Status cast(int device, void* out, DType to, const void* inp, DType from, 
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
   if (from == to) {
-    return launch_on_legacy_stream(device, "cast", [&](cudaStream_t stream) {
+    return launch_on_stream(current_cuda_stream(device), "cast", [&](cudaStream_t stream) {
       return cuda_status(cudaMemcpyAsync(out, inp, n * dtype_size(from), cudaMemcpyDeviceToDevice, stream),
                          "cudaMemcpyAsync");
     });

@@ -1,4 +1,4 @@
-// Shared by the kernel .cu files: launch geometry, the elementwise launch (through cuda_api(), on the legacy default
+// Shared by the kernel .cu files: launch geometry, the elementwise launch (through cuda_api(), on the current
 // stream), warp reductions, deterministic column sums.
 #pragma once
 
@@ -28,7 +28,7 @@ inline int blocks_for(int64_t work, int threads = kThreads) {
 #define ZERO_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
 
-// Makes `device` current, launches kernel(args..., n) over n elements on its legacy default stream, restores the
+// Makes `device` current, launches kernel(args..., n) over n elements on its current stream, restores the
 // device.
 template <typename... Params>
 absl::Status launch_elementwise(int device, const char* name, void (*kernel)(Params...), int64_t n, auto... args) {
@@ -106,7 +106,7 @@ struct MatrixElement {
   __device__ double operator()(int64_t r, int64_t col) const { return widen(x[r * cols + col]); }
 };
 
-// out (cols) += the column sums of term over rows, on cuda:`device`'s legacy default stream; `device` is current.
+// out (cols) += the column sums of term over rows, on cuda:`device`'s current stream; `device` is current.
 // Row blocks of 256 rows (more past 65535 blocks) fill the GPU; their partials live in a stream-ordered scratch of
 // blocks x cols doubles.
 template <typename Out, typename Term>
@@ -114,7 +114,7 @@ absl::Status add_column_sums(int device, int64_t rows, int64_t cols, Out* out, T
   if (rows == 0 || cols == 0) return absl::OkStatus();
   const int64_t block_rows = std::max<int64_t>(256, (rows + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (rows + block_rows - 1) / block_rows;
-  const Stream stream = Stream::legacy(device);
+  const Stream stream = current_cuda_stream(device);
   ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(blocks * cols * sizeof(double), stream));
   double* partial = static_cast<double*>(scratch);
   absl::Status s = launch_kernel(device, "column_partial_sums_kernel", column_partial_sums_kernel<Term>,

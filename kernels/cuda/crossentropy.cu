@@ -94,8 +94,8 @@ absl::Status crossentropy_forward_backward(int device, LossSums* sums, float* dl
                                            float scale) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  if (n == 0) return zero_on_legacy_stream(device, sums, sizeof(LossSums));
-  const Stream stream = Stream::legacy(device);
+  if (n == 0) return zero_on_current_stream(device, sums, sizeof(LossSums));
+  const Stream stream = current_cuda_stream(device);
   // row_loss (N) fp64, then row_correct (N) int32
   ZERO_ASSIGN_OR_RETURN(void* rows, cuda_api().allocate(n * (sizeof(double) + sizeof(int32_t)), stream));
   double* row_loss = static_cast<double*>(rows);

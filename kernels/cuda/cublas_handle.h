@@ -15,7 +15,8 @@ absl::Status cublas_status(cublasStatus_t s, const char* what);
 #define ZERO_CUBLAS_RETURN_IF_ERROR(expr) ZERO_RETURN_IF_ERROR(::zero::kernels::cuda::cublas_status((expr), #expr))
 
 // This thread's handle for `device`, which must be current: cuBLAS asks multi-threaded callers for a handle
-// per thread. It runs on the legacy default stream, fp32 GEMMs without TF32 and half GEMMs with fp32 sums.
+// per thread. Its caller sets its stream (matmul.cu: the current stream); fp32 GEMMs without TF32 unless a call's
+// compute type asks for it, and half GEMMs with fp32 sums.
 // The first call on a thread borrows one from the pool (made there when none is free); the thread gives it
 // back when it exits, for the next thread, since local ranks are threads started anew for each run.
 absl::StatusOr<cublasHandle_t> cublas_handle(int device);

@@ -1,7 +1,7 @@
 // CUDA launchers behind kernels.h's dispatch: raw device pointers, arguments already checked by the caller.
 #pragma once
 
-// Every launcher makes `device` current, enqueues its kernels through cuda_api() on that device's legacy default
+// Every launcher makes `device` current, enqueues its kernels through cuda_api() on that device's current
 // stream (the nccl backend orders each collective after the work there with an event) and returns without waiting.
 // Shapes and semantics are those of the kernels.h function of the same name.
 

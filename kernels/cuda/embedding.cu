@@ -85,10 +85,10 @@ absl::Status embedding_backward(int device, float* dwte, float* dwpe, const floa
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (b * t * c == 0) return absl::OkStatus();
   const TokenRows g = group_rows_by_token(host_tokens, b * t, vocab);
-  const Stream stream = Stream::legacy(device);
+  const Stream stream = current_cuda_stream(device);
   const size_t bytes = g.packed.size() * sizeof(int32_t);
   ZERO_ASSIGN_OR_RETURN(void* packed, cuda_api().allocate(bytes, stream));
-  // Staged through pinned memory, so g may go out of scope and the host does not wait; ordered on the legacy
+  // Staged through pinned memory, so g may go out of scope and the host does not wait; ordered on the current
   // stream like the kernels.
   ZERO_RETURN_IF_ERROR(pinned_uploads(Device::cuda(device))->upload(packed, g.packed.data(), bytes, stream));
   const int32_t* offsets = static_cast<const int32_t*>(packed);

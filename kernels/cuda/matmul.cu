@@ -12,21 +12,33 @@
 namespace zero::kernels::cuda {
 namespace {
 
+// run(handle) (an absl::Status) as a launch on cuda:`device`'s current stream, the thread's handle set to it.
+template <typename Run>
+absl::Status on_current_stream(int device, const char* name, Run&& run) {
+  ZERO_ASSIGN_OR_RETURN(const cublasHandle_t h, cublas_handle(device));
+  return launch_on_stream(current_cuda_stream(device), name, [&](cudaStream_t stream) {
+    ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, stream));
+    return run(h);
+  });
+}
+
 // Row-major C (M, N) = op(A) · op(B) is column-major C^T = op(B)^T · op(A)^T, so every call below passes
 // the operands swapped: cuBLAS sees each row-major (R, K) matrix as a column-major (K, R) one. tf32: on tensor
 // cores with the operands rounded to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32), else fp32 throughout.
-absl::Status gemm(cublasHandle_t h, bool tf32, cublasOperation_t op_b, cublasOperation_t op_a, int64_t n, int64_t m,
+absl::Status gemm(int device, bool tf32, cublasOperation_t op_b, cublasOperation_t op_a, int64_t n, int64_t m,
                   int64_t k, const float* b, int64_t ldb, const float* a, int64_t lda, float beta, float* c,
                   int64_t ldc) {
-  const float one = 1.0f;
-  if (tf32) {
-    ZERO_CUBLAS_RETURN_IF_ERROR(cublasGemmEx_64(h, op_b, op_a, n, m, k, &one, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda,
-                                                &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32,
-                                                CUBLAS_GEMM_DEFAULT));
-  } else {
-    ZERO_CUBLAS_RETURN_IF_ERROR(cublasSgemm_64(h, op_b, op_a, n, m, k, &one, b, ldb, a, lda, &beta, c, ldc));
-  }
-  return absl::OkStatus();
+  return on_current_stream(device, "gemm", [&](cublasHandle_t h) {
+    const float one = 1.0f;
+    if (tf32) {
+      ZERO_CUBLAS_RETURN_IF_ERROR(cublasGemmEx_64(h, op_b, op_a, n, m, k, &one, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda,
+                                                  &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                                  CUBLAS_GEMM_DEFAULT));
+    } else {
+      ZERO_CUBLAS_RETURN_IF_ERROR(cublasSgemm_64(h, op_b, op_a, n, m, k, &one, b, ldb, a, lda, &beta, c, ldc));
+    }
+    return absl::OkStatus();
+  });
 }
 
 // out (N, OC) row r = bias (OC).
@@ -42,14 +54,16 @@ cudaDataType_t cuda_type(DType t) {
 
 // The gemm above for half A and B (dtype `ab`) and a C of dtype `ct` (fp32 or `ab`): fp32 accumulation
 // (CUBLAS_COMPUTE_32F), alpha and beta fp32, tensor cores allowed (CUBLAS_GEMM_DEFAULT picks them).
-absl::Status gemm_ex(cublasHandle_t h, cublasOperation_t op_b, cublasOperation_t op_a, int64_t n, int64_t m, int64_t k,
+absl::Status gemm_ex(int device, cublasOperation_t op_b, cublasOperation_t op_a, int64_t n, int64_t m, int64_t k,
                      const void* b, int64_t ldb, const void* a, int64_t lda, DType ab, float beta, void* c, DType ct,
                      int64_t ldc) {
-  const float one = 1.0f;
-  ZERO_CUBLAS_RETURN_IF_ERROR(cublasGemmEx_64(h, op_b, op_a, n, m, k, &one, b, cuda_type(ab), ldb, a, cuda_type(ab),
-                                              lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
-                                              CUBLAS_GEMM_DEFAULT));
-  return absl::OkStatus();
+  return on_current_stream(device, "gemm_ex", [&](cublasHandle_t h) {
+    const float one = 1.0f;
+    ZERO_CUBLAS_RETURN_IF_ERROR(cublasGemmEx_64(h, op_b, op_a, n, m, k, &one, b, cuda_type(ab), ldb, a, cuda_type(ab),
+                                                lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT));
+    return absl::OkStatus();
+  });
 }
 
 // Calls f with a null T* for the C++ type T that `t` names (fp32, bf16 or fp16): the launchers below
@@ -90,7 +104,7 @@ __global__ void accumulate_narrow_kernel(Out* out, const float* acc, int64_t n) 
 // unless the device already failed.
 template <typename Product, typename Finish>
 absl::Status through_fp32_scratch(int device, int64_t elems, Product&& product, Finish&& finish) {
-  const Stream stream = Stream::legacy(device);
+  const Stream stream = current_cuda_stream(device);
   ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(elems * sizeof(float), stream));
   float* acc = static_cast<float*>(scratch);
   absl::Status s = product(acc);
@@ -106,13 +120,13 @@ absl::Status matmul_forward(int device, float* out, const float* inp, const floa
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   if (bias != nullptr) {
     ZERO_RETURN_IF_ERROR(launch_kernel(device, "broadcast_rows_kernel", broadcast_rows_kernel, blocks_for(n * oc),
                                        kThreads, out, bias, n, oc));
   }
   // out (N, OC) = inp (N, C) · weight^T (C, OC) [+ out holding the bias]
-  return gemm(h, tf32, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, bias != nullptr ? 1.0f : 0.0f, out, oc);
+  return gemm(device, tf32, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, bias != nullptr ? 1.0f : 0.0f, out,
+              oc);
 }
 
 absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -120,13 +134,12 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   if (dinp != nullptr) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)
-    ZERO_RETURN_IF_ERROR(gemm(h, tf32, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, 0.0f, dinp, c));
+    ZERO_RETURN_IF_ERROR(gemm(device, tf32, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, 0.0f, dinp, c));
   }
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
-  ZERO_RETURN_IF_ERROR(gemm(h, tf32, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, dweight, c));
+  ZERO_RETURN_IF_ERROR(gemm(device, tf32, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, dweight, c));
   if (dbias == nullptr) return absl::OkStatus();
   return add_column_sums(device, n, oc, dbias, MatrixElement<float>{dout, oc});
 }
@@ -136,10 +149,9 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   // out (N, OC) = inp (N, C) · weight^T (C, OC), as matmul_forward's gemm.
   const auto product = [&](void* dst, DType dst_dtype, float beta) {
-    return gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, half, beta, dst, dst_dtype, oc);
+    return gemm_ex(device, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, half, beta, dst, dst_dtype, oc);
   };
   if (bias == nullptr) return product(out, out_dtype, 0.0f);
   return with_type(bias_dtype, [&](auto* bias_tag) -> absl::Status {
@@ -170,17 +182,16 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  ZERO_ASSIGN_OR_RETURN(cublasHandle_t h, cublas_handle(device));
   if (dinp != nullptr) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)
     ZERO_RETURN_IF_ERROR(
-        gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp, dinp_dtype, c));
+        gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp, dinp_dtype, c));
   }
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C). An fp32 dweight takes the sum through beta = 1; a half one
   // gets it from an fp32 scratch, added in fp32 and rounded once: cuBLAS's own beta = 1 into a half C was seen
   // up to one ulp off that on an H200 (cuBLAS 13), rounding twice.
   const auto product = [&](void* dst, DType dst_dtype, float beta) {
-    return gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, beta, dst, dst_dtype, c);
+    return gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, beta, dst, dst_dtype, c);
   };
   if (dweight_dtype == DType::kF32) {
     ZERO_RETURN_IF_ERROR(product(dweight, DType::kF32, 1.0f));

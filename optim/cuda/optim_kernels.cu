@@ -193,7 +193,7 @@ std::vector<Segment> segments_of(const ShardLayout& layout, const std::vector<fl
 }
 
 // Calls `launch(table, blocks, first)` (an absl::Status) once per kMaxSegments segments, then waits for cuda:`device`'s
-// legacy default stream; `first` indexes the table's first segment in `segments`.
+// current stream; `first` indexes the table's first segment in `segments`.
 template <typename Coeffs, typename Launch>
 absl::Status for_each_table(int device, const std::vector<Segment>& segments, const std::vector<Coeffs>& coeffs,
                             Launch launch) {
@@ -210,7 +210,7 @@ absl::Status for_each_table(int device, const std::vector<Segment>& segments, co
     const int blocks = static_cast<int>(std::min<int64_t>((span + kThreads - 1) / kThreads, 65535));
     ZERO_RETURN_IF_ERROR(launch(t, blocks, static_cast<int64_t>(first)));
   }
-  return cuda_api().synchronize(Stream::legacy(device));
+  return cuda_api().synchronize(current_cuda_stream(device));
 }
 
 // kSquareSlots device counters of at most kMaxBinnedValues values as the CPU's SquareBins.
@@ -229,7 +229,7 @@ absl::StatusOr<ChunkSquareSums> chunk_sums(int device, const ShardLayout& layout
                                            void* bins, Launch launch) {
   const size_t chunks = layout.chunks().size();
   if (chunks == 0) return ChunkSquareSums();
-  ZERO_RETURN_IF_ERROR(zero_on_legacy_stream(device, bins, static_cast<size_t>(square_bins_bytes(layout))));
+  ZERO_RETURN_IF_ERROR(zero_on_current_stream(device, bins, static_cast<size_t>(square_bins_bytes(layout))));
   const std::vector<float> unused_scale(layout.params().size());  // one segment per chunk: bins are per chunk
   const std::vector<Segment> segments = segments_of(layout, &unused_scale);
   ZERO_RETURN_IF_ERROR(for_each_table(device, segments, coeffs, [&](const Table<Coeffs>& t, int, int64_t first) {
@@ -253,7 +253,7 @@ int64_t square_bins_bytes(const ShardLayout& layout) {
 absl::Status cuda_zero(int device, void* ptr, int64_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return zero_on_legacy_stream(device, ptr, static_cast<size_t>(nbytes));
+  return zero_on_current_stream(device, ptr, static_cast<size_t>(nbytes));
 }
 
 absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs, const ShardStep& s,
@@ -343,7 +343,7 @@ absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, std::span<const Tens
   const int64_t capacity = std::min(total, std::max<int64_t>(chunks_per_read, 1));
   if (capacity == 0) return sum;
   std::vector<uint64_t> host(static_cast<size_t>(capacity * kSquareSlots));
-  const Stream stream = Stream::legacy(device);
+  const Stream stream = current_cuda_stream(device);
   ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(host.size() * sizeof(uint64_t), stream));
   auto* bins = static_cast<unsigned long long*>(scratch);
   int64_t filled = 0;  // chunks binned into `bins` and not yet read

@@ -18,7 +18,8 @@ namespace zero::optim {
 absl::Status cuda_zero(int device, void* ptr, int64_t nbytes);
 
 // Each updates the shard in place (fp32 master, state) and writes the half copy in the same pass when
-// step.half is enabled. They run on the legacy default stream and return once the kernels have finished.
+// step.half is enabled. They run on the current stream (runtime/device_api.h) and return once the kernels have
+// finished.
 absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs,
                       const ShardStep& step, float* momentum_buffer /*(S), null without momentum*/);
 absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs,

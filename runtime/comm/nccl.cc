@@ -154,15 +154,15 @@ class NcclBackend final : public Backend {
     return device.is_cpu() || (device.is_cuda() && device.index == device_);
   }
 
-  // The stream is independent of the default stream where the kernels run, so that collectives overlap
-  // them. A device collective starts only after the kernels enqueued before its post: an event recorded
-  // then, on the posting thread, which run() makes the stream wait for just before the NCCL call (so a
+  // The stream is independent of the posting thread's current stream where its kernels run, so that collectives
+  // overlap them. A device collective starts only after the kernels enqueued before its post: an event recorded
+  // then, on that stream, which run() makes the stream wait for just before the NCCL call (so a
   // collective waits for no compute posted after it). Communicator calls prepare and queues the
   // collective in one step, so the events line up with the runs.
   absl::Status prepare(const Collective& c) override {
     if (!c.device.is_cuda()) return absl::OkStatus();
     ZERO_ASSIGN_OR_RETURN(OwnedEvent posted, spare_event());
-    ZERO_RETURN_IF_ERROR(api_.record(posted.get(), Stream::legacy(device_)));
+    ZERO_RETURN_IF_ERROR(api_.record(posted.get(), current_stream(Device::cuda(device_))));
     absl::MutexLock lock(&events_mu_);
     posted_.push_back(std::move(posted));
     return absl::OkStatus();

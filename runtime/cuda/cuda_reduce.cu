@@ -85,7 +85,7 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
 absl::Status cuda_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device.index));
-  ZERO_RETURN_IF_ERROR(launch_on_legacy_stream(device.index, "copy_bytes", [&](cudaStream_t stream) {
+  ZERO_RETURN_IF_ERROR(launch_on_stream(Stream::legacy(device.index), "copy_bytes", [&](cudaStream_t stream) {
     return cuda_status(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
   }));
   return cuda_api().synchronize(Stream::legacy(device.index));

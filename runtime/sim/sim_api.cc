@@ -39,7 +39,7 @@ Tensor HostTensors::operator()(const Tensor& t) {
 
 absl::Status launch_on_sim(Device device, std::string name, std::vector<Access> accesses,
                            std::function<absl::Status(HostTensors& host)> cpu_kernel, bool wait) {
-  const Stream stream = Stream::legacy(device.index);
+  const Stream stream = current_stream(device);
   KernelLaunch launch{.name = std::move(name),
                       .accesses = std::move(accesses),
                       .body = [kernel = std::move(cpu_kernel)](const LaunchContext& ctx) {

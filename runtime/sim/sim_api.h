@@ -27,7 +27,7 @@ class HostTensors {
   absl::Status status_;
 };
 
-// Queues `cpu_kernel` on the legacy default stream of `device`, where CUDA queues zero's kernels, declaring
+// Queues `cpu_kernel` on the calling thread's current stream of `device`, where CUDA queues zero's kernels, declaring
 // `accesses`. It runs on that stream's thread with each tensor it passes through HostTensors re-pointed at
 // memory the host may touch, so it computes what the CPU computes, bit for bit. With `wait`, returns once it
 // ran: for kernels whose results the host reads, as CUDA's would copy them back.

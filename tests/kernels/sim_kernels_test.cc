@@ -7,10 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
 #include "runtime/allocator.h"
+#include "runtime/device_api.h"
 #include "runtime/device_memory.h"
 #include "runtime/sim/sim_api.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -101,6 +104,50 @@ TEST(SimKernels, GeluAndResidualEqualCpuBitwise) {
                           s.Update(gelu_forward(t[0], t[0]));         // in place
                           return s;
                         });
+}
+
+// Kernels launch on the calling thread's current stream (runtime/device_api.h): under a StreamScope of a non-blocking
+// stream, GELU's input goes up, the kernel runs and its output comes back, all on that stream, while the legacy
+// default stream is held. A kernel queued on the legacy stream would never run here, and the copy back would not be
+// ordered after it (a checker error).
+TEST(SimKernels, KernelsRunOnTheCallingThreadsCurrentStream) {
+  sim::SimDevice& sim = sim_device();
+  absl::StatusOr<OwnedStream> stream = OwnedStream::create(sim, 0, StreamFlags::kNonBlocking);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  const Stream s = stream->get();
+  const std::vector<float> x = random_floats(1000, 11, -5.0f, 5.0f);
+  const size_t bytes = x.size() * sizeof(float);
+  absl::StatusOr<PinnedBuffer> in = PinnedBuffer::allocate(sim, bytes), out = PinnedBuffer::allocate(sim, bytes);
+  absl::StatusOr<void*> x_dev = sim.allocate(bytes, s), y_dev = sim.allocate(bytes, s);
+  ASSERT_TRUE(in.ok() && out.ok() && x_dev.ok() && y_dev.ok());
+  std::memcpy(in->data(), x.data(), bytes);
+  absl::Notification release;
+  const auto hold = [&](const LaunchContext&) {
+    release.WaitForNotification();
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(sim.launch(Stream::legacy(0), KernelLaunch{.name = "hold the legacy stream", .body = hold}).ok());
+  absl::Cleanup let_go = [&] {  // also where an assertion below returns early
+    release.Notify();
+    (void)sim.synchronize(Stream::legacy(0));
+  };
+  {
+    const StreamScope on_s(kSim, s);
+    ASSERT_TRUE(sim.copy_async(*x_dev, in->data(), bytes, s).ok());
+    const Shape shape = {static_cast<int64_t>(x.size())};
+    ASSERT_TRUE(gelu_forward(Tensor(*y_dev, DType::kF32, shape, kSim), Tensor(*x_dev, DType::kF32, shape, kSim)).ok());
+    ASSERT_TRUE(sim.copy_async(out->data(), *y_dev, bytes, s).ok());
+    ASSERT_TRUE(sim.synchronize(s).ok());
+  }
+  std::move(let_go).Invoke();
+  std::vector<float> want(x.size());
+  ASSERT_TRUE(gelu_forward(Tensor(want.data(), DType::kF32, {static_cast<int64_t>(x.size())}),
+                           Tensor(const_cast<float*>(x.data()), DType::kF32, {static_cast<int64_t>(x.size())}))
+                  .ok());
+  EXPECT_EQ(std::memcmp(out->data(), want.data(), bytes), 0);
+  EXPECT_TRUE(sim.free(*x_dev, s).ok());
+  EXPECT_TRUE(sim.free(*y_dev, s).ok());
+  EXPECT_TRUE(sim.synchronize(s).ok());
 }
 
 TEST(SimKernels, LayerNormEqualsCpuBitwise) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -220,6 +221,32 @@ INSTANTIATE_TEST_SUITE_P(SimAndCuda, DeviceApiTest, ::testing::Values(Where::kSi
                          [](const ::testing::TestParamInfo<Where>& info) -> std::string {
                            return info.param == Where::kSim ? "Sim" : "Cuda";
                          });
+
+// current_stream: the legacy default stream until a StreamScope on this thread chooses another, per device; scopes
+// nest and restore; a scope with no stream does nothing; other threads keep their own.
+TEST(CurrentStream, IsTheLegacyStreamUnlessAScopeOnThisThreadChoseAnother) {
+  const Device sim0 = Device::sim(0), sim1 = Device::sim(1), cuda0 = Device::cuda(0);
+  EXPECT_EQ(current_stream(sim0), Stream::legacy(0));
+  {
+    const StreamScope outer(sim0, Stream{0, 7});
+    EXPECT_EQ(current_stream(sim0), (Stream{0, 7}));
+    EXPECT_EQ(current_stream(cuda0), Stream::legacy(0)) << "cuda:0 is another device than sim:0";
+    EXPECT_EQ(current_stream(sim1), Stream::legacy(1));
+    {
+      const StreamScope inner(sim0, Stream{0, 9});
+      const StreamScope other_device(sim1, Stream{1, 3});
+      const StreamScope none(sim0, std::nullopt);
+      EXPECT_EQ(current_stream(sim0), (Stream{0, 9}));
+      EXPECT_EQ(current_stream(sim1), (Stream{1, 3}));
+      Stream seen_elsewhere{};
+      std::thread([&] { seen_elsewhere = current_stream(sim0); }).join();
+      EXPECT_EQ(seen_elsewhere, Stream::legacy(0));
+    }
+    EXPECT_EQ(current_stream(sim0), (Stream{0, 7}));
+    EXPECT_EQ(current_stream(sim1), Stream::legacy(1));
+  }
+  EXPECT_EQ(current_stream(sim0), Stream::legacy(0));
+}
 
 }  // namespace
 }  // namespace zero
