@@ -52,6 +52,11 @@ Engine::~Engine() {
 }
 
 absl::Status Engine::build(OptimizerFactory make_optimizer) {
+  if (!device_.is_cpu()) {
+    ZERO_ASSIGN_OR_RETURN(compute_stream_,
+                          OwnedStream::create(*device_api(device_), device_.index, StreamFlags::kBlocking));
+  }
+  const StreamScope on_compute(device_, compute_stream());
   ZERO_ASSIGN_OR_RETURN(wrapped_, WrappedModel::wrap(model_, config_.wrap_min_params));
   const std::vector<Unit*> units = wrapped_->units();
   ZERO_RETURN_IF_ERROR(check_same_units_on_every_rank(units, comm_));
@@ -171,6 +176,7 @@ absl::StatusOr<ParamViews> Engine::param_views(int i) const {
 }
 
 absl::Status Engine::forward_backward(const Batch& batch) {
+  const StreamScope on_compute(device_, compute_stream());
   if (micro_batches_done_ == config_.accumulation_steps) {
     return absl::FailedPreconditionError(absl::StrCat("forward_backward after ", micro_batches_done_,
                                                       " micro-batches; accumulation_steps is ",
@@ -232,6 +238,7 @@ absl::Status Engine::backward(UnitContext& ctx, const std::vector<bool>& runs) {
 absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
                                             const std::function<absl::Status(const Tensor&)>& on_output) {
   ZERO_RETURN_IF_ERROR(require_between_steps("evaluate"));
+  const StreamScope on_compute(device_, compute_stream());
   UnitContext ctx{.allocator = allocator_,
                   .batch = batch,
                   .device = device_,
@@ -408,6 +415,7 @@ absl::Status Engine::start_delayed_update(const UpdateArgs& args) {
 
 absl::Status Engine::apply_delayed_update() {
   if (delayed_ == nullptr) return absl::OkStatus();
+  const StreamScope on_compute(device_, compute_stream());
   update_worker_->synchronize();
   const absl::Status status = [&] {
     absl::MutexLock lock(&delayed_->mu);
@@ -446,6 +454,7 @@ absl::StatusOr<Tensor> Engine::fp32_gradients(const Tensor& grads, const UpdateA
 }
 
 absl::StatusOr<StepResult> Engine::step(float lr) {
+  const StreamScope on_compute(device_, compute_stream());
   if (micro_batches_done_ != config_.accumulation_steps) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step() after ", micro_batches_done_, " micro-batches; accumulation_steps is ", config_.accumulation_steps));
@@ -507,6 +516,7 @@ absl::Status Engine::require_between_steps(absl::string_view call) const {
 absl::Status Engine::visit_full_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, const Tensor&)>& visit) {
   ZERO_RETURN_IF_ERROR(require_between_steps("visit_full_params"));
+  const StreamScope on_compute(device_, compute_stream());
   ZERO_RETURN_IF_ERROR(apply_delayed_update());
   std::vector<int> plan;
   for (size_t i = 0; i < units_.size(); ++i) {
@@ -531,6 +541,7 @@ absl::Status Engine::visit_full_params(
 absl::Status Engine::load_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, Tensor)>& fill) {
   ZERO_RETURN_IF_ERROR(require_between_steps("load_params"));
+  const StreamScope on_compute(device_, compute_stream());
   ZERO_RETURN_IF_ERROR(apply_delayed_update());
   ZERO_RETURN_IF_ERROR(settle_offload());
   for (UnitState& u : units_) {

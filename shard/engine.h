@@ -45,6 +45,7 @@
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/cpu_stream.h"
+#include "runtime/device_api.h"
 #include "shard/config.h"
 #include "shard/gatherer.h"
 #include "shard/host_offload.h"
@@ -243,6 +244,13 @@ class Engine {
   // Where the master weights and the optimizer state live and the optimizer steps: device_, or the CPU under
   // config_.offload_optimizer_to_host.
   const Device optimizer_device_;
+  // On a device: the rank's compute stream, where its kernels run (every public call makes it current:
+  // current_stream). Blocking, so work the memory layer and the communicators still order by the legacy default
+  // stream stays ordered with it; ranks sharing a GPU each run on their own.
+  std::optional<OwnedStream> compute_stream_;
+  std::optional<Stream> compute_stream() const {
+    return compute_stream_ ? std::optional<Stream>(compute_stream_->get()) : std::nullopt;
+  }
   CommMeter meter_;
   LossScaler scaler_;
   std::vector<UnitState> units_;

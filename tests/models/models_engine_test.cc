@@ -3,6 +3,7 @@
 // device; the same on a GPU.
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -741,6 +742,42 @@ TEST(SimMatchesCpuWithoutClipping, LossesAndParameters) {
     EXPECT_EQ(sim->losses, cpu->losses) << model;
     EXPECT_EQ(sim->params, cpu->params) << model;
   }
+}
+
+// Each rank's units run on a compute stream of the rank's own (current_stream), not the device's legacy default
+// stream, in training and evaluation alike: two local ranks sharing sim:0, as ranks share a GPU, each see one stream
+// of their own at every unit's forward and backward.
+TEST(ComputeStream, EachRanksUnitsRunOnAStreamOfItsOwn) {
+  const Task task = mlp_task();
+  constexpr int kRanks = 2;
+  std::vector<std::set<uint64_t>> streams(kRanks);  // per rank, the current stream ids its units saw
+  const absl::Status status = root_cause(run_local_ranks(kRanks, [&](Communicator& comm) -> absl::Status {
+    Allocator alloc;
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> mlp, task.make_model());
+    std::set<uint64_t>& seen = streams[comm.rank()];
+    testing::HookedModel model(
+        *mlp, {.on_start = [&](const std::string&) { seen.insert(current_stream(Device::sim(0)).id); }});
+    const ZeroConfig zero{.stage = 3, .device = Device::sim(0)};
+    const OptimizerFactory sgd = [](ShardLayout layout, Allocator& a, Device d) {
+      return make_sgd(SgdOptions{}, std::move(layout), a, d);
+    };
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, sgd, zero));
+    const MlpRows rows(task);
+    data::DeviceBatch on_device(alloc, zero.device);
+    ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(rows.batch()));
+    ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 0.1f).status());
+    ZERO_RETURN_IF_ERROR(engine->evaluate(batch).status());
+    if (current_stream(Device::sim(0)) != Stream::legacy(0)) {
+      return absl::InternalError("the engine left its stream current after the call");
+    }
+    return absl::OkStatus();
+  }));
+  ASSERT_TRUE(status.ok()) << status;
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(streams[r].size(), 1u) << "rank " << r;
+    EXPECT_NE(*streams[r].begin(), Stream::legacy(0).id) << "rank " << r;
+  }
+  EXPECT_NE(*streams[0].begin(), *streams[1].begin());
 }
 
 // What a step on a device waits for, on the rank's thread: nothing inside a micro-batch (tokens and targets are read
