@@ -32,10 +32,19 @@ def read_row(path):
     return rows[0]
 
 
+def labelled_csv(text):
+    """LABEL=CSV, split at the last '=' (a label may hold one; a path is taken to hold none)."""
+    label, sep, path = text.rpartition("=")
+    if not sep or not label or not path:
+        raise argparse.ArgumentTypeError(f"expected LABEL=CSV, got {text!r}")
+    return label, path
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", required=True, help="the GPU's name, as nvidia-smi prints it")
-    p.add_argument("--zero", action="append", required=True, metavar="LABEL=CSV", help="a zero-bench stages CSV")
+    p.add_argument("--zero", action="append", required=True, type=labelled_csv, metavar="LABEL=CSV",
+                   help="a zero-bench stages CSV and the run's label")
     p.add_argument("torch_csvs", nargs="+")
     args = p.parse_args()
 
@@ -43,8 +52,7 @@ def main():
     shape = torch_rows[0]
     flops = flops_per_token(*(int(shape[k]) for k in ("params", "layers", "channels", "seq")))
     peak = dense_bf16_peak(args.gpu)
-    zero_runs = [label_and_path.split("=", 1) for label_and_path in args.zero]
-    runs = [(f"zero {label}", float(read_row(path)["tokens/s"])) for label, path in zero_runs]
+    runs = [(f"zero {label}", float(read_row(path)["tokens/s"])) for label, path in args.zero]
     runs += [(f"torch {r['mode']} ({r['torch']})", float(r["tokens/s"])) for r in torch_rows]
     best_torch = max(float(r["tokens/s"]) for r in torch_rows)
 

@@ -119,7 +119,7 @@ phase_sanitize() {
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   sanitize_cuda_tests() {  # tool, binary, the filter naming its CUDA tests
     echo "== compute-sanitizer --tool $1 $2 ($3)"
-    ZERO_REQUIRE_GPU=1 timeout 120 "$sanitizer" --tool "$1" --error-exitcode 1 "$build/bin/$2" --gtest_filter="$3" \
+    ZERO_REQUIRE_GPU=1 timeout 100 "$sanitizer" --tool "$1" --error-exitcode 1 "$build/bin/$2" --gtest_filter="$3" \
       --gtest_brief=1
   }
   for tool in memcheck racecheck; do
@@ -159,12 +159,12 @@ phase_bench() {
   local batch=${ZERO_GPU_BATCH:-8} gpu
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "GPU: $gpu; python3: $(python3 -c 'import torch; print("torch", torch.__version__)')"
-  local zero_csvs=()
+  local zero_csvs=() tf32 label
   for tf32 in false true; do
-    local label=bf16
+    label=bf16
     [ "$tf32" = false ] || label="bf16 + TF32 GEMMs"
     echo "== zero: GPT-2 124M, $label, B=$batch, T=1024, one rank (stage 0)"
-    timeout 150 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=1 --stages=0 \
+    timeout 90 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=1 --stages=0 \
       --batch="$batch" --seq=1024 --warmup=2 --iters=10 --tf32="$tf32" --csv="$build/zero_gpt2_tf32_$tf32.csv"
     zero_csvs+=(--zero "$label=$build/zero_gpt2_tf32_$tf32.csv")
   done

@@ -334,6 +334,15 @@ TEST(StagesBench, RunsEveryStageOnTheSimulatedDevice) {
   }
 }
 
+TEST(BenchFlags, Tf32NeedsCuda) {
+  for (const char* device : {"cpu", "sim"}) {
+    const RunResult r = run_bench(absl::StrCat("stages --model=tiny --seq=8 --tf32 --device=", device));
+    EXPECT_EQ(r.exit_code, 1) << device;
+    EXPECT_THAT(r.output, HasSubstr("--tf32: TF32 runs on CUDA's tensor cores: use it with --device=cuda")) << device;
+    EXPECT_THAT(r.output, Not(HasSubstr("# zero-bench"))) << device;
+  }
+}
+
 TEST(BenchFlags, DeviceIsCpuOrAVisibleGpuBeforeAnyRun) {
   for (const char* subcommand : {"comm", "stages"}) {
     RunResult r = run_bench(absl::StrCat(subcommand, " --device=tpu"));

@@ -55,18 +55,19 @@ class CudaKernels : public ::testing::Test {
 double gemm_tolerance(int64_t k) { return 2.0 * k * kU32 * k + 2 * kU32; }
 
 // TF32 rounds each operand to an 11-bit significand: a relative error of at most 2^-10 (even truncating), so each
-// product of |a|, |b| <= 1 moves by at most 2·2^-10 + 2^-20 and a sum of K of them by K·2^-9 more than fp32's own
-// gemm_tolerance.
+// product of |a|, |b| <= 1 moves by at most 2·2^-10 + 2^-20 and a sum of K of them by K·(2^-9 + 2^-20): K·2^-9 here,
+// the K·2^-20 inside fp32's own gemm_tolerance (2·K²·2^-24 covers it from K = 8).
 double tf32_tolerance(int64_t k) { return k * std::ldexp(1.0, -9) + gemm_tolerance(k); }
 
 // An fp32 matmul forward and backward (bias, dinp, += dweight, += dbias) on the GPU against the CPU, the GEMMs within
-// tolerance(K) of each other; the bias gradient, no GEMM, within fp64 sums' gemm_tolerance either way.
+// tolerance(K) of each other; the bias gradient, no GEMM, within fp64 sums' gemm_tolerance either way. 805 rows: the
+// column sums' three whole row blocks of 256 and a partial one.
 class CudaMatmul : public CudaKernels, public ::testing::WithParamInterface<Fp32Gemm> {};
 
 TEST_P(CudaMatmul, MatchesCpu) {
   const Fp32Gemm gemm = GetParam();
   const auto tolerance = gemm == Fp32Gemm::kTf32 ? tf32_tolerance : gemm_tolerance;
-  const int64_t n = 64, c = 96, oc = 80;
+  const int64_t n = 3 * 256 + 37, c = 96, oc = 80;
   std::vector<float> inp = random_floats(n * c, 1), w = random_floats(oc * c, 2), b = random_floats(oc, 3);
   std::vector<float> dout = random_floats(n * oc, 4), out(n * oc), dinp(n * c);
   std::vector<float> dw = random_floats(oc * c, 5), db = random_floats(oc, 6);
@@ -86,6 +87,21 @@ TEST_P(CudaMatmul, MatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Fp32AndTf32, CudaMatmul, ::testing::Values(Fp32Gemm::kExact, Fp32Gemm::kTf32),
                          [](const auto& info) { return info.param == Fp32Gemm::kTf32 ? "Tf32" : "Fp32"; });
+
+// kTf32 reaches cuBLAS: on the tensor cores of sm_80 and later (the GPU check builds sm_90) operands rounded to 11
+// significant bits change some of 256·256 sums of 256 products from the fp32 result; a dropped flag would leave
+// every bit equal.
+TEST_F(CudaKernels, Tf32GemmDiffersFromFp32) {
+  const int64_t n = 256, c = 256, oc = 256;
+  const Tensor g_inp = upload(random_floats(n * c, 51), {n, c}), g_w = upload(random_floats(oc * c, 52), {oc, c});
+  std::vector<std::vector<float>> outs;
+  for (const Fp32Gemm gemm : {Fp32Gemm::kExact, Fp32Gemm::kTf32}) {
+    const Tensor g_out = upload(std::vector<float>(n * oc), {n, oc});
+    ASSERT_TRUE(matmul_forward(g_out, g_inp, g_w, Tensor(), gemm).ok());
+    outs.push_back(download<float>(g_out));
+  }
+  EXPECT_NE(outs[0], outs[1]);
+}
 
 // ---- bf16 / fp16 GEMMs ----
 

@@ -51,6 +51,15 @@ class BenchReportTest(unittest.TestCase):
         self.assertIn("unknown (no MFU)", other.stdout)
         self.assertRegex(other.stdout, r"zero bf16 +100000\.0 +80\.35 +- +0\.250")
 
+    def test_a_label_may_hold_an_equals_sign_and_one_without_a_label_is_refused(self):
+        path = self.zero[0].split("=", 2)[2]
+        r = run("bench_report.py", "--gpu=Some GPU", "--zero=B=8=" + path, *self.torch)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"zero B=8 +100000\.0")
+        refused = run("bench_report.py", "--gpu=Some GPU", "--zero=" + path, *self.torch)
+        self.assertEqual(refused.returncode, 2)
+        self.assertIn("expected LABEL=CSV", refused.stderr)
+
 
 class CompareLossesTest(unittest.TestCase):
     def setUp(self):
