@@ -106,6 +106,10 @@ struct MlpRows {
 
 Task task_named(const std::string& name) { return name == "gpt2" ? gpt2_task() : mlp_task(); }
 
+OptimizerFactory adamw_factory() {
+  return [](ShardLayout layout, Allocator& a, Device d) { return make_adam(AdamOptions{}, std::move(layout), a, d); };
+}
+
 struct RankRun {
   std::vector<float> params;                    // every parameter, flat, in unit and declaration order
   std::vector<float> losses;                    // per step
@@ -659,10 +663,7 @@ TEST(EngineBudget, AnAllocatorBudgetedForAnotherDeviceIsRefused) {
   const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
     Allocator host_budget(comm.rank(), int64_t{200} << 10);
     ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, gpt2_task().make_model());
-    const OptimizerFactory adamw = [](ShardLayout layout, Allocator& a, Device d) {
-      return make_adam(AdamOptions{}, std::move(layout), a, d);
-    };
-    return Engine::create(*model, comm, host_budget, adamw, ZeroConfig{.device = Device::sim(0)}).status();
+    return Engine::create(*model, comm, host_budget, adamw_factory(), ZeroConfig{.device = Device::sim(0)}).status();
   }));
   EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
   EXPECT_NE(status.message().find("give the allocator the engine's device type"), absl::string_view::npos) << status;
@@ -708,10 +709,8 @@ TEST(Gpt2Activations, TrainingPeaksAtTheFormulaAndEvaluationStaysWithinIt) {
       Allocator alloc;
       ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(c));
       for (int64_t l = 0; l < c.num_layers; ++l) model->set_recompute(l, recompute);
-      const OptimizerFactory adam = [](ShardLayout layout, Allocator& a, Device d) {
-        return make_adam(AdamOptions{}, std::move(layout), a, d);
-      };
-      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, comm, alloc, adam, ZeroConfig{}));
+      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                            Engine::create(*model, comm, alloc, adamw_factory(), ZeroConfig{}));
       std::vector<int32_t> inputs(B * T), targets(B * T);
       for (int64_t i = 0; i < B * T; ++i) {
         inputs[i] = static_cast<int32_t>(i * 7 % c.vocab_size);
@@ -758,10 +757,7 @@ TEST(ComputeStream, EachRanksUnitsRunOnAStreamOfItsOwn) {
     testing::HookedModel model(
         *mlp, {.on_start = [&](const std::string&) { seen.insert(current_stream(Device::sim(0)).id); }});
     const ZeroConfig zero{.stage = 3, .device = Device::sim(0)};
-    const OptimizerFactory sgd = [](ShardLayout layout, Allocator& a, Device d) {
-      return make_sgd(SgdOptions{}, std::move(layout), a, d);
-    };
-    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, sgd, zero));
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, adamw_factory(), zero));
     const MlpRows rows(task);
     data::DeviceBatch on_device(alloc, zero.device);
     ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(rows.batch()));
@@ -852,10 +848,7 @@ absl::StatusOr<std::vector<std::string>> run_holding_on_sim(ZeroConfig zero, int
     held.release();
   }});
   zero.device = Device::sim(0);
-  const OptimizerFactory adamw = [](ShardLayout layout, Allocator& a, Device d) {
-    return make_adam(AdamOptions{}, std::move(layout), a, d);
-  };
-  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, adamw, zero));
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, adamw_factory(), zero));
   const MlpRows rows(task);
   data::DeviceBatch on_device(alloc, zero.device);
   ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(rows.batch()));
