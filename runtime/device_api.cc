@@ -76,22 +76,23 @@ StreamScope::StreamScope(Device device, std::optional<Stream> stream) : device_(
   if (!stream.has_value()) return;
   ZERO_CHECK(!device.is_cpu() && stream->device == device.index, "a StreamScope on ", device.to_string(),
              " with a stream of device ", stream->device);
-  previous_ = current_stream(device);
+  active_ = true;
   const auto it = scoped_entry(device);
   if (it != scoped_streams().end()) {
-    it->second = *stream;
+    previous_ = std::exchange(it->second, *stream);
   } else {
     scoped_streams().emplace_back(device, *stream);
   }
 }
 
 StreamScope::~StreamScope() {
-  if (!previous_.has_value()) return;
+  if (!active_) return;
   const auto it = scoped_entry(device_);
-  if (*previous_ == Stream::legacy(device_.index)) {
-    scoped_streams().erase(it);
-  } else {
+  ZERO_CHECK(it != scoped_streams().end(), "a StreamScope on ", device_.to_string(), " ended out of order");
+  if (previous_.has_value()) {
     it->second = *previous_;
+  } else {
+    scoped_streams().erase(it);
   }
 }
 

@@ -133,8 +133,10 @@ absl::Status wait_for_legacy_stream(DeviceApi& api, Stream stream, Event marker)
 Stream current_stream(Device device);
 
 // Makes `stream` the current stream of `device` (a GPU or the simulated device) for the calling thread while it
-// lives, then restores the one before; with no stream (a CPU engine's), does nothing. Scopes nest; each must end on
-// the thread that made it.
+// lives, then restores the one before; with no stream (a CPU engine's), does nothing. Scopes nest, innermost ending
+// first, on the thread that made them. The allocator's memory and the kernels' host readbacks are still ordered by
+// the legacy default stream, so kernels on them need a blocking stream (as the engine's compute stream is); a
+// non-blocking one is for work that orders itself by events.
 class StreamScope {
  public:
   StreamScope(Device device, std::optional<Stream> stream);
@@ -144,7 +146,8 @@ class StreamScope {
 
  private:
   Device device_;
-  std::optional<Stream> previous_;  // none where this scope does nothing
+  bool active_ = false;
+  std::optional<Stream> previous_;  // the enclosing scope's stream; none where no scope was open on the device
 };
 
 // A stream or event of `api` that is destroyed with this owner. A destroy's error is dropped: after a device failure

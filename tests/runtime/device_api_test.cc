@@ -223,7 +223,8 @@ INSTANTIATE_TEST_SUITE_P(SimAndCuda, DeviceApiTest, ::testing::Values(Where::kSi
                          });
 
 // current_stream: the legacy default stream until a StreamScope on this thread chooses another, per device; scopes
-// nest and restore; a scope with no stream does nothing; other threads keep their own.
+// nest and restore, also one that names the legacy stream; a scope with no stream does nothing; other threads keep
+// their own.
 TEST(CurrentStream, IsTheLegacyStreamUnlessAScopeOnThisThreadChoseAnother) {
   const Device sim0 = Device::sim(0), sim1 = Device::sim(1), cuda0 = Device::cuda(0);
   EXPECT_EQ(current_stream(sim0), Stream::legacy(0));
@@ -244,6 +245,15 @@ TEST(CurrentStream, IsTheLegacyStreamUnlessAScopeOnThisThreadChoseAnother) {
     }
     EXPECT_EQ(current_stream(sim0), (Stream{0, 7}));
     EXPECT_EQ(current_stream(sim1), Stream::legacy(1));
+  }
+  EXPECT_EQ(current_stream(sim0), Stream::legacy(0));
+  {  // an outer scope naming the legacy stream itself keeps it through an inner one's end
+    const StreamScope legacy(sim0, Stream::legacy(0));
+    {
+      const StreamScope inner(sim0, Stream{0, 5});
+      EXPECT_EQ(current_stream(sim0), (Stream{0, 5}));
+    }
+    EXPECT_EQ(current_stream(sim0), Stream::legacy(0));
   }
   EXPECT_EQ(current_stream(sim0), Stream::legacy(0));
 }
