@@ -42,6 +42,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicato
 // --- Building -------------------------------------------------------------------------------------------
 
 Engine::~Engine() {
+  // The kernels queued last may still read buffers the engine does not own (the batch, a failed pass's activations),
+  // which their owners free on the legacy stream once the compute stream is gone.
+  if (compute_stream_) (void)device_api(device_)->synchronize(compute_stream_->get());
   if (delayed_ == nullptr) return;
   update_worker_->synchronize();
   absl::MutexLock lock(&delayed_->mu);

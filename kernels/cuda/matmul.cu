@@ -12,14 +12,18 @@
 namespace zero::kernels::cuda {
 namespace {
 
-// run(handle) (an absl::Status) as a launch on cuda:`device`'s current stream, the thread's handle set to it.
+// run(handle) (an absl::Status) as a launch on cuda:`device`'s current stream, the thread's handle set to it. A cuBLAS
+// error (a bad argument, no workspace) is returned, not kept by the launch as the device's sticky failure.
 template <typename Run>
 absl::Status on_current_stream(int device, const char* name, Run&& run) {
   ZERO_ASSIGN_OR_RETURN(const cublasHandle_t h, cublas_handle(device));
-  return launch_on_stream(current_cuda_stream(device), name, [&](cudaStream_t stream) {
-    ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, stream));
-    return run(h);
-  });
+  absl::Status cublas = absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(launch_on_stream(current_cuda_stream(device), name, [&](cudaStream_t stream) {
+    cublas = cublas_status(cublasSetStream(h, stream), "cublasSetStream");
+    if (cublas.ok()) cublas = run(h);
+    return absl::OkStatus();
+  }));
+  return cublas;
 }
 
 // Row-major C (M, N) = op(A) · op(B) is column-major C^T = op(B)^T · op(A)^T, so every call below passes

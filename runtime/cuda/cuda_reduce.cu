@@ -52,9 +52,9 @@ __global__ void reduce_int32_kernel(Inputs in, int n, void* out, int64_t count, 
 
 }  // namespace
 
-// Both run on the device's legacy default stream and return when the result is there. They ran on cudaStreamPerThread,
-// a blocking stream, which is ordered with the legacy stream both ways; all compute is on the legacy stream, so
-// running there and waiting for it gives the same order (the wait may also cover what other threads queue meanwhile).
+// Both run on the device's legacy default stream, whatever the calling thread's current stream, and return when the
+// result is there. The ranks' compute streams are blocking, so the legacy stream orders them after what each rank
+// queued before (the wait may also cover what other threads queue meanwhile).
 absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
                                        DType dtype, ReduceOp op) {
   if (inputs.size() > kMaxInputs) {
@@ -77,9 +77,12 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
     case DType::kI32: kernel = reduce_int32_kernel; break;
     default: return absl::InvalidArgumentError(absl::StrCat("cannot reduce ", dtype_name(dtype)));
   }
-  ZERO_RETURN_IF_ERROR(
-      launch_kernel(device.index, "reduce_in_rank_order", kernel, blocks, kThreads, in, n, out, count, op));
-  return cuda_api().synchronize(Stream::legacy(device.index));
+  const Stream legacy = Stream::legacy(device.index);
+  ZERO_RETURN_IF_ERROR(launch_on_stream(legacy, "reduce_in_rank_order", [&](cudaStream_t stream) {
+    kernel<<<blocks, kThreads, 0, stream>>>(in, n, out, count, op);
+    return absl::OkStatus();
+  }));
+  return cuda_api().synchronize(legacy);
 }
 
 absl::Status cuda_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
