@@ -36,7 +36,7 @@ namespace zero::kernels {
 // ---- Matmul ---------------------------------------------------------------------------------------
 
 // How CUDA runs an fp32 GEMM: kExact (fp32 products and sums, the default) or kTf32 (tensor cores: each operand
-// rounded to TF32's 10-bit significand, the products summed in fp32), as PyTorch's allow_tf32. The CPU, and the
+// rounded to TF32's 11 significant bits, the products summed in fp32), as PyTorch's allow_tf32. The CPU, and the
 // simulated device that runs its code, always compute kExact.
 enum class Fp32Gemm { kExact, kTf32 };
 
