@@ -743,21 +743,42 @@ TEST(SimMatchesCpuWithoutClipping, LossesAndParameters) {
   }
 }
 
-// Each rank's units run on a compute stream of the rank's own (current_stream), not the device's legacy default
-// stream, in training and evaluation alike: two local ranks sharing sim:0, as ranks share a GPU, each see one stream
-// of their own at every unit's forward and backward.
-TEST(ComputeStream, EachRanksUnitsRunOnAStreamOfItsOwn) {
+// Updates nothing; notes the calling thread's current stream of its device at each update, into `seen`.
+class StreamNotingOptimizer final : public Optimizer {
+ public:
+  StreamNotingOptimizer(ShardLayout layout, Device device, std::set<uint64_t>& seen)
+      : Optimizer(std::move(layout), device), seen_(seen) {}
+  absl::string_view name() const override { return "stream-noting"; }
+
+ protected:
+  absl::Status update(const StepArgs&) override {
+    seen_.insert(current_stream(device()).id);
+    return absl::OkStatus();
+  }
+
+ private:
+  std::set<uint64_t>& seen_;
+};
+
+// Each rank's units and optimizer run on a compute stream of the rank's own (current_stream), not the device's legacy
+// default stream, in training and evaluation alike: two local ranks sharing sim:0, as ranks share a GPU, each see one
+// stream of their own at every unit's forward and backward and at every unit's update.
+TEST(ComputeStream, EachRanksUnitsAndUpdatesRunOnAStreamOfItsOwn) {
   const Task task = mlp_task();
   constexpr int kRanks = 2;
-  std::vector<std::set<uint64_t>> streams(kRanks);  // per rank, the current stream ids its units saw
+  std::vector<std::set<uint64_t>> streams(kRanks);  // per rank, the current stream ids its units and updates saw
   const absl::Status status = root_cause(run_local_ranks(kRanks, [&](Communicator& comm) -> absl::Status {
     Allocator alloc;
     ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> mlp, task.make_model());
     std::set<uint64_t>& seen = streams[comm.rank()];
     testing::HookedModel model(
         *mlp, {.on_start = [&](const std::string&) { seen.insert(current_stream(Device::sim(0)).id); }});
+    const OptimizerFactory noting = [&](ShardLayout layout, Allocator&, Device device) {
+      return absl::StatusOr<std::unique_ptr<Optimizer>>(
+          std::make_unique<StreamNotingOptimizer>(std::move(layout), device, seen));
+    };
     const ZeroConfig zero{.stage = 3, .device = Device::sim(0)};
-    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, adamw_factory(), zero));
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, comm, alloc, noting, zero));
     const MlpRows rows(task);
     data::DeviceBatch on_device(alloc, zero.device);
     ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(rows.batch()));
