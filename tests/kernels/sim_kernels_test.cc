@@ -7,9 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
-#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
 #include "runtime/allocator.h"
@@ -17,6 +15,7 @@
 #include "runtime/device_memory.h"
 #include "runtime/sim/sim_api.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/runtime/stream_hold.h"
 
 namespace zero::kernels {
 namespace {
@@ -121,16 +120,8 @@ TEST(SimKernels, KernelsRunOnTheCallingThreadsCurrentStream) {
   absl::StatusOr<void*> x_dev = sim.allocate(bytes, s), y_dev = sim.allocate(bytes, s);
   ASSERT_TRUE(in.ok() && out.ok() && x_dev.ok() && y_dev.ok());
   std::memcpy(in->data(), x.data(), bytes);
-  absl::Notification release;
-  const auto hold = [&](const LaunchContext&) {
-    release.WaitForNotification();
-    return absl::OkStatus();
-  };
-  ASSERT_TRUE(sim.launch(Stream::legacy(0), KernelLaunch{.name = "hold the legacy stream", .body = hold}).ok());
-  absl::Cleanup let_go = [&] {  // also where an assertion below returns early
-    release.Notify();
-    (void)sim.synchronize(Stream::legacy(0));
-  };
+  zero::testing::StreamHold legacy_held(sim, Stream::legacy(0));  // released also where an assertion returns early
+  ASSERT_TRUE(legacy_held.launched().ok()) << legacy_held.launched();
   {
     const StreamScope on_s(kSim, s);
     ASSERT_TRUE(sim.copy_async(*x_dev, in->data(), bytes, s).ok());
@@ -139,7 +130,7 @@ TEST(SimKernels, KernelsRunOnTheCallingThreadsCurrentStream) {
     ASSERT_TRUE(sim.copy_async(out->data(), *y_dev, bytes, s).ok());
     ASSERT_TRUE(sim.synchronize(s).ok());
   }
-  std::move(let_go).Invoke();
+  legacy_held.release();
   std::vector<float> want(x.size());
   ASSERT_TRUE(gelu_forward(Tensor(want.data(), DType::kF32, {static_cast<int64_t>(x.size())}),
                            Tensor(const_cast<float*>(x.data()), DType::kF32, {static_cast<int64_t>(x.size())}))
