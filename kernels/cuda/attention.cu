@@ -317,27 +317,25 @@ absl::Status attention_backward(int device, float* dinp, const float* dout, cons
   const Dims d{b, t, nh, hs};
   const int64_t rows = b * nh * t;
   if (rows == 0) return absl::OkStatus();
-  const Stream stream = current_cuda_stream(device);
-  ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(rows * sizeof(float), stream));
-  float* dsum = static_cast<float*>(scratch);  // D (B, NH, T)
-  absl::Status status = with_head_dim(hs, [&](auto hd) {
-    constexpr int kHeadDim = decltype(hd)::value;
-    ZERO_RETURN_IF_ERROR(launch_kernel(device, "attention_backward_query_kernel",
-                                       attention_backward_query_kernel<kHeadDim>, tile_blocks(d), kThreads, dinp, dsum,
-                                       dout, inp, out, lse, d, score_scale(hs)));
-    const auto key_pass = [&](auto* kernel) {
-      return launch_kernel(device, "attention_backward_key_kernel", kernel, tile_blocks(d), kThreads, dinp, dsum, dout,
-                           inp, lse, d, score_scale(hs));
-    };
-    if constexpr (kHeadDim <= 128) {
-      return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kBoth>);
-    } else {
-      ZERO_RETURN_IF_ERROR(key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDk>));
-      return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDv>);
-    }
+  return with_scratch(device, rows * sizeof(float), [&](void* scratch) {
+    float* dsum = static_cast<float*>(scratch);  // D (B, NH, T)
+    return with_head_dim(hs, [&](auto hd) {
+      constexpr int kHeadDim = decltype(hd)::value;
+      ZERO_RETURN_IF_ERROR(launch_kernel(device, "attention_backward_query_kernel",
+                                         attention_backward_query_kernel<kHeadDim>, tile_blocks(d), kThreads, dinp,
+                                         dsum, dout, inp, out, lse, d, score_scale(hs)));
+      const auto key_pass = [&](auto* kernel) {
+        return launch_kernel(device, "attention_backward_key_kernel", kernel, tile_blocks(d), kThreads, dinp, dsum,
+                             dout, inp, lse, d, score_scale(hs));
+      };
+      if constexpr (kHeadDim <= 128) {
+        return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kBoth>);
+      } else {
+        ZERO_RETURN_IF_ERROR(key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDk>));
+        return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDv>);
+      }
+    });
   });
-  ZERO_RETURN_IF_ERROR(cuda_api().free(dsum, stream));
-  return status;
 }
 
 }  // namespace zero::kernels::cuda

@@ -114,18 +114,15 @@ absl::Status add_column_sums(int device, int64_t rows, int64_t cols, Out* out, T
   if (rows == 0 || cols == 0) return absl::OkStatus();
   const int64_t block_rows = std::max<int64_t>(256, (rows + kMaxBlocks - 1) / kMaxBlocks);
   const int64_t blocks = (rows + block_rows - 1) / block_rows;
-  const Stream stream = current_cuda_stream(device);
-  ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(blocks * cols * sizeof(double), stream));
-  double* partial = static_cast<double*>(scratch);
-  absl::Status s = launch_kernel(device, "column_partial_sums_kernel", column_partial_sums_kernel<Term>,
-                                 dim3(static_cast<unsigned>((cols + kWarp - 1) / kWarp), static_cast<unsigned>(blocks)),
-                                 dim3(kWarp, kSumRows), rows, cols, block_rows, partial, term);
-  if (s.ok()) {
-    s.Update(launch_kernel(device, "add_partial_sums_kernel", add_partial_sums_kernel<Out>, blocks_for(cols), kThreads,
-                           blocks, out, partial, cols));
-  }
-  s.Update(cuda_api().free(partial, stream));
-  return s;
+  return with_scratch(device, blocks * cols * sizeof(double), [&](void* scratch) {
+    double* partial = static_cast<double*>(scratch);
+    ZERO_RETURN_IF_ERROR(
+        launch_kernel(device, "column_partial_sums_kernel", column_partial_sums_kernel<Term>,
+                      dim3(static_cast<unsigned>((cols + kWarp - 1) / kWarp), static_cast<unsigned>(blocks)),
+                      dim3(kWarp, kSumRows), rows, cols, block_rows, partial, term));
+    return launch_kernel(device, "add_partial_sums_kernel", add_partial_sums_kernel<Out>, blocks_for(cols), kThreads,
+                         blocks, out, partial, cols);
+  });
 }
 
 }  // namespace zero::kernels::cuda

@@ -95,19 +95,15 @@ absl::Status crossentropy_forward_backward(int device, LossSums* sums, float* dl
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return zero_on_current_stream(device, sums, sizeof(LossSums));
-  const Stream stream = current_cuda_stream(device);
-  // row_loss (N) fp64, then row_correct (N) int32
-  ZERO_ASSIGN_OR_RETURN(void* rows, cuda_api().allocate(n * (sizeof(double) + sizeof(int32_t)), stream));
-  double* row_loss = static_cast<double*>(rows);
-  int32_t* row_correct = reinterpret_cast<int32_t*>(row_loss + n);
-  absl::Status status = launch_kernel(device, "crossentropy_kernel", crossentropy_kernel, static_cast<unsigned>(n),
-                                      kThreads, dlogits, logits, targets, vocab, padded, scale, row_loss, row_correct);
-  if (status.ok()) {
-    status.Update(
-        launch_kernel(device, "sum_rows_kernel", sum_rows_kernel, 1, kThreads, row_loss, row_correct, n, sums));
-  }
-  status.Update(cuda_api().free(rows, stream));  // in stream order, after the sums read the rows
-  return status;
+  // row_loss (N) fp64, then row_correct (N) int32; freed in stream order, after the sums read the rows
+  return with_scratch(device, n * (sizeof(double) + sizeof(int32_t)), [&](void* rows) {
+    double* row_loss = static_cast<double*>(rows);
+    int32_t* row_correct = reinterpret_cast<int32_t*>(row_loss + n);
+    ZERO_RETURN_IF_ERROR(launch_kernel(device, "crossentropy_kernel", crossentropy_kernel, static_cast<unsigned>(n),
+                                       kThreads, dlogits, logits, targets, vocab, padded, scale, row_loss,
+                                       row_correct));
+    return launch_kernel(device, "sum_rows_kernel", sum_rows_kernel, 1, kThreads, row_loss, row_correct, n, sums);
+  });
 }
 
 }  // namespace zero::kernels::cuda

@@ -85,23 +85,20 @@ absl::Status embedding_backward(int device, float* dwte, float* dwpe, const floa
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (b * t * c == 0) return absl::OkStatus();
   const TokenRows g = group_rows_by_token(host_tokens, b * t, vocab);
-  const Stream stream = current_cuda_stream(device);
   const size_t bytes = g.packed.size() * sizeof(int32_t);
-  ZERO_ASSIGN_OR_RETURN(void* packed, cuda_api().allocate(bytes, stream));
-  // Staged through pinned memory, so g may go out of scope and the host does not wait; ordered on the current
-  // stream like the kernels.
-  ZERO_RETURN_IF_ERROR(pinned_uploads(Device::cuda(device))->upload(packed, g.packed.data(), bytes, stream));
-  const int32_t* offsets = static_cast<const int32_t*>(packed);
-  const int32_t* tokens = offsets + g.unique + 1;
-  absl::Status status =
-      launch_kernel(device, "embedding_backward_wte_kernel", embedding_backward_wte_kernel,
-                    static_cast<unsigned>(g.unique), kThreads, dwte, dout, offsets, tokens, tokens + g.unique, c);
-  if (status.ok()) {
-    status.Update(launch_kernel(device, "embedding_backward_wpe_kernel", embedding_backward_wpe_kernel,
-                                blocks_for(t * c), kThreads, dwpe, dout, b, t, c));
-  }
-  ZERO_RETURN_IF_ERROR(cuda_api().free(packed, stream));
-  return status;
+  return with_scratch(device, bytes, [&](void* packed) {
+    // Staged through pinned memory, so g may go out of scope and the host does not wait; ordered on the current
+    // stream like the kernels.
+    ZERO_RETURN_IF_ERROR(
+        pinned_uploads(Device::cuda(device))->upload(packed, g.packed.data(), bytes, current_cuda_stream(device)));
+    const int32_t* offsets = static_cast<const int32_t*>(packed);
+    const int32_t* tokens = offsets + g.unique + 1;
+    ZERO_RETURN_IF_ERROR(launch_kernel(device, "embedding_backward_wte_kernel", embedding_backward_wte_kernel,
+                                       static_cast<unsigned>(g.unique), kThreads, dwte, dout, offsets, tokens,
+                                       tokens + g.unique, c));
+    return launch_kernel(device, "embedding_backward_wpe_kernel", embedding_backward_wpe_kernel, blocks_for(t * c),
+                         kThreads, dwpe, dout, b, t, c);
+  });
 }
 
 }  // namespace zero::kernels::cuda

@@ -19,8 +19,8 @@ absl::Status on_current_stream(int device, const char* name, Run&& run) {
   ZERO_ASSIGN_OR_RETURN(const cublasHandle_t h, cublas_handle(device));
   absl::Status cublas = absl::OkStatus();
   ZERO_RETURN_IF_ERROR(launch_on_stream(current_cuda_stream(device), name, [&](cudaStream_t stream) {
-    cublas = cublas_status(cublasSetStream(h, stream), "cublasSetStream");
-    if (cublas.ok()) cublas = run(h);
+    cublas.Update(cublas_status(cublasSetStream(h, stream), "cublasSetStream"));
+    if (cublas.ok()) cublas.Update(run(h));
     return absl::OkStatus();
   }));
   return cublas;
@@ -103,18 +103,16 @@ __global__ void accumulate_narrow_kernel(Out* out, const float* acc, int64_t n) 
   ZERO_GRID_STRIDE(i, n) out[i] = narrow<Out>(widen(out[i]) + acc[i]);
 }
 
-// product(acc) into an fp32 scratch of `elems` (stream-ordered on the default stream), then finish(acc): how a
-// half result gets a GEMM's fp32 sum and something more with one rounding. The scratch is freed on every path,
-// unless the device already failed.
+// product(acc) into an fp32 scratch of `elems` (with_scratch), then finish(acc): how a half result gets a GEMM's
+// fp32 sum and something more with one rounding.
 template <typename Product, typename Finish>
 absl::Status through_fp32_scratch(int device, int64_t elems, Product&& product, Finish&& finish) {
-  const Stream stream = current_cuda_stream(device);
-  ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(elems * sizeof(float), stream));
-  float* acc = static_cast<float*>(scratch);
-  absl::Status s = product(acc);
-  if (s.ok()) s.Update(finish(acc));
-  s.Update(cuda_api().free(acc, stream));
-  return s;
+  return with_scratch(device, elems * sizeof(float), [&](void* scratch) {
+    float* acc = static_cast<float*>(scratch);
+    absl::Status s = product(acc);
+    if (s.ok()) s.Update(finish(acc));
+    return s;
+  });
 }
 
 }  // namespace

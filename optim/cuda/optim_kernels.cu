@@ -343,40 +343,40 @@ absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, std::span<const Tens
   const int64_t capacity = std::min(total, std::max<int64_t>(chunks_per_read, 1));
   if (capacity == 0) return sum;
   std::vector<uint64_t> host(static_cast<size_t>(capacity * kSquareSlots));
-  const Stream stream = current_cuda_stream(device);
-  ZERO_ASSIGN_OR_RETURN(void* scratch, cuda_api().allocate(host.size() * sizeof(uint64_t), stream));
-  auto* bins = static_cast<unsigned long long*>(scratch);
-  int64_t filled = 0;  // chunks binned into `bins` and not yet read
-  // Reads the bins filled so far and adds them to `sum`: the one wait for the host.
-  const auto read = [&]() -> absl::Status {
-    if (filled == 0) return absl::OkStatus();
-    ZERO_RETURN_IF_ERROR(cuda_api().copy(host.data(), bins, filled * kSquareSlots * sizeof(uint64_t)));
-    for (int64_t k = 0; k < filled; ++k) sum.add(bins_of(&host[k * kSquareSlots]));
-    filled = 0;
-    return absl::OkStatus();
-  };
-  // Bins chunks [first, first + count) of `x` after those filled so far.
-  const auto bin = [&](const Tensor& x, int64_t first, int64_t count) -> absl::Status {
-    ZERO_RETURN_IF_ERROR(visit_floating(x.dtype(), [&](auto t) {
-      return launch_kernel(device, "square_bins_kernel", square_bins_kernel<decltype(t)::value>,
-                           static_cast<unsigned>(count), kThreads, x.data(), divisor, x.numel(), first,
-                           bins + filled * kSquareSlots);
-    }));
-    filled += count;
-    return absl::OkStatus();
-  };
-  absl::Status s;
-  for (const Tensor& x : xs) {
-    for (int64_t first = 0, chunks = chunks_of(x); first < chunks && s.ok();) {
-      if (filled == capacity) s.Update(read());
-      const int64_t count = std::min(chunks - first, capacity - filled);
-      if (s.ok()) s.Update(bin(x, first, count));
-      first += count;
+  const absl::Status status = with_scratch(device, host.size() * sizeof(uint64_t), [&](void* scratch) {
+    auto* bins = static_cast<unsigned long long*>(scratch);
+    int64_t filled = 0;  // chunks binned into `bins` and not yet read
+    // Reads the bins filled so far and adds them to `sum`: the one wait for the host.
+    const auto read = [&]() -> absl::Status {
+      if (filled == 0) return absl::OkStatus();
+      ZERO_RETURN_IF_ERROR(cuda_api().copy(host.data(), bins, filled * kSquareSlots * sizeof(uint64_t)));
+      for (int64_t k = 0; k < filled; ++k) sum.add(bins_of(&host[k * kSquareSlots]));
+      filled = 0;
+      return absl::OkStatus();
+    };
+    // Bins chunks [first, first + count) of `x` after those filled so far.
+    const auto bin = [&](const Tensor& x, int64_t first, int64_t count) -> absl::Status {
+      ZERO_RETURN_IF_ERROR(visit_floating(x.dtype(), [&](auto t) {
+        return launch_kernel(device, "square_bins_kernel", square_bins_kernel<decltype(t)::value>,
+                             static_cast<unsigned>(count), kThreads, x.data(), divisor, x.numel(), first,
+                             bins + filled * kSquareSlots);
+      }));
+      filled += count;
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    for (const Tensor& x : xs) {
+      for (int64_t first = 0, chunks = chunks_of(x); first < chunks && s.ok();) {
+        if (filled == capacity) s.Update(read());
+        const int64_t count = std::min(chunks - first, capacity - filled);
+        if (s.ok()) s.Update(bin(x, first, count));
+        first += count;
+      }
     }
-  }
-  if (s.ok()) s.Update(read());
-  s.Update(cuda_api().free(bins, stream));  // freed on every path, unless the device already failed
-  if (!s.ok()) return s;
+    if (s.ok()) s.Update(read());
+    return s;
+  });
+  if (!status.ok()) return status;
   return sum;
 }
 

@@ -35,6 +35,18 @@ absl::Status launch_kernel(int device, std::string name, void (*kernel)(Params..
   });
 }
 
+// use(scratch) (an absl::Status) with `bytes` of stream-ordered memory of cuda:`device` (current) on its current
+// stream, freed there after what `use` queued, on every path: a kernel launcher's scratch. The first error wins.
+template <typename Use>
+absl::Status with_scratch(int device, size_t bytes, Use&& use) {
+  const Stream stream = current_cuda_stream(device);
+  absl::StatusOr<void*> scratch = cuda_api().allocate(bytes, stream);
+  if (!scratch.ok()) return scratch.status();
+  absl::Status status = use(*scratch);
+  status.Update(cuda_api().free(*scratch, stream));
+  return status;
+}
+
 // Zeroes `bytes` of device memory in the order of cuda:`device`'s current stream, as above.
 inline absl::Status zero_on_current_stream(int device, void* ptr, size_t bytes) {
   return launch_on_stream(current_cuda_stream(device), "memset", [&](cudaStream_t stream) {
