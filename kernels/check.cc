@@ -1,9 +1,8 @@
 #include "kernels/check.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
-#include "runtime/sim/sim_api.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
@@ -68,15 +67,8 @@ absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, const Tensor& host
     }
     return host.data_as<int32_t>();
   }
-  if (t.device().is_sim()) {  // a synchronous copy on the legacy stream, as cudaMemcpy
-    copy.resize(static_cast<size_t>(t.numel()));
-    if (t.nbytes() > 0) ZERO_RETURN_IF_ERROR(sim_device().copy(copy.data(), t.data(), t.nbytes()));
-    return copy.data();
-  }
-#if ZERO_HAS_CUDA
   copy.resize(static_cast<size_t>(t.numel()));
-  ZERO_RETURN_IF_ERROR(cuda::copy_to_host(t.device().index, copy.data(), t.data(), static_cast<int64_t>(t.nbytes())));
-#endif
+  ZERO_RETURN_IF_ERROR(copy_bytes(copy.data(), Device::cpu(), t.data(), t.device(), t.nbytes()));
   return copy.data();
 }
 

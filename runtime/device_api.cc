@@ -47,9 +47,18 @@ absl::StatusOr<PinnedBuffer> PinnedBuffer::allocate(DeviceApi& api, size_t bytes
   return pinned;
 }
 
-absl::Status wait_for_legacy_stream(DeviceApi& api, Stream stream, Event marker) {
-  ZERO_RETURN_IF_ERROR(api.record(marker, Stream::legacy(stream.device)));
-  return api.wait(stream, marker);
+absl::Status order_after(DeviceApi& api, Stream later, Stream earlier, Event marker) {
+  ZERO_RETURN_IF_ERROR(api.record(marker, earlier));
+  return api.wait(later, marker);
+}
+
+absl::Status copy_in_order_of(DeviceApi& api, Stream stream, void* dst, const void* src, size_t bytes) {
+  const Stream legacy = Stream::legacy(stream.device);
+  if (stream == legacy) return api.copy(dst, src, bytes);
+  ZERO_ASSIGN_OR_RETURN(OwnedEvent marker, OwnedEvent::create(api, stream.device));
+  ZERO_RETURN_IF_ERROR(order_after(api, legacy, stream, marker.get()));
+  ZERO_RETURN_IF_ERROR(api.copy(dst, src, bytes));
+  return order_after(api, stream, legacy, marker.get());
 }
 
 namespace {
@@ -84,6 +93,19 @@ StreamScope::StreamScope(Device device, std::optional<Stream> stream) : device_(
     scoped_streams().emplace_back(device, *stream);
   }
 }
+
+JoinedStreamScope::JoinedStreamScope(DeviceApi* api, Device device, std::optional<Stream> stream, Event marker)
+    : api_(api), caller_(device.is_cpu() ? Stream{} : current_stream(device)), stream_(stream), marker_(marker),
+      scope_(device, stream) {
+  if (joined()) status_ = order_after(*api_, *stream_, caller_, marker_);
+}
+
+JoinedStreamScope::~JoinedStreamScope() {
+  // An error here is a device failure, sticky: the next call on the device reports it.
+  if (joined() && status_.ok()) (void)order_after(*api_, caller_, *stream_, marker_);
+}
+
+bool JoinedStreamScope::joined() const { return stream_.has_value() && *stream_ != caller_; }
 
 StreamScope::~StreamScope() {
   if (!active_) return;

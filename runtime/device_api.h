@@ -123,10 +123,14 @@ class DeviceApi {
 absl::Status synchronize_until(DeviceApi& api, Event event, absl::Time deadline,
                                const std::function<absl::Status()>& check = nullptr);
 
-// Later work on `stream` starts after everything queued so far on its device's legacy default stream, by any thread
-// (where memory is allocated, and ordered after the blocking streams where the kernels run), without blocking the
-// host; `marker` is recorded there for it.
-absl::Status wait_for_legacy_stream(DeviceApi& api, Stream stream, Event marker);
+// Later work on `later` starts after everything queued so far on `earlier`, by any thread, without blocking the host;
+// `marker` (an event of `earlier`'s device) is recorded there for it.
+absl::Status order_after(DeviceApi& api, Stream later, Stream earlier, Event marker);
+
+// api.copy (cudaMemcpy, a synchronous copy on the legacy stream) in the order of `stream`: after the work queued
+// there so far, and before its later work. For a host readback of what kernels on a non-blocking stream wrote, and
+// an upload they will read.
+absl::Status copy_in_order_of(DeviceApi& api, Stream stream, void* dst, const void* src, size_t bytes);
 
 // The stream the calling thread's kernels go to on `device` (a GPU or the simulated device), as PyTorch's current
 // stream: the legacy default stream unless a StreamScope on this thread chose another.
@@ -134,9 +138,8 @@ Stream current_stream(Device device);
 
 // Makes `stream` the current stream of `device` (a GPU or the simulated device) for the calling thread while it
 // lives, then restores the one before; with no stream (a CPU engine's), does nothing. Scopes nest, innermost ending
-// first, on the thread that made them. The allocator's memory and the kernels' host readbacks are still ordered by
-// the legacy default stream, so kernels on them need a blocking stream (as the engine's compute stream is); a
-// non-blocking one is for work that orders itself by events.
+// first, on the thread that made them. Memory, copies and kernels of the thread then go to `stream`; whatever
+// reaches the same memory from another stream must be ordered with it by events (JoinedStreamScope, Work::wait).
 class StreamScope {
  public:
   StreamScope(Device device, std::optional<Stream> stream);
@@ -148,6 +151,30 @@ class StreamScope {
   Device device_;
   bool active_ = false;
   std::optional<Stream> previous_;  // the enclosing scope's stream; none where no scope was open on the device
+};
+
+// A StreamScope whose stream is ordered with the caller's current stream: work on `stream` starts after what the
+// thread had queued on the caller's stream before, and the caller's stream, once the scope ends, waits for what went
+// to `stream` within it. So a library's own stream (the engine's compute stream) reads what the caller uploaded, and
+// the caller reads or frees its buffers only after. `marker` (an event of the device) is recorded for each order.
+// With no stream, or the caller's own, it orders nothing.
+class JoinedStreamScope {
+ public:
+  JoinedStreamScope(DeviceApi* api, Device device, std::optional<Stream> stream, Event marker);
+  ~JoinedStreamScope();
+  JoinedStreamScope(const JoinedStreamScope&) = delete;
+  JoinedStreamScope& operator=(const JoinedStreamScope&) = delete;
+  // Whether the first order was queued: the caller returns an error before queueing anything on the stream.
+  absl::Status status() const { return status_; }
+
+ private:
+  bool joined() const;
+  DeviceApi* api_;
+  Stream caller_;
+  std::optional<Stream> stream_;
+  Event marker_;
+  absl::Status status_;
+  StreamScope scope_;  // last: made after caller_ was read
 };
 
 // A stream or event of `api` that is destroyed with this owner. A destroy's error is dropped: after a device failure

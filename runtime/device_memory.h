@@ -11,13 +11,14 @@
 
 namespace zero {
 
-// CPU: 64-byte aligned host memory. CUDA: cudaMallocAsync/cudaFreeAsync in the order of the legacy default
-// stream (runtime/cuda/cuda_memory.cu); another stream touches new memory only after an event from there.
+// CPU: 64-byte aligned host memory. GPU and simulated device: stream-ordered (cudaMallocAsync/cudaFreeAsync) on the
+// calling thread's current stream (runtime/cuda/cuda_memory.cu); another stream touches new memory only after an
+// event from there, and the free must be ordered after every other stream's use.
 absl::StatusOr<void*> device_alloc(Device device, size_t nbytes);
 void device_free(Device device, void* ptr);
 
-// Copies `nbytes` between any two devices (memcpy, or a synchronous cudaMemcpy), so the caller may use
-// or free either side as soon as it returns.
+// Copies `nbytes` between any two devices (memcpy, or a synchronous cudaMemcpy in the current stream's order), so
+// the caller may use or free either side as soon as it returns.
 absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
 // Makes `device` the calling thread's current CUDA device (nothing for the CPU). A rank's threads adopt

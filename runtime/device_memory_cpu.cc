@@ -44,7 +44,7 @@ DeviceApi* cuda_device_api();
 #endif
 
 absl::StatusOr<void*> device_alloc(Device device, size_t nbytes) {
-  if (device.is_sim()) return sim_device().allocate(nbytes, Stream::legacy(device.index));
+  if (device.is_sim()) return sim_device().allocate(nbytes, current_stream(device));
   return device.is_cpu() ? cpu_alloc(nbytes) : cuda_alloc(device, nbytes);
 }
 
@@ -52,7 +52,7 @@ void device_free(Device device, void* ptr) {
   if (device.is_cpu()) {
     std::free(ptr);
   } else if (device.is_sim()) {
-    (void)sim_device().free(ptr, Stream::legacy(device.index));  // sticky there: the next call reports it
+    (void)sim_device().free(ptr, current_stream(device));  // sticky there: the next call reports it
   } else {
     cuda_free(device, ptr);
   }
@@ -64,7 +64,10 @@ absl::Status copy_bytes(void* dst, Device dst_device, const void* src, Device sr
     std::memcpy(dst, src, nbytes);
     return absl::OkStatus();
   }
-  if (dst_device.is_sim() || src_device.is_sim()) return sim_device().copy(dst, src, nbytes);
+  if (dst_device.is_sim() || src_device.is_sim()) {
+    const Device device = dst_device.is_sim() ? dst_device : src_device;
+    return copy_in_order_of(sim_device(), current_stream(device), dst, src, nbytes);
+  }
   return cuda_copy(dst, dst_device, src, src_device, nbytes);
 }
 

@@ -93,14 +93,13 @@ absl::Status ParamGatherer::start_gather(int i) {
   ZERO_RETURN_IF_ERROR(rank_.allocator.page_in(u.params.data()));  // offload_param: the shard from its file
   Tensor shard = u.held_params(rank_.dtype);
   if (shard.device() != rank_.device) {
-    // A shard in pinned host memory (offload_param_to_host) goes to the device first, on the legacy stream, which
-    // orders it before the collective's copies and kernels there without the host waiting for it.
+    // A shard in pinned host memory (offload_param_to_host) goes to the device first, on the compute stream, which
+    // orders it before the collective (its post event) without the host waiting for it.
     ZERO_ASSIGN_OR_RETURN(staged_[i],
                           rank_.allocator.allocate(shard.nbytes(), MemoryCategory::kCommBuffers, rank_.device));
     const Tensor staged = staged_[i].tensor(rank_.dtype, {u.held_numel});
-    ZERO_RETURN_IF_ERROR(
-        device_api(rank_.device)
-            ->copy_async(staged.data(), shard.data(), shard.nbytes(), Stream::legacy(rank_.device.index)));
+    ZERO_RETURN_IF_ERROR(device_api(rank_.device)
+                             ->copy_async(staged.data(), shard.data(), shard.nbytes(), current_stream(rank_.device)));
     shard = staged;
   }
   const Tensor full = gathered_[i].tensor(rank_.dtype, {u.layout.padded_numel});

@@ -44,9 +44,9 @@ absl::StatusOr<HostOffload> HostOffload::create(std::vector<UnitState>& units, D
 }
 
 HostOffload::HostOffload(std::vector<UnitState>& units, DType dtype, Device device, DeviceApi& api,
-                         OwnedStream transfer, OwnedEvent legacy_marker, std::vector<PerUnit> per_unit)
+                         OwnedStream transfer, OwnedEvent compute_marker, std::vector<PerUnit> per_unit)
     : units_(&units), dtype_(dtype), device_(device), api_(&api), transfer_(std::move(transfer)),
-      legacy_marker_(std::move(legacy_marker)), per_unit_(std::move(per_unit)) {}
+      compute_marker_(std::move(compute_marker)), per_unit_(std::move(per_unit)) {}
 
 HostOffload::~HostOffload() {
   if (transfer_.owns()) (void)api_->synchronize(transfer_.get());  // after a device failure nothing is in flight
@@ -56,8 +56,8 @@ absl::Status HostOffload::gradients_final(int i) {
   PerUnit& p = per_unit_[i];
   const Tensor grads = (*units_)[i].own_grads(dtype_);
   if (grads.nbytes() > 0) {
-    // After the kernels that wrote the gradient (queued on the legacy stream before this call).
-    ZERO_RETURN_IF_ERROR(wait_for_legacy_stream(*api_, transfer_.get(), legacy_marker_.get()));
+    // After the kernels that wrote the gradient (queued on the current stream before this call).
+    ZERO_RETURN_IF_ERROR(order_after(*api_, transfer_.get(), current_stream(device_), compute_marker_.get()));
     ZERO_RETURN_IF_ERROR(api_->copy_async(p.grads_out.data(), grads.data(), grads.nbytes(), transfer_.get()));
     ZERO_RETURN_IF_ERROR(api_->record(p.copied_out.get(), transfer_.get()));
   }
@@ -92,12 +92,12 @@ absl::Status HostOffload::send_parameters(int i) {
   if (params.nbytes() == 0) return absl::OkStatus();
   ZERO_RETURN_IF_ERROR(api_->copy_async(params.data(), p.params_in.data(), params.nbytes(), transfer_.get()));
   ZERO_RETURN_IF_ERROR(api_->record(p.copied_in.get(), transfer_.get()));
-  return api_->wait(Stream::legacy(device_.index), p.copied_in.get());  // the kernels read them after the copy
+  return api_->wait(current_stream(device_), p.copied_in.get());  // the kernels read them after the copy
 }
 
 absl::Status HostOffload::release_gradients() {
   for (PerUnit& p : per_unit_) {
-    if (p.streamed) ZERO_RETURN_IF_ERROR(api_->wait(Stream::legacy(device_.index), p.copied_out.get()));
+    if (p.streamed) ZERO_RETURN_IF_ERROR(api_->wait(current_stream(device_), p.copied_out.get()));
     p.streamed = false;
   }
   return absl::OkStatus();

@@ -15,9 +15,9 @@ namespace zero {
 // weights and optimizer live on the CPU (the engine steps the optimizer between them). Per unit, in the training
 // dtype (own_count elements each), two page-locked buffers: the gradient, streamed out by gradients_final as soon as
 // the unit's last reduction of the step has been added in, on a transfer stream of its own so that the copy
-// overlaps the rest of backward; and the updated parameters, streamed back by send_parameters. The legacy default
-// stream, where the kernels run, waits on the device for each parameter copy; the host waits only for a gradient
-// it is about to read, or for the previous step's parameter copy before writing the buffer again.
+// overlaps the rest of backward; and the updated parameters, streamed back by send_parameters. The compute
+// stream (current), where the kernels run, waits on the device for each parameter copy; the host waits only for a
+// gradient it is about to read, or for the previous step's parameter copy before writing the buffer again.
 //
 //   own grads (device) --gradients_final--> gradients(i) (pinned) --the engine: fp32, unscale, clip, CPU step-->
 //   parameters(i) (pinned) --send_parameters--> own params (device)
@@ -63,14 +63,14 @@ class HostOffload {
     bool streamed = false;  // gradients_final ran this step, and the kernels have not waited for its copy yet
   };
   HostOffload(std::vector<UnitState>& units, DType dtype, Device device, DeviceApi& api, OwnedStream transfer,
-              OwnedEvent legacy_marker, std::vector<PerUnit> per_unit);
+              OwnedEvent compute_marker, std::vector<PerUnit> per_unit);
 
   std::vector<UnitState>* units_;
   DType dtype_;
   Device device_;
   DeviceApi* api_;
-  OwnedStream transfer_;      // non-blocking: ordered with the kernels by events alone
-  OwnedEvent legacy_marker_;  // where a gradient copy waits for the kernels queued before it
+  OwnedStream transfer_;       // non-blocking: ordered with the kernels by events alone
+  OwnedEvent compute_marker_;  // where a gradient copy waits for the kernels queued before it
   std::vector<PerUnit> per_unit_;
 };
 

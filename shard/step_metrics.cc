@@ -34,10 +34,10 @@ bool StepMetrics::any_on_device() const {
 
 absl::Status StepMetrics::copy_back() {
   if (!host_copy_ || !any_on_device()) return absl::OkStatus();
-  // The legacy default stream, where the kernels run and the slots were allocated.
-  const Stream legacy = Stream::legacy(slots_.device().index);
-  ZERO_RETURN_IF_ERROR(host_copy_->api.copy_async(host_copy_->pinned.data(), slots_.data(), slots_.nbytes(), legacy));
-  ZERO_RETURN_IF_ERROR(host_copy_->api.record(host_copy_->copied.get(), legacy));
+  // The current (compute) stream, where the kernels that wrote the slots run.
+  const Stream stream = current_stream(slots_.device());
+  ZERO_RETURN_IF_ERROR(host_copy_->api.copy_async(host_copy_->pinned.data(), slots_.data(), slots_.nbytes(), stream));
+  ZERO_RETURN_IF_ERROR(host_copy_->api.record(host_copy_->copied.get(), stream));
   host_copy_->queued = true;
   return absl::OkStatus();
 }

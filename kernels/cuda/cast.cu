@@ -58,10 +58,4 @@ absl::Status cast(int device, void* out, DType to, const void* inp, DType from, 
   return absl::InvalidArgumentError(absl::StrCat("cast: no CUDA cast from ", dtype_name(from), " to ", dtype_name(to)));
 }
 
-absl::Status copy_to_host(int device, void* host, const void* src, int64_t nbytes) {
-  CudaDeviceGuard guard;
-  ZERO_RETURN_IF_ERROR(guard.set(device));
-  return cuda_api().copy(host, src, static_cast<size_t>(nbytes));
-}
-
 }  // namespace zero::kernels::cuda

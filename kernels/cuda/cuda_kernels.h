@@ -76,7 +76,4 @@ absl::Status divide_by(int device, void* x, DType dtype, int64_t n, float diviso
 absl::Status multiply_by(int device, void* x, DType dtype, int64_t n, float factor);
 absl::Status fill_zero(int device, void* x, int64_t nbytes);
 
-// Copies n bytes from the device to the host, waiting for earlier work on the default stream.
-absl::Status copy_to_host(int device, void* host, const void* src, int64_t nbytes);
-
 }  // namespace zero::kernels::cuda

@@ -7,10 +7,10 @@
 namespace zero::data {
 namespace {
 
-// `host`'s layout over `data` on `device`, and its bytes queued for there on the legacy default stream, where the
-// kernels that read them run (after the previous batch's, which read the same buffer).
+// `host`'s layout over `data` on `device`, and its bytes queued for there on the calling thread's current stream
+// (an engine orders its compute stream after it, and the caller's stream after the kernels that read the batch).
 absl::StatusOr<Tensor> copy_to(void* data, Device device, const Tensor& host) {
-  ZERO_RETURN_IF_ERROR(pinned_uploads(device)->upload(data, host.data(), host.nbytes(), Stream::legacy(device.index)));
+  ZERO_RETURN_IF_ERROR(pinned_uploads(device)->upload(data, host.data(), host.nbytes(), current_stream(device)));
   return Tensor(data, host.dtype(), host.shape(), host.strides(), device);
 }
 

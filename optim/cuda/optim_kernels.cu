@@ -9,6 +9,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/half.cuh"
 #include "runtime/cuda/launch.cuh"
+#include "runtime/device_memory.h"
 #include "runtime/dtype_dispatch.h"
 #include "runtime/parallel.h"
 #include "runtime/rounding.h"
@@ -236,7 +237,8 @@ absl::StatusOr<ChunkSquareSums> chunk_sums(int device, const ShardLayout& layout
     return launch(t, dim3(kSumTiles, t.num_segments), static_cast<unsigned long long*>(bins), first);
   }));
   std::vector<uint64_t> host(chunks * 2 * kSquareSlots);
-  ZERO_RETURN_IF_ERROR(cuda_api().copy(host.data(), bins, host.size() * sizeof(uint64_t)));
+  ZERO_RETURN_IF_ERROR(
+      copy_bytes(host.data(), Device::cpu(), bins, Device::cuda(device), host.size() * sizeof(uint64_t)));
   ChunkSquareSums sums(chunks);
   for (size_t k = 0; k < chunks; ++k) {
     for (int q = 0; q < 2; ++q) sums[k][q].add(bins_of(&host[(2 * k + q) * kSquareSlots]));
@@ -349,7 +351,8 @@ absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, std::span<const Tens
     // Reads the bins filled so far and adds them to `sum`: the one wait for the host.
     const auto read = [&]() -> absl::Status {
       if (filled == 0) return absl::OkStatus();
-      ZERO_RETURN_IF_ERROR(cuda_api().copy(host.data(), bins, filled * kSquareSlots * sizeof(uint64_t)));
+      ZERO_RETURN_IF_ERROR(
+          copy_bytes(host.data(), Device::cpu(), bins, Device::cuda(device), filled * kSquareSlots * sizeof(uint64_t)));
       for (int64_t k = 0; k < filled; ++k) sum.add(bins_of(&host[k * kSquareSlots]));
       filled = 0;
       return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "runtime/comm/collective.h"
+#include "runtime/device_api.h"
 
 namespace zero {
 
@@ -21,12 +22,17 @@ class Backend {
   // Where this rank's training buffers belong: the CPU, or the backend's own GPU (nccl).
   virtual Device home_device() const { return Device::cpu(); }
 
-  // Called on the thread that posts `c`, before it is queued: where a GPU backend orders `c` after the
-  // kernels that thread already enqueued (which write its inputs), without waiting for them.
+  // Called on the thread that posts `c`, before it is queued: where a backend of device buffers orders `c` after the
+  // kernels that thread already enqueued on its current stream (which write its inputs), without waiting for them
+  // (PostEvents).
   virtual absl::Status prepare(const Collective& c) {
     (void)c;
     return absl::OkStatus();
   }
+
+  // The stream a device collective's work is queued on: once run() returned, an event recorded there marks its end,
+  // which Work::wait makes the waiter's current stream wait for.
+  virtual Stream stream_for(const Collective& c) const { return Stream::legacy(c.device.index); }
 
   // Runs `c` to completion. Arguments are already validated. Must give up with DeadlineExceeded (naming
   // the ranks it waited for, where it can tell) at `deadline`, and fail promptly once a peer failed.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/cpu_threads.h"
+#include "runtime/device_memory.h"
 #include "runtime/status.h"
 
 namespace zero {
@@ -232,7 +233,17 @@ Work Communicator::submit(Collective c) {
   }
   // Prepared here, on the posting thread; failing, it fails in its turn on the comm thread like a run.
   const absl::Status prepared = backend_->prepare(c);
-  stream_.submit([this, c, state, prepared] { state->complete(prepared.ok() ? execute(c) : fail(prepared)); });
+  stream_.submit([this, c, state, prepared] {
+    if (!prepared.ok()) return state->complete(fail(prepared));
+    absl::Status status = execute(c);
+    std::optional<DeviceCompletion> on_device;
+    if (status.ok() && !c.device.is_cpu()) {
+      absl::StatusOr<DeviceCompletion> marked = mark_end_on_device(c);
+      status = marked.ok() ? absl::OkStatus() : fail(marked.status());
+      if (marked.ok()) on_device = std::move(marked).value();
+    }
+    state->complete(std::move(status), std::move(on_device));
+  });
   return Work(std::move(state));
 }
 
@@ -246,6 +257,13 @@ absl::Status Communicator::execute(const Collective& c) {
       options_.debug_collectives.value_or(false) ? check_same_collective(c, deadline) : absl::OkStatus();
   if (status.ok()) status = backend_->run(c, deadline);
   return status.ok() ? status : fail(status);
+}
+
+absl::StatusOr<DeviceCompletion> Communicator::mark_end_on_device(const Collective& c) {
+  DeviceApi& api = *device_api(c.device);
+  ZERO_ASSIGN_OR_RETURN(OwnedEvent event, OwnedEvent::create(api, c.device.index));
+  ZERO_RETURN_IF_ERROR(api.record(event.get(), backend_->stream_for(c)));
+  return DeviceCompletion{c.device, std::move(event)};
 }
 
 absl::Status Communicator::fail(const absl::Status& status) {

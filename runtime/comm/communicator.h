@@ -112,6 +112,8 @@ class Communicator {
                         std::optional<ReduceOp> reduce_op) const;
   Work submit(Collective c) ABSL_LOCKS_EXCLUDED(post_mu_, mu_);
   absl::Status execute(const Collective& c) ABSL_LOCKS_EXCLUDED(mu_);
+  // An event recorded after `c`'s device work, for its Work's waiters' streams.
+  absl::StatusOr<DeviceCompletion> mark_end_on_device(const Collective& c);
   // Makes `status` the sticky failure and aborts the backend.
   absl::Status fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status check_same_collective(const Collective& c, absl::Time deadline);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/comm/post_events.h"
 #include "runtime/comm/reduce.h"
 #include "runtime/status.h"
 
@@ -29,7 +30,12 @@ class LocalBackend final : public Backend {
 #endif
   }
 
+  // Device buffers are read and written on the device's legacy stream, which every rank's comm thread makes wait
+  // for its own post before they meet: so every rank's part runs after every rank's inputs were written.
+  absl::Status prepare(const Collective& c) override { return posted_.record(c); }
+
   absl::Status run(const Collective& c, absl::Time deadline) override {
+    ZERO_RETURN_IF_ERROR(posted_.wait(stream_for(c), c));
     ZERO_RETURN_IF_ERROR(group_->post_and_meet(rank_, c, deadline));
     std::vector<CollectiveFingerprint> fingerprints;
     for (int r = 0; r < world_size(); ++r) fingerprints.push_back(CollectiveFingerprint::of(group_->posted(r)));
@@ -108,6 +114,7 @@ class LocalBackend final : public Backend {
 
   LocalGroup* const group_;
   const int rank_;
+  PostEvents posted_;
 };
 
 }  // namespace

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <thread>
 #include <vector>
 
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/allocator.h"
+#include "runtime/comm/post_events.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/device_api.h"
 #include "runtime/device_memory.h"
@@ -159,19 +159,13 @@ class NcclBackend final : public Backend {
   // then, on that stream, which run() makes the stream wait for just before the NCCL call (so a
   // collective waits for no compute posted after it). Communicator calls prepare and queues the
   // collective in one step, so the events line up with the runs.
-  absl::Status prepare(const Collective& c) override {
-    if (!c.device.is_cuda()) return absl::OkStatus();
-    ZERO_ASSIGN_OR_RETURN(OwnedEvent posted, spare_event());
-    ZERO_RETURN_IF_ERROR(api_.record(posted.get(), current_stream(Device::cuda(device_))));
-    absl::MutexLock lock(&events_mu_);
-    posted_.push_back(std::move(posted));
-    return absl::OkStatus();
-  }
+  absl::Status prepare(const Collective& c) override { return posted_.record(c); }
+  Stream stream_for(const Collective&) const override { return stream_.get(); }
 
   absl::Status run(const Collective& c, absl::Time deadline) override {
     ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device_)));
     if (c.device.is_cpu()) return explain(run_staged(c, deadline), c.describe());
-    absl::Status status = wait_for_post(c);
+    absl::Status status = posted_.wait(stream_.get(), c);
     if (status.ok()) status = enqueue(c, deadline);
     if (status.ok()) status = finish(deadline);
     return explain(status, c.describe());
@@ -215,32 +209,11 @@ class NcclBackend final : public Backend {
       : rank_(rank), world_size_(world_size), device_(device), stream_(std::move(stream)), done_(std::move(done)),
         allocated_(std::move(allocated)) {}
 
-  absl::StatusOr<OwnedEvent> spare_event() {
-    {
-      absl::MutexLock lock(&events_mu_);
-      if (!spare_.empty()) {
-        OwnedEvent event = std::move(spare_.back());
-        spare_.pop_back();
-        return event;
-      }
-    }
-    return OwnedEvent::create(api_, device_);
+  // Device memory is allocated in the order of the allocating thread's current stream (runtime/device_memory.h): the
+  // stream may touch new memory only after it.
+  absl::Status wait_for_allocations() {
+    return order_after(api_, stream_.get(), current_stream(Device::cuda(device_)), allocated_.get());
   }
-
-  // Makes the stream wait for the event prepare() recorded when `c` was posted.
-  absl::Status wait_for_post(const Collective& c) {
-    absl::MutexLock lock(&events_mu_);
-    if (posted_.empty()) return absl::InternalError(absl::StrCat(c.describe(), " was not prepared when posted"));
-    OwnedEvent posted = std::move(posted_.front());
-    posted_.pop_front();
-    const absl::Status status = api_.wait(stream_.get(), posted.get());  // takes the record as it is now
-    spare_.push_back(std::move(posted));
-    return status;
-  }
-
-  // Device memory is allocated in the order of the legacy default stream (runtime/device_memory.h): the stream
-  // may touch new memory only after it.
-  absl::Status wait_for_allocations() { return wait_for_legacy_stream(api_, stream_.get(), allocated_.get()); }
 
   // Puts `c` on the stream, then waits, within the deadline, for the non-blocking communicator to take it. The
   // launch only enqueues; a peer's failure is settled after it, as the communicator's error, not the device's.
@@ -406,18 +379,16 @@ class NcclBackend final : public Backend {
   const int rank_;
   const int world_size_;
   const int device_;
-  OwnedStream stream_;     // every NCCL call and staging copy, from the comm thread
-  OwnedEvent done_;        // finish()
-  OwnedEvent allocated_;   // wait_for_allocations()
-  absl::Mutex events_mu_;  // the posting thread's prepare() and the comm thread's run() share these:
-  std::deque<OwnedEvent> posted_ ABSL_GUARDED_BY(events_mu_);  // one per device collective prepared, not yet run
-  std::vector<OwnedEvent> spare_ ABSL_GUARDED_BY(events_mu_);  // recycled
-  std::shared_ptr<SharedFailure> shared_failure_;              // CommOptions::shared_failure
-  Allocator* allocator_ = nullptr;                             // CommOptions::allocator, or own_allocator_
-  std::unique_ptr<Allocator> own_allocator_;                   // when CommOptions names none
-  Buffer scratch_;                                             // device memory, (world_size + 1) fingerprints
-  Buffer staging_;                                             // device memory for host collectives, grown as needed
-  PinnedBuffer pinned_;                                        // the host side of the staging copies, grown as needed
+  OwnedStream stream_;                             // every NCCL call and staging copy, from the comm thread
+  OwnedEvent done_;                                // finish()
+  OwnedEvent allocated_;                           // wait_for_allocations()
+  PostEvents posted_;                              // prepare() records, run() waits
+  std::shared_ptr<SharedFailure> shared_failure_;  // CommOptions::shared_failure
+  Allocator* allocator_ = nullptr;                 // CommOptions::allocator, or own_allocator_
+  std::unique_ptr<Allocator> own_allocator_;       // when CommOptions names none
+  Buffer scratch_;                                 // device memory, (world_size + 1) fingerprints
+  Buffer staging_;                                 // device memory for host collectives, grown as needed
+  PinnedBuffer pinned_;                            // the host side of the staging copies, grown as needed
   ncclComm_t comm_ = nullptr;
   bool initialized_ = false;  // ncclCommInitRankConfig completed
   bool aborted_ = false;

@@ -1,17 +1,22 @@
 #include "runtime/comm/work.h"
 
+#include "runtime/device_memory.h"
+
 namespace zero {
 
-void WorkState::complete(absl::Status status) {
+void WorkState::complete(absl::Status status, std::optional<DeviceCompletion> on_device) {
   absl::MutexLock lock(&mu_);
   status_ = std::move(status);
+  on_device_ = std::move(on_device);
   done_ = true;
 }
 
 absl::Status WorkState::wait() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(&done_));
-  return status_;
+  if (!status_.ok() || !on_device_) return status_;
+  const Device device = on_device_->device;
+  return device_api(device)->wait(current_stream(device), on_device_->event.get());
 }
 
 bool WorkState::is_completed() {

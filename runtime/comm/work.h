@@ -2,17 +2,26 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/device_api.h"
 
 namespace zero {
+
+// Where a device collective's work ends on the device: an event of `device`, recorded after it.
+struct DeviceCompletion {
+  Device device;
+  OwnedEvent event;
+};
 
 // Shared between the Work handles and the thread that completes the operation. Thread-safe.
 class WorkState {
  public:
-  void complete(absl::Status status);
+  void complete(absl::Status status, std::optional<DeviceCompletion> on_device = std::nullopt);
+  // The status, once complete; a device collective's also orders the calling thread's current stream after it.
   absl::Status wait();
   bool is_completed();
 
@@ -20,6 +29,7 @@ class WorkState {
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::optional<DeviceCompletion> on_device_ ABSL_GUARDED_BY(mu_);
 };
 
 // Copies share one operation; any copy may be waited on or polled, from any thread, any number of times.
@@ -33,7 +43,9 @@ class Work {
   explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
 
   // Blocks until the operation finished (or failed: it fails on its own within the communicator's
-  // timeout) and returns its status. Buffers may be reused only after wait() returned.
+  // timeout) and returns its status. Buffers may be reused only after wait() returned. On device buffers it also
+  // makes the calling thread's current stream wait for the collective's end on the device (as c10d's
+  // work.wait()), so the kernels queued there next read its output, and a free queued there comes after it.
   absl::Status wait() const { return state_->wait(); }
   bool is_completed() const { return state_->is_completed(); }
 

@@ -15,6 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/cpu_threads.h"
+#include "runtime/device_memory.h"
+#include "runtime/sim/sim_api.h"
+#include "runtime/sim/sim_device.h"
 #include "runtime/status.h"
 #include "tests/runtime/collective_checks.h"
 
@@ -262,13 +265,10 @@ TEST(LocalFailures, DivergingCountsAreCaughtBeforeAnyMemoryIsTouched) {
 }
 
 TEST(LocalFailures, BuffersOnDifferentDevicesAreRefusedBeforeAnyMemoryIsTouched) {
-  // Rank 1 labels its buffer cuda:0 (never dereferenced: the check comes first, so no GPU is needed).
-#ifndef ZERO_HAS_CUDA
-  GTEST_SKIP() << "a build without CUDA refuses cuda buffers before the backend sees them";
-#endif
+  // Rank 1 labels its host buffer sim:0 (never dereferenced: the check comes first).
   const auto statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
     std::vector<float> buf(4, 1.0f);
-    const Tensor t(buf.data(), DType::kF32, {4}, comm.rank() == 1 ? Device::cuda(0) : Device::cpu());
+    const Tensor t(buf.data(), DType::kF32, {4}, comm.rank() == 1 ? Device::sim(0) : Device::cpu());
     absl::Status s = comm.allreduce(t, ReduceOp::kSum).wait();
     for (float v : buf) EXPECT_EQ(v, 1.0f);
     return s;
@@ -376,6 +376,42 @@ TEST(LocalRanks, AnOmpNumThreadsCapsEachRanksShare) {
   EXPECT_EQ(one_rank_threads("100000"), available_cores());
   EXPECT_EQ(one_rank_threads("lots"), available_cores());
   unsetenv("OMP_NUM_THREADS");
+}
+
+// Each rank writes its input with a kernel on a non-blocking stream of its own, posts an allreduce, waits for its Work
+// and reads the sum with the next kernel there: the post event and the Work's completion event are the only orders
+// between the ranks' streams and the legacy stream the local backend works on (the checker fails the run on any
+// other), and the rank's thread never waits for the device before its readback.
+TEST(LocalOnDevice, CollectivesAreOrderedWithThePostersStreamsByEvents) {
+  constexpr int64_t kCount = 64;
+  const Device sim = Device::sim(0);
+  sim::SimDevice& api = sim_device();
+  const auto statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(OwnedStream stream, OwnedStream::create(api, sim.index));
+    const StreamScope on_stream(sim, stream.get());
+    ZERO_ASSIGN_OR_RETURN(void* x, device_alloc(sim, kCount * sizeof(float)));
+    ZERO_ASSIGN_OR_RETURN(void* y, device_alloc(sim, kCount * sizeof(float)));
+    const Tensor in(x, DType::kF32, {kCount}, sim), out(y, DType::kF32, {kCount}, sim);
+    const float value = static_cast<float>(comm.rank() + 1);
+    const uint64_t waits_before = api.host_synchronizations();
+    ZERO_RETURN_IF_ERROR(launch_on_sim(sim, "fill", {writes(in)}, [&](HostTensors& host) {
+      std::fill_n(host(in).data_as<float>(), kCount, value);
+      return absl::OkStatus();
+    }));
+    ZERO_RETURN_IF_ERROR(comm.allreduce(in, ReduceOp::kSum).wait());
+    ZERO_RETURN_IF_ERROR(launch_on_sim(sim, "copy", {reads(in), writes(out)}, [&](HostTensors& host) {
+      std::copy_n(host(in).data_as<float>(), kCount, host(out).data_as<float>());
+      return absl::OkStatus();
+    }));
+    EXPECT_EQ(api.host_synchronizations(), waits_before) << "rank " << comm.rank() << " waited for the device";
+    std::vector<float> sums(kCount);
+    ZERO_RETURN_IF_ERROR(copy_bytes(sums.data(), Device::cpu(), y, sim, kCount * sizeof(float)));
+    EXPECT_EQ(sums, std::vector<float>(kCount, 3.0f)) << "rank " << comm.rank();
+    device_free(sim, x);
+    device_free(sim, y);
+    return api.synchronize(stream.get());
+  });
+  for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
 }
 
 }  // namespace

@@ -112,7 +112,7 @@ TEST_P(DeviceApiTest, NonBlockingStreamRunsBesideTheHeldLegacyStream) {
 
 // Bytes copied in on the held legacy stream, then out on another stream that waits for the legacy stream: the copy
 // out sees them only if the wait ordered it (on the simulated device, the checker also names a missing wait).
-TEST_P(DeviceApiTest, WaitForLegacyStreamOrdersAfterItsWorkSoFar) {
+TEST_P(DeviceApiTest, OrderAfterOrdersAfterTheOtherStreamsWorkSoFar) {
   constexpr size_t kBytes = 1024;
   OwnedStream s = stream();
   OwnedEvent marker = event();
@@ -127,7 +127,7 @@ TEST_P(DeviceApiTest, WaitForLegacyStreamOrdersAfterItsWorkSoFar) {
     StreamHold hold(api(), Stream::legacy(0));
     ASSERT_TRUE(hold.launched().ok()) << hold.launched();
     ASSERT_TRUE(api().copy_async(*on_device, *in, kBytes, Stream::legacy(0)).ok());
-    ASSERT_TRUE(wait_for_legacy_stream(api(), s.get(), marker.get()).ok());
+    ASSERT_TRUE(order_after(api(), s.get(), Stream::legacy(0), marker.get()).ok());
     ASSERT_TRUE(api().copy_async(*out, *on_device, kBytes, s.get()).ok());
   }
   ASSERT_TRUE(api().synchronize(s.get()).ok());
@@ -141,6 +141,44 @@ TEST_P(DeviceApiTest, WaitForLegacyStreamOrdersAfterItsWorkSoFar) {
 
 // An owner destroys its handle when dropped; a move hands the handle over (so it outlives the moved-from owner), and
 // a move assignment leaves the target's old handle to the source, destroyed with it.
+// The caller's stream (legacy) is held while it queues an upload: the joined stream's read of it still sees its bytes,
+// and the caller's overwrite queued after the scope still comes after that read. On the simulated device the checker
+// also holds both orders (each missing one is a violation there).
+TEST_P(DeviceApiTest, AJoinedStreamRunsBetweenTheCallersWorkBeforeAndAfter) {
+  constexpr size_t kBytes = 1024;
+  const Device device = GetParam() == Where::kSim ? Device::sim(0) : Device::cuda(0);
+  const Stream caller = Stream::legacy(0);
+  OwnedStream s = stream();
+  OwnedEvent marker = event();
+  absl::StatusOr<void*> first = api().allocate_pinned(kBytes);
+  absl::StatusOr<void*> second = api().allocate_pinned(kBytes);
+  absl::StatusOr<void*> out = api().allocate_pinned(kBytes);
+  absl::StatusOr<void*> on_device = api().allocate(kBytes, caller);
+  ASSERT_TRUE(first.ok() && second.ok() && out.ok() && on_device.ok());
+  std::memset(*first, 0x22, kBytes);
+  std::memset(*second, 0x33, kBytes);
+  std::memset(*out, 0, kBytes);
+  {
+    StreamHold hold(api(), caller);
+    ASSERT_TRUE(hold.launched().ok()) << hold.launched();
+    ASSERT_TRUE(api().copy_async(*on_device, *first, kBytes, caller).ok());
+    {
+      const JoinedStreamScope joined(&api(), device, s.get(), marker.get());
+      ASSERT_TRUE(joined.status().ok()) << joined.status();
+      EXPECT_EQ(current_stream(device), s.get());
+      ASSERT_TRUE(api().copy_async(*out, *on_device, kBytes, current_stream(device)).ok());
+    }
+    EXPECT_EQ(current_stream(device), caller);
+    ASSERT_TRUE(api().copy_async(*on_device, *second, kBytes, caller).ok());
+  }
+  ASSERT_TRUE(api().synchronize_device(0).ok());
+  EXPECT_EQ(std::vector<uint8_t>(static_cast<uint8_t*>(*out), static_cast<uint8_t*>(*out) + kBytes),
+            std::vector<uint8_t>(kBytes, 0x22));
+  EXPECT_TRUE(api().free(*on_device, caller).ok());
+  EXPECT_TRUE(api().synchronize_device(0).ok());
+  for (void* pinned : {*first, *second, *out}) EXPECT_TRUE(api().free_pinned(pinned).ok());
+}
+
 TEST_P(DeviceApiTest, OwnedHandlesAreDestroyedWithTheirOwnerOnly) {
   const auto live = [&](Event e) { return api().query(e).ok(); };
   OwnedEvent first = event();

@@ -36,7 +36,7 @@ void HeldBackend::release() {
 
 absl::Status HeldBackend::prepare(const Collective& c) {
   if (selected(c)) log_.add("posted held collective");
-  return absl::OkStatus();
+  return posted_.record(c);
 }
 
 absl::Status HeldBackend::run(const Collective& c, absl::Time deadline) {
@@ -50,6 +50,7 @@ absl::Status HeldBackend::run(const Collective& c, absl::Time deadline) {
     held_ = false;
     log_.add("completed held collective");
   }
+  ZERO_RETURN_IF_ERROR(posted_.wait(stream_for(c), c));  // the copy below runs there
   // With one rank every collective's result is its input.
   if (c.send == nullptr || c.recv == nullptr || c.send == c.recv) return absl::OkStatus();
   return copy_bytes(c.recv, c.device, c.send, c.device, c.chunk_bytes());

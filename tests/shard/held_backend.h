@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "runtime/comm/backend.h"
+#include "runtime/comm/post_events.h"
 
 namespace zero::testing {
 
@@ -57,6 +58,7 @@ class HeldBackend final : public Backend {
   bool released_ = false;
   bool held_ = false;
   int64_t held_seq_ = -1;
+  PostEvents posted_;
 };
 
 }  // namespace zero::testing
