@@ -376,7 +376,8 @@ absl::StatusOr<Metadata> read_checkpoint(const std::string& dir, std::vector<Uni
 
 absl::Status Engine::save_checkpoint(const std::string& dir, const std::map<std::string, std::string>& extra) {
   ZERO_RETURN_IF_ERROR(require_between_steps("save_checkpoint"));
-  const StreamScope on_compute(device_, compute_stream());
+  const JoinedStreamScope on_compute = compute_scope();
+  ZERO_RETURN_IF_ERROR(on_compute.status());
   ZERO_RETURN_IF_ERROR(apply_delayed_update());  // the state saved is the one the next step continues from
   for (const auto& [key, value] : extra) {
     if (absl::StartsWith(key, "zero.")) {
@@ -460,7 +461,8 @@ absl::Status Engine::write_checkpoint_file(const std::string& path, const std::s
 
 absl::StatusOr<std::map<std::string, std::string>> Engine::load_checkpoint(const std::string& dir) {
   ZERO_RETURN_IF_ERROR(require_between_steps("load_checkpoint"));
-  const StreamScope on_compute(device_, compute_stream());
+  const JoinedStreamScope on_compute = compute_scope();
+  ZERO_RETURN_IF_ERROR(on_compute.status());
   // Read and check everything first: nothing of the engine changes unless every rank read all it needs.
   absl::StatusOr<std::vector<UnitCheckpoint>> units = checkpoint_targets();
   absl::StatusOr<Metadata> metadata =

@@ -42,9 +42,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(Model& model, Communicato
 // --- Building -------------------------------------------------------------------------------------------
 
 Engine::~Engine() {
-  // The kernels queued last may still read buffers the engine does not own (the batch, a failed pass's activations),
-  // which their owners free on the legacy stream once the compute stream is gone.
-  if (compute_stream_) (void)device_api(device_)->synchronize(compute_stream_->get());
+  // The members' device buffers are freed after this, on the destroying thread's current stream, which nothing else
+  // orders after the compute stream's last kernels (a failed call's, too): the host waits for them once.
+  if (compute_) (void)device_api(device_)->synchronize(compute_->stream.get());
   if (delayed_ == nullptr) return;
   update_worker_->synchronize();
   absl::MutexLock lock(&delayed_->mu);
@@ -54,12 +54,20 @@ Engine::~Engine() {
   }
 }
 
+JoinedStreamScope Engine::compute_scope() const {
+  if (!compute_) return JoinedStreamScope(nullptr, device_, std::nullopt, Event{});
+  return JoinedStreamScope(device_api(device_), device_, compute_->stream.get(), compute_->marker.get());
+}
+
 absl::Status Engine::build(OptimizerFactory make_optimizer) {
   if (!device_.is_cpu()) {
-    ZERO_ASSIGN_OR_RETURN(compute_stream_,
-                          OwnedStream::create(*device_api(device_), device_.index, StreamFlags::kBlocking));
+    DeviceApi& api = *device_api(device_);
+    ZERO_ASSIGN_OR_RETURN(OwnedStream stream, OwnedStream::create(api, device_.index, StreamFlags::kNonBlocking));
+    ZERO_ASSIGN_OR_RETURN(OwnedEvent marker, OwnedEvent::create(api, device_.index));
+    compute_.emplace(ComputeStream{std::move(stream), std::move(marker)});
   }
-  const StreamScope on_compute(device_, compute_stream());
+  const JoinedStreamScope on_compute = compute_scope();
+  ZERO_RETURN_IF_ERROR(on_compute.status());
   ZERO_ASSIGN_OR_RETURN(wrapped_, WrappedModel::wrap(model_, config_.wrap_min_params));
   const std::vector<Unit*> units = wrapped_->units();
   ZERO_RETURN_IF_ERROR(check_same_units_on_every_rank(units, comm_));
@@ -179,7 +187,8 @@ absl::StatusOr<ParamViews> Engine::param_views(int i) const {
 }
 
 absl::Status Engine::forward_backward(const Batch& batch) {
-  const StreamScope on_compute(device_, compute_stream());
+  const JoinedStreamScope on_compute = compute_scope();
+  ZERO_RETURN_IF_ERROR(on_compute.status());
   if (micro_batches_done_ == config_.accumulation_steps) {
     return absl::FailedPreconditionError(absl::StrCat("forward_backward after ", micro_batches_done_,
                                                       " micro-batches; accumulation_steps is ",
@@ -241,7 +250,8 @@ absl::Status Engine::backward(UnitContext& ctx, const std::vector<bool>& runs) {
 absl::StatusOr<Evaluation> Engine::evaluate(const Batch& batch,
                                             const std::function<absl::Status(const Tensor&)>& on_output) {
   ZERO_RETURN_IF_ERROR(require_between_steps("evaluate"));
-  const StreamScope on_compute(device_, compute_stream());
+  const JoinedStreamScope on_compute = compute_scope();
+  ZERO_RETURN_IF_ERROR(on_compute.status());
   UnitContext ctx{.allocator = allocator_,
                   .batch = batch,
                   .device = device_,
@@ -418,7 +428,8 @@ absl::Status Engine::start_delayed_update(const UpdateArgs& args) {
 
 absl::Status Engine::apply_delayed_update() {
   if (delayed_ == nullptr) return absl::OkStatus();
-  const StreamScope on_compute(device_, compute_stream());
+  const JoinedStreamScope on_compute = compute_scope();
+  ZERO_RETURN_IF_ERROR(on_compute.status());
   update_worker_->synchronize();
   const absl::Status status = [&] {
     absl::MutexLock lock(&delayed_->mu);
@@ -457,7 +468,8 @@ absl::StatusOr<Tensor> Engine::fp32_gradients(const Tensor& grads, const UpdateA
 }
 
 absl::StatusOr<StepResult> Engine::step(float lr) {
-  const StreamScope on_compute(device_, compute_stream());
+  const JoinedStreamScope on_compute = compute_scope();
+  ZERO_RETURN_IF_ERROR(on_compute.status());
   if (micro_batches_done_ != config_.accumulation_steps) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step() after ", micro_batches_done_, " micro-batches; accumulation_steps is ", config_.accumulation_steps));
@@ -519,7 +531,8 @@ absl::Status Engine::require_between_steps(absl::string_view call) const {
 absl::Status Engine::visit_full_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, const Tensor&)>& visit) {
   ZERO_RETURN_IF_ERROR(require_between_steps("visit_full_params"));
-  const StreamScope on_compute(device_, compute_stream());
+  const JoinedStreamScope on_compute = compute_scope();
+  ZERO_RETURN_IF_ERROR(on_compute.status());
   ZERO_RETURN_IF_ERROR(apply_delayed_update());
   std::vector<int> plan;
   for (size_t i = 0; i < units_.size(); ++i) {
@@ -544,7 +557,8 @@ absl::Status Engine::visit_full_params(
 absl::Status Engine::load_params(
     const std::function<absl::Status(absl::string_view, absl::string_view, Tensor)>& fill) {
   ZERO_RETURN_IF_ERROR(require_between_steps("load_params"));
-  const StreamScope on_compute(device_, compute_stream());
+  const JoinedStreamScope on_compute = compute_scope();
+  ZERO_RETURN_IF_ERROR(on_compute.status());
   ZERO_RETURN_IF_ERROR(apply_delayed_update());
   ZERO_RETURN_IF_ERROR(settle_offload());
   for (UnitState& u : units_) {

@@ -244,13 +244,15 @@ class Engine {
   // Where the master weights and the optimizer state live and the optimizer steps: device_, or the CPU under
   // config_.offload_optimizer_to_host.
   const Device optimizer_device_;
-  // On a device: the rank's compute stream, where its kernels run (every public call makes it current:
-  // current_stream). Blocking, so work the memory layer and the communicators still order by the legacy default
-  // stream stays ordered with it; ranks sharing a GPU each run on their own.
-  std::optional<OwnedStream> compute_stream_;
-  std::optional<Stream> compute_stream() const {
-    return compute_stream_ ? std::optional<Stream>(compute_stream_->get()) : std::nullopt;
-  }
+  // On a device: the rank's compute stream, non-blocking, where its kernels, memory and copies go. Every public
+  // call makes it current, ordered with the caller's current stream both ways (compute_scope()); collectives are
+  // ordered with it by events (Work::wait). Ranks sharing a GPU each run on their own.
+  struct ComputeStream {
+    OwnedStream stream;
+    OwnedEvent marker;  // JoinedStreamScope's
+  };
+  std::optional<ComputeStream> compute_;
+  JoinedStreamScope compute_scope() const;
   CommMeter meter_;
   LossScaler scaler_;
   std::vector<UnitState> units_;
