@@ -107,8 +107,7 @@ BlockFn block_fn_for(DType dtype, ReduceOp op) {
   return nullptr;
 }
 
-// The CPU's reduction launched on the simulated device, reading every rank's buffer there; returns once done,
-// as the CUDA version does.
+// The CPU's reduction launched on the simulated device, reading every rank's buffer there.
 absl::Status sim_reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
                                       DType dtype, ReduceOp op) {
   const auto on_device = [&](const void* p) { return Tensor(const_cast<void*>(p), dtype, {count}, device); };
@@ -120,14 +119,12 @@ absl::Status sim_reduce_in_rank_order(Device device, std::span<const void* const
   }
   const Tensor result = on_device(out);
   accesses.push_back(writes(result));
-  return launch_on_sim(
-      device, "reduce_in_rank_order", std::move(accesses),
-      [in, result, count, dtype, op](HostTensors& host) {
-        std::vector<const void*> host_inputs;
-        for (const Tensor& t : in) host_inputs.push_back(host(t).data());
-        return reduce_in_rank_order(Device::cpu(), host_inputs, host(result).data(), count, dtype, op);
-      },
-      /*wait=*/true);
+  return launch_on_sim(device, "reduce_in_rank_order", std::move(accesses),
+                       [in, result, count, dtype, op](HostTensors& host) {
+                         std::vector<const void*> host_inputs;
+                         for (const Tensor& t : in) host_inputs.push_back(host(t).data());
+                         return reduce_in_rank_order(Device::cpu(), host_inputs, host(result).data(), count, dtype, op);
+                       });
 }
 
 }  // namespace
@@ -153,7 +150,7 @@ absl::Status reduce_in_rank_order(Device device, std::span<const void* const> in
 
 absl::Status copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
   if (nbytes == 0 || dst == src) return absl::OkStatus();
-  if (device.is_sim()) return sim_device().copy(dst, src, static_cast<size_t>(nbytes));
+  if (device.is_sim()) return sim_device().copy_async(dst, src, static_cast<size_t>(nbytes), current_stream(device));
   if (device.is_cuda()) {
 #ifdef ZERO_HAS_CUDA
     return cuda_copy_bytes(device, dst, src, nbytes);

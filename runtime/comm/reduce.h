@@ -13,10 +13,12 @@ namespace zero {
 // floating types (bf16/fp16 round once, at the end) and with wrap-around for int32; avg divides the
 // fp32 sum by k. Max propagates NaN. `out` may alias any input. Fixed order makes results bitwise
 // reproducible and identical however the elements are split across ranks.
+// On a device, both functions queue their work on the calling thread's current stream and return without waiting
+// for it: the caller orders it by events.
 absl::Status reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
                                   DType dtype, ReduceOp op);
 
-// memcpy on the host; a device-to-device copy on CUDA memory.
+// memcpy on the host; a device-to-device copy on a device.
 absl::Status copy_bytes(Device device, void* dst, const void* src, int64_t nbytes);
 
 }  // namespace zero

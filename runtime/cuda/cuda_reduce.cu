@@ -77,21 +77,18 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
     case DType::kI32: kernel = reduce_int32_kernel; break;
     default: return absl::InvalidArgumentError(absl::StrCat("cannot reduce ", dtype_name(dtype)));
   }
-  const Stream legacy = Stream::legacy(device.index);
-  ZERO_RETURN_IF_ERROR(launch_on_stream(legacy, "reduce_in_rank_order", [&](cudaStream_t stream) {
+  return launch_on_stream(current_stream(device), "reduce_in_rank_order", [&](cudaStream_t stream) {
     kernel<<<blocks, kThreads, 0, stream>>>(in, n, out, count, op);
     return absl::OkStatus();
-  }));
-  return cuda_api().synchronize(legacy);
+  });
 }
 
 absl::Status cuda_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device.index));
-  ZERO_RETURN_IF_ERROR(launch_on_stream(Stream::legacy(device.index), "copy_bytes", [&](cudaStream_t stream) {
+  return launch_on_stream(current_stream(device), "copy_bytes", [&](cudaStream_t stream) {
     return cuda_status(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync");
-  }));
-  return cuda_api().synchronize(Stream::legacy(device.index));
+  });
 }
 
 }  // namespace zero

@@ -2,9 +2,11 @@
 #include "runtime/comm/local.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <latch>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -14,12 +16,14 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "runtime/cpu_threads.h"
 #include "runtime/device_memory.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/sim/sim_device.h"
 #include "runtime/status.h"
 #include "tests/runtime/collective_checks.h"
+#include "tests/runtime/stream_hold.h"
 
 namespace zero {
 namespace {
@@ -42,6 +46,7 @@ using testing::check_scatter;
 using ::testing::HasSubstr;
 using testing::kCheckSizes;
 using testing::reductions_for;
+using testing::StreamHold;
 
 void expect_all_ok(const std::vector<absl::Status>& statuses) {
   for (size_t r = 0; r < statuses.size(); ++r) EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
@@ -411,6 +416,45 @@ TEST(LocalOnDevice, CollectivesAreOrderedWithThePostersStreamsByEvents) {
     device_free(sim, y);
     return api.synchronize(stream.get());
   });
+  for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
+}
+
+// The comm threads queue the local backend's device work and do not wait for it: with the device's legacy stream
+// (where that work runs) held, both ranks' allreduces complete on the host, and the sums arrive once it is let go.
+TEST(LocalOnDevice, CollectivesCompleteOnTheHostWhileTheirDeviceWorkIsHeld) {
+  constexpr int64_t kCount = 64;
+  const Device sim = Device::sim(0);
+  sim::SimDevice& api = sim_device();
+  auto hold = std::make_unique<StreamHold>(api, Stream::legacy(sim.index));
+  ASSERT_TRUE(hold->launched().ok()) << hold->launched();
+  std::atomic<int> completed = 0;
+  absl::Notification both_completed;
+  std::vector<absl::Status> statuses;
+  std::thread ranks([&] {
+    statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
+      ZERO_ASSIGN_OR_RETURN(OwnedStream stream, OwnedStream::create(api, sim.index));
+      const StreamScope on_stream(sim, stream.get());
+      ZERO_ASSIGN_OR_RETURN(void* x, device_alloc(sim, kCount * sizeof(float)));
+      const Tensor in(x, DType::kF32, {kCount}, sim);
+      const float value = static_cast<float>(comm.rank() + 1);
+      ZERO_RETURN_IF_ERROR(launch_on_sim(sim, "fill", {writes(in)}, [&](HostTensors& host) {
+        std::fill_n(host(in).data_as<float>(), kCount, value);
+        return absl::OkStatus();
+      }));
+      ZERO_RETURN_IF_ERROR(comm.allreduce(in, ReduceOp::kSum).wait());
+      if (++completed == 2) both_completed.Notify();
+      std::vector<float> sums(kCount);
+      ZERO_RETURN_IF_ERROR(copy_bytes(sums.data(), Device::cpu(), x, sim, kCount * sizeof(float)));
+      EXPECT_EQ(sums, std::vector<float>(kCount, 3.0f)) << "rank " << comm.rank();
+      device_free(sim, x);
+      return api.synchronize(stream.get());
+    });
+  });
+  // A guard against a hang only: the collectives need nothing from the device to complete.
+  EXPECT_TRUE(both_completed.WaitForNotificationWithTimeout(absl::Seconds(60)))
+      << "a rank's Work waited for the held device";
+  hold.reset();
+  ranks.join();
   for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
 }
 
