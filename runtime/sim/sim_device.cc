@@ -358,15 +358,20 @@ absl::Status SimDevice::free(void* ptr, Stream stream) {
         absl::StrCat("free of 0x", absl::Hex(ptr), ": not a live allocation of the simulated device"));
   }
   const Block block = *found;
+  // Set below, under mu_, before the body can take it: a free found unordered leaves the block's bytes alone, as
+  // another stream may still be using them (and the failure is sticky anyway), as free_pinned does.
+  auto unordered = std::make_shared<bool>(false);
   ZERO_ASSIGN_OR_RETURN(std::shared_ptr<Op> op,
-                        enqueue(*s, absl::StrCat("free of ", block.bytes, " bytes"), {}, [this, block] {
+                        enqueue(*s, absl::StrCat("free of ", block.bytes, " bytes"), {}, [this, block, unordered] {
                           absl::MutexLock lock(&mu_);
-                          memory_.quarantine(block);
+                          if (!*unordered) memory_.quarantine(block);
                           return absl::OkStatus();
                         }));
   memory_.retire(block.base);  // no later operation may name it
   if (!options_.check_order) return absl::OkStatus();
-  return violation(history_.release(block.base, *op->stamp, op->clock));
+  absl::Status ordered = violation(history_.release(block.base, *op->stamp, op->clock));
+  *unordered = !ordered.ok();
+  return ordered;
 }
 
 absl::StatusOr<void*> SimDevice::allocate_pinned(size_t bytes) {
