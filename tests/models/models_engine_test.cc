@@ -1,10 +1,12 @@
 // GPT-2 tiny and an MLP under the engine: stages 0-3 bit-identical on 1, 2, 3, 4 and 8 local ranks in fp32
 // with and without accumulation (bf16 and fp16 on 2 and 4); the loss falls; the same bits on the simulated
 // device; the same on a GPU.
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -13,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "models/data/device_batch.h"
 #include "models/gpt2.h"
 #include "models/mlp.h"
@@ -24,6 +27,7 @@
 #include "shard/engine.h"
 #include "shard/plan.h"
 #include "tests/models/model_runner.h"
+#include "tests/runtime/stream_hold.h"
 #include "tests/shard/held_backend.h"
 #include "tests/shard/hooked_model.h"
 #include "tests/skip_without_gpu.h"
@@ -119,6 +123,31 @@ struct RankRun {
   int64_t pinned_formula = 0;  // shard/plan.h's for this run: the transfer buffers, and the shards in host memory
 };
 
+// Where the ranks of a run meet a test that holds the device around their first step's micro-batches: each rank
+// arrives once its batches are on the device and waits for the hold, then says when its forward_backward calls
+// returned. Notifications with a deadline, so that a rank that waits for the held device fails the test, not hangs it.
+class MicroBatchGate {
+ public:
+  explicit MicroBatchGate(int ranks) : ranks_(ranks) {}
+  // The ranks' side.
+  void arrive_and_wait_for_hold() {
+    if (++arrived_ == ranks_) all_arrived_.Notify();
+    held_.WaitForNotification();
+  }
+  void queued() {
+    if (++queued_ == ranks_) all_queued_.Notify();
+  }
+  // The test's side.
+  bool all_arrived() { return all_arrived_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
+  void held() { held_.Notify(); }
+  bool all_queued() { return all_queued_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
+
+ private:
+  const int ranks_;
+  std::atomic<int> arrived_ = 0, queued_ = 0;
+  absl::Notification all_arrived_, held_, all_queued_;
+};
+
 struct Setup {
   int world_size = 2;
   int stage = 0;
@@ -137,7 +166,8 @@ struct Setup {
   int64_t delayed_update_after = -1;  // ZeroConfig's
   std::string checkpoint;             // a directory: saved after step save_after, or loaded first with resume
   int save_after = -1;
-  bool resume = false;  // load `checkpoint` and go on from step save_after
+  bool resume = false;             // load `checkpoint` and go on from step save_after
+  MicroBatchGate* gate = nullptr;  // met around the first step's forward_backward calls
 };
 
 // Trains `task` on setup.device: the engine's buffers, the model's activations and each batch live there.
@@ -196,7 +226,11 @@ absl::StatusOr<RankRun> train_rank(Communicator& comm, const Task& task, const S
           copy_bytes(batch.targets.data(), setup.device, targets[m].data(), Device::cpu(), batch.targets.nbytes()));
     }
     const uint64_t synchronized_before = setup.device.is_sim() ? sim_device().host_synchronizations() : 0;
-    ZERO_ASSIGN_OR_RETURN(StepResult result, engine->train_step(batches, setup.lr));
+    MicroBatchGate* gate = step == 0 ? setup.gate : nullptr;
+    if (gate != nullptr) gate->arrive_and_wait_for_hold();
+    for (const Batch& batch : batches) ZERO_RETURN_IF_ERROR(engine->forward_backward(batch));
+    if (gate != nullptr) gate->queued();
+    ZERO_ASSIGN_OR_RETURN(StepResult result, engine->step(setup.lr));
     run.losses.push_back(result.loss);
     run.skipped_steps += result.skipped ? 1 : 0;
     if (setup.device.is_sim())
@@ -819,6 +853,39 @@ TEST(SimHostSynchronizations, NoneInsideAMicroBatchAndOnePerStep) {
         }
       }
     }
+  }
+}
+
+// The host queues whole micro-batches ahead of the device: with the legacy stream of sim:0 held (which every call's
+// compute stream waits for at entry, and where the local backend's collectives run), both ranks' forward_backward
+// calls of every stage return, gathers and gradient reductions included; released, the run gives the unheld run's
+// bits.
+TEST(SimHeldDevice, EveryStageQueuesItsMicroBatchesWithoutWaitingForTheDevice) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    const zero::Setup setup{.stage = stage, .accumulation_steps = 2, .device = Device::sim(0)};
+    const absl::StatusOr<RankRun> unheld = train(gpt2_task(), setup);
+    ASSERT_TRUE(unheld.ok()) << unheld.status();
+    MicroBatchGate gate(setup.world_size);
+    absl::StatusOr<RankRun> held = absl::UnknownError("not run");
+    std::thread ranks([&] {
+      zero::Setup gated = setup;
+      gated.gate = &gate;
+      held = train(gpt2_task(), gated);
+    });
+    const bool arrived = gate.all_arrived();
+    auto hold = arrived ? std::make_unique<testing::StreamHold>(sim_device(), Stream::legacy(0)) : nullptr;
+    if (hold != nullptr) {
+      EXPECT_TRUE(hold->launched().ok()) << hold->launched();
+    }
+    gate.held();  // also when they did not all arrive: the others go on and fail or finish
+    const bool queued = arrived && gate.all_queued();
+    hold.reset();
+    ranks.join();
+    EXPECT_TRUE(arrived) << "stage " << stage << ": the ranks did not reach their first step";
+    EXPECT_TRUE(queued) << "stage " << stage << ": a forward_backward waited for the held device";
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(held->losses, unheld->losses) << "stage " << stage;
+    EXPECT_EQ(held->params, unheld->params) << "stage " << stage;
   }
 }
 
