@@ -101,7 +101,7 @@ absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Te
 // An int32 tensor's elements (tokens, targets) readable on the host: its own data on the CPU; for a CUDA or
 // simulated-device tensor `host` when it has data (an int32 CPU tensor of as many elements, which the caller
 // vouches holds the same values), or else a copy into `copy`, which waits for the work queued before it on the
-// device's legacy default stream.
+// calling thread's current stream of the device.
 absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, const Tensor& host, std::vector<int32_t>& copy);
 
 // ---- Softmax cross-entropy ------------------------------------------------------------------------

@@ -66,8 +66,9 @@ Work issue(Communicator& comm, CollectiveOp op, Tensor input, Tensor output) {
 
 // Seconds per op of `c` on this rank, its buffers on `device`: warm-up ops waited one by one, a start line every
 // rank crosses together, then the timed ops issued back to back and waited for together, as nccl-tests launches
-// its timed loop. The time includes the device's work: a Work's wait() returns once the collective finished there
-// (the local backend synchronizes each of its copies and reductions, nccl waits for an event after it).
+// its timed loop. The time includes the device's work: a device collective's Work completes once it is queued, and
+// its wait() orders this thread's stream after it, so the device is synchronized before the clock is read (and
+// after the warm-up, so that none of it is timed).
 absl::StatusOr<double> time_collective(Communicator& comm, Allocator& allocator, Device device, const Collective& c,
                                        Repetitions reps) {
   const int64_t n = comm.world_size();
@@ -81,12 +82,14 @@ absl::StatusOr<double> time_collective(Communicator& comm, Allocator& allocator,
   const Tensor output = out.tensor(c.dtype, {output_count});
 
   for (int i = 0; i < reps.warmup; ++i) ZERO_RETURN_IF_ERROR(issue(comm, c.op, input, output).wait());
+  ZERO_RETURN_IF_ERROR(synchronize(device));
   ZERO_RETURN_IF_ERROR(start_line(comm));
   const Clock::time_point start = Clock::now();
   std::vector<Work> timed;
   timed.reserve(reps.iters);
   for (int i = 0; i < reps.iters; ++i) timed.push_back(issue(comm, c.op, input, output));
   for (const Work& work : timed) ZERO_RETURN_IF_ERROR(work.wait());
+  ZERO_RETURN_IF_ERROR(synchronize(device));
   return seconds_since(start) / reps.iters;
 }
 

@@ -34,9 +34,19 @@ class Backend {
   // which Work::wait makes the waiter's current stream wait for.
   virtual Stream stream_for(const Collective& c) const { return Stream::legacy(c.device.index); }
 
-  // Runs `c` to completion. Arguments are already validated. Must give up with DeadlineExceeded (naming
-  // the ranks it waited for, where it can tell) at `deadline`, and fail promptly once a peer failed.
+  // Runs `c`: a host collective to completion; a device collective until its work is queued on stream_for(c).
+  // Arguments are already validated. Must give up with DeadlineExceeded (naming the ranks it waited for, where it
+  // can tell) at `deadline`, and fail promptly once a peer failed.
   virtual absl::Status run(const Collective& c, absl::Time deadline) = 0;
+
+  // Called on the comm thread after run() queued device collective `c` and its Work completed, before the next
+  // collective runs: where a backend whose queued work can still fail or stall (NCCL, on a peer's failure) waits for
+  // it within `deadline`, watching for errors. An error fails the communicator, and so the collectives after `c`.
+  virtual absl::Status settle(const Collective& c, absl::Time deadline) {
+    (void)c;
+    (void)deadline;
+    return absl::OkStatus();
+  }
 
   // Fills `all[r]` with rank r's fingerprint (the debug check). The default runs a host allgather.
   virtual absl::Status exchange_fingerprints(const CollectiveFingerprint& mine, std::span<CollectiveFingerprint> all,

@@ -233,30 +233,29 @@ Work Communicator::submit(Collective c) {
   }
   // Prepared here, on the posting thread; failing, it fails in its turn on the comm thread like a run.
   const absl::Status prepared = backend_->prepare(c);
-  stream_.submit([this, c, state, prepared] {
-    if (!prepared.ok()) return state->complete(fail(prepared));
-    absl::Status status = execute(c);
-    std::optional<DeviceCompletion> on_device;
-    if (status.ok() && !c.device.is_cpu()) {
-      absl::StatusOr<DeviceCompletion> marked = mark_end_on_device(c);
-      status = marked.ok() ? absl::OkStatus() : fail(marked.status());
-      if (marked.ok()) on_device = std::move(marked).value();
-    }
-    state->complete(std::move(status), std::move(on_device));
-  });
+  stream_.submit([this, c, state, prepared] { prepared.ok() ? execute(c, *state) : state->complete(fail(prepared)); });
   return Work(std::move(state));
 }
 
-absl::Status Communicator::execute(const Collective& c) {
+void Communicator::execute(const Collective& c, WorkState& state) {
   {
     absl::MutexLock lock(&mu_);
-    if (!failure_.ok()) return failure_;
+    if (!failure_.ok()) return state.complete(failure_);
   }
   const absl::Time deadline = absl::Now() + options_.timeout;
   absl::Status status =
       options_.debug_collectives.value_or(false) ? check_same_collective(c, deadline) : absl::OkStatus();
   if (status.ok()) status = backend_->run(c, deadline);
-  return status.ok() ? status : fail(status);
+  if (!status.ok()) status = fail(status);
+  if (c.device.is_cpu()) return state.complete(status);
+  // Queued on the device (a failed run may have queued part of it): its waiters order their streams after it from
+  // here, so that what they free comes after it, while this thread settles it.
+  absl::StatusOr<DeviceCompletion> marked = mark_end_on_device(c);
+  if (!marked.ok()) return state.complete(status.ok() ? fail(marked.status()) : status);
+  state.complete(status, std::move(marked).value());
+  if (!status.ok()) return;
+  const absl::Status settled = backend_->settle(c, deadline);
+  if (!settled.ok()) (void)fail(settled);  // the next collective fails with it
 }
 
 absl::StatusOr<DeviceCompletion> Communicator::mark_end_on_device(const Collective& c) {

@@ -80,6 +80,10 @@ struct CommStats {
 // same order. The accessors, stats() and reset_stats() are local to the rank.
 // Threads: every call is safe from several threads at once (not alongside the destructor), but as the
 // order must match across ranks, a rank issues its collectives from one thread or orders its threads itself.
+// Device collectives: a Work completes once its collective is queued on the device, and Work::wait orders the
+// waiter's current stream after it; the backend then settles it on the comm thread (Backend::settle), and a failure
+// found there fails the collectives after it. So a device buffer stays valid until the work queued after
+// Work::wait on the waiter's stream (a free there is ordered after the collective).
 // Lifetimes: a collective's buffers must stay valid until its Work finished; CommOptions::allocator (and a
 // local communicator's LocalGroup) must outlive the communicator; its Work handles may outlive it.
 class Communicator {
@@ -111,7 +115,9 @@ class Communicator {
   absl::Status validate(CollectiveOp op, const Tensor* input, const Tensor* output, int root,
                         std::optional<ReduceOp> reduce_op) const;
   Work submit(Collective c) ABSL_LOCKS_EXCLUDED(post_mu_, mu_);
-  absl::Status execute(const Collective& c) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `c` on the comm thread and completes `state`: a device collective once queued on the device (with its
+  // completion event), before the backend settles it.
+  void execute(const Collective& c, WorkState& state) ABSL_LOCKS_EXCLUDED(mu_);
   // An event recorded after `c`'s device work, for its Work's waiters' streams.
   absl::StatusOr<DeviceCompletion> mark_end_on_device(const Collective& c);
   // Makes `status` the sticky failure and aborts the backend.

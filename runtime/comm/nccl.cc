@@ -34,10 +34,10 @@ absl::Status nccl_status(ncclResult_t result, absl::string_view what, ncclComm_t
 }
 
 // The communicator is non-blocking (so initialisation can time out instead of hanging): a call may
-// answer ncclInProgress, and the next call must wait until the communicator settled. A peer's failure
+// answer ncclInProgress, and the next call must wait until the communicator is no longer in progress. A peer's failure
 // reported to `shared` ends the wait at once.
-absl::Status settle(ncclComm_t comm, ncclResult_t issued, absl::string_view what, absl::Time deadline,
-                    const SharedFailure* shared) {
+absl::Status await_in_progress(ncclComm_t comm, ncclResult_t issued, absl::string_view what, absl::Time deadline,
+                               const SharedFailure* shared) {
   ncclResult_t state = issued;
   while (state == ncclInProgress) {
     if (shared != nullptr) ZERO_RETURN_IF_ERROR(shared->first());
@@ -121,10 +121,10 @@ class NcclBackend final : public Backend {
       const absl::Status failed = nccl_status(issued, "ncclCommInitRankConfig");
       return failed.ok() ? absl::InternalError("ncclCommInitRankConfig returned no communicator") : failed;
     }
-    ZERO_RETURN_IF_ERROR(
-        settle(backend->comm_, issued,
-               absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size, "; every rank must join)"),
-               deadline, options.shared_failure.get()));
+    ZERO_RETURN_IF_ERROR(await_in_progress(
+        backend->comm_, issued,
+        absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size, "; every rank must join)"), deadline,
+        options.shared_failure.get()));
     backend->initialized_ = true;
     return backend;
   }
@@ -134,9 +134,10 @@ class NcclBackend final : public Backend {
     if (comm_ == nullptr || aborted_) return;
     // Finishes outstanding work, bounded: a communicator whose peers are gone, or whose initialisation
     // never completed, is aborted instead.
-    const absl::Status finalized = initialized_ ? settle(comm_, ncclCommFinalize(comm_), "ncclCommFinalize",
-                                                         absl::Now() + absl::Seconds(30), shared_failure_.get())
-                                                : absl::AbortedError("ncclCommInitRankConfig did not complete");
+    const absl::Status finalized = initialized_
+                                       ? await_in_progress(comm_, ncclCommFinalize(comm_), "ncclCommFinalize",
+                                                           absl::Now() + absl::Seconds(30), shared_failure_.get())
+                                       : absl::AbortedError("ncclCommInitRankConfig did not complete");
     if (finalized.ok()) {
       ncclCommDestroy(comm_);
     } else {
@@ -167,8 +168,11 @@ class NcclBackend final : public Backend {
     if (c.device.is_cpu()) return explain(run_staged(c, deadline), c.describe());
     absl::Status status = posted_.wait(stream_.get(), c);
     if (status.ok()) status = enqueue(c, deadline);
-    if (status.ok()) status = finish(deadline);
     return explain(status, c.describe());
+  }
+
+  absl::Status settle(const Collective& c, absl::Time deadline) override {
+    return explain(finish(deadline), c.describe());
   }
 
   // Stages the fingerprints through device memory: NCCL moves only device buffers.
@@ -228,7 +232,7 @@ class NcclBackend final : public Backend {
       return absl::OkStatus();
     };
     ZERO_RETURN_IF_ERROR(api_.launch(stream_.get(), KernelLaunch{.name = c.describe(), .accesses = {}, .body = body}));
-    return settle(comm_, issued.result, issued.call, deadline, shared_failure_.get());
+    return await_in_progress(comm_, issued.result, issued.call, deadline, shared_failure_.get());
   }
 
   // The NCCL calls of `c` on `s`, reductions in `type`. Movement ops move bytes; gather and scatter are grouped

@@ -14,11 +14,13 @@
 namespace zero {
 
 // Buffers are on this rank's GPU (home_device()), or on the host, staged through device memory (meant
-// for a few bytes: losses, metrics, norms). The backend's stream runs beside the legacy default stream
-// where the kernels run (it does not synchronize with it), so collectives overlap compute: work enqueued
-// there (or on a blocking stream), by any thread, before the call is ordered before the collective by an
-// event recorded at the call; work on another non-blocking stream must be finished by the caller. When a
-// Work handle's wait() returns OK the result is complete on the device. The backend's only memory of its
+// for a few bytes: losses, metrics, norms). The backend's stream is non-blocking, so collectives overlap the
+// kernels: what the posting thread queued on its current stream before the call is ordered before the collective
+// by an event recorded at the call (PostEvents); work on any other stream must be ordered there, or finished, by
+// the caller. A device collective's Work completes once it is queued, and its wait() makes the waiter's current
+// stream wait for it; the comm thread then settles it (its event polled against the deadline, NCCL's errors asked
+// between polls) before the next, and a failure found there fails the collectives after it. A host collective's
+// Work completes once its result is on the host. The backend's only memory of its
 // own, device scratch for the barrier, the debug check and the staged host collectives, is accounted to
 // CommOptions::allocator when one is named.
 //

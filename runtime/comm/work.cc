@@ -14,9 +14,10 @@ void WorkState::complete(absl::Status status, std::optional<DeviceCompletion> on
 absl::Status WorkState::wait() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(&done_));
-  if (!status_.ok() || !on_device_) return status_;
+  if (!on_device_) return status_;
   const Device device = on_device_->device;
-  return device_api(device)->wait(current_stream(device), on_device_->event.get());
+  const absl::Status ordered = device_api(device)->wait(current_stream(device), on_device_->event.get());
+  return status_.ok() ? ordered : status_;
 }
 
 bool WorkState::is_completed() {

@@ -21,7 +21,8 @@ struct DeviceCompletion {
 class WorkState {
  public:
   void complete(absl::Status status, std::optional<DeviceCompletion> on_device = std::nullopt);
-  // The status, once complete; a device collective's also orders the calling thread's current stream after it.
+  // The status, once complete; a device collective's also orders the calling thread's current stream after what it
+  // queued, failed or not.
   absl::Status wait();
   bool is_completed();
 
@@ -43,9 +44,10 @@ class Work {
   explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
 
   // Blocks until the operation finished (or failed: it fails on its own within the communicator's
-  // timeout) and returns its status. Buffers may be reused only after wait() returned. On device buffers it also
-  // makes the calling thread's current stream wait for the collective's end on the device (as c10d's
-  // work.wait()), so the kernels queued there next read its output, and a free queued there comes after it.
+  // timeout) and returns its status. Host buffers may be reused only after wait() returned. On device buffers the
+  // operation is finished once queued on the device, and wait() makes the calling thread's current stream wait for
+  // its end there (as c10d's work.wait()): the kernels queued on that stream next read its output, and a free
+  // queued there comes after it.
   absl::Status wait() const { return state_->wait(); }
   bool is_completed() const { return state_->is_completed(); }
 

@@ -52,9 +52,8 @@ __global__ void reduce_int32_kernel(Inputs in, int n, void* out, int64_t count, 
 
 }  // namespace
 
-// Both run on the device's legacy default stream, whatever the calling thread's current stream, and return when the
-// result is there. The ranks' compute streams are blocking, so the legacy stream orders them after what each rank
-// queued before (the wait may also cover what other threads queue meanwhile).
+// Both are queued on the calling thread's current stream (the local backend's comm thread: the legacy default
+// stream) and return without waiting; the backend orders them with the ranks' streams by events.
 absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
                                        DType dtype, ReduceOp op) {
   if (inputs.size() > kMaxInputs) {

@@ -383,6 +383,15 @@ TEST(LocalRanks, AnOmpNumThreadsCapsEachRanksShare) {
   unsetenv("OMP_NUM_THREADS");
 }
 
+// Queues on the calling thread's current stream a kernel writing `value` into fp32 `t` on the simulated device.
+absl::Status fill_on_sim(const Tensor& t, float value) {
+  return launch_on_sim(t.device(), "fill", {writes(t)}, [t, value](HostTensors& host) {
+    const Tensor on_host = host(t);
+    if (on_host.data() != nullptr) std::fill_n(on_host.data_as<float>(), t.numel(), value);
+    return absl::OkStatus();  // HostTensors reports a failed lookup
+  });
+}
+
 // Each rank writes its input with a kernel on a non-blocking stream of its own, posts an allreduce, waits for its Work
 // and reads the sum with the next kernel there: the post event and the Work's completion event are the only orders
 // between the ranks' streams and the legacy stream the local backend works on (the checker fails the run on any
@@ -399,10 +408,7 @@ TEST(LocalOnDevice, CollectivesAreOrderedWithThePostersStreamsByEvents) {
     const Tensor in(x, DType::kF32, {kCount}, sim), out(y, DType::kF32, {kCount}, sim);
     const float value = static_cast<float>(comm.rank() + 1);
     const uint64_t waits_before = api.host_synchronizations();
-    ZERO_RETURN_IF_ERROR(launch_on_sim(sim, "fill", {writes(in)}, [&](HostTensors& host) {
-      std::fill_n(host(in).data_as<float>(), kCount, value);
-      return absl::OkStatus();
-    }));
+    ZERO_RETURN_IF_ERROR(fill_on_sim(in, value));
     ZERO_RETURN_IF_ERROR(comm.allreduce(in, ReduceOp::kSum).wait());
     ZERO_RETURN_IF_ERROR(launch_on_sim(sim, "copy", {reads(in), writes(out)}, [&](HostTensors& host) {
       std::copy_n(host(in).data_as<float>(), kCount, host(out).data_as<float>());
@@ -437,10 +443,7 @@ TEST(LocalOnDevice, CollectivesCompleteOnTheHostWhileTheirDeviceWorkIsHeld) {
       ZERO_ASSIGN_OR_RETURN(void* x, device_alloc(sim, kCount * sizeof(float)));
       const Tensor in(x, DType::kF32, {kCount}, sim);
       const float value = static_cast<float>(comm.rank() + 1);
-      ZERO_RETURN_IF_ERROR(launch_on_sim(sim, "fill", {writes(in)}, [&](HostTensors& host) {
-        std::fill_n(host(in).data_as<float>(), kCount, value);
-        return absl::OkStatus();
-      }));
+      ZERO_RETURN_IF_ERROR(fill_on_sim(in, value));
       ZERO_RETURN_IF_ERROR(comm.allreduce(in, ReduceOp::kSum).wait());
       if (++completed == 2) both_completed.Notify();
       std::vector<float> sums(kCount);
@@ -456,6 +459,57 @@ TEST(LocalOnDevice, CollectivesCompleteOnTheHostWhileTheirDeviceWorkIsHeld) {
   hold.reset();
   ranks.join();
   for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
+}
+
+// A gather whose root queues rank 0's copy and then fails on rank 1's chunk (freed before the post): the root's Work
+// fails, and still orders its stream after the copy it queued, so the root's free of its output there is clean (the
+// checker would name it otherwise, the copy on the legacy stream still writing it).
+TEST(LocalOnDevice, AFailedCollectiveOrdersTheWaitersStreamAfterWhatItQueued) {
+  constexpr int64_t kCount = 64;
+  const Device sim = Device::sim(0);
+  sim::SimDevice& api = sim_device();
+  const auto statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(OwnedStream stream, OwnedStream::create(api, sim.index));
+    const StreamScope on_stream(sim, stream.get());
+    ZERO_ASSIGN_OR_RETURN(void* send, device_alloc(sim, kCount * sizeof(float)));
+    ZERO_ASSIGN_OR_RETURN(void* recv, device_alloc(sim, 2 * kCount * sizeof(float)));
+    const Tensor in(send, DType::kF32, {kCount}, sim), out(recv, DType::kF32, {2 * kCount}, sim);
+    ZERO_RETURN_IF_ERROR(fill_on_sim(in, 0.0f));
+    if (comm.rank() == 1) device_free(sim, send);  // the root's copy of it fails
+    const absl::Status gathered = comm.gather(in, comm.rank() == 0 ? out : Tensor(), /*root=*/0).wait();
+    if (comm.rank() == 0) device_free(sim, send);
+    device_free(sim, recv);
+    ZERO_RETURN_IF_ERROR(api.synchronize(stream.get()));
+    return gathered;
+  });
+  EXPECT_THAT(std::string(statuses[0].message()), HasSubstr("not inside one live allocation"));
+  EXPECT_TRUE(absl::IsAborted(statuses[1])) << statuses[1];
+  EXPECT_TRUE(api.synchronize_device(0).ok()) << "the checker found an unordered free";
+}
+
+// One rank whose device collectives queue nothing and whose first one fails while being settled, as an NCCL
+// collective whose peer died fails after it was queued.
+class FailsSettlingBackend final : public Backend {
+ public:
+  absl::string_view name() const override { return "fails-settling"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  bool supports(Device device) const override { return device.is_sim(); }
+  absl::Status run(const Collective&, absl::Time) override { return absl::OkStatus(); }
+  absl::Status settle(const Collective& c, absl::Time) override {
+    return c.seq == 0 ? absl::UnavailableError(absl::StrCat(c.describe(), " stalled")) : absl::OkStatus();
+  }
+};
+
+// A device collective's Work completes once it is queued; what settling it finds fails the collectives after it.
+TEST(DeviceCollectives, CompleteOnceQueuedAndAFailureFoundSettlingOneFailsTheNext) {
+  Communicator comm(std::make_unique<FailsSettlingBackend>(), CommOptions{});
+  std::vector<float> buffer(4);  // labelled sim:0, never touched
+  const Tensor t(buffer.data(), DType::kF32, {4}, Device::sim(0));
+  EXPECT_TRUE(comm.allreduce(t, ReduceOp::kSum).wait().ok());
+  const absl::Status next = comm.allreduce(t, ReduceOp::kSum).wait();
+  EXPECT_TRUE(absl::IsUnavailable(next)) << next;
+  EXPECT_THAT(std::string(next.message()), HasSubstr("#0 allreduce(fp32 x 4, sum) stalled"));
 }
 
 }  // namespace

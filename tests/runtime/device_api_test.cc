@@ -139,8 +139,6 @@ TEST_P(DeviceApiTest, OrderAfterOrdersAfterTheOtherStreamsWorkSoFar) {
   EXPECT_TRUE(api().free_pinned(*out).ok());
 }
 
-// An owner destroys its handle when dropped; a move hands the handle over (so it outlives the moved-from owner), and
-// a move assignment leaves the target's old handle to the source, destroyed with it.
 // The caller's stream (legacy) is held while it queues an upload: the joined stream's read of it still sees its bytes,
 // and the caller's overwrite queued after the scope still comes after that read. On the simulated device the checker
 // also holds both orders (each missing one is a violation there).
@@ -179,6 +177,8 @@ TEST_P(DeviceApiTest, AJoinedStreamRunsBetweenTheCallersWorkBeforeAndAfter) {
   for (void* pinned : {*first, *second, *out}) EXPECT_TRUE(api().free_pinned(pinned).ok());
 }
 
+// An owner destroys its handle when dropped; a move hands the handle over (so it outlives the moved-from owner), and
+// a move assignment leaves the target's old handle to the source, destroyed with it.
 TEST_P(DeviceApiTest, OwnedHandlesAreDestroyedWithTheirOwnerOnly) {
   const auto live = [&](Event e) { return api().query(e).ok(); };
   OwnedEvent first = event();
