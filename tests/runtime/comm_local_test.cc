@@ -392,35 +392,52 @@ absl::Status fill_on_sim(const Tensor& t, float value) {
   });
 }
 
-// Each rank writes its input with a kernel on a non-blocking stream of its own, posts an allreduce, waits for its Work
-// and reads the sum with the next kernel there: the post event and the Work's completion event are the only orders
-// between the ranks' streams and the legacy stream the local backend works on (the checker fails the run on any
-// other), and the rank's thread never waits for the device before its readback.
+// `n` floats of sim:0, allocated on the calling thread's current stream.
+absl::StatusOr<Tensor> sim_floats(int64_t n) {
+  ZERO_ASSIGN_OR_RETURN(void* data, device_alloc(Device::sim(0), n * sizeof(float)));
+  return Tensor(data, DType::kF32, {n}, Device::sim(0));
+}
+
+std::vector<float> read_floats(const Tensor& t) {
+  std::vector<float> host(t.numel());
+  const absl::Status copied = copy_bytes(host.data(), Device::cpu(), t.data(), t.device(), t.nbytes());
+  EXPECT_TRUE(copied.ok()) << copied;
+  return host;
+}
+
+// `fn` on two local ranks, each with a non-blocking stream of its own on sim:0 made current (so its memory, kernels
+// and copies go there), waited for after `fn`.
+std::vector<absl::Status> run_two_ranks_on_own_streams(const std::function<absl::Status(Communicator&)>& fn) {
+  return run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(OwnedStream stream, OwnedStream::create(sim_device(), 0));
+    const StreamScope on_stream(Device::sim(0), stream.get());
+    absl::Status status = fn(comm);
+    status.Update(sim_device().synchronize(stream.get()));
+    return status;
+  });
+}
+
+// Each rank writes its input with a kernel on its own stream, posts an allreduce, waits for its Work and reads the
+// sum with the next kernel there: the post event and the Work's completion event are the only orders between the
+// ranks' streams and the legacy stream the local backend works on (the checker fails the run on any other), and
+// the rank's thread never waits for the device before its readback.
 TEST(LocalOnDevice, CollectivesAreOrderedWithThePostersStreamsByEvents) {
   constexpr int64_t kCount = 64;
-  const Device sim = Device::sim(0);
-  sim::SimDevice& api = sim_device();
-  const auto statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
-    ZERO_ASSIGN_OR_RETURN(OwnedStream stream, OwnedStream::create(api, sim.index));
-    const StreamScope on_stream(sim, stream.get());
-    ZERO_ASSIGN_OR_RETURN(void* x, device_alloc(sim, kCount * sizeof(float)));
-    ZERO_ASSIGN_OR_RETURN(void* y, device_alloc(sim, kCount * sizeof(float)));
-    const Tensor in(x, DType::kF32, {kCount}, sim), out(y, DType::kF32, {kCount}, sim);
-    const float value = static_cast<float>(comm.rank() + 1);
-    const uint64_t waits_before = api.host_synchronizations();
-    ZERO_RETURN_IF_ERROR(fill_on_sim(in, value));
+  const auto statuses = run_two_ranks_on_own_streams([&](Communicator& comm) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(const Tensor in, sim_floats(kCount));
+    ZERO_ASSIGN_OR_RETURN(const Tensor out, sim_floats(kCount));
+    const uint64_t waits_before = sim_device().host_synchronizations();
+    ZERO_RETURN_IF_ERROR(fill_on_sim(in, static_cast<float>(comm.rank() + 1)));
     ZERO_RETURN_IF_ERROR(comm.allreduce(in, ReduceOp::kSum).wait());
-    ZERO_RETURN_IF_ERROR(launch_on_sim(sim, "copy", {reads(in), writes(out)}, [&](HostTensors& host) {
+    ZERO_RETURN_IF_ERROR(launch_on_sim(in.device(), "copy", {reads(in), writes(out)}, [&](HostTensors& host) {
       std::copy_n(host(in).data_as<float>(), kCount, host(out).data_as<float>());
       return absl::OkStatus();
     }));
-    EXPECT_EQ(api.host_synchronizations(), waits_before) << "rank " << comm.rank() << " waited for the device";
-    std::vector<float> sums(kCount);
-    ZERO_RETURN_IF_ERROR(copy_bytes(sums.data(), Device::cpu(), y, sim, kCount * sizeof(float)));
-    EXPECT_EQ(sums, std::vector<float>(kCount, 3.0f)) << "rank " << comm.rank();
-    device_free(sim, x);
-    device_free(sim, y);
-    return api.synchronize(stream.get());
+    EXPECT_EQ(sim_device().host_synchronizations(), waits_before) << "rank " << comm.rank() << " waited";
+    EXPECT_EQ(read_floats(out), std::vector<float>(kCount, 3.0f)) << "rank " << comm.rank();
+    device_free(in.device(), in.data());
+    device_free(out.device(), out.data());
+    return absl::OkStatus();
   });
   for (const absl::Status& s : statuses) EXPECT_TRUE(s.ok()) << s;
 }
@@ -429,28 +446,20 @@ TEST(LocalOnDevice, CollectivesAreOrderedWithThePostersStreamsByEvents) {
 // (where that work runs) held, both ranks' allreduces complete on the host, and the sums arrive once it is let go.
 TEST(LocalOnDevice, CollectivesCompleteOnTheHostWhileTheirDeviceWorkIsHeld) {
   constexpr int64_t kCount = 64;
-  const Device sim = Device::sim(0);
-  sim::SimDevice& api = sim_device();
-  auto hold = std::make_unique<StreamHold>(api, Stream::legacy(sim.index));
+  auto hold = std::make_unique<StreamHold>(sim_device(), Stream::legacy(0));
   ASSERT_TRUE(hold->launched().ok()) << hold->launched();
   std::atomic<int> completed = 0;
   absl::Notification both_completed;
   std::vector<absl::Status> statuses;
   std::thread ranks([&] {
-    statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
-      ZERO_ASSIGN_OR_RETURN(OwnedStream stream, OwnedStream::create(api, sim.index));
-      const StreamScope on_stream(sim, stream.get());
-      ZERO_ASSIGN_OR_RETURN(void* x, device_alloc(sim, kCount * sizeof(float)));
-      const Tensor in(x, DType::kF32, {kCount}, sim);
-      const float value = static_cast<float>(comm.rank() + 1);
-      ZERO_RETURN_IF_ERROR(fill_on_sim(in, value));
+    statuses = run_two_ranks_on_own_streams([&](Communicator& comm) -> absl::Status {
+      ZERO_ASSIGN_OR_RETURN(const Tensor in, sim_floats(kCount));
+      ZERO_RETURN_IF_ERROR(fill_on_sim(in, static_cast<float>(comm.rank() + 1)));
       ZERO_RETURN_IF_ERROR(comm.allreduce(in, ReduceOp::kSum).wait());
       if (++completed == 2) both_completed.Notify();
-      std::vector<float> sums(kCount);
-      ZERO_RETURN_IF_ERROR(copy_bytes(sums.data(), Device::cpu(), x, sim, kCount * sizeof(float)));
-      EXPECT_EQ(sums, std::vector<float>(kCount, 3.0f)) << "rank " << comm.rank();
-      device_free(sim, x);
-      return api.synchronize(stream.get());
+      EXPECT_EQ(read_floats(in), std::vector<float>(kCount, 3.0f)) << "rank " << comm.rank();
+      device_free(in.device(), in.data());
+      return absl::OkStatus();
     });
   });
   // A guard against a hang only: the collectives need nothing from the device to complete.
@@ -466,25 +475,19 @@ TEST(LocalOnDevice, CollectivesCompleteOnTheHostWhileTheirDeviceWorkIsHeld) {
 // checker would name it otherwise, the copy on the legacy stream still writing it).
 TEST(LocalOnDevice, AFailedCollectiveOrdersTheWaitersStreamAfterWhatItQueued) {
   constexpr int64_t kCount = 64;
-  const Device sim = Device::sim(0);
-  sim::SimDevice& api = sim_device();
-  const auto statuses = run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
-    ZERO_ASSIGN_OR_RETURN(OwnedStream stream, OwnedStream::create(api, sim.index));
-    const StreamScope on_stream(sim, stream.get());
-    ZERO_ASSIGN_OR_RETURN(void* send, device_alloc(sim, kCount * sizeof(float)));
-    ZERO_ASSIGN_OR_RETURN(void* recv, device_alloc(sim, 2 * kCount * sizeof(float)));
-    const Tensor in(send, DType::kF32, {kCount}, sim), out(recv, DType::kF32, {2 * kCount}, sim);
+  const auto statuses = run_two_ranks_on_own_streams([&](Communicator& comm) -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(const Tensor in, sim_floats(kCount));
+    ZERO_ASSIGN_OR_RETURN(const Tensor out, sim_floats(2 * kCount));
     ZERO_RETURN_IF_ERROR(fill_on_sim(in, 0.0f));
-    if (comm.rank() == 1) device_free(sim, send);  // the root's copy of it fails
+    if (comm.rank() == 1) device_free(in.device(), in.data());  // the root's copy of it fails
     const absl::Status gathered = comm.gather(in, comm.rank() == 0 ? out : Tensor(), /*root=*/0).wait();
-    if (comm.rank() == 0) device_free(sim, send);
-    device_free(sim, recv);
-    ZERO_RETURN_IF_ERROR(api.synchronize(stream.get()));
+    if (comm.rank() == 0) device_free(in.device(), in.data());
+    device_free(out.device(), out.data());
     return gathered;
   });
   EXPECT_THAT(std::string(statuses[0].message()), HasSubstr("not inside one live allocation"));
   EXPECT_TRUE(absl::IsAborted(statuses[1])) << statuses[1];
-  EXPECT_TRUE(api.synchronize_device(0).ok()) << "the checker found an unordered free";
+  EXPECT_TRUE(sim_device().synchronize_device(0).ok()) << "the checker found an unordered free";
 }
 
 // One rank whose device collectives queue nothing and whose first one fails while being settled, as an NCCL
