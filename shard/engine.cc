@@ -545,6 +545,7 @@ absl::Status Engine::visit_full_params(
     ZERO_RETURN_IF_ERROR(gatherer_->acquire(unit));
     Buffer host_copy;
     ZERO_ASSIGN_OR_RETURN(const Tensor full, on_host(gatherer_->full_params(i), allocator_, host_copy));
+    ZERO_RETURN_IF_ERROR(comm_.flush());  // the gather settled: no aborted collective's bytes are handed out
     for (size_t p = 0; p < u.layout.params.size(); ++p) {
       const auto [unit_name, param] = model_param_name(u.name, u.layout.params[p].name);
       ZERO_RETURN_IF_ERROR(visit(unit_name, param, full.view(u.layout.params[p].offset, u.layout.shapes[p])));

@@ -1,4 +1,5 @@
-// The transport under a Communicator: runs one collective at a time, synchronously, on the comm thread.
+// The transport under a Communicator: runs one collective at a time on the comm thread, a host one to completion, a
+// device one until queued on the device (then settles it).
 #pragma once
 
 #include <span>

@@ -265,6 +265,12 @@ absl::StatusOr<DeviceCompletion> Communicator::mark_end_on_device(const Collecti
   return DeviceCompletion{c.device, std::move(event)};
 }
 
+absl::Status Communicator::flush() {
+  stream_.synchronize();
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
 absl::Status Communicator::fail(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
@@ -288,7 +294,8 @@ absl::Status Communicator::check_same_collective(const Collective& c, absl::Time
 absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm, int ranks_sharing) {
   use_rank_share_of_cores(ranks_sharing);
   try {
-    return fn(comm);
+    const absl::Status status = fn(comm);
+    return status.ok() ? comm.flush() : status;  // a device collective may have failed after its Work completed
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("rank ", comm.rank(), " threw: ", e.what()));
   } catch (...) {

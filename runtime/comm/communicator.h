@@ -111,6 +111,12 @@ class Communicator {
   CommStats stats() const;
   void reset_stats();
 
+  // Waits until every collective posted so far has run and been settled (Backend::settle), and returns the
+  // communicator's failure: how a rank learns that a device collective failed after its Work completed, where no
+  // later collective would tell it (run_rank calls it when the rank's work returns OK; an export before it hands
+  // out gathered data). Not a collective.
+  absl::Status flush();
+
  private:
   absl::Status validate(CollectiveOp op, const Tensor* input, const Tensor* output, int root,
                         std::optional<ReduceOp> reduce_op) const;
@@ -140,7 +146,8 @@ class Communicator {
 };
 
 // fn(comm) on the calling rank thread, given its share of the cores with `ranks_sharing` ranks on them
-// (runtime/cpu_threads.h), an exception turned into an InternalError naming the rank: how a rank's thread ends.
+// (runtime/cpu_threads.h), an exception turned into an InternalError naming the rank, and an OK turned into the
+// communicator's failure if it has one (flush): how a rank's thread ends.
 absl::Status run_rank(const std::function<absl::Status(Communicator&)>& fn, Communicator& comm, int ranks_sharing);
 
 // Every rank passes how its part of a joint task (`task`, e.g. "writing checkpoint ckpt/step-100") went;

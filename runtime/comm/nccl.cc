@@ -84,7 +84,7 @@ absl::Status share_pool_memory_with_this_process_gpus(int device) {
 const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
 char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
 
-// An NCCL call as enqueued: its answer and name, settled after the launch that made it.
+// An NCCL call as enqueued: its answer and name, awaited (await_in_progress) after the launch that made it.
 struct Issued {
   ncclResult_t result = ncclSuccess;
   const char* call = "";
@@ -199,10 +199,10 @@ class NcclBackend final : public Backend {
     aborted_ = true;
     (void)use_device_on_this_thread(Device::cuda(device_));
     ncclCommAbort(comm_);
-    // The buffers of the failed collectives are freed next in default-stream order, which does not wait
-    // for this stream: let the aborted kernels drain first, within a bound, so a kernel that ignored the
-    // abort cannot hang the failing rank. No check between polls: the failure is already reported, and the
-    // communicator is gone.
+    // Let the aborted kernels drain, within a bound, so that the staging buffers are free to go and a kernel that
+    // ignored the abort cannot hang this thread. It does not bound a stream that waits for one of them (a Work's
+    // waiter): that stream's next host wait hangs with it. No check between polls: the failure is already
+    // reported, and the communicator is gone.
     if (api_.record(done_.get(), stream_.get()).ok()) {
       (void)synchronize_until(api_, done_.get(), absl::Now() + absl::Seconds(10));
     }
@@ -220,7 +220,7 @@ class NcclBackend final : public Backend {
   }
 
   // Puts `c` on the stream, then waits, within the deadline, for the non-blocking communicator to take it. The
-  // launch only enqueues; a peer's failure is settled after it, as the communicator's error, not the device's.
+  // launch only enqueues; a peer's failure is answered after it, as the communicator's error, not the device's.
   absl::Status enqueue(const Collective& c, absl::Time deadline) {
     ncclDataType_t type = ncclUint8;  // what movement ops move
     if (is_reduction(c.op)) {

@@ -47,8 +47,10 @@ class Work {
   // timeout) and returns its status. Host buffers may be reused only after wait() returned. On device buffers the
   // operation is finished once queued on the device, and wait() makes the calling thread's current stream wait for
   // its end there (as c10d's work.wait()): the kernels queued on that stream next read its output, and a free
-  // queued there comes after it.
+  // queued there comes after it. A failure found after it was queued (Backend::settle) is not this Work's: the
+  // later collectives, and Communicator::flush, return it.
   absl::Status wait() const { return state_->wait(); }
+  // Whether wait() would return at once: finished, or on device buffers queued.
   bool is_completed() const { return state_->is_completed(); }
 
  private:

@@ -490,8 +490,8 @@ TEST(LocalOnDevice, AFailedCollectiveOrdersTheWaitersStreamAfterWhatItQueued) {
   EXPECT_TRUE(sim_device().synchronize_device(0).ok()) << "the checker found an unordered free";
 }
 
-// One rank whose device collectives queue nothing and whose first one fails while being settled, as an NCCL
-// collective whose peer died fails after it was queued.
+// One rank whose device collectives queue nothing and whose first one, settled only once the test lets it, fails
+// then: as an NCCL collective whose peer died fails after it was queued.
 class FailsSettlingBackend final : public Backend {
  public:
   absl::string_view name() const override { return "fails-settling"; }
@@ -500,19 +500,35 @@ class FailsSettlingBackend final : public Backend {
   bool supports(Device device) const override { return device.is_sim(); }
   absl::Status run(const Collective&, absl::Time) override { return absl::OkStatus(); }
   absl::Status settle(const Collective& c, absl::Time) override {
-    return c.seq == 0 ? absl::UnavailableError(absl::StrCat(c.describe(), " stalled")) : absl::OkStatus();
+    if (c.seq != 0) return absl::OkStatus();
+    if (!let_settle.WaitForNotificationWithTimeout(absl::Seconds(60))) {  // a guard: the test lets it at once
+      return absl::DeadlineExceededError("the test never let the first collective settle");
+    }
+    return absl::UnavailableError(absl::StrCat(c.describe(), " stalled"));
   }
+  void abort(const absl::Status&) override { aborted.Notify(); }
+
+  absl::Notification let_settle;
+  absl::Notification aborted;
 };
 
-// A device collective's Work completes once it is queued; what settling it finds fails the collectives after it.
-TEST(DeviceCollectives, CompleteOnceQueuedAndAFailureFoundSettlingOneFailsTheNext) {
-  Communicator comm(std::make_unique<FailsSettlingBackend>(), CommOptions{});
+// A device collective's Work completes once it is queued, before it is settled; what settling it finds aborts the
+// backend and fails the collectives after it, and flush() returns it where none follows.
+TEST(DeviceCollectives, CompleteOnceQueuedAndAFailureFoundSettlingOneFailsWhatFollows) {
   std::vector<float> buffer(4);  // labelled sim:0, never touched
   const Tensor t(buffer.data(), DType::kF32, {4}, Device::sim(0));
-  EXPECT_TRUE(comm.allreduce(t, ReduceOp::kSum).wait().ok());
-  const absl::Status next = comm.allreduce(t, ReduceOp::kSum).wait();
-  EXPECT_TRUE(absl::IsUnavailable(next)) << next;
-  EXPECT_THAT(std::string(next.message()), HasSubstr("#0 allreduce(fp32 x 4, sum) stalled"));
+  for (const bool another_follows : {true, false}) {
+    auto owned = std::make_unique<FailsSettlingBackend>();
+    FailsSettlingBackend& backend = *owned;
+    Communicator comm(std::move(owned), CommOptions{});
+    EXPECT_TRUE(comm.allreduce(t, ReduceOp::kSum).wait().ok());  // the settling waits for the test
+    EXPECT_FALSE(backend.aborted.HasBeenNotified());
+    backend.let_settle.Notify();
+    const absl::Status reported = another_follows ? comm.allreduce(t, ReduceOp::kSum).wait() : comm.flush();
+    EXPECT_TRUE(absl::IsUnavailable(reported)) << reported;
+    EXPECT_THAT(std::string(reported.message()), HasSubstr("#0 allreduce(fp32 x 4, sum) stalled"));
+    EXPECT_TRUE(backend.aborted.HasBeenNotified());
+  }
 }
 
 }  // namespace
