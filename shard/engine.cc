@@ -481,8 +481,9 @@ absl::StatusOr<StepResult> Engine::step(float lr) {
     if (host_offload_) (void)host_offload_->release_gradients();
   };
   ZERO_RETURN_IF_ERROR(meter_.open_phase());
-  ZERO_RETURN_IF_ERROR(apply_delayed_update());  // the last step's (its time is this update phase's)
   ZERO_RETURN_IF_ERROR(gatherer_->end_pass());   // prefetches the step did not use, after an order change
+  ZERO_RETURN_IF_ERROR(apply_delayed_update());  // the last step's (its time is this update phase's): after those
+                                                 // gathers, which read the parameters it writes
   StepResult result{.loss_scale = scaler_.scale()};
   double clip_coefficient = 1.0;
   if (config_.gradient_clipping > 0 || scaler_.checks_overflow()) {

@@ -90,6 +90,8 @@ absl::Status HostOffload::send_parameters(int i) {
   PerUnit& p = per_unit_[i];
   const Tensor params = (*units_)[i].own_params(dtype_);
   if (params.nbytes() == 0) return absl::OkStatus();
+  // After what the current (compute) stream queued so far: its kernels and its waits for the gathers reading them.
+  ZERO_RETURN_IF_ERROR(order_after(*api_, transfer_.get(), current_stream(device_), compute_marker_.get()));
   ZERO_RETURN_IF_ERROR(api_->copy_async(params.data(), p.params_in.data(), params.nbytes(), transfer_.get()));
   ZERO_RETURN_IF_ERROR(api_->record(p.copied_in.get(), transfer_.get()));
   return api_->wait(current_stream(device_), p.copied_in.get());  // the kernels read them after the copy

@@ -70,7 +70,7 @@ class HostOffload {
   Device device_;
   DeviceApi* api_;
   OwnedStream transfer_;       // non-blocking: ordered with the kernels by events alone
-  OwnedEvent compute_marker_;  // where a gradient copy waits for the kernels queued before it
+  OwnedEvent compute_marker_;  // where a transfer waits for the compute stream's work queued before it
   std::vector<PerUnit> per_unit_;
 };
 
