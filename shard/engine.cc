@@ -313,7 +313,10 @@ absl::Status Engine::non_finite_gradients() {
 }
 
 absl::Status Engine::update(const UpdateArgs& args) {
-  if (host_offload_) ZERO_RETURN_IF_ERROR(host_offload_->stream_remaining_gradients());
+  if (host_offload_) {
+    ZERO_RETURN_IF_ERROR(host_offload_->stream_remaining_gradients());
+    ZERO_RETURN_IF_ERROR(host_offload_->wait_for_shard_copies());
+  }
   ZERO_ASSIGN_OR_RETURN(const std::vector<WholeParamNorms> norms, measure_norms(args));
   ZERO_RETURN_IF_ERROR(update_each_unit(
       [&](int i) { return update_unit(i, args, norms.empty() || norms[i].empty() ? nullptr : &norms[i]); }));

@@ -85,6 +85,13 @@ absl::StatusOr<Tensor> HostOffload::parameters(int i) {
   return Tensor(p.params_in.data(), dtype_, {(*units_)[i].own_count});
 }
 
+absl::Status HostOffload::wait_for_shard_copies() {
+  for (int i = 0; i < static_cast<int>(per_unit_.size()); ++i) {
+    if (params_on_host(i)) return api_->synchronize(current_stream(device_));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status HostOffload::send_parameters(int i) {
   if (params_on_host(i)) return absl::OkStatus();
   PerUnit& p = per_unit_[i];

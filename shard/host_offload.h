@@ -46,6 +46,10 @@ class HostOffload {
   // Where the update writes unit i's parameters (own_count, training dtype): pinned memory, once the last copy from it
   // finished, or the unit's own parameters where they are in host memory.
   absl::StatusOr<Tensor> parameters(int i);
+  // Before the update writes shards in host memory (offload_param_to_host) through parameters(): waits once for the
+  // current stream, where their copies to the device were queued (a gather's staging, a prefetch the step did not
+  // use included). Nothing where no shard is in host memory.
+  absl::Status wait_for_shard_copies();
   // Copies parameters(i) into unit i's own parameters on the device, ahead of every kernel queued after this call.
   absl::Status send_parameters(int i);
   // Kernels queued from now on (zeroing the gradients for the next step) wait for every gradient copy of this step:

@@ -20,7 +20,8 @@ struct CommVolume {
 
 // Wall time of this rank's compute thread per phase, summed over steps (ZeroConfig::time_phases).
 // `waiting` is the part of the three it spent blocked on a collective: communication that overlap did not
-// hide, or a slower peer (on a GPU, also the device finishing the kernels a collective was ordered after).
+// hide, or a slower peer. On a device a collective's wait ends once it is queued there (under nccl, after the
+// previous one settled), so communication the overlap did not hide lengthens the phase instead.
 struct PhaseTimes {
   absl::Duration forward;   // the units' forward passes, with the stage-3 gathers they waited for
   absl::Duration backward;  // backward passes, gathers, and the gradient reductions to their end

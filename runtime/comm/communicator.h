@@ -82,14 +82,15 @@ struct CommStats {
 // order must match across ranks, a rank issues its collectives from one thread or orders its threads itself.
 // Device collectives: a Work completes once its collective is queued on the device, and Work::wait orders the
 // waiter's current stream after it; the backend then settles it on the comm thread (Backend::settle), and a failure
-// found there fails the collectives after it. So a device buffer stays valid until the work queued after
-// Work::wait on the waiter's stream (a free there is ordered after the collective).
-// Lifetimes: a collective's buffers must stay valid until its Work finished; CommOptions::allocator (and a
-// local communicator's LocalGroup) must outlive the communicator; its Work handles may outlive it.
+// found there fails the collectives after it.
+// Lifetimes: a host collective's buffers must stay valid until its Work finished; a device collective's until work
+// queued after its Work::wait on the waiter's stream (a free there is ordered after it), or a device
+// synchronization. CommOptions::allocator (and a local communicator's LocalGroup) must outlive the communicator;
+// its Work handles may outlive it.
 class Communicator {
  public:
   Communicator(std::unique_ptr<Backend> backend, CommOptions options);
-  ~Communicator();  // finishes pending work first
+  ~Communicator();  // runs (device collectives: queues and settles) pending work first
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 

@@ -35,6 +35,8 @@ class LocalBackend final : public Backend {
   absl::Status prepare(const Collective& c) override { return posted_.record(c); }
 
   absl::Status run(const Collective& c, absl::Time deadline) override {
+    // The reductions and copies below go to the current stream: the one the post wait and the completion event use.
+    const StreamScope on_stream(c.device, c.device.is_cpu() ? std::nullopt : std::optional<Stream>(stream_for(c)));
     ZERO_RETURN_IF_ERROR(posted_.wait(stream_for(c), c));
     ZERO_RETURN_IF_ERROR(group_->post_and_meet(rank_, c, deadline));
     std::vector<CollectiveFingerprint> fingerprints;
@@ -80,8 +82,8 @@ class LocalBackend final : public Backend {
         for (int r = 0; r < n; ++r) {
           if (r == rank_) continue;
           const auto [b, e] = chunk_range(c.count, r, n);
-          ZERO_RETURN_IF_ERROR(
-              copy_bytes(c.device, at_bytes(c.recv, b * esize), at_bytes(peer(r).recv, b * esize), (e - b) * esize));
+          ZERO_RETURN_IF_ERROR(queue_copy_bytes(c.device, at_bytes(c.recv, b * esize),
+                                                at_bytes(peer(r).recv, b * esize), (e - b) * esize));
         }
         return absl::OkStatus();
       }
@@ -94,19 +96,19 @@ class LocalBackend final : public Backend {
         return reduce_in_rank_order(c.device, inputs, c.recv, c.count, c.dtype, c.reduce_op);
       case CollectiveOp::kAllgather:
         for (int r = 0; r < n; ++r) {
-          ZERO_RETURN_IF_ERROR(copy_bytes(c.device, at_bytes(c.recv, r * chunk), peer(r).send, chunk));
+          ZERO_RETURN_IF_ERROR(queue_copy_bytes(c.device, at_bytes(c.recv, r * chunk), peer(r).send, chunk));
         }
         return absl::OkStatus();
       case CollectiveOp::kGather:
         if (rank_ != c.root) return absl::OkStatus();
         for (int r = 0; r < n; ++r) {
-          ZERO_RETURN_IF_ERROR(copy_bytes(c.device, at_bytes(c.recv, r * chunk), peer(r).send, chunk));
+          ZERO_RETURN_IF_ERROR(queue_copy_bytes(c.device, at_bytes(c.recv, r * chunk), peer(r).send, chunk));
         }
         return absl::OkStatus();
       case CollectiveOp::kBroadcast:
-        return rank_ == c.root ? absl::OkStatus() : copy_bytes(c.device, c.recv, peer(c.root).recv, chunk);
+        return rank_ == c.root ? absl::OkStatus() : queue_copy_bytes(c.device, c.recv, peer(c.root).recv, chunk);
       case CollectiveOp::kScatter:
-        return copy_bytes(c.device, c.recv, at_bytes(peer(c.root).send, rank_ * chunk), chunk);
+        return queue_copy_bytes(c.device, c.recv, at_bytes(peer(c.root).send, rank_ * chunk), chunk);
       case CollectiveOp::kBarrier: return absl::OkStatus();
     }
     return absl::InternalError("unknown collective");

@@ -198,7 +198,7 @@ class MpiBackend final : public Backend {
         const bool stage = (all || is_root) && overlaps(c.send, chunk, c.recv, n * chunk);
         ZERO_ASSIGN_OR_RETURN(Buffer staged, scratch(stage ? len : 0));
         const void* source = at_bytes(c.send, offset);
-        if (stage) ZERO_RETURN_IF_ERROR(copy_bytes(c.device, staged.data(), source, len));
+        if (stage) ZERO_RETURN_IF_ERROR(queue_copy_bytes(c.device, staged.data(), source, len));
         if (stage) source = staged.data();
         void* target = c.recv == nullptr ? nullptr : at_bytes(c.recv, offset);
         const int rc = all ? MPI_Iallgather(source, ilen, MPI_BYTE, target, 1, strided.get(), comm_, &request)
@@ -214,7 +214,7 @@ class MpiBackend final : public Backend {
         ZERO_RETURN_IF_ERROR(
             finish(MPI_Iscatter(source, 1, strided.get(), target, ilen, MPI_BYTE, c.root, comm_, &request),
                    "MPI_Iscatter", request, c, deadline));
-        return stage ? copy_bytes(c.device, at_bytes(c.recv, offset), target, len) : absl::OkStatus();
+        return stage ? queue_copy_bytes(c.device, at_bytes(c.recv, offset), target, len) : absl::OkStatus();
       }
       case CollectiveOp::kBroadcast:
         return finish(MPI_Ibcast(at_bytes(c.recv, offset), ilen, MPI_BYTE, c.root, comm_, &request), "MPI_Ibcast",

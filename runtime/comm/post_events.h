@@ -16,7 +16,7 @@
 namespace zero {
 
 // Thread-safe: record() runs on the posting thread (Backend::prepare), wait() on the comm thread (Backend::run), in
-// the same order, one each per device collective.
+// the same order, one each per device collective (after a failure the collectives that never run leave theirs).
 class PostEvents {
  public:
   // On the calling thread's current stream of `c.device`; nothing for a host collective.

@@ -13,7 +13,7 @@ namespace zero {
 // runtime/cuda/cuda_reduce.cu
 absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
                                        DType dtype, ReduceOp op);
-absl::Status cuda_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes);
+absl::Status cuda_queue_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes);
 #endif
 
 namespace {
@@ -148,12 +148,12 @@ absl::Status reduce_in_rank_order(Device device, std::span<const void* const> in
   return absl::OkStatus();
 }
 
-absl::Status copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
+absl::Status queue_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
   if (nbytes == 0 || dst == src) return absl::OkStatus();
   if (device.is_sim()) return sim_device().copy_async(dst, src, static_cast<size_t>(nbytes), current_stream(device));
   if (device.is_cuda()) {
 #ifdef ZERO_HAS_CUDA
-    return cuda_copy_bytes(device, dst, src, nbytes);
+    return cuda_queue_copy_bytes(device, dst, src, nbytes);
 #else
     return absl::FailedPreconditionError("copy of CUDA memory in a build without CUDA");
 #endif

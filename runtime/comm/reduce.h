@@ -19,6 +19,6 @@ absl::Status reduce_in_rank_order(Device device, std::span<const void* const> in
                                   DType dtype, ReduceOp op);
 
 // memcpy on the host; a device-to-device copy on a device.
-absl::Status copy_bytes(Device device, void* dst, const void* src, int64_t nbytes);
+absl::Status queue_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes);
 
 }  // namespace zero

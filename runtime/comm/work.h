@@ -35,8 +35,9 @@ class WorkState {
 
 // Copies share one operation; any copy may be waited on or polled, from any thread, any number of times.
 // A Work may outlive its Communicator: destroying the communicator finishes pending work first, so a
-// later wait() returns at once. Dropping a Work does not cancel the operation: its buffers must stay valid
-// until it has run (at the latest, until the communicator's destructor returned).
+// later wait() returns at once. Dropping a Work does not cancel the operation: its host buffers must stay valid
+// until it has run (at the latest, until the communicator's destructor returned); its device buffers until the
+// device is synchronized, as nothing else orders a stream after a Work no one waited for.
 class Work {
  public:
   // An already finished operation with `status`.

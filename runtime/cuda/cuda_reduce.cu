@@ -82,7 +82,7 @@ absl::Status cuda_reduce_in_rank_order(Device device, std::span<const void* cons
   });
 }
 
-absl::Status cuda_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
+absl::Status cuda_queue_copy_bytes(Device device, void* dst, const void* src, int64_t nbytes) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device.index));
   return launch_on_stream(current_stream(device), "copy_bytes", [&](cudaStream_t stream) {
