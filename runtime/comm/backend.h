@@ -1,5 +1,5 @@
 // The transport under a Communicator: runs one collective at a time on the comm thread, a host one to completion, a
-// device one until queued on the device (then settles it).
+// device one until queued on the device (settled then on the watchdog thread).
 #pragma once
 
 #include <span>
@@ -40,11 +40,14 @@ class Backend {
   // can tell) at `deadline`, and fail promptly once a peer failed.
   virtual absl::Status run(const Collective& c, absl::Time deadline) = 0;
 
-  // Called on the comm thread after run() queued device collective `c` and its Work completed, before the next
-  // collective runs: where a backend whose queued work can still fail or stall (NCCL, on a peer's failure) waits for
-  // it within `deadline`, watching for errors. An error fails the communicator, and so the collectives after `c`.
-  virtual absl::Status settle(const Collective& c, absl::Time deadline) {
+  // Called on the communicator's watchdog thread, in posting order, after run() queued device collective `c` and its
+  // Work completed, while the comm thread runs the collectives after it: where a backend whose queued work can still
+  // fail or stall (NCCL, on a peer's failure) waits until `end` (recorded after `c` on stream_for(c)) has happened,
+  // within `deadline`, watching for errors. So it runs beside run() and abort(), and must be safe to. An error fails
+  // the communicator, and so the collectives posted after.
+  virtual absl::Status settle(const Collective& c, Event end, absl::Time deadline) {
     (void)c;
+    (void)end;
     (void)deadline;
     return absl::OkStatus();
   }
@@ -53,7 +56,8 @@ class Backend {
   virtual absl::Status exchange_fingerprints(const CollectiveFingerprint& mine, std::span<CollectiveFingerprint> all,
                                              absl::Time deadline);
 
-  // Called once, after this rank's first failure, so peers blocked in a collective with us fail too.
+  // Called once, after this rank's first failure (from the comm or the watchdog thread), so peers blocked in a
+  // collective with us fail too, and so does what this rank still has queued.
   virtual void abort(const absl::Status& cause) { (void)cause; }
 };
 

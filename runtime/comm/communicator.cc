@@ -66,9 +66,9 @@ absl::Status Backend::exchange_fingerprints(const CollectiveFingerprint& mine, s
 
 Communicator::Communicator(std::unique_ptr<Backend> backend, CommOptions options)
     : backend_(std::move(backend)), options_(options), rank_(backend_->rank()), world_size_(backend_->world_size()),
-      stream_(absl::StrCat("zero-comm-", backend_->rank())) {}
+      watchdog_(absl::StrCat("zero-watch-", backend_->rank())), stream_(absl::StrCat("zero-comm-", backend_->rank())) {}
 
-Communicator::~Communicator() { stream_.synchronize(); }
+Communicator::~Communicator() { (void)flush(); }
 
 Work Communicator::allreduce(Tensor buffer, ReduceOp op) {
   if (absl::Status s = validate(CollectiveOp::kAllreduce, nullptr, &buffer, 0, op); !s.ok()) return Work::completed(s);
@@ -249,24 +249,27 @@ void Communicator::execute(const Collective& c, WorkState& state) {
   if (!status.ok()) status = fail(status);
   if (c.device.is_cpu()) return state.complete(status);
   // Queued on the device (a failed run may have queued part of it): its waiters order their streams after it from
-  // here, so that what they free comes after it, while this thread settles it.
-  absl::StatusOr<DeviceCompletion> marked = mark_end_on_device(c);
+  // here, so that what they free comes after it, while the watchdog settles it and this thread runs the next.
+  absl::StatusOr<std::shared_ptr<const DeviceCompletion>> marked = mark_end_on_device(c);
   if (!marked.ok()) return state.complete(status.ok() ? fail(marked.status()) : status);
-  state.complete(status, std::move(marked).value());
+  state.complete(status, *marked);
   if (!status.ok()) return;
-  const absl::Status settled = backend_->settle(c, deadline);
-  if (!settled.ok()) (void)fail(settled);  // the next collective fails with it
+  watchdog_.submit([this, c, end = *std::move(marked), deadline] {
+    const absl::Status settled = backend_->settle(c, end->event.get(), deadline);
+    if (!settled.ok()) (void)fail(settled);  // the collectives posted after it fail with it
+  });
 }
 
-absl::StatusOr<DeviceCompletion> Communicator::mark_end_on_device(const Collective& c) {
+absl::StatusOr<std::shared_ptr<const DeviceCompletion>> Communicator::mark_end_on_device(const Collective& c) {
   DeviceApi& api = *device_api(c.device);
   ZERO_ASSIGN_OR_RETURN(OwnedEvent event, OwnedEvent::create(api, c.device.index));
   ZERO_RETURN_IF_ERROR(api.record(event.get(), backend_->stream_for(c)));
-  return DeviceCompletion{c.device, std::move(event)};
+  return std::make_shared<const DeviceCompletion>(c.device, std::move(event));
 }
 
 absl::Status Communicator::flush() {
-  stream_.synchronize();
+  stream_.synchronize();  // then every collective posted so far is with the watchdog
+  watchdog_.synchronize();
   absl::MutexLock lock(&mu_);
   return failure_;
 }

@@ -81,8 +81,8 @@ struct CommStats {
 // Threads: every call is safe from several threads at once (not alongside the destructor), but as the
 // order must match across ranks, a rank issues its collectives from one thread or orders its threads itself.
 // Device collectives: a Work completes once its collective is queued on the device, and Work::wait orders the
-// waiter's current stream after it; the backend then settles it on the comm thread (Backend::settle), and a failure
-// found there fails the collectives after it.
+// waiter's current stream after it; the backend then settles it on the watchdog thread (Backend::settle) while the
+// comm thread runs the next, and a failure found there fails the collectives posted after it.
 // Lifetimes: a host collective's buffers must stay valid until its Work finished; a device collective's until work
 // queued after its Work::wait on the waiter's stream (a free there is ordered after it), or a device
 // synchronization. CommOptions::allocator (and a local communicator's LocalGroup) must outlive the communicator;
@@ -123,10 +123,10 @@ class Communicator {
                         std::optional<ReduceOp> reduce_op) const;
   Work submit(Collective c) ABSL_LOCKS_EXCLUDED(post_mu_, mu_);
   // Runs `c` on the comm thread and completes `state`: a device collective once queued on the device (with its
-  // completion event), before the backend settles it.
+  // completion event), and hands it to the watchdog to settle.
   void execute(const Collective& c, WorkState& state) ABSL_LOCKS_EXCLUDED(mu_);
   // An event recorded after `c`'s device work, for its Work's waiters' streams.
-  absl::StatusOr<DeviceCompletion> mark_end_on_device(const Collective& c);
+  absl::StatusOr<std::shared_ptr<const DeviceCompletion>> mark_end_on_device(const Collective& c);
   // Makes `status` the sticky failure and aborts the backend.
   absl::Status fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status check_same_collective(const Collective& c, absl::Time deadline);
@@ -143,7 +143,10 @@ class Communicator {
   CommStats stats_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);  // the first failure; sticky
 
-  CpuStream stream_;  // last: destroyed (drained) first
+  // Settles the device collectives the comm thread queued (Backend::settle), in order, while it runs the next: so
+  // several are queued on the device at once, and a stalled one still fails within its deadline (c10d's watchdog).
+  CpuStream watchdog_;
+  CpuStream stream_;  // the comm thread; last: destroyed (drained, handing the watchdog its last tasks) first
 };
 
 // fn(comm) on the calling rank thread, given its share of the cores with `ranks_sharing` ranks on them

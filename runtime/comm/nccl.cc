@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -171,8 +172,11 @@ class NcclBackend final : public Backend {
     return explain(status, c.describe());
   }
 
-  absl::Status settle(const Collective& c, absl::Time deadline) override {
-    return explain(finish(deadline), c.describe());
+  // On the watchdog thread, beside run(): reads only the event, NCCL's asynchronous error and the shared failure, as
+  // c10d's watchdog does, and aborts (abort(), through the communicator) what it finds failed or stalled.
+  absl::Status settle(const Collective& c, Event end, absl::Time deadline) override {
+    ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device_)));
+    return explain(synchronize_until(api_, end, deadline, [this] { return async_error(); }), c.describe());
   }
 
   // Stages the fingerprints through device memory: NCCL moves only device buffers.
@@ -195,16 +199,18 @@ class NcclBackend final : public Backend {
 
   void abort(const absl::Status& cause) override {
     if (shared_failure_) shared_failure_->report(rank_, cause);  // before anything can block
-    if (comm_ == nullptr || aborted_) return;
-    aborted_ = true;
+    // Once, from whichever thread failed first: the comm thread (a staged collective) or the watchdog (a settle).
+    // ncclCommAbort is the one NCCL call meant to come from another thread while the comm thread may be in a call.
+    if (comm_ == nullptr || aborted_.exchange(true)) return;
     (void)use_device_on_this_thread(Device::cuda(device_));
     ncclCommAbort(comm_);
     // Let the aborted kernels drain, within a bound, so that the staging buffers are free to go and a kernel that
     // ignored the abort cannot hang this thread. It does not bound a stream that waits for one of them (a Work's
     // waiter): that stream's next host wait hangs with it. No check between polls: the failure is already
     // reported, and the communicator is gone.
-    if (api_.record(done_.get(), stream_.get()).ok()) {
-      (void)synchronize_until(api_, done_.get(), absl::Now() + absl::Seconds(10));
+    absl::StatusOr<OwnedEvent> drained = OwnedEvent::create(api_, device_);
+    if (drained.ok() && api_.record(drained->get(), stream_.get()).ok()) {
+      (void)synchronize_until(api_, drained->get(), absl::Now() + absl::Seconds(10));
     }
   }
 
@@ -357,15 +363,18 @@ class NcclBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  // Waits for the stream, watching for asynchronous NCCL errors (a peer failed, the network broke).
+  // Waits for the stream (on the comm thread), watching for asynchronous NCCL errors.
   absl::Status finish(absl::Time deadline) {
     ZERO_RETURN_IF_ERROR(api_.record(done_.get(), stream_.get()));
-    return synchronize_until(api_, done_.get(), deadline, [this]() -> absl::Status {
-      if (shared_failure_) ZERO_RETURN_IF_ERROR(shared_failure_->first());
-      ncclResult_t state = ncclSuccess;
-      if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return nccl_status(r, "", comm_);
-      return nccl_status(state, "NCCL reported an asynchronous error", comm_);
-    });
+    return synchronize_until(api_, done_.get(), deadline, [this] { return async_error(); });
+  }
+
+  // A peer's failure (in this process), or NCCL's asynchronous error: a peer failed, the network broke.
+  absl::Status async_error() const {
+    if (shared_failure_) ZERO_RETURN_IF_ERROR(shared_failure_->first());
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return nccl_status(r, "", comm_);
+    return nccl_status(state, "NCCL reported an asynchronous error", comm_);
   }
 
   absl::Status explain(const absl::Status& status, absl::string_view what) const {
@@ -384,7 +393,7 @@ class NcclBackend final : public Backend {
   const int world_size_;
   const int device_;
   OwnedStream stream_;                             // every NCCL call and staging copy, from the comm thread
-  OwnedEvent done_;                                // finish()
+  OwnedEvent done_;                                // finish(), on the comm thread
   OwnedEvent allocated_;                           // wait_for_allocations()
   PostEvents posted_;                              // prepare() records, run() waits
   std::shared_ptr<SharedFailure> shared_failure_;  // CommOptions::shared_failure
@@ -395,7 +404,7 @@ class NcclBackend final : public Backend {
   PinnedBuffer pinned_;                            // the host side of the staging copies, grown as needed
   ncclComm_t comm_ = nullptr;
   bool initialized_ = false;  // ncclCommInitRankConfig completed
-  bool aborted_ = false;
+  std::atomic<bool> aborted_ = false;
 };
 
 absl::Status check_device(int rank, int device) {

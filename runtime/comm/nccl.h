@@ -18,8 +18,9 @@ namespace zero {
 // kernels: what the posting thread queued on its current stream before the call is ordered before the collective
 // by an event recorded at the call (PostEvents); work on any other stream must be ordered there, or finished, by
 // the caller. A device collective's Work completes once it is queued, and its wait() makes the waiter's current
-// stream wait for it; the comm thread then settles it (its event polled against the deadline, NCCL's errors asked
-// between polls) before the next, and a failure found there fails the collectives after it. A host collective's
+// stream wait for it; the communicator's watchdog thread then settles it (its event polled against the deadline,
+// NCCL's errors asked between polls) while the comm thread queues the next, and a failure found there fails the
+// collectives posted after it. A host collective's
 // Work completes once its result is on the host. The backend's only memory of its
 // own, device scratch for the barrier, the debug check and the staged host collectives, is accounted to
 // CommOptions::allocator when one is named.

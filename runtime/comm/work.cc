@@ -4,7 +4,7 @@
 
 namespace zero {
 
-void WorkState::complete(absl::Status status, std::optional<DeviceCompletion> on_device) {
+void WorkState::complete(absl::Status status, std::shared_ptr<const DeviceCompletion> on_device) {
   absl::MutexLock lock(&mu_);
   status_ = std::move(status);
   on_device_ = std::move(on_device);

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -20,7 +19,8 @@ struct DeviceCompletion {
 // Shared between the Work handles and the thread that completes the operation. Thread-safe.
 class WorkState {
  public:
-  void complete(absl::Status status, std::optional<DeviceCompletion> on_device = std::nullopt);
+  // `on_device` is shared with the thread that settles the collective (Communicator's watchdog).
+  void complete(absl::Status status, std::shared_ptr<const DeviceCompletion> on_device = nullptr);
   // The status, once complete; a device collective's also orders the calling thread's current stream after what it
   // queued, failed or not.
   absl::Status wait();
@@ -30,7 +30,7 @@ class WorkState {
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-  std::optional<DeviceCompletion> on_device_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const DeviceCompletion> on_device_ ABSL_GUARDED_BY(mu_);
 };
 
 // Copies share one operation; any copy may be waited on or polled, from any thread, any number of times.

@@ -8,6 +8,7 @@
 #include <latch>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -43,6 +44,7 @@ using testing::check_max_propagates_nan;
 using testing::check_reduce;
 using testing::check_reduce_scatter;
 using testing::check_scatter;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::kCheckSizes;
 using testing::reductions_for;
@@ -499,7 +501,7 @@ class FailsSettlingBackend final : public Backend {
   int world_size() const override { return 1; }
   bool supports(Device device) const override { return device.is_sim(); }
   absl::Status run(const Collective&, absl::Time) override { return absl::OkStatus(); }
-  absl::Status settle(const Collective& c, absl::Time) override {
+  absl::Status settle(const Collective& c, Event, absl::Time) override {
     if (c.seq != 0) return absl::OkStatus();
     if (!let_settle.WaitForNotificationWithTimeout(absl::Seconds(60))) {  // a guard: the test lets it at once
       return absl::DeadlineExceededError("the test never let the first collective settle");
@@ -513,7 +515,7 @@ class FailsSettlingBackend final : public Backend {
 };
 
 // A device collective's Work completes once it is queued, before it is settled; what settling it finds aborts the
-// backend and fails the collectives after it, and flush() returns it where none follows.
+// backend and fails the collectives posted after, and flush() returns it where none follows.
 TEST(DeviceCollectives, CompleteOnceQueuedAndAFailureFoundSettlingOneFailsWhatFollows) {
   std::vector<float> buffer(4);  // labelled sim:0, never touched
   const Tensor t(buffer.data(), DType::kF32, {4}, Device::sim(0));
@@ -524,11 +526,67 @@ TEST(DeviceCollectives, CompleteOnceQueuedAndAFailureFoundSettlingOneFailsWhatFo
     EXPECT_TRUE(comm.allreduce(t, ReduceOp::kSum).wait().ok());  // the settling waits for the test
     EXPECT_FALSE(backend.aborted.HasBeenNotified());
     backend.let_settle.Notify();
+    if (another_follows) {  // posted once the failure was found: a collective already running may still pass
+      EXPECT_TRUE(backend.aborted.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    }
     const absl::Status reported = another_follows ? comm.allreduce(t, ReduceOp::kSum).wait() : comm.flush();
     EXPECT_TRUE(absl::IsUnavailable(reported)) << reported;
     EXPECT_THAT(std::string(reported.message()), HasSubstr("#0 allreduce(fp32 x 4, sum) stalled"));
     EXPECT_TRUE(backend.aborted.HasBeenNotified());
   }
+}
+
+// One rank whose first device collective settles only once the second has run: it stands for NCCL's, settled on
+// the watchdog while the comm thread queues the next. Records the order of runs and settles.
+class SettlesAfterTheNextRunsBackend final : public Backend {
+ public:
+  absl::string_view name() const override { return "settles-after-the-next-runs"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  bool supports(Device device) const override { return device.is_sim(); }
+  absl::Status run(const Collective& c, absl::Time) override {
+    note(absl::StrCat("run #", c.seq));
+    if (c.seq == 1) second_ran.Notify();
+    return absl::OkStatus();
+  }
+  absl::Status settle(const Collective& c, Event, absl::Time) override {
+    // A guard against a hang only: with the settle on the comm thread, the second never runs.
+    if (c.seq == 0 && !second_ran.WaitForNotificationWithTimeout(absl::Seconds(60))) {
+      return absl::DeadlineExceededError("the second collective did not run while the first was settling");
+    }
+    note(absl::StrCat("settle #", c.seq));
+    return absl::OkStatus();
+  }
+  std::vector<std::string> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+
+  absl::Notification second_ran;
+
+ private:
+  void note(std::string event) {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(std::move(event));
+  }
+  absl::Mutex mu_;
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+};
+
+// Settling a device collective does not hold the comm thread: the next one runs (is queued on the device) while the
+// first is still being settled, and the settles follow the posting order.
+TEST(DeviceCollectives, TheNextRunsWhileOneIsSettling) {
+  std::vector<float> buffer(4);  // labelled sim:0, never touched
+  const Tensor t(buffer.data(), DType::kF32, {4}, Device::sim(0));
+  auto owned = std::make_unique<SettlesAfterTheNextRunsBackend>();
+  SettlesAfterTheNextRunsBackend& backend = *owned;
+  Communicator comm(std::move(owned), CommOptions{});
+  const Work first = comm.allreduce(t, ReduceOp::kSum);
+  const Work second = comm.allreduce(t, ReduceOp::kSum);
+  EXPECT_TRUE(first.wait().ok());
+  EXPECT_TRUE(second.wait().ok());
+  EXPECT_TRUE(comm.flush().ok()) << comm.flush();
+  EXPECT_THAT(backend.events(), ElementsAre("run #0", "run #1", "settle #0", "settle #1"));
 }
 
 }  // namespace
