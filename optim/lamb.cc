@@ -71,15 +71,13 @@ class Lamb final : public Optimizer {
     return std::sqrt(1.0 - std::pow(options_.beta2, t)) / (1.0 - std::pow(options_.beta1, t));
   }
 
-  // Pass 1: the moments, and the sums of p² and u², which the host reads: on the simulated device they are there
-  // once the launch ran (waited for under `wait`).
-  absl::StatusOr<std::shared_ptr<const ChunkSquareSums>> chunk_square_sums(const StepArgs& a, bool wait) override {
+  // Pass 1: the moments, and the sums of p² and u², which the host reads once the launch ran (on CUDA, with the bins'
+  // copy back; waited for under `wait`).
+  absl::StatusOr<ChunkSumsReader> chunk_square_sums(const StepArgs& a, bool wait) override {
     const std::vector<optim::LambCoeffs> coeffs = this->coeffs(a);
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) {  // read back at once, whatever `wait` says
-      ZERO_ASSIGN_OR_RETURN(ChunkSquareSums sums, optim::lamb_sums_cuda(device().index, layout(), coeffs, a,
-                                                                        state_data(0), state_data(1), bins_.data()));
-      return std::make_shared<const ChunkSquareSums>(std::move(sums));
+    if (device().is_cuda()) {
+      return optim::lamb_sums_cuda(device().index, layout(), coeffs, a, state_data(0), state_data(1), bins_, wait);
     }
 #endif
     auto sums = std::make_shared<ChunkSquareSums>(layout().chunks().size());
@@ -105,7 +103,7 @@ class Lamb final : public Optimizer {
           return absl::OkStatus();
         },
         wait));
-    return sums;
+    return [sums] { return *sums; };
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs,
@@ -134,7 +132,7 @@ class Lamb final : public Optimizer {
   }
 
   LambOptions options_;
-  Buffer bins_;
+  optim::SquareBinsScratch bins_;
 };
 
 }  // namespace

@@ -47,15 +47,11 @@ class Lars final : public Optimizer {
     return coeffs;
   }
 
-  // Pass 1: the sums of p² and g², which the host reads: on the simulated device they are there once the launch
-  // ran (waited for under `wait`).
-  absl::StatusOr<std::shared_ptr<const ChunkSquareSums>> chunk_square_sums(const StepArgs& a, bool wait) override {
+  // Pass 1: the sums of p² and g², which the host reads once the launch ran (on CUDA, with the bins' copy back;
+  // waited for under `wait`).
+  absl::StatusOr<ChunkSumsReader> chunk_square_sums(const StepArgs& a, bool wait) override {
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) {  // read back at once, whatever `wait` says
-      ZERO_ASSIGN_OR_RETURN(ChunkSquareSums sums,
-                            optim::lars_sums_cuda(device().index, layout(), coeffs(), a, bins_.data()));
-      return std::make_shared<const ChunkSquareSums>(std::move(sums));
-    }
+    if (device().is_cuda()) return optim::lars_sums_cuda(device().index, layout(), coeffs(), a, bins_, wait);
 #endif
     auto sums = std::make_shared<ChunkSquareSums>(layout().chunks().size());
     const PassAccess access{.params = Use::kRead, .state = Use::kNone};
@@ -76,7 +72,7 @@ class Lars final : public Optimizer {
           return absl::OkStatus();
         },
         wait));
-    return sums;
+    return [sums] { return *sums; };
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs,
@@ -104,7 +100,7 @@ class Lars final : public Optimizer {
   }
 
   LarsOptions options_;
-  Buffer bins_;
+  optim::SquareBinsScratch bins_;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/device_memory.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 #if ZERO_HAS_CUDA
@@ -37,14 +38,18 @@ absl::Status optim::check_device(Device device, absl::string_view optimizer, boo
 #endif
 }
 
-absl::StatusOr<Buffer> optim::allocate_square_bins(const ShardLayout& layout, Allocator& allocator, Device device) {
+absl::StatusOr<optim::SquareBinsScratch> optim::allocate_square_bins(const ShardLayout& layout, Allocator& allocator,
+                                                                     Device device) {
+  SquareBinsScratch bins;
 #if ZERO_HAS_CUDA
   if (device.is_cuda() && !layout.chunks().empty()) {
-    return allocator.allocate(optim::square_bins_bytes(layout), MemoryCategory::kWorkspace, device);
+    const int64_t bytes = optim::square_bins_bytes(layout);
+    ZERO_ASSIGN_OR_RETURN(bins.device, allocator.allocate(bytes, MemoryCategory::kWorkspace, device));
+    ZERO_ASSIGN_OR_RETURN(bins.host, PinnedBuffer::allocate(*device_api(device), static_cast<size_t>(bytes)));
   }
 #endif
   (void)layout, (void)allocator, (void)device;
-  return Buffer();
+  return bins;
 }
 
 absl::Status Optimizer::check_step(const Tensor& params, const Tensor& grads, int64_t step, float lr) const {
@@ -77,11 +82,11 @@ absl::StatusOr<NormParts> Optimizer::measure(Tensor params, Tensor grads, int64_
   ZERO_RETURN_IF_ERROR(check_step(params, grads, step, lr));
   static const HalfCopy kNoCopy;
   const StepArgs args{params.data_as<float>(), grads.data_as<float>(), step, lr, nullptr, &kNoCopy, nullptr};
-  ZERO_ASSIGN_OR_RETURN(std::shared_ptr<const ChunkSquareSums> per_chunk, chunk_square_sums(args, /*wait=*/false));
-  return NormParts{.layout = layout_, .per_chunk = std::move(per_chunk)};
+  ZERO_ASSIGN_OR_RETURN(ChunkSumsReader read_sums, chunk_square_sums(args, /*wait=*/false));
+  return NormParts{.layout = layout_, .read_sums = std::move(read_sums)};
 }
 
-absl::StatusOr<std::shared_ptr<const ChunkSquareSums>> Optimizer::chunk_square_sums(const StepArgs&, bool) {
+absl::StatusOr<ChunkSumsReader> Optimizer::chunk_square_sums(const StepArgs&, bool) {
   return absl::UnimplementedError(absl::StrCat(name(), " takes no whole-parameter norms"));
 }
 
@@ -167,10 +172,10 @@ absl::StatusOr<WholeParamNorms> Optimizer::whole_param_norms(const StepArgs& arg
       }
     }
   }
-  ZERO_ASSIGN_OR_RETURN(std::shared_ptr<const ChunkSquareSums> per_chunk, chunk_square_sums(args, /*wait=*/true));
+  ZERO_ASSIGN_OR_RETURN(ChunkSumsReader read_sums, chunk_square_sums(args, /*wait=*/true));
   ZERO_ASSIGN_OR_RETURN(
       std::vector<WholeParamNorms> norms,
-      reduce_norm_parts({NormParts{.layout = layout_, .per_chunk = std::move(per_chunk)}}, args.comm));
+      reduce_norm_parts({NormParts{.layout = layout_, .read_sums = std::move(read_sums)}}, args.comm));
   return std::move(norms[0]);
 }
 
@@ -185,8 +190,9 @@ absl::StatusOr<std::vector<WholeParamNorms>> reduce_norm_parts(const std::vector
     if (shard.layout == nullptr) continue;  // a shard that measured nothing: no norms
     merged.resize(shard.layout->params().size());
     const std::vector<ShardChunk>& chunks = shard.layout->chunks();
+    const ChunkSquareSums per_chunk = shard.read_sums();
     for (size_t c = 0; c < chunks.size(); ++c) {
-      for (int q = 0; q < 2; ++q) merged[chunks[c].param][q].merge((*shard.per_chunk)[c][q]);
+      for (int q = 0; q < 2; ++q) merged[chunks[c].param][q].merge(per_chunk[c][q]);
     }
     sums += 2 * merged.size();
   }

@@ -16,6 +16,7 @@
 #include "optim/square_sum.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/device_api.h"
 #include "runtime/tensor.h"
 
 namespace zero {
@@ -34,11 +35,14 @@ using WholeParamNorms = std::vector<std::array<double, 2>>;
 // Exact square sums of the two quantities, per chunk of a layout (ShardLayout::chunks).
 using ChunkSquareSums = std::vector<std::array<SquareSum, 2>>;
 
+// Reads a first pass's sums: call it once they are complete (see NormParts), at most while their optimizer lives.
+using ChunkSumsReader = std::function<ChunkSquareSums()>;
+
 // A shard's part of its whole-parameter norms, as its first pass leaves it: on a device, complete once the work
-// queued there before it is done (Optimizer::measure does not wait for it).
+// queued there before it is done (Optimizer::measure does not wait for it), so read only then.
 struct NormParts {
   std::shared_ptr<const ShardLayout> layout;
-  std::shared_ptr<const ChunkSquareSums> per_chunk;
+  ChunkSumsReader read_sums;
 };
 
 // Every shard's norms from its parts, summed across ranks with one int32 allreduce over `comm` for all of them
@@ -104,7 +108,7 @@ class Optimizer {
   virtual absl::Status update(const StepArgs& args) = 0;
   // The first pass of an optimizer that communicates: the exact square sums of each chunk of layout().chunks(),
   // complete when this returns if `wait`, else (on a device) once the device's queued work is done.
-  virtual absl::StatusOr<std::shared_ptr<const ChunkSquareSums>> chunk_square_sums(const StepArgs& args, bool wait);
+  virtual absl::StatusOr<ChunkSumsReader> chunk_square_sums(const StepArgs& args, bool wait);
 
   // One pass of an update's CPU loops: `args` and `state` (state_data(i) of every buffer) as the loops may touch
   // them from the host.
@@ -139,9 +143,14 @@ namespace optim {
 // OK for the CPU and the simulated device (which runs the CPU loops); for CUDA only when zero was built with CUDA
 // and the optimizer has a kernel.
 absl::Status check_device(Device device, absl::string_view optimizer, bool has_cuda_kernel);
-// LAMB/LARS on CUDA: device scratch for the exact square bins of their norm pass (optim_kernels.h); an empty
-// buffer on the CPU and the simulated device, whose bins live on the stack of the CPU loops.
-absl::StatusOr<Buffer> allocate_square_bins(const ShardLayout& layout, Allocator& allocator, Device device);
+// LAMB/LARS on CUDA: the exact square bins of their norm pass (optim_kernels.h), filled on the device and brought
+// back by a queued copy into pinned host memory, both reused every step; empty on the CPU and the simulated device,
+// whose bins live on the stack of the CPU loops.
+struct SquareBinsScratch {
+  Buffer device;
+  PinnedBuffer host;
+};
+absl::StatusOr<SquareBinsScratch> allocate_square_bins(const ShardLayout& layout, Allocator& allocator, Device device);
 }  // namespace optim
 
 }  // namespace zero

@@ -193,11 +193,10 @@ std::vector<Segment> segments_of(const ShardLayout& layout, const std::vector<fl
   return segments;
 }
 
-// Calls `launch(table, blocks, first)` (an absl::Status) once per kMaxSegments segments, then waits for cuda:`device`'s
-// current stream; `first` indexes the table's first segment in `segments`.
+// Calls `launch(table, blocks, first)` (an absl::Status) once per kMaxSegments segments (on the current
+// stream, not waited for); `first` indexes the table's first segment in `segments`.
 template <typename Coeffs, typename Launch>
-absl::Status for_each_table(int device, const std::vector<Segment>& segments, const std::vector<Coeffs>& coeffs,
-                            Launch launch) {
+absl::Status for_each_table(const std::vector<Segment>& segments, const std::vector<Coeffs>& coeffs, Launch launch) {
   if (coeffs.size() > kMaxGroups) {
     return absl::InvalidArgumentError(
         absl::StrCat("the CUDA optimizers take at most ", kMaxGroups, " parameter groups, got ", coeffs.size()));
@@ -211,7 +210,7 @@ absl::Status for_each_table(int device, const std::vector<Segment>& segments, co
     const int blocks = static_cast<int>(std::min<int64_t>((span + kThreads - 1) / kThreads, 65535));
     ZERO_RETURN_IF_ERROR(launch(t, blocks, static_cast<int64_t>(first)));
   }
-  return cuda_api().synchronize(current_cuda_stream(device));
+  return absl::OkStatus();
 }
 
 // kSquareSlots device counters of at most kMaxBinnedValues values as the CPU's SquareBins.
@@ -223,27 +222,31 @@ SquareBins bins_of(const uint64_t* slots) {
   return b;
 }
 
-// Zeroes the bins, runs `launch(table, grid, first_chunk)` (an absl::Status) per table of chunks, and returns the bins
-// as SquareSums exactly as the CPU's SquareSum::add(SquareBins) builds them.
+// Zeroes the bins, runs `launch(table, grid, first_chunk)` (an absl::Status) per table of chunks and queues the bins'
+// copy to the host, all on the current stream, and returns their reader: SquareSums exactly as the CPU's
+// SquareSum::add(SquareBins) builds them, once that copy is done (waited for here if `wait`).
 template <typename Coeffs, typename Launch>
-absl::StatusOr<ChunkSquareSums> chunk_sums(int device, const ShardLayout& layout, const std::vector<Coeffs>& coeffs,
-                                           void* bins, Launch launch) {
+absl::StatusOr<ChunkSumsReader> chunk_sums(int device, const ShardLayout& layout, const std::vector<Coeffs>& coeffs,
+                                           const SquareBinsScratch& bins, bool wait, Launch launch) {
   const size_t chunks = layout.chunks().size();
-  if (chunks == 0) return ChunkSquareSums();
-  ZERO_RETURN_IF_ERROR(zero_on_current_stream(device, bins, static_cast<size_t>(square_bins_bytes(layout))));
+  if (chunks == 0) return ChunkSumsReader([] { return ChunkSquareSums(); });
+  const size_t bytes = static_cast<size_t>(square_bins_bytes(layout));
+  ZERO_RETURN_IF_ERROR(zero_on_current_stream(device, bins.device.data(), bytes));
   const std::vector<float> unused_scale(layout.params().size());  // one segment per chunk: bins are per chunk
   const std::vector<Segment> segments = segments_of(layout, &unused_scale);
-  ZERO_RETURN_IF_ERROR(for_each_table(device, segments, coeffs, [&](const Table<Coeffs>& t, int, int64_t first) {
-    return launch(t, dim3(kSumTiles, t.num_segments), static_cast<unsigned long long*>(bins), first);
+  ZERO_RETURN_IF_ERROR(for_each_table(segments, coeffs, [&](const Table<Coeffs>& t, int, int64_t first) {
+    return launch(t, dim3(kSumTiles, t.num_segments), static_cast<unsigned long long*>(bins.device.data()), first);
   }));
-  std::vector<uint64_t> host(chunks * 2 * kSquareSlots);
-  ZERO_RETURN_IF_ERROR(
-      copy_bytes(host.data(), Device::cpu(), bins, Device::cuda(device), host.size() * sizeof(uint64_t)));
-  ChunkSquareSums sums(chunks);
-  for (size_t k = 0; k < chunks; ++k) {
-    for (int q = 0; q < 2; ++q) sums[k][q].add(bins_of(&host[(2 * k + q) * kSquareSlots]));
-  }
-  return sums;
+  const Stream stream = current_cuda_stream(device);
+  ZERO_RETURN_IF_ERROR(cuda_api().copy_async(bins.host.data(), bins.device.data(), bytes, stream));
+  if (wait) ZERO_RETURN_IF_ERROR(cuda_api().synchronize(stream));
+  return ChunkSumsReader([chunks, host = static_cast<const uint64_t*>(bins.host.data())] {
+    ChunkSquareSums sums(chunks);
+    for (size_t k = 0; k < chunks; ++k) {
+      for (int q = 0; q < 2; ++q) sums[k][q].add(bins_of(&host[(2 * k + q) * kSquareSlots]));
+    }
+    return sums;
+  });
 }
 
 }  // namespace
@@ -263,11 +266,9 @@ absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<S
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
-  return for_each_table(device, segments_of(layout, nullptr), coeffs,
-                        [&](const Table<SgdCoeffs>& t, int blocks, int64_t) {
-                          return launch_kernel(device, "sgd_kernel", sgd_kernel, blocks, kThreads, t, s.params, s.grads,
-                                               momentum_buffer, h);
-                        });
+  return for_each_table(segments_of(layout, nullptr), coeffs, [&](const Table<SgdCoeffs>& t, int blocks, int64_t) {
+    return launch_kernel(device, "sgd_kernel", sgd_kernel, blocks, kThreads, t, s.params, s.grads, momentum_buffer, h);
+  });
 }
 
 absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs, const ShardStep& s,
@@ -275,23 +276,23 @@ absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
-  return for_each_table(device, segments_of(layout, nullptr), coeffs,
-                        [&](const Table<AdamCoeffs>& t, int blocks, int64_t) {
-                          return launch_kernel(device, "adam_kernel", adam_kernel, blocks, kThreads, t, s.params,
-                                               s.grads, exp_avg, exp_avg_sq, h);
-                        });
+  return for_each_table(segments_of(layout, nullptr), coeffs, [&](const Table<AdamCoeffs>& t, int blocks, int64_t) {
+    return launch_kernel(device, "adam_kernel", adam_kernel, blocks, kThreads, t, s.params, s.grads, exp_avg,
+                         exp_avg_sq, h);
+  });
 }
 
 }  // namespace zero::optim
 
 namespace zero::optim {
 
-absl::StatusOr<ChunkSquareSums> lamb_sums_cuda(int device, const ShardLayout& layout,
+absl::StatusOr<ChunkSumsReader> lamb_sums_cuda(int device, const ShardLayout& layout,
                                                const std::vector<LambCoeffs>& coeffs, const ShardStep& s,
-                                               float* exp_avg, float* exp_avg_sq, void* bins) {
+                                               float* exp_avg, float* exp_avg_sq, const SquareBinsScratch& bins,
+                                               bool wait) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return chunk_sums(device, layout, coeffs, bins,
+  return chunk_sums(device, layout, coeffs, bins, wait,
                     [&](const Table<LambCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
                       return launch_kernel(device, "lamb_sums_kernel", lamb_sums_kernel, grid, kThreads, t, b, first,
                                            s.params, s.grads, exp_avg, exp_avg_sq);
@@ -304,18 +305,19 @@ absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::v
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
-  return for_each_table(device, segments_of(layout, &param_scale), coeffs,
+  return for_each_table(segments_of(layout, &param_scale), coeffs,
                         [&](const Table<LambCoeffs>& t, int blocks, int64_t) {
                           return launch_kernel(device, "lamb_apply_kernel", lamb_apply_kernel, blocks, kThreads, t,
                                                s.params, exp_avg, exp_avg_sq, h);
                         });
 }
 
-absl::StatusOr<ChunkSquareSums> lars_sums_cuda(int device, const ShardLayout& layout,
-                                               const std::vector<LarsCoeffs>& coeffs, const ShardStep& s, void* bins) {
+absl::StatusOr<ChunkSumsReader> lars_sums_cuda(int device, const ShardLayout& layout,
+                                               const std::vector<LarsCoeffs>& coeffs, const ShardStep& s,
+                                               const SquareBinsScratch& bins, bool wait) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return chunk_sums(device, layout, coeffs, bins,
+  return chunk_sums(device, layout, coeffs, bins, wait,
                     [&](const Table<LarsCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
                       return launch_kernel(device, "lars_sums_kernel", lars_sums_kernel, grid, kThreads, t, b, first,
                                            s.params, s.grads);
@@ -327,7 +329,7 @@ absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::v
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const HalfOut h = half_out(layout, s);
-  return for_each_table(device, segments_of(layout, &param_scale), coeffs,
+  return for_each_table(segments_of(layout, &param_scale), coeffs,
                         [&](const Table<LarsCoeffs>& t, int blocks, int64_t) {
                           return launch_kernel(device, "lars_apply_kernel", lars_apply_kernel, blocks, kThreads, t,
                                                s.params, s.grads, momentum_buffer, h);

@@ -18,32 +18,34 @@ namespace zero::optim {
 absl::Status cuda_zero(int device, void* ptr, int64_t nbytes);
 
 // Each updates the shard in place (fp32 master, state) and writes the half copy in the same pass when
-// step.half is enabled. They run on the current stream (runtime/device_api.h) and return once the kernels have
-// finished.
+// step.half is enabled. They queue their kernels on the current stream (runtime/device_api.h) and return without
+// waiting for them: work queued there next sees the update.
 absl::Status sgd_cuda(int device, const ShardLayout& layout, const std::vector<SgdCoeffs>& coeffs,
                       const ShardStep& step, float* momentum_buffer /*(S), null without momentum*/);
 absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<AdamCoeffs>& coeffs,
                        const ShardStep& step, float* exp_avg /*(S)*/, float* exp_avg_sq /*(S)*/);
 
 // LAMB and LARS: pass 1 fills exact square bins (square_sum.h) of two quantities per chunk of the layout on
-// the device and returns them as SquareSums, the same integers the CPU bins hold; after the caller's
-// allreduce, pass 2 applies each parameter's scale (`param_scale`, one per layout parameter).
-// Device scratch for pass 1: kSquareSlots uint64 counters per quantity per chunk.
+// the device and queues their copy into `bins.host`; its reader turns them into SquareSums, the same integers the
+// CPU bins hold, once the current stream's work is done (waited for here if `wait`). After the caller's allreduce,
+// pass 2 applies each parameter's scale (`param_scale`, one per layout parameter).
+// `bins` (allocate_square_bins): kSquareSlots uint64 counters per quantity per chunk, on the device and pinned.
 int64_t square_bins_bytes(const ShardLayout& layout);
 
 // Updates the moments; sums ||p||^2 and ||u||^2 (u = lamb_direction).
-absl::StatusOr<ChunkSquareSums> lamb_sums_cuda(int device, const ShardLayout& layout,
+absl::StatusOr<ChunkSumsReader> lamb_sums_cuda(int device, const ShardLayout& layout,
                                                const std::vector<LambCoeffs>& coeffs, const ShardStep& step,
-                                               float* exp_avg, float* exp_avg_sq, void* bins);
+                                               float* exp_avg, float* exp_avg_sq, const SquareBinsScratch& bins,
+                                               bool wait);
 // p += param_scale * u, with param_scale = -lr * trust_ratio.
 absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, const float* exp_avg,
                              const float* exp_avg_sq);
 
 // Sums ||p||^2 and ||g||^2.
-absl::StatusOr<ChunkSquareSums> lars_sums_cuda(int device, const ShardLayout& layout,
+absl::StatusOr<ChunkSumsReader> lars_sums_cuda(int device, const ShardLayout& layout,
                                                const std::vector<LarsCoeffs>& coeffs, const ShardStep& step,
-                                               void* bins);
+                                               const SquareBinsScratch& bins, bool wait);
 // lars_element with scaled_lr = param_scale.
 absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, float* momentum_buffer);
