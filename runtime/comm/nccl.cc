@@ -172,8 +172,9 @@ class NcclBackend final : public Backend {
     return explain(status, c.describe());
   }
 
-  // On the watchdog thread, beside run(): reads only the event, NCCL's asynchronous error and the shared failure, as
-  // c10d's watchdog does, and aborts (abort(), through the communicator) what it finds failed or stalled.
+  // On the watchdog thread, beside run(): queries only the event, NCCL's asynchronous error and the shared failure,
+  // the calls c10d's watchdog makes beside its posting thread, and aborts (abort(), through the communicator) what it
+  // finds failed or stalled.
   absl::Status settle(const Collective& c, Event end, absl::Time deadline) override {
     ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device_)));
     return explain(synchronize_until(api_, end, deadline, [this] { return async_error(); }), c.describe());
