@@ -13,6 +13,7 @@ namespace zero::kernels {
 namespace {
 
 using detail::check_matrix;
+using detail::given;
 
 constexpr int64_t kRowBlock = 16;
 constexpr int64_t kParamRows = 64;   // backward: rows per block of dweight and dbias partial sums
@@ -71,22 +72,37 @@ void row_backward(float* dx, double* acc_dweight, double* acc_dbias, const float
 
 }  // namespace
 
-absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                               const Tensor& weight, const Tensor& bias) {
-  ZERO_RETURN_IF_ERROR(
-      check_layernorm("layernorm_forward", inp, weight, mean, rstd, {{"out", &out}}, {{"bias", &bias}}));
+namespace {
+
+// layernorm_forward, after inp += *residual where one is passed (residual_layernorm_forward).
+absl::Status forward(absl::string_view op, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                     const Tensor* residual, const Tensor& weight, const Tensor& bias) {
+  const bool adds = residual != nullptr;
+  ZERO_RETURN_IF_ERROR(check_layernorm(op, inp, weight, mean, rstd, {{"out", &out}}, {{"bias", &bias}}));
+  if (adds) {
+    ZERO_RETURN_IF_ERROR(check_matrix(op, "residual", *residual, DType::kF32, inp.device(), detail::num_rows(inp),
+                                      detail::last_dim(inp)));
+  }
   if (inp.device().is_sim()) {
-    return launch_on_sim(
-        inp.device(), "layernorm_forward",
-        {reads(inp), reads(weight), reads(bias), writes(out), writes(mean), writes(rstd)}, [=](HostTensors& host) {
-          return layernorm_forward(host(out), host(mean), host(rstd), host(inp), host(weight), host(bias));
-        });
+    std::vector<Access> accesses = {reads(weight), reads(bias), writes(out), writes(mean), writes(rstd)};
+    const Tensor res = adds ? *residual : Tensor();
+    if (adds) {
+      accesses.insert(accesses.end(), {writes(inp), reads(res)});
+    } else {
+      accesses.push_back(reads(inp));
+    }
+    return launch_on_sim(inp.device(), std::string(op), std::move(accesses), [=](HostTensors& host) {
+      const Tensor host_res = host(res);
+      return forward(op, host(out), host(mean), host(rstd), host(inp), adds ? &host_res : nullptr, host(weight),
+                     host(bias));
+    });
   }
   const int64_t c = detail::last_dim(inp);
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
     return cuda::layernorm_forward(inp.device().index, out.data_as<float>(), mean.data_as<float>(),
-                                   rstd.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(),
+                                   rstd.data_as<float>(), inp.data_as<float>(),
+                                   adds ? residual->data_as<float>() : nullptr, weight.data_as<float>(),
                                    bias.data_as<float>(), detail::num_rows(inp), c);
   }
 #endif
@@ -94,8 +110,12 @@ absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tens
   const float* b = bias.data_as<float>();
   for_blocks(detail::num_rows(inp), kRowBlock, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* x = inp.data_as<float>() + r * c;
+      float* x = inp.data_as<float>() + r * c;
       float* y = out.data_as<float>() + r * c;
+      if (adds) {
+        const float* res = residual->data_as<float>() + r * c;
+        for (int64_t i = 0; i < c; ++i) x[i] += res[i];
+      }
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t i = 0; i < c; ++i) sum += x[i];
@@ -112,25 +132,44 @@ absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tens
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                               const Tensor& weight, const Tensor& bias) {
+  return forward("layernorm_forward", out, mean, rstd, inp, nullptr, weight, bias);
+}
+
+absl::Status residual_layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                        const Tensor& residual, const Tensor& weight, const Tensor& bias) {
+  return forward("residual_layernorm_forward", out, mean, rstd, inp, &residual, weight, bias);
+}
+
 absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                                const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+                                const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& dresidual) {
+  const bool adds = given(dresidual);
   ZERO_RETURN_IF_ERROR(check_layernorm("layernorm_backward", inp, weight, mean, rstd,
                                        {{"dout", &dout}, {"dinp", &dinp}}, {{"dweight", &dweight}, {"dbias", &dbias}}));
+  if (adds) {
+    ZERO_RETURN_IF_ERROR(check_matrix("layernorm_backward", "dresidual", dresidual, DType::kF32, inp.device(),
+                                      detail::num_rows(inp), detail::last_dim(inp)));
+  }
   if (inp.device().is_sim()) {
-    return launch_on_sim(inp.device(), "layernorm_backward",
-                         {reads(dout), reads(inp), reads(weight), reads(mean), reads(rstd), writes(dinp),
-                          writes(dweight), writes(dbias)},
-                         [=](HostTensors& host) {
-                           return layernorm_backward(host(dinp), host(dweight), host(dbias), host(dout), host(inp),
-                                                     host(weight), host(mean), host(rstd));
-                         });
+    std::vector<Access> accesses = {reads(dout), reads(inp),   reads(weight),   reads(mean),
+                                    reads(rstd), writes(dinp), writes(dweight), writes(dbias)};
+    if (adds) accesses.push_back(reads(dresidual));
+    return launch_on_sim(inp.device(), "layernorm_backward", std::move(accesses), [=](HostTensors& host) {
+      return layernorm_backward(host(dinp), host(dweight), host(dbias), host(dout), host(inp), host(weight), host(mean),
+                                host(rstd), host(dresidual));
+    });
   }
   const int64_t n = detail::num_rows(inp), c = detail::last_dim(inp);
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
     return cuda::layernorm_backward(inp.device().index, dinp.data_as<float>(), dweight.data_as<float>(),
                                     dbias.data_as<float>(), dout.data_as<float>(), inp.data_as<float>(),
-                                    weight.data_as<float>(), mean.data_as<float>(), rstd.data_as<float>(), n, c);
+                                    weight.data_as<float>(), mean.data_as<float>(), rstd.data_as<float>(),
+                                    dresidual.data_as<float>(), n, c);
   }
 #endif
   const float* x = inp.data_as<float>();
@@ -139,13 +178,19 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
   const float* mu = mean.data_as<float>();
   const float* rs = rstd.data_as<float>();
   float* dx = dinp.data_as<float>();
+  const float* dres = dresidual.data_as<float>();  // null: none
   // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row; dweight and
   // dbias from the same pass: fp64 column sums per block of kParamRows rows (in row order), then the blocks in order.
   const int64_t blocks = ceil_div(n, kParamRows);
   std::vector<double> partial(static_cast<size_t>(blocks * 2 * c), 0.0);  // per block: dweight's c, then dbias's c
   for_blocks(n, kParamRows, [=, &partial](int64_t r0, int64_t r1) {
     double* acc = partial.data() + r0 / kParamRows * 2 * c;
-    for (int64_t r = r0; r < r1; ++r) row_backward(dx + r * c, acc, acc + c, g + r * c, x + r * c, w, mu[r], rs[r], c);
+    for (int64_t r = r0; r < r1; ++r) {
+      row_backward(dx + r * c, acc, acc + c, g + r * c, x + r * c, w, mu[r], rs[r], c);
+      if (dres != nullptr) {
+        for (int64_t i = r * c; i < (r + 1) * c; ++i) dx[i] += dres[i];  // as residual_backward, after
+      }
+    }
   });
   float* dw = dweight.data_as<float>();
   float* db = dbias.data_as<float>();

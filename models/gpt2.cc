@@ -141,8 +141,7 @@ class Gpt2Block final : public Unit {
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dc, g.at("mlp.c_fc.weight"), g.at("mlp.c_fc.bias"), d4c, a_.ln2,
                                                   p.at("mlp.c_fc.weight"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx2, g.at("ln_2.weight"), g.at("ln_2.bias"), dc, a_.x2,
-                                                     p.at("ln_2.weight"), a_.ln2_mean, a_.ln2_rstd));
-    ZERO_RETURN_IF_ERROR(kernels::residual_backward(dx2, dy));
+                                                     p.at("ln_2.weight"), a_.ln2_mean, a_.ln2_rstd, /*dresidual=*/dy));
     // Attention: x2 = x + c_proj(attn(c_attn(ln_1(x)))).
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dc, g.at("attn.c_proj.weight"), g.at("attn.c_proj.bias"), dx2,
                                                   a_.atty, p.at("attn.c_proj.weight"), fp32_gemm(ctx)));
@@ -151,8 +150,7 @@ class Gpt2Block final : public Unit {
                                                   a_.ln1, p.at("attn.c_attn.weight"), fp32_gemm(ctx)));
     ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, shape));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_1.weight"), g.at("ln_1.bias"), dc, x_,
-                                                     p.at("ln_1.weight"), a_.ln1_mean, a_.ln1_rstd));
-    ZERO_RETURN_IF_ERROR(kernels::residual_backward(dx, dx2));
+                                                     p.at("ln_1.weight"), a_.ln1_mean, a_.ln1_rstd, /*dresidual=*/dx2));
     ZERO_RETURN_IF_ERROR(g32.round_back());
     saved_.reset();
     out_buffer_.reset();
@@ -194,9 +192,8 @@ class Gpt2Block final : public Unit {
     ZERO_RETURN_IF_ERROR(kernels::attention_forward(a_.atty, a_.lse, a_.qkv, config_.num_heads));
     ZERO_RETURN_IF_ERROR(
         kernels::matmul_forward(a_.x2, a_.atty, p.at("attn.c_proj.weight"), p.at("attn.c_proj.bias"), fp32_gemm(ctx)));
-    ZERO_RETURN_IF_ERROR(kernels::residual_forward(a_.x2, x_, a_.x2));
-    ZERO_RETURN_IF_ERROR(
-        kernels::layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x2, p.at("ln_2.weight"), p.at("ln_2.bias")));
+    ZERO_RETURN_IF_ERROR(kernels::residual_layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x2, x_,
+                                                             p.at("ln_2.weight"), p.at("ln_2.bias")));  // x2 += x
     ZERO_RETURN_IF_ERROR(
         kernels::matmul_forward(a_.fc, a_.ln2, p.at("mlp.c_fc.weight"), p.at("mlp.c_fc.bias"), fp32_gemm(ctx)));
     return kernels::gelu_forward(a_.fc_gelu, a_.fc);

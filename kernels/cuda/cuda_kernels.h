@@ -37,12 +37,13 @@ absl::Status gelu_backward(int device, float* dinp, const float* inp, const floa
 absl::Status residual_forward(int device, float* out, const float* a, const float* b, int64_t n);
 absl::Status residual_backward(int device, float* dinp, const float* dout, int64_t n);
 
-// inp, out (N, C); weight, bias (C); mean, rstd (N).
-absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                               const float* bias, int64_t n, int64_t c);
+// inp, out (N, C); weight, bias (C); mean, rstd (N). residual (N, C), or null: added into inp first.
+absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, float* inp, const float* residual,
+                               const float* weight, const float* bias, int64_t n, int64_t c);
+// dresidual (N, C), or null: added to dinp.
 absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, const float* mean, const float* rstd, int64_t n,
-                                int64_t c);
+                                const float* inp, const float* weight, const float* mean, const float* rstd,
+                                const float* dresidual, int64_t n, int64_t c);
 
 // tokens (B, T) on the device, already copied to the host as host_tokens and checked to lie in [0, V).
 absl::Status embedding_forward(int device, float* out, const int32_t* tokens, const float* wte, const float* wpe,

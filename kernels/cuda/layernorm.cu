@@ -1,4 +1,5 @@
-// LayerNorm on CUDA: one warp per row for the output and input gradient, column sums for dweight and dbias.
+// LayerNorm on CUDA (with the residual add before it, or its gradient after): one warp per row for the output and
+// input gradient, column sums for dweight and dbias.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -7,13 +8,18 @@ namespace {
 
 constexpr int kRowsPerBlock = kThreads / kWarp;
 
-// Two-pass mean and biased variance of one row, as the CPU version (not Welford).
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                         const float* bias, int64_t n, int64_t c) {
+// Two-pass mean and biased variance of one row, as the CPU version (not Welford), after inp += residual where one
+// is given (each lane adds and then reads back its own columns).
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, float* inp, const float* residual,
+                                         const float* weight, const float* bias, int64_t n, int64_t c) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
-  const float* x = inp + row * c;
+  float* x = inp + row * c;
+  if (residual != nullptr) {
+    const float* r = residual + row * c;
+    for (int64_t i = lane; i < c; i += kWarp) x[i] += r[i];
+  }
   float sum = 0.0f;
   for (int64_t i = lane; i < c; i += kWarp) sum += x[i];
   const float m = warp_sum(sum) / static_cast<float>(c);
@@ -28,9 +34,11 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   }
 }
 
-// dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row.
+// dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row, + dresidual where
+// given: added after rounding (__fadd_rn is never contracted into the product), as residual_backward adds it.
 __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
-                                          const float* mean, const float* rstd, int64_t n, int64_t c) {
+                                          const float* mean, const float* rstd, const float* dresidual, int64_t n,
+                                          int64_t c) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
@@ -46,8 +54,10 @@ __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const 
   const float dnorm_mean = warp_sum(dnorm_sum) / static_cast<float>(c);
   const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / static_cast<float>(c);
   float* dx = dinp + row * c;
+  const float* dr = dresidual != nullptr ? dresidual + row * c : nullptr;
   for (int64_t i = lane; i < c; i += kWarp) {
-    dx[i] = (g[i] * weight[i] - dnorm_mean - (x[i] - mu) * rs * dnorm_xhat_mean) * rs;
+    const float d = (g[i] * weight[i] - dnorm_mean - (x[i] - mu) * rs * dnorm_xhat_mean) * rs;
+    dx[i] = dr != nullptr ? __fadd_rn(d, dr[i]) : d;
   }
 }
 
@@ -67,23 +77,23 @@ unsigned row_blocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock
 
 }  // namespace
 
-absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                               const float* bias, int64_t n, int64_t c) {
+absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, float* inp, const float* residual,
+                               const float* weight, const float* bias, int64_t n, int64_t c) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
   return launch_kernel(device, "layernorm_forward_kernel", layernorm_forward_kernel, row_blocks(n), kThreads, out, mean,
-                       rstd, inp, weight, bias, n, c);
+                       rstd, inp, residual, weight, bias, n, c);
 }
 
 absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, const float* mean, const float* rstd, int64_t n,
-                                int64_t c) {
+                                const float* inp, const float* weight, const float* mean, const float* rstd,
+                                const float* dresidual, int64_t n, int64_t c) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
   ZERO_RETURN_IF_ERROR(launch_kernel(device, "layernorm_backward_kernel", layernorm_backward_kernel, row_blocks(n),
-                                     kThreads, dinp, dout, inp, weight, mean, rstd, n, c));
+                                     kThreads, dinp, dout, inp, weight, mean, rstd, dresidual, n, c));
   ZERO_RETURN_IF_ERROR(add_column_sums(device, n, c, dweight, DoutTimesXhat{dout, inp, mean, rstd, c}));
   return add_column_sums(device, n, c, dbias, MatrixElement<float>{dout, c});
 }

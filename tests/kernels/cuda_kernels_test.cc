@@ -275,6 +275,43 @@ TEST_F(CudaKernels, LayerNormMatchesCpu) {
   expect_near_all(download<float>(g_db), db, 4 * n * kU32, "dbias");
 }
 
+// On the device the fused forms give the separate kernels' bits too: the residual add is one IEEE add either way, the
+// row sums run in one order, and the gradient's add is never contracted into the product before it.
+TEST_F(CudaKernels, LayerNormWithTheResidualFusedGivesTheSeparateKernelsBits) {
+  const int64_t n = 70, c = 200;
+  const std::vector<float> x = random_floats(n * c, 9), w = random_floats(c, 10), b = random_floats(c, 11);
+  const std::vector<float> dout = random_floats(n * c, 12), res = random_floats(n * c, 13);
+  const std::vector<float> dres = random_floats(n * c, 14), dw = random_floats(c, 15), db = random_floats(c, 16);
+  // x + res, out, mean, rstd, dinp, dweight, dbias, as floats on the host.
+  const auto run = [&](bool fused) {
+    const Tensor g_x = upload(x, {n, c}), g_w = upload(w, {c}), g_b = upload(b, {c}), g_dout = upload(dout, {n, c});
+    const Tensor g_res = upload(res, {n, c}), g_dres = upload(dres, {n, c});
+    const Tensor g_out = upload(std::vector<float>(n * c), {n, c}), g_dx = upload(std::vector<float>(n * c), {n, c});
+    const Tensor g_mean = upload(std::vector<float>(n), {n}), g_rstd = upload(std::vector<float>(n), {n});
+    const Tensor g_dw = upload(dw, {c}), g_db = upload(db, {c});
+    absl::Status s;
+    if (fused) {
+      s.Update(residual_layernorm_forward(g_out, g_mean, g_rstd, g_x, g_res, g_w, g_b));
+      s.Update(layernorm_backward(g_dx, g_dw, g_db, g_dout, g_x, g_w, g_mean, g_rstd, g_dres));
+    } else {
+      s.Update(residual_forward(g_x, g_x, g_res));
+      s.Update(layernorm_forward(g_out, g_mean, g_rstd, g_x, g_w, g_b));
+      s.Update(layernorm_backward(g_dx, g_dw, g_db, g_dout, g_x, g_w, g_mean, g_rstd));
+      s.Update(residual_backward(g_dx, g_dres));
+    }
+    EXPECT_TRUE(s.ok()) << s;
+    return std::vector<std::vector<float>>{download<float>(g_x),    download<float>(g_out), download<float>(g_mean),
+                                           download<float>(g_rstd), download<float>(g_dx),  download<float>(g_dw),
+                                           download<float>(g_db)};
+  };
+  const auto separate = run(false), fused = run(true);
+  const char* names[] = {"inp + residual", "out", "mean", "rstd", "dinp", "dweight", "dbias"};
+  for (size_t i = 0; i < separate.size(); ++i) {
+    ASSERT_EQ(fused[i].size(), separate[i].size());
+    EXPECT_EQ(std::memcmp(fused[i].data(), separate[i].data(), fused[i].size() * sizeof(float)), 0) << names[i];
+  }
+}
+
 TEST_F(CudaKernels, EmbeddingMatchesCpuBitwise) {
   const int64_t b = 3, t = 7, c = 40, vocab = 11, max_t = 9;
   std::vector<int32_t> tokens(b * t);

@@ -1,4 +1,7 @@
 #include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
@@ -107,6 +110,55 @@ TEST(LayerNorm, BackwardGivesTheSameBitsUnderAnyThreadCount) {
     return dx;
   };
   EXPECT_EQ(backward(1), backward(3));
+}
+
+// What a pre-LN block's x2 = x + a; ln_2(x2) and, backward, d(x2) = ln_2's gradient + dy give, in float bits: the
+// separate kernels (`fused` false) or the fused ones.
+// The returned x holds x + a.
+std::vector<std::vector<float>> residual_layernorm_results(Problem p, std::vector<float> res, std::vector<float> dres,
+                                                           bool fused) {
+  std::vector<float> out(p.n * p.c), mean(p.n), rstd(p.n), dx(p.n * p.c), dw(p.c, 0.5f), db(p.c, -0.25f);
+  const Tensor rows = view(p.x, {p.n, p.c}), w = view(p.w, {p.c}), b = view(p.b, {p.c}), g = view(p.dout, {p.n, p.c});
+  absl::Status s;
+  if (fused) {
+    s.Update(residual_layernorm_forward(view(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), rows,
+                                        view(res, {p.n, p.c}), w, b));
+    s.Update(layernorm_backward(view(dx, {p.n, p.c}), view(dw, {p.c}), view(db, {p.c}), g, rows, w, view(mean, {p.n}),
+                                view(rstd, {p.n}), view(dres, {p.n, p.c})));
+  } else {
+    s.Update(residual_forward(rows, rows, view(res, {p.n, p.c})));
+    s.Update(layernorm_forward(view(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), rows, w, b));
+    s.Update(layernorm_backward(view(dx, {p.n, p.c}), view(dw, {p.c}), view(db, {p.c}), g, rows, w, view(mean, {p.n}),
+                                view(rstd, {p.n})));
+    s.Update(residual_backward(view(dx, {p.n, p.c}), view(dres, {p.n, p.c})));
+  }
+  EXPECT_TRUE(s.ok()) << s;
+  return {p.x, out, mean, rstd, dx, dw, db};
+}
+
+// The residual add fused before the LayerNorm, and its gradient after the backward, give the separate kernels' bits
+// (compared as bytes, so a -0 or a NaN would count): over several blocks and a row not a multiple of the 8 lanes.
+TEST(LayerNorm, WithTheResidualFusedGivesTheSeparateKernelsBits) {
+  const Problem p(70, 27, 6);
+  const std::vector<float> residual = random_floats(p.n * p.c, 7, -2.0f, 3.0f);
+  const std::vector<float> dresidual = random_floats(p.n * p.c, 8);
+  const auto separate = residual_layernorm_results(p, residual, dresidual, /*fused=*/false);
+  const auto fused = residual_layernorm_results(p, residual, dresidual, /*fused=*/true);
+  const char* names[] = {"inp + residual", "out", "mean", "rstd", "dinp", "dweight", "dbias"};
+  for (size_t i = 0; i < separate.size(); ++i) {
+    ASSERT_EQ(fused[i].size(), separate[i].size());
+    EXPECT_EQ(std::memcmp(fused[i].data(), separate[i].data(), fused[i].size() * sizeof(float)), 0) << names[i];
+  }
+}
+
+TEST(LayerNorm, AResidualOfAnotherShapeIsInvalidArgument) {
+  Problem p(4, 8, 3);
+  std::vector<float> out(p.n * p.c), mean(p.n), rstd(p.n), residual(p.n * (p.c - 1));
+  const absl::Status s =
+      residual_layernorm_forward(view(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), view(p.x, {p.n, p.c}),
+                                 view(residual, {p.n, p.c - 1}), view(p.w, {p.c}), view(p.b, {p.c}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("residual"), std::string::npos) << s;
 }
 
 TEST(LayerNorm, MeanShapeMismatchIsInvalidArgument) {

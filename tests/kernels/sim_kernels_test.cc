@@ -152,6 +152,18 @@ TEST(SimKernels, LayerNormEqualsCpuBitwise) {
                         });
 }
 
+TEST(SimKernels, LayerNormWithTheResidualEqualsCpuBitwise) {
+  const int64_t n = 40, c = 200;
+  expect_sim_equals_cpu(
+      {floats({n, c}, 9), floats({c}, 10), floats({c}, 11), floats({n, c}, 12), zeros({n, c}), zeros({n}), zeros({n}),
+       zeros({n, c}), floats({c}, 13), floats({c}, 14), floats({n, c}, 15), floats({n, c}, 16)},
+      [](const std::vector<Tensor>& t) {  // x, w, b, dout, out, mean, rstd, dx, dw, db, res, dres
+        absl::Status s = residual_layernorm_forward(t[4], t[5], t[6], t[0], t[10], t[1], t[2]);
+        s.Update(layernorm_backward(t[7], t[8], t[9], t[3], t[0], t[1], t[5], t[6], t[11]));
+        return s;
+      });
+}
+
 TEST(SimKernels, EmbeddingEqualsCpuBitwise) {
   const int64_t b = 3, t = 7, c = 40, vocab = 11, max_t = 9;
   std::vector<int32_t> tokens(b * t);
