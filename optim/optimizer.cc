@@ -45,7 +45,7 @@ absl::StatusOr<optim::SquareBinsScratch> optim::allocate_square_bins(const Shard
   if (device.is_cuda() && !layout.chunks().empty()) {
     const int64_t bytes = optim::square_bins_bytes(layout);
     ZERO_ASSIGN_OR_RETURN(bins.device, allocator.allocate(bytes, MemoryCategory::kWorkspace, device));
-    ZERO_ASSIGN_OR_RETURN(bins.host, PinnedBuffer::allocate(*device_api(device), static_cast<size_t>(bytes)));
+    ZERO_ASSIGN_OR_RETURN(bins.host, allocator.allocate_pinned(*device_api(device), bytes, MemoryCategory::kWorkspace));
   }
 #endif
   (void)layout, (void)allocator, (void)device;

@@ -44,7 +44,7 @@ class Backend {
   // Work completed, while the comm thread runs the collectives after it: where a backend whose queued work can still
   // fail or stall (NCCL, on a peer's failure) waits until `end` (recorded after `c` on stream_for(c)) has happened,
   // within `deadline`, watching for errors. So it runs beside run() and abort(), and must be safe to. An error fails
-  // the communicator, and so the collectives posted after.
+  // the communicator, and so the collectives the comm thread starts after.
   virtual absl::Status settle(const Collective& c, Event end, absl::Time deadline) {
     (void)c;
     (void)end;

@@ -255,8 +255,9 @@ void Communicator::execute(const Collective& c, WorkState& state) {
   state.complete(status, *marked);
   if (!status.ok()) return;
   watchdog_.submit([this, c, end = *std::move(marked), deadline] {
+    (void)use_device_on_this_thread(c.device);  // where the event's last owner may destroy it
     const absl::Status settled = backend_->settle(c, end->event.get(), deadline);
-    if (!settled.ok()) (void)fail(settled);  // the collectives posted after it fail with it
+    if (!settled.ok()) (void)fail(settled);  // the collectives the comm thread starts after fail with it
   });
 }
 

@@ -82,7 +82,8 @@ struct CommStats {
 // order must match across ranks, a rank issues its collectives from one thread or orders its threads itself.
 // Device collectives: a Work completes once its collective is queued on the device, and Work::wait orders the
 // waiter's current stream after it; the backend then settles it on the watchdog thread (Backend::settle) while the
-// comm thread runs the next, and a failure found there fails the collectives posted after it.
+// comm thread runs the next; a failure found there aborts the backend (ending what it still has queued) and fails
+// the collectives the comm thread starts after.
 // Lifetimes: a host collective's buffers must stay valid until its Work finished; a device collective's until work
 // queued after its Work::wait on the waiter's stream (a free there is ordered after it), or a device
 // synchronization. CommOptions::allocator (and a local communicator's LocalGroup) must outlive the communicator;

@@ -3,12 +3,12 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "runtime/allocator.h"
@@ -32,23 +32,6 @@ absl::Status nccl_status(ncclResult_t result, absl::string_view what, ncclComm_t
   if (result == ncclSuccess || result == ncclInProgress) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", ncclGetErrorString(result),
                                           " (the last NCCL error in this process: ", ncclGetLastError(comm), ")"));
-}
-
-// The communicator is non-blocking (so initialisation can time out instead of hanging): a call may
-// answer ncclInProgress, and the next call must wait until the communicator is no longer in progress. A peer's failure
-// reported to `shared` ends the wait at once.
-absl::Status await_in_progress(ncclComm_t comm, ncclResult_t issued, absl::string_view what, absl::Time deadline,
-                               const SharedFailure* shared) {
-  ncclResult_t state = issued;
-  while (state == ncclInProgress) {
-    if (shared != nullptr) ZERO_RETURN_IF_ERROR(shared->first());
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(what, " did not complete before the deadline"));
-    }
-    absl::SleepFor(absl::Microseconds(20));
-    if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return nccl_status(r, what, comm);
-  }
-  return nccl_status(state, what, comm);
 }
 
 absl::StatusOr<ncclDataType_t> reduce_type(DType dtype) {
@@ -122,23 +105,31 @@ class NcclBackend final : public Backend {
       const absl::Status failed = nccl_status(issued, "ncclCommInitRankConfig");
       return failed.ok() ? absl::InternalError("ncclCommInitRankConfig returned no communicator") : failed;
     }
-    ZERO_RETURN_IF_ERROR(await_in_progress(
-        backend->comm_, issued,
-        absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size, "; every rank must join)"), deadline,
-        options.shared_failure.get()));
+    ZERO_RETURN_IF_ERROR(backend->await_taken(
+        issued, absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size, "; every rank must join)"),
+        deadline));
     backend->initialized_ = true;
     return backend;
   }
 
   ~NcclBackend() override {
     (void)use_device_on_this_thread(Device::cuda(device_));
-    if (comm_ == nullptr || aborted_) return;
+    if (comm_ == nullptr) return;
+    {
+      absl::MutexLock lock(&comm_mu_);
+      if (aborted_) return;  // the communicator is gone
+    }
     // Finishes outstanding work, bounded: a communicator whose peers are gone, or whose initialisation
     // never completed, is aborted instead.
-    const absl::Status finalized = initialized_
-                                       ? await_in_progress(comm_, ncclCommFinalize(comm_), "ncclCommFinalize",
-                                                           absl::Now() + absl::Seconds(30), shared_failure_.get())
-                                       : absl::AbortedError("ncclCommInitRankConfig did not complete");
+    absl::Status finalized = absl::AbortedError("ncclCommInitRankConfig did not complete");
+    if (initialized_) {
+      ncclResult_t issued = ncclSuccess;
+      finalized = with_comm([&](ncclComm_t comm) {
+        issued = ncclCommFinalize(comm);
+        return absl::OkStatus();
+      });
+      if (finalized.ok()) finalized = await_taken(issued, "ncclCommFinalize", absl::Now() + absl::Seconds(30));
+    }
     if (finalized.ok()) {
       ncclCommDestroy(comm_);
     } else {
@@ -172,12 +163,12 @@ class NcclBackend final : public Backend {
     return explain(status, c.describe());
   }
 
-  // On the watchdog thread, beside run(): queries only the event, NCCL's asynchronous error and the shared failure,
-  // the calls c10d's watchdog makes beside its posting thread, and aborts (abort(), through the communicator) what it
-  // finds failed or stalled.
+  // On the watchdog thread, beside run(): queries the event, the shared failure and NCCL's asynchronous error (under
+  // comm_mu_, as every call on the communicator), as c10d's watchdog does, and what it finds failed or stalled is
+  // aborted (abort(), through the communicator).
   absl::Status settle(const Collective& c, Event end, absl::Time deadline) override {
     ZERO_RETURN_IF_ERROR(use_device_on_this_thread(Device::cuda(device_)));
-    return explain(synchronize_until(api_, end, deadline, [this] { return async_error(); }), c.describe());
+    return explain(wait_for(end, deadline), c.describe());
   }
 
   // Stages the fingerprints through device memory: NCCL moves only device buffers.
@@ -200,11 +191,15 @@ class NcclBackend final : public Backend {
 
   void abort(const absl::Status& cause) override {
     if (shared_failure_) shared_failure_->report(rank_, cause);  // before anything can block
-    // Once, from whichever thread failed first: the comm thread (a staged collective) or the watchdog (a settle).
-    // ncclCommAbort is the one NCCL call meant to come from another thread while the comm thread may be in a call.
-    if (comm_ == nullptr || aborted_.exchange(true)) return;
-    (void)use_device_on_this_thread(Device::cuda(device_));
-    ncclCommAbort(comm_);
+    // Once, from whichever thread failed first: the comm thread (a staged collective) or the watchdog (a settle);
+    // with the communicator to itself, and none calls it after.
+    {
+      absl::MutexLock lock(&comm_mu_);
+      if (comm_ == nullptr || aborted_) return;
+      aborted_ = true;
+      (void)use_device_on_this_thread(Device::cuda(device_));
+      ncclCommAbort(comm_);
+    }
     // Let the aborted kernels drain, within a bound, so that the staging buffers are free to go and a kernel that
     // ignored the abort cannot hang this thread. It does not bound a stream that waits for one of them (a Work's
     // waiter): that stream's next host wait hangs with it. No check between polls: the failure is already
@@ -234,53 +229,84 @@ class NcclBackend final : public Backend {
       ZERO_ASSIGN_OR_RETURN(type, reduce_type(c.dtype));
     }
     Issued issued;
+    absl::Status taken;  // the communicator's refusal once aborted, not the device's failure
     const auto body = [&](const LaunchContext& ctx) {
-      issued = issue(c, type, static_cast<cudaStream_t>(ctx.native_stream()));
+      taken = with_comm([&](ncclComm_t comm) {
+        issued = issue(comm, c, type, static_cast<cudaStream_t>(ctx.native_stream()));
+        return absl::OkStatus();
+      });
       return absl::OkStatus();
     };
     ZERO_RETURN_IF_ERROR(api_.launch(stream_.get(), KernelLaunch{.name = c.describe(), .accesses = {}, .body = body}));
-    return await_in_progress(comm_, issued.result, issued.call, deadline, shared_failure_.get());
+    ZERO_RETURN_IF_ERROR(taken);
+    return await_taken(issued.result, issued.call, deadline);
+  }
+
+  // fn(comm_) with the communicator to this thread: the comm thread (collectives) and the watchdog (settle's error
+  // polls, an abort on a failure it finds) both call NCCL, which takes one thread at a time on a communicator (c10d's
+  // NCCLComm locks the same way). Aborted once the communicator was aborted: it is gone.
+  absl::Status with_comm(absl::FunctionRef<absl::Status(ncclComm_t)> fn) ABSL_LOCKS_EXCLUDED(comm_mu_) {
+    absl::MutexLock lock(&comm_mu_);
+    if (aborted_) return absl::AbortedError("the NCCL communicator was aborted after an earlier failure");
+    return fn(comm_);
+  }
+
+  // The communicator is non-blocking (so initialisation can time out instead of hanging): a call may answer
+  // ncclInProgress (`issued`), and the next call must wait until the communicator is no longer in progress. A peer's
+  // failure reported to shared_failure_ ends the wait at once.
+  absl::Status await_taken(ncclResult_t issued, absl::string_view what, absl::Time deadline) {
+    ncclResult_t state = issued;
+    while (state == ncclInProgress) {
+      if (shared_failure_) ZERO_RETURN_IF_ERROR(shared_failure_->first());
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(what, " did not complete before the deadline"));
+      }
+      absl::SleepFor(absl::Microseconds(20));
+      ZERO_RETURN_IF_ERROR(with_comm([&](ncclComm_t comm) {
+        const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+        return r == ncclSuccess ? absl::OkStatus() : nccl_status(r, what, comm);
+      }));
+    }
+    return with_comm([&](ncclComm_t comm) { return nccl_status(state, what, comm); });
   }
 
   // The NCCL calls of `c` on `s`, reductions in `type`. Movement ops move bytes; gather and scatter are grouped
   // point-to-point calls.
-  Issued issue(const Collective& c, ncclDataType_t type, cudaStream_t s) {
+  Issued issue(ncclComm_t comm, const Collective& c, ncclDataType_t type, cudaStream_t s) {
     const int64_t chunk = c.chunk_bytes();
     const ncclRedOp_t op = reduce_op(c.reduce_op);
     switch (c.op) {
       case CollectiveOp::kAllreduce:
-        return {ncclAllReduce(c.send, c.recv, c.count, type, op, comm_, s), "ncclAllReduce"};
+        return {ncclAllReduce(c.send, c.recv, c.count, type, op, comm, s), "ncclAllReduce"};
       case CollectiveOp::kReduceScatter:
-        return {ncclReduceScatter(c.send, c.recv, c.count, type, op, comm_, s), "ncclReduceScatter"};
-      case CollectiveOp::kReduce:
-        return {ncclReduce(c.send, c.recv, c.count, type, op, c.root, comm_, s), "ncclReduce"};
-      case CollectiveOp::kAllgather:
-        return {ncclAllGather(c.send, c.recv, chunk, ncclUint8, comm_, s), "ncclAllGather"};
+        return {ncclReduceScatter(c.send, c.recv, c.count, type, op, comm, s), "ncclReduceScatter"};
+      case CollectiveOp::kReduce: return {ncclReduce(c.send, c.recv, c.count, type, op, c.root, comm, s), "ncclReduce"};
+      case CollectiveOp::kAllgather: return {ncclAllGather(c.send, c.recv, chunk, ncclUint8, comm, s), "ncclAllGather"};
       case CollectiveOp::kBroadcast:
-        return {ncclBroadcast(c.send, c.recv, chunk, ncclUint8, c.root, comm_, s), "ncclBroadcast"};
+        return {ncclBroadcast(c.send, c.recv, chunk, ncclUint8, c.root, comm, s), "ncclBroadcast"};
       case CollectiveOp::kGather:
-      case CollectiveOp::kScatter: return issue_grouped(c, s);
+      case CollectiveOp::kScatter: return issue_grouped(comm, c, s);
       case CollectiveOp::kBarrier:  // NCCL has none: a one-element allreduce every rank must join
-        return {ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclInt32, ncclSum, comm_, s), "ncclAllReduce"};
+        return {ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclInt32, ncclSum, comm, s), "ncclAllReduce"};
     }
     return {ncclInvalidArgument, "an unknown collective"};
   }
 
   // Gather: the root receives every rank's chunk; scatter: it sends each rank its own. The non-blocking communicator
   // may answer ncclInProgress to each call of the group, which settles after the launch with the rest.
-  Issued issue_grouped(const Collective& c, cudaStream_t s) {
+  Issued issue_grouped(ncclComm_t comm, const Collective& c, cudaStream_t s) {
     const int64_t chunk = c.chunk_bytes();
     const bool gather = c.op == CollectiveOp::kGather;
     const auto going = [](const Issued& i) { return i.result == ncclSuccess || i.result == ncclInProgress; };
     Issued issued{ncclGroupStart(), "ncclGroupStart"};
     if (!going(issued)) return issued;
     for (int r = 0; rank_ == c.root && r < world_size_ && going(issued); ++r) {
-      issued = gather ? Issued{ncclRecv(at_bytes(c.recv, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclRecv"}
-                      : Issued{ncclSend(at_bytes(c.send, r * chunk), chunk, ncclUint8, r, comm_, s), "ncclSend"};
+      issued = gather ? Issued{ncclRecv(at_bytes(c.recv, r * chunk), chunk, ncclUint8, r, comm, s), "ncclRecv"}
+                      : Issued{ncclSend(at_bytes(c.send, r * chunk), chunk, ncclUint8, r, comm, s), "ncclSend"};
     }
     if (going(issued)) {
-      issued = gather ? Issued{ncclSend(c.send, chunk, ncclUint8, c.root, comm_, s), "ncclSend"}
-                      : Issued{ncclRecv(c.recv, chunk, ncclUint8, c.root, comm_, s), "ncclRecv"};
+      issued = gather ? Issued{ncclSend(c.send, chunk, ncclUint8, c.root, comm, s), "ncclSend"}
+                      : Issued{ncclRecv(c.recv, chunk, ncclUint8, c.root, comm, s), "ncclRecv"};
     }
     const ncclResult_t end = ncclGroupEnd();
     return going(issued) ? Issued{end, "ncclGroupEnd"} : issued;
@@ -367,15 +393,24 @@ class NcclBackend final : public Backend {
   // Waits for the stream (on the comm thread), watching for asynchronous NCCL errors.
   absl::Status finish(absl::Time deadline) {
     ZERO_RETURN_IF_ERROR(api_.record(done_.get(), stream_.get()));
-    return synchronize_until(api_, done_.get(), deadline, [this] { return async_error(); });
+    return wait_for(done_.get(), deadline);
   }
 
-  // A peer's failure (in this process), or NCCL's asynchronous error: a peer failed, the network broke.
-  absl::Status async_error() const {
+  // Waits until `end` happened, watching for asynchronous NCCL errors, and asks once more after: work an abort ended
+  // (from the other thread) completes too, and must not pass for done.
+  absl::Status wait_for(Event end, absl::Time deadline) {
+    ZERO_RETURN_IF_ERROR(synchronize_until(api_, end, deadline, [this] { return async_error(); }));
+    return async_error();
+  }
+
+  // A peer's failure (in this process), NCCL's asynchronous error (a peer failed, the network broke), or the abort.
+  absl::Status async_error() {
     if (shared_failure_) ZERO_RETURN_IF_ERROR(shared_failure_->first());
-    ncclResult_t state = ncclSuccess;
-    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) return nccl_status(r, "", comm_);
-    return nccl_status(state, "NCCL reported an asynchronous error", comm_);
+    return with_comm([](ncclComm_t comm) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclResult_t r = ncclCommGetAsyncError(comm, &state); r != ncclSuccess) return nccl_status(r, "", comm);
+      return nccl_status(state, "NCCL reported an asynchronous error", comm);
+    });
   }
 
   absl::Status explain(const absl::Status& status, absl::string_view what) const {
@@ -393,7 +428,7 @@ class NcclBackend final : public Backend {
   const int rank_;
   const int world_size_;
   const int device_;
-  OwnedStream stream_;                             // every NCCL call and staging copy, from the comm thread
+  OwnedStream stream_;                             // every collective and staging copy, from the comm thread
   OwnedEvent done_;                                // finish(), on the comm thread
   OwnedEvent allocated_;                           // wait_for_allocations()
   PostEvents posted_;                              // prepare() records, run() waits
@@ -403,9 +438,10 @@ class NcclBackend final : public Backend {
   Buffer scratch_;                                 // device memory, (world_size + 1) fingerprints
   Buffer staging_;                                 // device memory for host collectives, grown as needed
   PinnedBuffer pinned_;                            // the host side of the staging copies, grown as needed
-  ncclComm_t comm_ = nullptr;
-  bool initialized_ = false;  // ncclCommInitRankConfig completed
-  std::atomic<bool> aborted_ = false;
+  absl::Mutex comm_mu_;
+  ncclComm_t comm_ = nullptr;  // called under comm_mu_ once other threads can (with_comm)
+  bool initialized_ = false;   // ncclCommInitRankConfig completed
+  bool aborted_ ABSL_GUARDED_BY(comm_mu_) = false;
 };
 
 absl::Status check_device(int rank, int device) {

@@ -19,11 +19,11 @@ namespace zero {
 // by an event recorded at the call (PostEvents); work on any other stream must be ordered there, or finished, by
 // the caller. A device collective's Work completes once it is queued, and its wait() makes the waiter's current
 // stream wait for it; the communicator's watchdog thread then settles it (its event polled against the deadline,
-// NCCL's errors asked between polls) while the comm thread queues the next, and a failure found there fails the
-// collectives posted after it. A host collective's
-// Work completes once its result is on the host. The backend's only memory of its
-// own, device scratch for the barrier, the debug check and the staged host collectives, is accounted to
-// CommOptions::allocator when one is named.
+// NCCL's errors asked between polls) while the comm thread queues the next; a failure found there aborts NCCL and
+// fails the collectives the comm thread starts after. Both threads call NCCL, one at a time (a mutex). A host
+// collective's Work completes once its result is on the host. The backend's only memory of its own, device scratch for
+// the barrier, the debug check and the staged host collectives, is accounted to CommOptions::allocator when one is
+// named.
 //
 // Numerics: NCCL reduces bf16 and fp16 in their own precision (every partial sum rounds to the dtype),
 // fp32 in fp32, and in its own (ring or tree) order, so reductions match the local and mpi backends

@@ -59,8 +59,10 @@ absl::Status download(const Tensor& t, std::vector<T>& v, int64_t begin) {
 }
 
 // Parameters that straddle ranks (LAMB/LARS norms need the allreduce), 60 small ones (more segments than one CUDA
-// launch takes), a gap that is never written, two groups; padding grads are NaN, which no update may read.
-absl::Status run_rank(const Factory& make, Device device, Communicator& comm, Trajectory& out) {
+// launch takes), a gap that is never written, two groups; padding grads are NaN, which no update may read. With
+// `measure_first`, an optimizer that communicates takes its steps as the engine does: measure() queued, the device
+// waited for once, the norms reduced, then step() with them.
+absl::Status run_rank(const Factory& make, Device device, bool measure_first, Communicator& comm, Trajectory& out) {
   std::vector<FlatParam> params = {{"a.weight", 0, 150000}, {"a.bias", 150000, 30}};
   for (int i = 0; i < 60; ++i) params.push_back({absl::StrCat("h", i, ".weight"), 150040 + 100 * i, 100});
   params.push_back({"b.weight", 156040, kFlat - 156040});
@@ -81,7 +83,14 @@ absl::Status run_rank(const Factory& make, Device device, Communicator& comm, Tr
     std::vector<float> grads = normal_vector(kFlat, 100 + t, 0.1f);
     grads.resize(kShard * kRanks, std::numeric_limits<float>::quiet_NaN());
     ZERO_RETURN_IF_ERROR(upload(grads, begin, gt));
-    ZERO_RETURN_IF_ERROR(opt->step(pt, gt, t, 0.01f, &comm, half));
+    if (!measure_first || !opt->communicates()) {
+      ZERO_RETURN_IF_ERROR(opt->step(pt, gt, t, 0.01f, &comm, half));
+      continue;
+    }
+    ZERO_ASSIGN_OR_RETURN(const NormParts parts, opt->measure(pt, gt, t, 0.01f));
+    ZERO_RETURN_IF_ERROR(synchronize(device));
+    ZERO_ASSIGN_OR_RETURN(const std::vector<WholeParamNorms> norms, reduce_norm_parts({parts}, &comm));
+    ZERO_RETURN_IF_ERROR(opt->step(pt, gt, t, 0.01f, &comm, half, &norms[0]));
   }
   ZERO_RETURN_IF_ERROR(download(pt, out.params, begin));
   ZERO_RETURN_IF_ERROR(download(half.out, out.half, begin));
@@ -91,11 +100,11 @@ absl::Status run_rank(const Factory& make, Device device, Communicator& comm, Tr
 }
 
 // kRanks ranks, rank r on `device(r)`.
-Trajectory run(const Factory& make, const std::function<Device(int)>& device) {
+Trajectory run(const Factory& make, const std::function<Device(int)>& device, bool measure_first = false) {
   Trajectory out{normal_vector(kShard * kRanks, 5, 1.0f), std::vector<uint16_t>(kShard * kRanks),
                  std::vector<std::vector<float>>(kMaxState, std::vector<float>(kShard * kRanks))};
-  const std::vector<absl::Status> statuses =
-      run_local_ranks(kRanks, [&](Communicator& comm) { return run_rank(make, device(comm.rank()), comm, out); });
+  const std::vector<absl::Status> statuses = run_local_ranks(
+      kRanks, [&](Communicator& comm) { return run_rank(make, device(comm.rank()), measure_first, comm, out); });
   EXPECT_TRUE(root_cause(statuses).ok()) << root_cause(statuses);
   return out;
 }
@@ -111,22 +120,31 @@ enum class Where { kSim, kCuda };
 Device device_of(Where where, int rank) { return where == Where::kSim ? Device::sim(rank) : Device::cuda(0); }
 std::string where_name(Where where) { return where == Where::kSim ? "Sim" : "Cuda"; }
 
+void expect_same_bits(const Trajectory& cpu, const Trajectory& dev) {
+  EXPECT_EQ(std::memcmp(cpu.params.data(), dev.params.data(), cpu.params.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(cpu.half.data(), dev.half.data(), cpu.half.size() * 2), 0);
+  for (int i = 0; i < kMaxState; ++i) {
+    EXPECT_EQ(std::memcmp(cpu.state[i].data(), dev.state[i].data(), cpu.state[i].size() * 4), 0) << "state " << i;
+  }
+}
+
 class DeviceMatchesCpu : public ::testing::TestWithParam<std::tuple<Where, OptimizerCase>> {};
 
 // Bitwise: the simulated device runs the CPU loops; the CUDA kernels call the CPU's element functions
 // (element_math.h), both sides built without FMA contraction (-ffp-contract=off, --fmad=false) with IEEE division
 // and sqrt, and the LAMB/LARS norms come from the same exact integer square sums (square_sum.h) whatever the order
 // of the device's atomics.
+// With the norms measured first (the engine's way), the device's first pass is queued and its sums read after one
+// wait (on CUDA, from the bins' queued copy), and the steps keep step() alone's bits.
 TEST_P(DeviceMatchesCpu, Bitwise) {
   const Where where = std::get<0>(GetParam());
   const OptimizerCase& optimizer = std::get<1>(GetParam());
   if (where == Where::kCuda) ZERO_SKIP_WITHOUT_GPU();
   const Trajectory cpu = run(optimizer.make, [](int) { return Device::cpu(); });
-  const Trajectory dev = run(optimizer.make, [where](int rank) { return device_of(where, rank); });
-  EXPECT_EQ(std::memcmp(cpu.params.data(), dev.params.data(), cpu.params.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(cpu.half.data(), dev.half.data(), cpu.half.size() * 2), 0);
-  for (int i = 0; i < kMaxState; ++i) {
-    EXPECT_EQ(std::memcmp(cpu.state[i].data(), dev.state[i].data(), cpu.state[i].size() * 4), 0) << "state " << i;
+  for (const bool measure_first : {false, true}) {
+    SCOPED_TRACE(measure_first ? "norms measured first" : "step alone");
+    expect_same_bits(cpu, run(
+                              optimizer.make, [where](int rank) { return device_of(where, rank); }, measure_first));
   }
 }
 
