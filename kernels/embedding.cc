@@ -96,7 +96,7 @@ absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Te
 #if ZERO_HAS_CUDA
   if (dwte.device().is_cuda()) {
     return cuda::embedding_backward(dwte.device().index, dwte.data_as<float>(), dwpe.data_as<float>(),
-                                    dout.data_as<float>(), d.host_tokens, d.b, d.t, d.c, d.vocab);
+                                    dout.data_as<float>(), tokens.data_as<int32_t>(), d.b, d.t, d.c, d.vocab);
   }
 #endif
   const int32_t* tok = d.host_tokens;

@@ -93,10 +93,9 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
 
 // ---- Embedding ------------------------------------------------------------------------------------
 
-// Kernels that index with int32 tokens or targets on a device check them, and the CUDA embedding backward orders
-// its rows, on the host. `host_tokens` / `host_targets`, where the caller has them (Batch::host_inputs), are the
-// same values on the host and are read instead; without them the values are copied back, which waits for the
-// device.
+// Kernels that index with int32 tokens or targets on a device check them on the host. `host_tokens` / `host_targets`,
+// where the caller has them (Batch::host_inputs), are the same values on the host and are read instead; without them
+// the values are copied back, which waits for the device.
 
 // out (B, T, C) = wte (V, C)[tokens (B, T)] + wpe (maxT, C)[t]. tokens int32 in [0, V), T <= maxT.
 absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,

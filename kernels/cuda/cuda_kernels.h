@@ -45,10 +45,10 @@ absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* 
                                 const float* inp, const float* weight, const float* mean, const float* rstd,
                                 const float* dresidual, int64_t n, int64_t c);
 
-// tokens (B, T) on the device, already copied to the host as host_tokens and checked to lie in [0, V).
+// tokens (B, T) on the device, checked on the host to lie in [0, V).
 absl::Status embedding_forward(int device, float* out, const int32_t* tokens, const float* wte, const float* wpe,
                                int64_t b, int64_t t, int64_t c);
-absl::Status embedding_backward(int device, float* dwte, float* dwpe, const float* dout, const int32_t* host_tokens,
+absl::Status embedding_backward(int device, float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                                 int64_t b, int64_t t, int64_t c, int64_t vocab);
 
 // logits, dlogits (N, Vp; null: the loss alone), targets (N) on the device; `scale` = 1 / counted (0 if none). Writes

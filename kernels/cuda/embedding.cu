@@ -1,10 +1,9 @@
-// Token + position embedding on CUDA: a gather forward; a deterministic backward that gives each token's rows to one
-// block.
-#include <vector>
+// Token + position embedding on CUDA: a gather forward; a deterministic backward that sorts the rows by token on the
+// device (CUB) and gives each token's rows to one block.
+#include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
-#include "runtime/pinned_uploads.h"
 
 namespace zero::kernels::cuda {
 namespace {
@@ -17,46 +16,40 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
   }
 }
 
-// Rows grouped by token (a stable counting sort on the host): the rows of unique token u, in increasing
-// order, are rows[offsets[u] .. offsets[u + 1]).
-struct TokenRows {
-  std::vector<int32_t> packed;  // offsets (U + 1), then tokens (U), then rows (B·T)
-  int64_t unique = 0;
-};
+// rows[i] = i.
+__global__ void iota_kernel(int32_t* rows, int64_t n) { ZERO_GRID_STRIDE(i, n) rows[i] = static_cast<int32_t>(i); }
 
-TokenRows group_rows_by_token(const int32_t* tokens, int64_t bt, int64_t vocab) {
-  std::vector<int32_t> count(static_cast<size_t>(vocab) + 1, 0);
-  for (int64_t r = 0; r < bt; ++r) ++count[tokens[r] + 1];
-  for (int64_t v = 0; v < vocab; ++v) count[v + 1] += count[v];  // count[v]: first slot of token v
-  std::vector<int32_t> rows(static_cast<size_t>(bt));
-  std::vector<int32_t> next(count.begin(), count.end() - 1);
-  for (int64_t r = 0; r < bt; ++r) rows[next[tokens[r]]++] = static_cast<int32_t>(r);
-  TokenRows g;
-  std::vector<int32_t> offsets, unique;
-  for (int64_t v = 0; v < vocab; ++v) {
-    if (count[v + 1] == count[v]) continue;
-    offsets.push_back(count[v]);
-    unique.push_back(static_cast<int32_t>(v));
-  }
-  offsets.push_back(static_cast<int32_t>(bt));
-  g.unique = static_cast<int64_t>(unique.size());
-  g.packed = offsets;
-  g.packed.insert(g.packed.end(), unique.begin(), unique.end());
-  g.packed.insert(g.packed.end(), rows.begin(), rows.end());
-  return g;
-}
-
-// Block u owns token tokens[u]'s row of dwte and adds that token's dout rows in increasing row order: the
-// CPU's order, so the same bits, with no atomics.
-__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int32_t* offsets,
-                                              const int32_t* tokens, const int32_t* rows, int64_t c) {
-  const int64_t u = blockIdx.x;
-  float* te = dwte + tokens[u] * c;
+// The B·T rows sorted by token, stably (CUB's radix sort), so each token's rows are a run in increasing row order.
+// Block k owns the run that starts at k, if one does, and adds its dout rows into the token's row of dwte in that
+// order: the CPU's order, so the same bits, with no atomics.
+__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const uint32_t* sorted_tokens,
+                                              const int32_t* sorted_rows, int64_t bt, int64_t c) {
+  const int64_t k = blockIdx.x;
+  const uint32_t token = sorted_tokens[k];
+  if (k > 0 && sorted_tokens[k - 1] == token) return;
+  int64_t end = k + 1;
+  while (end < bt && sorted_tokens[end] == token) ++end;
+  float* te = dwte + static_cast<int64_t>(token) * c;
   for (int64_t col = threadIdx.x; col < c; col += blockDim.x) {
     float acc = te[col];
-    for (int32_t k = offsets[u]; k < offsets[u + 1]; ++k) acc += dout[rows[k] * c + col];
+    for (int64_t j = k; j < end; ++j) acc += dout[sorted_rows[j] * c + col];
     te[col] = acc;
   }
+}
+
+// Bytes of a scratch block holding `count` values of T, rounded up so the next one stays aligned for CUB.
+template <typename T>
+size_t aligned_bytes(int64_t count) {
+  return (static_cast<size_t>(count) * sizeof(T) + 255) / 256 * 256;
+}
+
+// Sorts the rows [0, bt) by their tokens (< 2^bits), stably, into sorted_tokens and sorted_rows, with CUB on the
+// current stream; `temp` holds temp_bytes of CUB's scratch (temp null: only sets temp_bytes).
+absl::Status sort_rows_by_token(void* temp, size_t& temp_bytes, const uint32_t* tokens, uint32_t* sorted_tokens,
+                                const int32_t* rows, int32_t* sorted_rows, int64_t bt, int bits, cudaStream_t stream) {
+  return cuda_status(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tokens, rows, sorted_rows,
+                                                     static_cast<int>(bt), 0, bits, stream),
+                     "cub::DeviceRadixSort::SortPairs");
 }
 
 // dwpe[t] += sum over b of dout[b, t], b in increasing order.
@@ -79,23 +72,31 @@ absl::Status embedding_forward(int device, float* out, const int32_t* tokens, co
                        out, tokens, wte, wpe, b * t, t, c);
 }
 
-absl::Status embedding_backward(int device, float* dwte, float* dwpe, const float* dout, const int32_t* host_tokens,
+absl::Status embedding_backward(int device, float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                                 int64_t b, int64_t t, int64_t c, int64_t vocab) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (b * t * c == 0) return absl::OkStatus();
-  const TokenRows g = group_rows_by_token(host_tokens, b * t, vocab);
-  const size_t bytes = g.packed.size() * sizeof(int32_t);
-  return with_scratch(device, bytes, [&](void* packed) {
-    // Staged through pinned memory, so g may go out of scope and the host does not wait; ordered on the current
-    // stream like the kernels.
-    ZERO_RETURN_IF_ERROR(
-        pinned_uploads(Device::cuda(device))->upload(packed, g.packed.data(), bytes, current_cuda_stream(device)));
-    const int32_t* offsets = static_cast<const int32_t*>(packed);
-    const int32_t* tokens = offsets + g.unique + 1;
+  const int64_t bt = b * t;
+  int bits = 1;  // enough for every token below vocab (checked on the host before)
+  while (bits < 32 && (int64_t{1} << bits) < vocab) ++bits;
+  // Tokens lie in [0, vocab): as unsigned keys they sort alike.
+  const auto* keys = reinterpret_cast<const uint32_t*>(tokens);
+  size_t temp_bytes = 0;
+  ZERO_RETURN_IF_ERROR(sort_rows_by_token(nullptr, temp_bytes, keys, nullptr, nullptr, nullptr, bt, bits, nullptr));
+  const size_t key_bytes = aligned_bytes<uint32_t>(bt), row_bytes = aligned_bytes<int32_t>(bt);
+  return with_scratch(device, key_bytes + 2 * row_bytes + temp_bytes, [&](void* scratch) {
+    auto* sorted_tokens = static_cast<uint32_t*>(scratch);
+    auto* rows = reinterpret_cast<int32_t*>(static_cast<char*>(scratch) + key_bytes);
+    auto* sorted_rows = reinterpret_cast<int32_t*>(static_cast<char*>(scratch) + key_bytes + row_bytes);
+    void* temp = static_cast<char*>(scratch) + key_bytes + 2 * row_bytes;
+    ZERO_RETURN_IF_ERROR(launch_kernel(device, "iota_kernel", iota_kernel, blocks_for(bt), kThreads, rows, bt));
+    ZERO_RETURN_IF_ERROR(launch_on_stream(current_cuda_stream(device), "sort_rows_by_token", [&](cudaStream_t s) {
+      return sort_rows_by_token(temp, temp_bytes, keys, sorted_tokens, rows, sorted_rows, bt, bits, s);
+    }));
     ZERO_RETURN_IF_ERROR(launch_kernel(device, "embedding_backward_wte_kernel", embedding_backward_wte_kernel,
-                                       static_cast<unsigned>(g.unique), kThreads, dwte, dout, offsets, tokens,
-                                       tokens + g.unique, c));
+                                       static_cast<unsigned>(bt), kThreads, dwte, dout, sorted_tokens, sorted_rows, bt,
+                                       c));
     return launch_kernel(device, "embedding_backward_wpe_kernel", embedding_backward_wpe_kernel, blocks_for(t * c),
                          kThreads, dwpe, dout, b, t, c);
   });
