@@ -80,12 +80,12 @@ inline constexpr float kLayerNormEps = 1e-5f;
 absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                const Tensor& weight, const Tensor& bias);
 // A residual add and the LayerNorm after it in one pass (a pre-LN block's x2 = x + attn, ln_2(x2)): inp (N, C) +=
-// residual (N, C), so inp then holds the residual stream as residual_forward(inp, inp, residual) leaves it, and out,
-// mean and rstd as layernorm_forward(out, mean, rstd, inp, ...) gives them, to the bit.
+// residual (N, C), so inp then holds the residual stream as residual_forward(inp, inp, residual) leaves it, and out
+// (not aliasing inp), mean and rstd as layernorm_forward(out, mean, rstd, inp, ...) gives them, to the bit.
 absl::Status residual_layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                         const Tensor& residual, const Tensor& weight, const Tensor& bias);
-// dinp (N, C) written (must not alias dout or inp); dweight (C) += sum_n dout * xhat; dbias (C) += sum_n dout.
-// mean and rstd may have any shape of N elements, e.g. (B, T). With `dresidual` (N, C), the gradient a residual
+// dinp (N, C) written (must not alias dout, inp or dresidual); dweight (C) += sum_n dout * xhat; dbias (C) += sum_n
+// dout. mean and rstd may have any shape of N elements, e.g. (B, T). With `dresidual` (N, C), the gradient a residual
 // path brings to the same input, dinp is the sum of both, the bits of residual_backward(dinp, dresidual) after.
 absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                 const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,

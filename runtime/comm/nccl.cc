@@ -68,7 +68,7 @@ absl::Status share_pool_memory_with_this_process_gpus(int device) {
 const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
 char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
 
-// An NCCL call as enqueued: its answer and name, awaited (await_in_progress) after the launch that made it.
+// An NCCL call as enqueued: its answer and name, awaited (await_taken) after the launch that made it.
 struct Issued {
   ncclResult_t result = ncclSuccess;
   const char* call = "";
@@ -197,6 +197,7 @@ class NcclBackend final : public Backend {
       absl::MutexLock lock(&comm_mu_);
       if (comm_ == nullptr || aborted_) return;
       aborted_ = true;
+      abort_cause_ = cause;
       (void)use_device_on_this_thread(Device::cuda(device_));
       ncclCommAbort(comm_);
     }
@@ -247,7 +248,10 @@ class NcclBackend final : public Backend {
   // NCCLComm locks the same way). Aborted once the communicator was aborted: it is gone.
   absl::Status with_comm(absl::FunctionRef<absl::Status(ncclComm_t)> fn) ABSL_LOCKS_EXCLUDED(comm_mu_) {
     absl::MutexLock lock(&comm_mu_);
-    if (aborted_) return absl::AbortedError("the NCCL communicator was aborted after an earlier failure");
+    if (aborted_) {
+      return absl::AbortedError(
+          absl::StrCat("the NCCL communicator was aborted after a failure: ", abort_cause_.message()));
+    }
     return fn(comm_);
   }
 
@@ -442,6 +446,7 @@ class NcclBackend final : public Backend {
   ncclComm_t comm_ = nullptr;  // called under comm_mu_ once other threads can (with_comm)
   bool initialized_ = false;   // ncclCommInitRankConfig completed
   bool aborted_ ABSL_GUARDED_BY(comm_mu_) = false;
+  absl::Status abort_cause_ ABSL_GUARDED_BY(comm_mu_);  // named by every call refused after
 };
 
 absl::Status check_device(int rank, int device) {
