@@ -492,15 +492,20 @@ TEST(LocalOnDevice, AFailedCollectiveOrdersTheWaitersStreamAfterWhatItQueued) {
   EXPECT_TRUE(sim_device().synchronize_device(0).ok()) << "the checker found an unordered free";
 }
 
-// One rank whose device collectives queue nothing and whose first one, settled only once the test lets it, fails
-// then: as an NCCL collective whose peer died fails after it was queued.
-class FailsSettlingBackend final : public Backend {
+// A world of one rank on the simulated device whose device collectives queue nothing: the settling tests' backends.
+class OneRankOnSim : public Backend {
  public:
-  absl::string_view name() const override { return "fails-settling"; }
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   bool supports(Device device) const override { return device.is_sim(); }
   absl::Status run(const Collective&, absl::Time) override { return absl::OkStatus(); }
+};
+
+// Its first collective, settled only once the test lets it, fails then: as an NCCL collective whose peer died fails
+// after it was queued.
+class FailsSettlingBackend final : public OneRankOnSim {
+ public:
+  absl::string_view name() const override { return "fails-settling"; }
   absl::Status settle(const Collective& c, Event, absl::Time) override {
     if (c.seq != 0) return absl::OkStatus();
     if (!let_settle.WaitForNotificationWithTimeout(absl::Seconds(60))) {  // a guard: the test lets it at once
@@ -537,15 +542,12 @@ TEST(DeviceCollectives, CompleteOnceQueuedAndAFailureFoundSettlingOneFailsWhatFo
   }
 }
 
-// One rank whose first device collective settles only once the second has run: it stands for NCCL's, settled on
-// the watchdog while the comm thread queues the next, and asks the device about each one's end event, as NCCL's
-// settle polls it. Records the order of runs and settles.
-class SettlesAfterTheNextRunsBackend final : public Backend {
+// Its first collective settles only once the second has run: it stands for NCCL's, settled on the watchdog while
+// the comm thread queues the next, and asks the device about each one's end event, as NCCL's settle polls it.
+// Records the order of runs and settles.
+class SettlesAfterTheNextRunsBackend final : public OneRankOnSim {
  public:
   absl::string_view name() const override { return "settles-after-the-next-runs"; }
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  bool supports(Device device) const override { return device.is_sim(); }
   absl::Status run(const Collective& c, absl::Time) override {
     note(absl::StrCat("run #", c.seq));
     if (c.seq == 1) second_ran.Notify();
