@@ -239,6 +239,14 @@ nlohmann::json summary_json(const RunFacts& f, const std::vector<MemoryStats>& p
     phases.push_back(rank);
   }
   return {{"event", "summary"},
+          {"run",
+           {{"stage", f.stage},
+            {"world_size", f.world_size},
+            {"accumulation_steps", f.accumulation_steps},
+            {"precision", dtype_name(f.precision)},
+            {"tf32", f.tf32},
+            {"device", f.device.to_string()},
+            {"backend", f.backend}}},
           {"peak_bytes", ranks},
           {"formula_bytes",
            {{"params", formula.params},

@@ -69,6 +69,9 @@ struct RunFacts {
   int world_size = 1;
   int accumulation_steps = 1;
   DType precision = DType::kF32;
+  bool tf32 = false;              // the fp32 GEMMs on tensor cores (ZeroConfig::tf32)
+  Device device = Device::cpu();  // where each rank's training state lives (ZeroConfig::device)
+  std::string backend = "local";  // the communicator's
   int optimizer_state_floats = 2;
   bool offload_optimizer = false;          // master weights and optimizer state in files (MemoryStats::in_files)
   bool offload_param = false;              // stage 3 parameter shards in files

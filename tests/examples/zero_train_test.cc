@@ -89,6 +89,8 @@ TEST_F(ZeroTrainTest, Stage3OnTwoRanksWritesMetricsAndTheLossFalls) {
   // per parameter over N.
   const std::vector<json> summary = events(records, "summary");
   ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0]["run"], json::parse(R"({"stage": 3, "world_size": 2, "accumulation_steps": 2,
+      "precision": "fp32", "tf32": false, "device": "cpu", "backend": "local"})"));  // what the figures are of
   const json& formula = summary[0]["formula_bytes"];
   ASSERT_EQ(summary[0]["peak_bytes"].size(), 2u);
   for (const json& rank : summary[0]["peak_bytes"]) {
