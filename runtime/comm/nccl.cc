@@ -105,9 +105,13 @@ class NcclBackend final : public Backend {
       const absl::Status failed = nccl_status(issued, "ncclCommInitRankConfig");
       return failed.ok() ? absl::InternalError("ncclCommInitRankConfig returned no communicator") : failed;
     }
-    ZERO_RETURN_IF_ERROR(backend->await_taken(
+    const absl::Status joined = backend->await_taken(
         issued, absl::StrCat("ncclCommInitRankConfig (rank ", rank, " of ", world_size, "; every rank must join)"),
-        deadline));
+        deadline);
+    if (!joined.ok()) {
+      backend->abort(joined);  // now, so that in-process peers hear this cause, not the destructor's
+      return joined;
+    }
     backend->initialized_ = true;
     return backend;
   }
