@@ -70,13 +70,10 @@ void row_backward(float* dx, double* acc_dweight, double* acc_dbias, const float
   }
 }
 
-}  // namespace
-
-namespace {
-
 // layernorm_forward, after inp += *residual where one is passed (residual_layernorm_forward).
-absl::Status forward(absl::string_view op, const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                     const Tensor* residual, const Tensor& weight, const Tensor& bias) {
+absl::Status residual_then_layernorm(absl::string_view op, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& inp, const Tensor* residual, const Tensor& weight,
+                                     const Tensor& bias) {
   const bool adds = residual != nullptr;
   ZERO_RETURN_IF_ERROR(check_layernorm(op, inp, weight, mean, rstd, {{"out", &out}}, {{"bias", &bias}}));
   if (adds) {
@@ -93,8 +90,8 @@ absl::Status forward(absl::string_view op, const Tensor& out, const Tensor& mean
     }
     return launch_on_sim(inp.device(), std::string(op), std::move(accesses), [=](HostTensors& host) {
       const Tensor host_res = host(res);
-      return forward(op, host(out), host(mean), host(rstd), host(inp), adds ? &host_res : nullptr, host(weight),
-                     host(bias));
+      return residual_then_layernorm(op, host(out), host(mean), host(rstd), host(inp), adds ? &host_res : nullptr,
+                                     host(weight), host(bias));
     });
   }
   const int64_t c = detail::last_dim(inp);
@@ -136,12 +133,12 @@ absl::Status forward(absl::string_view op, const Tensor& out, const Tensor& mean
 
 absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                const Tensor& weight, const Tensor& bias) {
-  return forward("layernorm_forward", out, mean, rstd, inp, nullptr, weight, bias);
+  return residual_then_layernorm("layernorm_forward", out, mean, rstd, inp, nullptr, weight, bias);
 }
 
 absl::Status residual_layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                         const Tensor& residual, const Tensor& weight, const Tensor& bias) {
-  return forward("residual_layernorm_forward", out, mean, rstd, inp, &residual, weight, bias);
+  return residual_then_layernorm("residual_layernorm_forward", out, mean, rstd, inp, &residual, weight, bias);
 }
 
 absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,

@@ -71,13 +71,13 @@ class Lamb final : public Optimizer {
     return std::sqrt(1.0 - std::pow(options_.beta2, t)) / (1.0 - std::pow(options_.beta1, t));
   }
 
-  // Pass 1: the moments, and the sums of p² and u², which the host reads once the launch ran (on CUDA, with the bins'
-  // copy back; waited for under `wait`).
+  // Pass 1: the moments, and the sums of p² and u², which the host reads once the launch ran (waited for under `wait`;
+  // on CUDA the reader waits for the bins' copy back itself).
   absl::StatusOr<ChunkSumsReader> chunk_square_sums(const StepArgs& a, bool wait) override {
     const std::vector<optim::LambCoeffs> coeffs = this->coeffs(a);
 #if ZERO_HAS_CUDA
     if (device().is_cuda()) {
-      return optim::lamb_sums_cuda(device().index, layout(), coeffs, a, state_data(0), state_data(1), bins_, wait);
+      return optim::lamb_sums_cuda(device().index, layout(), coeffs, a, state_data(0), state_data(1), bins_);
     }
 #endif
     auto sums = std::make_shared<ChunkSquareSums>(layout().chunks().size());
@@ -103,7 +103,7 @@ class Lamb final : public Optimizer {
           return absl::OkStatus();
         },
         wait));
-    return [sums] { return *sums; };
+    return [sums]() -> absl::StatusOr<ChunkSquareSums> { return *sums; };
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs,

@@ -47,11 +47,11 @@ class Lars final : public Optimizer {
     return coeffs;
   }
 
-  // Pass 1: the sums of p² and g², which the host reads once the launch ran (on CUDA, with the bins' copy back;
-  // waited for under `wait`).
+  // Pass 1: the sums of p² and g², which the host reads once the launch ran (waited for under `wait`; on CUDA the
+  // reader waits for the bins' copy back itself).
   absl::StatusOr<ChunkSumsReader> chunk_square_sums(const StepArgs& a, bool wait) override {
 #if ZERO_HAS_CUDA
-    if (device().is_cuda()) return optim::lars_sums_cuda(device().index, layout(), coeffs(), a, bins_, wait);
+    if (device().is_cuda()) return optim::lars_sums_cuda(device().index, layout(), coeffs(), a, bins_);
 #endif
     auto sums = std::make_shared<ChunkSquareSums>(layout().chunks().size());
     const PassAccess access{.params = Use::kRead, .state = Use::kNone};
@@ -72,7 +72,7 @@ class Lars final : public Optimizer {
           return absl::OkStatus();
         },
         wait));
-    return [sums] { return *sums; };
+    return [sums]() -> absl::StatusOr<ChunkSquareSums> { return *sums; };
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs,

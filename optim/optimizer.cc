@@ -46,6 +46,8 @@ absl::StatusOr<optim::SquareBinsScratch> optim::allocate_square_bins(const Shard
     const int64_t bytes = optim::square_bins_bytes(layout);
     ZERO_ASSIGN_OR_RETURN(bins.device, allocator.allocate(bytes, MemoryCategory::kWorkspace, device));
     ZERO_ASSIGN_OR_RETURN(bins.host, allocator.allocate_pinned(*device_api(device), bytes, MemoryCategory::kWorkspace));
+    ZERO_ASSIGN_OR_RETURN(OwnedEvent copied, OwnedEvent::create(*device_api(device), device.index));
+    bins.copied.emplace(std::move(copied));
   }
 #endif
   (void)layout, (void)allocator, (void)device;
@@ -190,7 +192,7 @@ absl::StatusOr<std::vector<WholeParamNorms>> reduce_norm_parts(const std::vector
     if (shard.layout == nullptr) continue;  // a shard that measured nothing: no norms
     merged.resize(shard.layout->params().size());
     const std::vector<ShardChunk>& chunks = shard.layout->chunks();
-    const ChunkSquareSums per_chunk = shard.read_sums();
+    ZERO_ASSIGN_OR_RETURN(const ChunkSquareSums per_chunk, shard.read_sums());
     for (size_t c = 0; c < chunks.size(); ++c) {
       for (int q = 0; q < 2; ++q) merged[chunks[c].param][q].merge(per_chunk[c][q]);
     }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "optim/square_sum.h"
 #include "runtime/allocator.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/device_api.h"
 #include "runtime/tensor.h"
 
 namespace zero {
@@ -34,9 +36,10 @@ using WholeParamNorms = std::vector<std::array<double, 2>>;
 // Exact square sums of the two quantities, per chunk of a layout (ShardLayout::chunks).
 using ChunkSquareSums = std::vector<std::array<SquareSum, 2>>;
 
-// Reads a first pass's sums: call it once they are complete (see NormParts), and before the optimizer's next first
-// pass or its end (on CUDA it reads the optimizer's pinned bins, which the next pass overwrites).
-using ChunkSumsReader = std::function<ChunkSquareSums()>;
+// Reads a first pass's sums: call it once they are complete (see NormParts; on CUDA it waits for them itself), and
+// before the optimizer's next first pass or its end (on CUDA it reads the optimizer's pinned bins, which the next
+// pass overwrites).
+using ChunkSumsReader = std::function<absl::StatusOr<ChunkSquareSums>()>;
 
 // A shard's part of its whole-parameter norms, as its first pass leaves it: on a device, complete once the work
 // queued there before it is done (Optimizer::measure does not wait for it), so read only then.
@@ -148,7 +151,8 @@ absl::Status check_device(Device device, absl::string_view optimizer, bool has_c
 // whose bins live on the stack of the CPU loops.
 struct SquareBinsScratch {
   Buffer device;
-  Buffer host;  // pinned
+  Buffer host;                       // pinned
+  std::optional<OwnedEvent> copied;  // recorded after the copy into `host`
 };
 absl::StatusOr<SquareBinsScratch> allocate_square_bins(const ShardLayout& layout, Allocator& allocator, Device device);
 }  // namespace optim

@@ -18,7 +18,7 @@ namespace zero {
 // copy needs page-locked memory. upload() copies the bytes into a pinned block, queues the block's copy on the
 // stream and records an event after it, then returns: the source is free again, and the host waited for nothing.
 // A block is reused once its event completed (a query), so blocks grow in number only while copies are in flight.
-// For small, frequent uploads: a micro-batch, an index list. Thread-safe.
+// For small, frequent uploads, such as a micro-batch. Thread-safe.
 class PinnedUploads {
  public:
   explicit PinnedUploads(DeviceApi& api) : api_(api) {}

@@ -70,7 +70,7 @@ struct RunFacts {
   int accumulation_steps = 1;
   DType precision = DType::kF32;
   bool tf32 = false;              // the fp32 GEMMs on tensor cores (ZeroConfig::tf32)
-  Device device = Device::cpu();  // where each rank's training state lives (ZeroConfig::device)
+  Device device = Device::cpu();  // rank 0's training device (ZeroConfig::device; nccl rank r's is cuda:r)
   std::string backend = "local";  // the communicator's
   int optimizer_state_floats = 2;
   bool offload_optimizer = false;          // master weights and optimizer state in files (MemoryStats::in_files)

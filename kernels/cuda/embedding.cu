@@ -1,7 +1,9 @@
-// Token + position embedding on CUDA: a gather forward; a deterministic backward that sorts the rows by token on the
-// device (CUB) and gives each token's rows to one block.
+// Token + position embedding on CUDA: a gather forward; a backward that sorts rows by token (CUB), a block per token.
 #include <cub/device/device_radix_sort.cuh>
 
+#include <limits>
+
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -19,16 +21,21 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
 // rows[i] = i.
 __global__ void iota_kernel(int32_t* rows, int64_t n) { ZERO_GRID_STRIDE(i, n) rows[i] = static_cast<int32_t>(i); }
 
-// The B·T rows sorted by token, stably (CUB's radix sort), so each token's rows are a run in increasing row order.
-// Block k owns the run that starts at k, if one does, and adds its dout rows into the token's row of dwte in that
-// order: the CPU's order, so the same bits, with no atomics.
+// dwte (V, C), dout (B·T, C); sorted_tokens, sorted_rows (B·T): the rows sorted by token, stably (CUB's radix
+// sort), so each token's rows are a run in increasing row order. Block k owns the run that starts at k, if one does,
+// and adds its dout rows into the token's row of dwte in that order: the CPU's order, so the same bits, with no
+// atomics.
 __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const uint32_t* sorted_tokens,
                                               const int32_t* sorted_rows, int64_t bt, int64_t c) {
   const int64_t k = blockIdx.x;
   const uint32_t token = sorted_tokens[k];
-  if (k > 0 && sorted_tokens[k - 1] == token) return;
-  int64_t end = k + 1;
-  while (end < bt && sorted_tokens[end] == token) ++end;
+  if (k > 0 && sorted_tokens[k - 1] == token) return;  // the whole block: not a run's start
+  __shared__ int64_t end;                              // the run's, found once for the block
+  if (threadIdx.x == 0) {
+    end = k + 1;
+    while (end < bt && sorted_tokens[end] == token) ++end;
+  }
+  __syncthreads();
   float* te = dwte + static_cast<int64_t>(token) * c;
   for (int64_t col = threadIdx.x; col < c; col += blockDim.x) {
     float acc = te[col];
@@ -38,13 +45,15 @@ __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, co
 }
 
 // Bytes of a scratch block holding `count` values of T, rounded up so the next one stays aligned for CUB.
+constexpr size_t kCubAlignment = 256;
 template <typename T>
 size_t aligned_bytes(int64_t count) {
-  return (static_cast<size_t>(count) * sizeof(T) + 255) / 256 * 256;
+  return (static_cast<size_t>(count) * sizeof(T) + kCubAlignment - 1) / kCubAlignment * kCubAlignment;
 }
 
 // Sorts the rows [0, bt) by their tokens (< 2^bits), stably, into sorted_tokens and sorted_rows, with CUB on the
-// current stream; `temp` holds temp_bytes of CUB's scratch (temp null: only sets temp_bytes).
+// current stream; `temp` holds temp_bytes of CUB's scratch (temp null: only sets temp_bytes). A CUB error is a CUDA
+// error, kept as the device's failure by the launch that queues the sort (unlike cuBLAS's, in matmul.cu).
 absl::Status sort_rows_by_token(void* temp, size_t& temp_bytes, const uint32_t* tokens, uint32_t* sorted_tokens,
                                 const int32_t* rows, int32_t* sorted_rows, int64_t bt, int bits, cudaStream_t stream) {
   return cuda_status(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tokens, rows, sorted_rows,
@@ -78,6 +87,9 @@ absl::Status embedding_backward(int device, float* dwte, float* dwpe, const floa
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (b * t * c == 0) return absl::OkStatus();
   const int64_t bt = b * t;
+  if (bt > std::numeric_limits<int32_t>::max()) {  // CUB's count, the row ids and the grid are 32-bit
+    return absl::InvalidArgumentError(absl::StrCat("embedding_backward on CUDA: ", bt, " rows (B·T) exceed 2^31 - 1"));
+  }
   int bits = 1;  // enough for every token below vocab (checked on the host before)
   while (bits < 32 && (int64_t{1} << bits) < vocab) ++bits;
   // Tokens lie in [0, vocab): as unsigned keys they sort alike.

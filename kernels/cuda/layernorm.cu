@@ -1,5 +1,4 @@
-// LayerNorm on CUDA (with the residual add before it, or its gradient after): one warp per row for the output and
-// input gradient, column sums for dweight and dbias.
+// LayerNorm on CUDA, with the residual add fused before it or its gradient after: a warp per row, column sums.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 

@@ -224,12 +224,12 @@ SquareBins bins_of(const uint64_t* slots) {
 
 // Zeroes the bins, runs `launch(table, grid, first_chunk)` (an absl::Status) per table of chunks and queues the bins'
 // copy to the host, all on the current stream, and returns their reader: SquareSums exactly as the CPU's
-// SquareSum::add(SquareBins) builds them, once that copy is done (waited for here if `wait`).
+// SquareSum::add(SquareBins) builds them, once that copy is done (the reader waits for its event).
 template <typename Coeffs, typename Launch>
 absl::StatusOr<ChunkSumsReader> chunk_sums(int device, const ShardLayout& layout, const std::vector<Coeffs>& coeffs,
-                                           const SquareBinsScratch& bins, bool wait, Launch launch) {
+                                           const SquareBinsScratch& bins, Launch launch) {
   const size_t chunks = layout.chunks().size();
-  if (chunks == 0) return ChunkSumsReader([] { return ChunkSquareSums(); });
+  if (chunks == 0) return ChunkSumsReader([]() -> absl::StatusOr<ChunkSquareSums> { return ChunkSquareSums(); });
   const size_t bytes = static_cast<size_t>(square_bins_bytes(layout));
   ZERO_RETURN_IF_ERROR(zero_on_current_stream(device, bins.device.data(), bytes));
   const std::vector<float> unused_scale(layout.params().size());  // one segment per chunk: bins are per chunk
@@ -239,14 +239,17 @@ absl::StatusOr<ChunkSumsReader> chunk_sums(int device, const ShardLayout& layout
   }));
   const Stream stream = current_cuda_stream(device);
   ZERO_RETURN_IF_ERROR(cuda_api().copy_async(bins.host.data(), bins.device.data(), bytes, stream));
-  if (wait) ZERO_RETURN_IF_ERROR(cuda_api().synchronize(stream));
-  return ChunkSumsReader([chunks, host = static_cast<const uint64_t*>(bins.host.data())] {
-    ChunkSquareSums sums(chunks);
-    for (size_t k = 0; k < chunks; ++k) {
-      for (int q = 0; q < 2; ++q) sums[k][q].add(bins_of(&host[(2 * k + q) * kSquareSlots]));
-    }
-    return sums;
-  });
+  const Event copied = bins.copied->get();
+  ZERO_RETURN_IF_ERROR(cuda_api().record(copied, stream));
+  return ChunkSumsReader(
+      [chunks, copied, host = static_cast<const uint64_t*>(bins.host.data())]() -> absl::StatusOr<ChunkSquareSums> {
+        ZERO_RETURN_IF_ERROR(cuda_api().synchronize(copied));  // a query, where the caller waited for the device
+        ChunkSquareSums sums(chunks);
+        for (size_t k = 0; k < chunks; ++k) {
+          for (int q = 0; q < 2; ++q) sums[k][q].add(bins_of(&host[(2 * k + q) * kSquareSlots]));
+        }
+        return sums;
+      });
 }
 
 }  // namespace
@@ -288,11 +291,10 @@ namespace zero::optim {
 
 absl::StatusOr<ChunkSumsReader> lamb_sums_cuda(int device, const ShardLayout& layout,
                                                const std::vector<LambCoeffs>& coeffs, const ShardStep& s,
-                                               float* exp_avg, float* exp_avg_sq, const SquareBinsScratch& bins,
-                                               bool wait) {
+                                               float* exp_avg, float* exp_avg_sq, const SquareBinsScratch& bins) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return chunk_sums(device, layout, coeffs, bins, wait,
+  return chunk_sums(device, layout, coeffs, bins,
                     [&](const Table<LambCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
                       return launch_kernel(device, "lamb_sums_kernel", lamb_sums_kernel, grid, kThreads, t, b, first,
                                            s.params, s.grads, exp_avg, exp_avg_sq);
@@ -314,10 +316,10 @@ absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::v
 
 absl::StatusOr<ChunkSumsReader> lars_sums_cuda(int device, const ShardLayout& layout,
                                                const std::vector<LarsCoeffs>& coeffs, const ShardStep& s,
-                                               const SquareBinsScratch& bins, bool wait) {
+                                               const SquareBinsScratch& bins) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  return chunk_sums(device, layout, coeffs, bins, wait,
+  return chunk_sums(device, layout, coeffs, bins,
                     [&](const Table<LarsCoeffs>& t, dim3 grid, unsigned long long* b, int64_t first) {
                       return launch_kernel(device, "lars_sums_kernel", lars_sums_kernel, grid, kThreads, t, b, first,
                                            s.params, s.grads);

@@ -26,8 +26,8 @@ absl::Status adam_cuda(int device, const ShardLayout& layout, const std::vector<
                        const ShardStep& step, float* exp_avg /*(S)*/, float* exp_avg_sq /*(S)*/);
 
 // LAMB and LARS: pass 1 fills exact square bins (square_sum.h) of two quantities per chunk of the layout on
-// the device and queues their copy into `bins.host`; its reader turns them into SquareSums, the same integers the
-// CPU bins hold, once the current stream's work is done (waited for here if `wait`). After the caller's allreduce,
+// the device and queues their copy into `bins.host`; its reader waits for that copy and turns them into SquareSums,
+// the same integers the CPU bins hold. After the caller's allreduce,
 // pass 2 applies each parameter's scale (`param_scale`, one per layout parameter).
 // `bins` (allocate_square_bins): kSquareSlots uint64 counters per quantity per chunk, on the device and pinned.
 int64_t square_bins_bytes(const ShardLayout& layout);
@@ -35,8 +35,7 @@ int64_t square_bins_bytes(const ShardLayout& layout);
 // Updates the moments; sums ||p||^2 and ||u||^2 (u = lamb_direction).
 absl::StatusOr<ChunkSumsReader> lamb_sums_cuda(int device, const ShardLayout& layout,
                                                const std::vector<LambCoeffs>& coeffs, const ShardStep& step,
-                                               float* exp_avg, float* exp_avg_sq, const SquareBinsScratch& bins,
-                                               bool wait);
+                                               float* exp_avg, float* exp_avg_sq, const SquareBinsScratch& bins);
 // p += param_scale * u, with param_scale = -lr * trust_ratio.
 absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::vector<LambCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, const float* exp_avg,
@@ -45,7 +44,7 @@ absl::Status lamb_apply_cuda(int device, const ShardLayout& layout, const std::v
 // Sums ||p||^2 and ||g||^2.
 absl::StatusOr<ChunkSumsReader> lars_sums_cuda(int device, const ShardLayout& layout,
                                                const std::vector<LarsCoeffs>& coeffs, const ShardStep& step,
-                                               const SquareBinsScratch& bins, bool wait);
+                                               const SquareBinsScratch& bins);
 // lars_element with scaled_lr = param_scale.
 absl::Status lars_apply_cuda(int device, const ShardLayout& layout, const std::vector<LarsCoeffs>& coeffs,
                              const std::vector<float>& param_scale, const ShardStep& step, float* momentum_buffer);

@@ -312,26 +312,38 @@ TEST_F(CudaKernels, LayerNormWithTheResidualFusedGivesTheSeparateKernelsBits) {
   }
 }
 
+// The backward's rows grouped by CUB's radix sort: a small batch with repeats (one sort tile), GPT-2's batch over its
+// vocabulary (CUB's multi-pass path, tokens drawn at random, so runs of one and of many), and a vocabulary of one.
 TEST_F(CudaKernels, EmbeddingMatchesCpuBitwise) {
-  const int64_t b = 3, t = 7, c = 40, vocab = 11, max_t = 9;
-  std::vector<int32_t> tokens(b * t);
-  for (int64_t i = 0; i < b * t; ++i) tokens[i] = static_cast<int32_t>((i * 5) % 4 + (i % 3 == 0 ? 7 : 0));  // repeats
-  std::vector<float> wte = random_floats(vocab * c, 15), wpe = random_floats(max_t * c, 16), out(b * t * c);
-  std::vector<float> dout = random_floats(b * t * c, 17), dwte = random_floats(vocab * c, 18);
-  std::vector<float> dwpe = random_floats(max_t * c, 19);
-  const Tensor g_tok = upload(tokens, {b, t}), g_out = upload(out, {b, t, c});
-  const Tensor g_dwte = upload(dwte, {vocab, c}), g_dwpe = upload(dwpe, {max_t, c});
-  ASSERT_TRUE(
-      embedding_forward(view(out, {b, t, c}), view(tokens, {b, t}), view(wte, {vocab, c}), view(wpe, {max_t, c})).ok());
-  ASSERT_TRUE(embedding_forward(g_out, g_tok, upload(wte, {vocab, c}), upload(wpe, {max_t, c})).ok());
-  ASSERT_TRUE(
-      embedding_backward(view(dwte, {vocab, c}), view(dwpe, {max_t, c}), view(dout, {b, t, c}), view(tokens, {b, t}))
-          .ok());
-  ASSERT_TRUE(embedding_backward(g_dwte, g_dwpe, upload(dout, {b, t, c}), g_tok).ok());
-  // One add per element forward; backward adds each gradient row in increasing row order on both sides.
-  EXPECT_EQ(download<float>(g_out), out);
-  EXPECT_EQ(download<float>(g_dwte), dwte);
-  EXPECT_EQ(download<float>(g_dwpe), dwpe);
+  struct Case {
+    int64_t b, t, c, vocab;
+  };
+  for (const Case& k : {Case{3, 7, 40, 11}, Case{8, 1024, 8, 50257}, Case{2, 5, 8, 1}}) {
+    SCOPED_TRACE(absl::StrCat("B ", k.b, ", T ", k.t, ", V ", k.vocab));
+    const int64_t b = k.b, t = k.t, c = k.c, vocab = k.vocab, max_t = t + 2;
+    std::vector<int32_t> tokens(b * t);
+    for (int64_t i = 0; i < b * t; ++i) {
+      // Repeats: a few frequent tokens among draws spread over the vocabulary.
+      tokens[i] = static_cast<int32_t>(i % 3 == 0 ? (i * 5) % 4 % vocab : (i * 2654435761u) % vocab);
+    }
+    std::vector<float> wte = random_floats(vocab * c, 15), wpe = random_floats(max_t * c, 16), out(b * t * c);
+    std::vector<float> dout = random_floats(b * t * c, 17), dwte = random_floats(vocab * c, 18);
+    std::vector<float> dwpe = random_floats(max_t * c, 19);
+    const Tensor g_tok = upload(tokens, {b, t}), g_out = upload(out, {b, t, c});
+    const Tensor g_dwte = upload(dwte, {vocab, c}), g_dwpe = upload(dwpe, {max_t, c});
+    ASSERT_TRUE(
+        embedding_forward(view(out, {b, t, c}), view(tokens, {b, t}), view(wte, {vocab, c}), view(wpe, {max_t, c}))
+            .ok());
+    ASSERT_TRUE(embedding_forward(g_out, g_tok, upload(wte, {vocab, c}), upload(wpe, {max_t, c})).ok());
+    ASSERT_TRUE(
+        embedding_backward(view(dwte, {vocab, c}), view(dwpe, {max_t, c}), view(dout, {b, t, c}), view(tokens, {b, t}))
+            .ok());
+    ASSERT_TRUE(embedding_backward(g_dwte, g_dwpe, upload(dout, {b, t, c}), g_tok).ok());
+    // One add per element forward; backward adds each gradient row in increasing row order on both sides.
+    EXPECT_EQ(download<float>(g_out), out);
+    EXPECT_EQ(download<float>(g_dwte), dwte);
+    EXPECT_EQ(download<float>(g_dwpe), dwpe);
+  }
 }
 
 // 16 rows, and 1000 (more than the sums' block has threads, so each sums a run of rows); no rows at all.
