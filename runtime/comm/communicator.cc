@@ -265,7 +265,7 @@ absl::StatusOr<std::shared_ptr<const DeviceCompletion>> Communicator::mark_end_o
   DeviceApi& api = *device_api(c.device);
   ZERO_ASSIGN_OR_RETURN(OwnedEvent event, OwnedEvent::create(api, c.device.index));
   ZERO_RETURN_IF_ERROR(api.record(event.get(), backend_->stream_for(c)));
-  return std::make_shared<const DeviceCompletion>(c.device, std::move(event));
+  return std::make_shared<const DeviceCompletion>(DeviceCompletion{c.device, std::move(event)});
 }
 
 absl::Status Communicator::flush() {
