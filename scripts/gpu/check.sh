@@ -16,7 +16,7 @@
 #   profile  where the bench's step (with TF32) spends its GPU time: ncu's kernel durations, ranked
 # Every command has a time limit, so each phase ends inside 9 minutes (the device's 10 per command).
 # Environment: ZERO_CUDA_ARCH (default 90), NCCL_ROOT (default: the nvidia-nccl wheel's folder, else the
-# toolkit's), ZERO_GPU_BATCH (bench: sequences per step, default 8).
+# toolkit's), ZERO_GPU_BATCH (bench: sequences per step, default 8), ZERO_GPU_TARGETS (build: the targets, default all).
 set -eEuo pipefail  # -E: the ERR trap below fires inside the phase functions too
 cd "$(dirname "$0")/../.."
 
@@ -102,7 +102,8 @@ phase_build() {
     echo "the dependencies above were found outside the kit ($prefix)" >&2
     return 1
   fi
-  time timeout 480 ninja -C "$build"
+  # shellcheck disable=SC2086 # ZERO_GPU_TARGETS: a list of ninja targets, default every one
+  time timeout 480 ninja -C "$build" ${ZERO_GPU_TARGETS:-}
   check_loads_from_kit
 }
 
