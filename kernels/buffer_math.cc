@@ -1,7 +1,6 @@
 // The engine's flat buffer arithmetic (+=, /, *, zero fill) on fp32/bf16/fp16, in fp32 with one rounding per element.
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
@@ -14,15 +13,6 @@ namespace zero::kernels {
 namespace {
 
 constexpr int64_t kBlock = 1 << 14;
-
-// `t` is contiguous, of a floating dtype, on a device this build can run.
-absl::Status check_floating(absl::string_view op, absl::string_view name, const Tensor& t) {
-  if (!is_floating(t.dtype())) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be fp32, bf16 or fp16, got ", t.to_string()));
-  }
-  ZERO_RETURN_IF_ERROR(detail::check_numel(op, name, t, t.dtype(), t.device(), t.numel()));
-  return detail::check_backend(op, t.device());
-}
 
 // x[i] = rounded(fn(x[i] as fp32, i)) for every element of x's dtype T, in fixed blocks over the threads.
 template <DType T, typename Fn>
@@ -37,7 +27,7 @@ void update_elements(const Tensor& x, Fn fn) {
 
 absl::Status add_into(const Tensor& dst, const Tensor& src) {
   constexpr absl::string_view op = "add_into";
-  ZERO_RETURN_IF_ERROR(check_floating(op, "dst", dst));
+  ZERO_RETURN_IF_ERROR(detail::check_floating(op, "dst", dst));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "src", src, dst.dtype(), dst.device(), dst.numel()));
   if (dst.device().is_sim()) {
     return launch_on_sim(dst.device(), "add_into", {reads(src), writes(dst)},
@@ -56,7 +46,7 @@ absl::Status add_into(const Tensor& dst, const Tensor& src) {
 }
 
 absl::Status divide_by(const Tensor& x, float divisor) {
-  ZERO_RETURN_IF_ERROR(check_floating("divide_by", "x", x));
+  ZERO_RETURN_IF_ERROR(detail::check_floating("divide_by", "x", x));
   if (x.device().is_sim()) {
     return launch_on_sim(x.device(), "divide_by", {writes(x)},
                          [=](HostTensors& host) { return divide_by(host(x), divisor); });
@@ -71,7 +61,7 @@ absl::Status divide_by(const Tensor& x, float divisor) {
 }
 
 absl::Status multiply_by(const Tensor& x, float factor) {
-  ZERO_RETURN_IF_ERROR(check_floating("multiply_by", "x", x));
+  ZERO_RETURN_IF_ERROR(detail::check_floating("multiply_by", "x", x));
   if (x.device().is_sim()) {
     return launch_on_sim(x.device(), "multiply_by", {writes(x)},
                          [=](HostTensors& host) { return multiply_by(host(x), factor); });

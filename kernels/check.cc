@@ -41,7 +41,15 @@ absl::Status check_like(absl::string_view op, absl::string_view name, const Tens
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": ", name, " must have shape ", shape_string(like.shape()), ", got ", t.to_string()));
   }
-  return check_matrix(op, name, t, DType::kF32, like.device(), num_rows(like), last_dim(like));
+  return check_matrix(op, name, t, like.dtype(), like.device(), num_rows(like), last_dim(like));
+}
+
+absl::Status check_floating(absl::string_view op, absl::string_view name, const Tensor& t) {
+  if (!is_floating(t.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be fp32, bf16 or fp16, got ", t.to_string()));
+  }
+  ZERO_RETURN_IF_ERROR(check_numel(op, name, t, t.dtype(), t.device(), t.numel()));
+  return check_backend(op, t.device());
 }
 
 absl::Status check_backend(absl::string_view op, Device device) {

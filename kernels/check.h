@@ -25,7 +25,9 @@ absl::Status check_numel(absl::string_view op, absl::string_view name, const Ten
                          int64_t n);
 // `t` has exactly `dims` dims (for arguments whose dims are read separately, such as (B, T, 3C)).
 absl::Status check_dims(absl::string_view op, absl::string_view name, const Tensor& t, int64_t dims);
-// `t` is contiguous fp32 on `device` with the same shape as `like`.
+// `t` is a contiguous fp32, bf16 or fp16 tensor on a device this build can run: a kernel in the training precision.
+absl::Status check_floating(absl::string_view op, absl::string_view name, const Tensor& t);
+// `t` is contiguous, of `like`'s dtype, on `like`'s device, with `like`'s shape.
 absl::Status check_like(absl::string_view op, absl::string_view name, const Tensor& t, const Tensor& like);
 // OK on the CPU and the simulated device (which runs the CPU code), and on CUDA when built with it
 // (kernels/cuda/); FailedPrecondition for a CUDA tensor in a build without CUDA.

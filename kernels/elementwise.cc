@@ -1,10 +1,11 @@
-// GELU (tanh approximation) and the residual add, forward and backward.
+// GELU (tanh approximation) and the residual add, forward and backward, in fp32, bf16 or fp16.
 #include <cmath>
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
+#include "runtime/dtype_dispatch.h"
 #include "runtime/parallel.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
@@ -14,23 +15,41 @@ namespace {
 
 constexpr int64_t kBlock = 1 << 14;  // elements per thread block: 64 KiB of fp32
 
-// Every argument has `first`'s shape, is contiguous fp32, and all live on the CPU.
+// Every argument has `first`'s shape and floating dtype, is contiguous, and all live on one device.
 absl::Status check_elementwise(absl::string_view op,
                                std::initializer_list<std::pair<const char*, const Tensor*>> args) {
-  const Tensor& first = *args.begin()->second;
-  for (const auto& [name, t] : args) ZERO_RETURN_IF_ERROR(detail::check_like(op, name, *t, first));
-  return detail::check_backend(op, first.device());
+  const auto& [first_name, first] = *args.begin();
+  ZERO_RETURN_IF_ERROR(detail::check_floating(op, first_name, *first));
+  for (const auto& [name, t] : args) ZERO_RETURN_IF_ERROR(detail::check_like(op, name, *t, *first));
+  return detail::check_backend(op, first->device());
 }
 
-template <typename Fn>
-void for_each_element(int64_t n, Fn&& fn) {
-  for_blocks(n, kBlock, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) fn(i);
+// out[i] = rounded(fn(inputs[k][i] widened...)) over every element, for tensors of dtype T.
+template <DType T, typename Fn, typename... In>
+void map_elements(const Tensor& out, Fn fn, const In&... inputs) {
+  void* y = out.data();
+  for_blocks(out.numel(), kBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) store_from_float(y, T, i, fn(load_as_float(inputs.data(), T, i)...));
   });
 }
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
+
+// The element functions are lambdas, so map_elements inlines them (a function pointer it might call).
+constexpr auto gelu = [](float v) {
+  return 0.5f * v * (1.0f + detail::tanh_rational(kGeluScale * (v + kGeluCubic * v * v * v)));
+};
+
+// GELU'(v) * g.
+constexpr auto gelu_grad = [](float v, float g) {
+  const float th = detail::tanh_rational(kGeluScale * (v + kGeluCubic * v * v * v));
+  const float sech2 = 1.0f - th * th;  // d tanh(u) / du
+  const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+  return local * g;
+};
+
+constexpr auto add = [](float a, float b) { return a + b; };
 
 }  // namespace
 
@@ -42,15 +61,10 @@ absl::Status gelu_forward(const Tensor& out, const Tensor& inp) {
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
-    return cuda::gelu_forward(inp.device().index, out.data_as<float>(), inp.data_as<float>(), inp.numel());
+    return cuda::gelu_forward(inp.device().index, out.data(), inp.data(), inp.dtype(), inp.numel());
   }
 #endif
-  const float* x = inp.data_as<float>();
-  float* y = out.data_as<float>();
-  for_each_element(inp.numel(), [&](int64_t i) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + detail::tanh_rational(kGeluScale * (v + kGeluCubic * v * v * v)));
-  });
+  visit_floating(inp.dtype(), [&](auto t) { map_elements<decltype(t)::value>(out, gelu, inp); });
   return absl::OkStatus();
 }
 
@@ -62,20 +76,10 @@ absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& 
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
-    return cuda::gelu_backward(inp.device().index, dinp.data_as<float>(), inp.data_as<float>(), dout.data_as<float>(),
-                               inp.numel());
+    return cuda::gelu_backward(inp.device().index, dinp.data(), inp.data(), dout.data(), inp.dtype(), inp.numel());
   }
 #endif
-  const float* x = inp.data_as<float>();
-  const float* g = dout.data_as<float>();
-  float* dx = dinp.data_as<float>();
-  for_each_element(inp.numel(), [&](int64_t i) {
-    const float v = x[i];
-    const float th = detail::tanh_rational(kGeluScale * (v + kGeluCubic * v * v * v));
-    const float sech2 = 1.0f - th * th;  // d tanh(u) / du
-    const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-    dx[i] = local * g[i];
-  });
+  visit_floating(inp.dtype(), [&](auto t) { map_elements<decltype(t)::value>(dinp, gelu_grad, inp, dout); });
   return absl::OkStatus();
 }
 
@@ -87,32 +91,16 @@ absl::Status residual_forward(const Tensor& out, const Tensor& a, const Tensor& 
   }
 #if ZERO_HAS_CUDA
   if (a.device().is_cuda()) {
-    return cuda::residual_forward(a.device().index, out.data_as<float>(), a.data_as<float>(), b.data_as<float>(),
-                                  a.numel());
+    return cuda::residual_forward(a.device().index, out.data(), a.data(), b.data(), a.dtype(), a.numel());
   }
 #endif
-  const float* pa = a.data_as<float>();
-  const float* pb = b.data_as<float>();
-  float* po = out.data_as<float>();
-  for_each_element(a.numel(), [&](int64_t i) { po[i] = pa[i] + pb[i]; });
+  visit_floating(a.dtype(), [&](auto t) { map_elements<decltype(t)::value>(out, add, a, b); });
   return absl::OkStatus();
 }
 
 absl::Status residual_backward(const Tensor& dinp, const Tensor& dout) {
   ZERO_RETURN_IF_ERROR(check_elementwise("residual_backward", {{"dout", &dout}, {"dinp", &dinp}}));
-  if (dout.device().is_sim()) {
-    return launch_on_sim(dout.device(), "residual_backward", {reads(dout), writes(dinp)},
-                         [=](HostTensors& host) { return residual_backward(host(dinp), host(dout)); });
-  }
-#if ZERO_HAS_CUDA
-  if (dout.device().is_cuda()) {
-    return cuda::residual_backward(dout.device().index, dinp.data_as<float>(), dout.data_as<float>(), dout.numel());
-  }
-#endif
-  const float* g = dout.data_as<float>();
-  float* d = dinp.data_as<float>();
-  for_each_element(dout.numel(), [&](int64_t i) { d[i] += g[i]; });
-  return absl::OkStatus();
+  return add_into(dinp, dout);
 }
 
 }  // namespace zero::kernels

@@ -3,9 +3,13 @@
 #pragma once
 
 // Conventions, as llm.c:
-// - Free functions on Tensor views; all float tensors are fp32 (but see matmul) and contiguous, all on one device. A
-// shape
-//   written (N, C) also accepts any shape whose last dim is C, leading dims flattened into N rows.
+// - Free functions on contiguous Tensor views, all on one device. A shape written (N, C) also accepts any shape whose
+//   last dim is C, leading dims flattened into N rows.
+// - Float tensors are fp32, except where a section says "in the training precision": there every float tensor of a
+//   call is fp32, bf16 or fp16, one dtype for all but the fp32 statistics (LayerNorm's mean and rstd). Each element is
+//   widened exactly, the math runs in fp32 as it does for fp32 tensors, and each element written is rounded once to
+//   nearest even: a bf16 call gives the bits of the fp32 call on the widened tensors, rounded (see each function for
+//   what it writes in place). Matmul has its own mixed precision.
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
 //   can make. CPU tensors run here; CUDA tensors run the CUDA versions (kernels/cuda/, dispatched on
 //   Tensor::device()), asynchronously on the calling thread's current stream of the device (current_stream in
@@ -57,7 +61,7 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 
-// ---- Elementwise ----------------------------------------------------------------------------------
+// ---- Elementwise, in the training precision ---------------------------------------------------------
 
 // out = GELU(inp), tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Any shape;
 // out may alias inp.
@@ -67,11 +71,11 @@ absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& 
 
 // out = a + b, any shape (all three the same); out may alias a or b.
 absl::Status residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);
-// The residual's backward for one branch: dinp += dout (both same shape). A block y = x + f(x) returns
-// dx = f_backward(dy), then residual_backward(dx, dy).
+// The residual's backward for one branch: dinp += dout (both same shape), add_into's bits. A block y = x + f(x)
+// returns dx = f_backward(dy), then residual_backward(dx, dy).
 absl::Status residual_backward(const Tensor& dinp, const Tensor& dout);
 
-// ---- LayerNorm ------------------------------------------------------------------------------------
+// ---- LayerNorm, in the training precision ----------------------------------------------------------
 
 inline constexpr float kLayerNormEps = 1e-5f;
 
@@ -80,13 +84,15 @@ inline constexpr float kLayerNormEps = 1e-5f;
 absl::Status layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                const Tensor& weight, const Tensor& bias);
 // A residual add and the LayerNorm after it in one pass (a pre-LN block's x2 = x + attn, ln_2(x2)): inp (N, C) +=
-// residual (N, C), so inp then holds the residual stream as residual_forward(inp, inp, residual) leaves it, and out
-// (not aliasing inp), mean and rstd as layernorm_forward(out, mean, rstd, inp, ...) gives them, to the bit.
+// residual (N, C), so inp then holds the residual stream as residual_forward(inp, inp, residual) leaves it (rounded,
+// in bf16/fp16), and out (not aliasing inp), mean and rstd as layernorm_forward(out, mean, rstd, inp, ...) then gives
+// them from it, to the bit.
 absl::Status residual_layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                         const Tensor& residual, const Tensor& weight, const Tensor& bias);
 // dinp (N, C) written (must not alias dout, inp or dresidual); dweight (C) += sum_n dout * xhat; dbias (C) += sum_n
 // dout. mean and rstd may have any shape of N elements, e.g. (B, T). With `dresidual` (N, C), the gradient a residual
-// path brings to the same input, dinp is the sum of both, the bits of residual_backward(dinp, dresidual) after.
+// path brings to the same input, dinp is the sum of both, added in fp32 and rounded once: in fp32 the bits of
+// residual_backward(dinp, dresidual) after, in bf16/fp16 one rounding fewer.
 absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                                 const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& dresidual = Tensor());

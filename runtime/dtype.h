@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ostream>
+#include <type_traits>
 #include "absl/strings/string_view.h"
 #include "runtime/host_device.h"
 
@@ -125,6 +126,10 @@ inline float fp16_to_float(uint16_t h) {
   const uint32_t magnitude = select_bits(all_ones_if(exponent == 0x0f800000u), inf_or_nan, finite);
   return bits_float(magnitude | (static_cast<uint32_t>(h & 0x8000u) << 16));
 }
+
+// The C++ type that holds one element of floating dtype T: a float, or the 16 bits of a bf16 or fp16.
+template <DType T>
+using StorageOf = std::conditional_t<T == DType::kF32, float, uint16_t>;
 
 // Reads element i of a floating buffer of type t as fp32 (exact for all three types).
 inline float load_as_float(const void* p, DType t, size_t i) {

@@ -32,18 +32,18 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void
                                   void* dbias, DType dbias_dtype, const void* dout, const void* inp, const void* weight,
                                   DType half, int64_t n, int64_t c, int64_t oc);
 
-absl::Status gelu_forward(int device, float* out, const float* inp, int64_t n);
-absl::Status gelu_backward(int device, float* dinp, const float* inp, const float* dout, int64_t n);
-absl::Status residual_forward(int device, float* out, const float* a, const float* b, int64_t n);
-absl::Status residual_backward(int device, float* dinp, const float* dout, int64_t n);
+// Every tensor of these in `dtype` (fp32, bf16 or fp16), computed in fp32 and each written element rounded once.
+absl::Status gelu_forward(int device, void* out, const void* inp, DType dtype, int64_t n);
+absl::Status gelu_backward(int device, void* dinp, const void* inp, const void* dout, DType dtype, int64_t n);
+absl::Status residual_forward(int device, void* out, const void* a, const void* b, DType dtype, int64_t n);
 
-// inp, out (N, C); weight, bias (C); mean, rstd (N). residual (N, C), or null: added into inp first.
-absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, float* inp, const float* residual,
-                               const float* weight, const float* bias, int64_t n, int64_t c);
-// dresidual (N, C), or null: added to dinp.
-absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, const float* mean, const float* rstd,
-                                const float* dresidual, int64_t n, int64_t c);
+// inp, out (N, C); weight, bias (C) in `dtype`; mean, rstd (N) fp32. residual (N, C), or null: added into inp first.
+absl::Status layernorm_forward(int device, void* out, float* mean, float* rstd, void* inp, const void* residual,
+                               const void* weight, const void* bias, DType dtype, int64_t n, int64_t c);
+// dresidual (N, C), or null: added to dinp before its one rounding. Every tensor but mean and rstd in `dtype`.
+absl::Status layernorm_backward(int device, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                const void* weight, const float* mean, const float* rstd, const void* dresidual,
+                                DType dtype, int64_t n, int64_t c);
 
 // tokens (B, T) on the device, checked on the host to lie in [0, V).
 absl::Status embedding_forward(int device, float* out, const int32_t* tokens, const float* wte, const float* wpe,

@@ -1,6 +1,9 @@
-// GELU (tanh approximation) and the residual add on CUDA, forward and backward: one grid-stride loop each.
+// GELU (tanh approximation) and the residual add on CUDA, forward and backward, in fp32, bf16 or fp16: one
+// grid-stride loop each, computing in fp32 and rounding each stored element once.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "runtime/cuda/half.cuh"
+#include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
 namespace {
@@ -8,47 +11,50 @@ namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+template <DType T>
+__global__ void gelu_forward_kernel(void* out, const void* inp, int64_t n) {
   ZERO_GRID_STRIDE(i, n) {
-    const float v = inp[i];
-    out[i] = 0.5f * v * (1.0f + tanhf(kGeluScale * (v + kGeluCubic * v * v * v)));
+    const float v = load_float<T>(inp, i);
+    store_float<T>(out, i, 0.5f * v * (1.0f + tanhf(kGeluScale * (v + kGeluCubic * v * v * v))));
   }
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+template <DType T>
+__global__ void gelu_backward_kernel(void* dinp, const void* inp, const void* dout, int64_t n) {
   ZERO_GRID_STRIDE(i, n) {
-    const float v = inp[i];
+    const float v = load_float<T>(inp, i);
     const float th = tanhf(kGeluScale * (v + kGeluCubic * v * v * v));
     const float sech2 = 1.0f - th * th;  // d tanh(u) / du
     const float local = 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-    dinp[i] = local * dout[i];
+    store_float<T>(dinp, i, local * load_float<T>(dout, i));
   }
 }
 
-__global__ void residual_forward_kernel(float* out, const float* a, const float* b, int64_t n) {
-  ZERO_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
-}
-
-__global__ void residual_backward_kernel(float* dinp, const float* dout, int64_t n) {
-  ZERO_GRID_STRIDE(i, n) dinp[i] += dout[i];
+template <DType T>
+__global__ void residual_forward_kernel(void* out, const void* a, const void* b, int64_t n) {
+  ZERO_GRID_STRIDE(i, n) store_float<T>(out, i, load_float<T>(a, i) + load_float<T>(b, i));
 }
 
 }  // namespace
 
-absl::Status gelu_forward(int device, float* out, const float* inp, int64_t n) {
-  return launch_elementwise(device, "gelu_forward_kernel", gelu_forward_kernel, n, out, inp);
+absl::Status gelu_forward(int device, void* out, const void* inp, DType dtype, int64_t n) {
+  return visit_floating(dtype, [&](auto t) {
+    return launch_elementwise(device, "gelu_forward_kernel", gelu_forward_kernel<decltype(t)::value>, n, out, inp);
+  });
 }
 
-absl::Status gelu_backward(int device, float* dinp, const float* inp, const float* dout, int64_t n) {
-  return launch_elementwise(device, "gelu_backward_kernel", gelu_backward_kernel, n, dinp, inp, dout);
+absl::Status gelu_backward(int device, void* dinp, const void* inp, const void* dout, DType dtype, int64_t n) {
+  return visit_floating(dtype, [&](auto t) {
+    return launch_elementwise(device, "gelu_backward_kernel", gelu_backward_kernel<decltype(t)::value>, n, dinp, inp,
+                              dout);
+  });
 }
 
-absl::Status residual_forward(int device, float* out, const float* a, const float* b, int64_t n) {
-  return launch_elementwise(device, "residual_forward_kernel", residual_forward_kernel, n, out, a, b);
-}
-
-absl::Status residual_backward(int device, float* dinp, const float* dout, int64_t n) {
-  return launch_elementwise(device, "residual_backward_kernel", residual_backward_kernel, n, dinp, dout);
+absl::Status residual_forward(int device, void* out, const void* a, const void* b, DType dtype, int64_t n) {
+  return visit_floating(dtype, [&](auto t) {
+    return launch_elementwise(device, "residual_forward_kernel", residual_forward_kernel<decltype(t)::value>, n, out, a,
+                              b);
+  });
 }
 
 }  // namespace zero::kernels::cuda

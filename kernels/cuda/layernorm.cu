@@ -1,6 +1,9 @@
-// LayerNorm on CUDA, with the residual add fused before it or its gradient after: a warp per row, column sums.
+// LayerNorm on CUDA in fp32, bf16 or fp16, with the residual add fused before it or its gradient after: a warp per row,
+// column sums.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "runtime/cuda/half.cuh"
+#include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
 namespace {
@@ -8,25 +11,32 @@ namespace {
 constexpr int kRowsPerBlock = kThreads / kWarp;
 
 // Two-pass mean and biased variance of one row, as the CPU version (not Welford), after inp += residual where one
-// is given (each lane adds and then reads back its own columns).
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, float* inp, const float* residual,
-                                         const float* weight, const float* bias, int64_t n, int64_t c) {
+// is given (each lane adds and then reads back its own columns, as stored). Every tensor but mean and rstd in T.
+template <DType T>
+__global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, void* inp, const void* residual,
+                                         const void* weight, const void* bias, int64_t n, int64_t c) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
-  float* x = inp + row * c;
+  const int64_t first = row * c;
   if (residual != nullptr) {
-    const float* r = residual + row * c;
-    for (int64_t i = lane; i < c; i += kWarp) x[i] += r[i];
+    for (int64_t i = first + lane; i < first + c; i += kWarp) {
+      store_float<T>(inp, i, load_float<T>(inp, i) + load_float<T>(residual, i));
+    }
   }
   float sum = 0.0f;
-  for (int64_t i = lane; i < c; i += kWarp) sum += x[i];
+  for (int64_t i = first + lane; i < first + c; i += kWarp) sum += load_float<T>(inp, i);
   const float m = warp_sum(sum) / static_cast<float>(c);
   float sq = 0.0f;
-  for (int64_t i = lane; i < c; i += kWarp) sq += (x[i] - m) * (x[i] - m);
+  for (int64_t i = first + lane; i < first + c; i += kWarp) {
+    const float d = load_float<T>(inp, i) - m;
+    sq += d * d;
+  }
   const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(c) + kLayerNormEps);
-  float* y = out + row * c;
-  for (int64_t i = lane; i < c; i += kWarp) y[i] = (x[i] - m) * s * weight[i] + bias[i];
+  for (int64_t i = lane; i < c; i += kWarp) {
+    const float xhat = (load_float<T>(inp, first + i) - m) * s;
+    store_float<T>(out, first + i, xhat * load_float<T>(weight, i) + load_float<T>(bias, i));
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -34,41 +44,42 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
 }
 
 // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row, + dresidual where
-// given: added after rounding (__fadd_rn is never contracted into the product), as residual_backward adds it.
-__global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
-                                          const float* mean, const float* rstd, const float* dresidual, int64_t n,
+// given: added in fp32 after rounding (__fadd_rn is never contracted into the product) and stored rounded once.
+template <DType T>
+__global__ void layernorm_backward_kernel(void* dinp, const void* dout, const void* inp, const void* weight,
+                                          const float* mean, const float* rstd, const void* dresidual, int64_t n,
                                           int64_t c) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
-  const float* x = inp + row * c;
-  const float* g = dout + row * c;
+  const int64_t first = row * c;
   const float mu = mean[row], rs = rstd[row];
   float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
   for (int64_t i = lane; i < c; i += kWarp) {
-    const float dnorm = g[i] * weight[i];
+    const float dnorm = load_float<T>(dout, first + i) * load_float<T>(weight, i);
     dnorm_sum += dnorm;
-    dnorm_xhat_sum += dnorm * (x[i] - mu) * rs;
+    dnorm_xhat_sum += dnorm * (load_float<T>(inp, first + i) - mu) * rs;
   }
   const float dnorm_mean = warp_sum(dnorm_sum) / static_cast<float>(c);
   const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / static_cast<float>(c);
-  float* dx = dinp + row * c;
-  const float* dr = dresidual != nullptr ? dresidual + row * c : nullptr;
   for (int64_t i = lane; i < c; i += kWarp) {
-    const float d = (g[i] * weight[i] - dnorm_mean - (x[i] - mu) * rs * dnorm_xhat_mean) * rs;
-    dx[i] = dr != nullptr ? __fadd_rn(d, dr[i]) : d;
+    const float xhat = (load_float<T>(inp, first + i) - mu) * rs;
+    const float d =
+        (load_float<T>(dout, first + i) * load_float<T>(weight, i) - dnorm_mean - xhat * dnorm_xhat_mean) * rs;
+    store_float<T>(dinp, first + i, dresidual != nullptr ? __fadd_rn(d, load_float<T>(dresidual, first + i)) : d);
   }
 }
 
 // dweight's term: dout * xhat.
+template <DType T>
 struct DoutTimesXhat {
-  const float* dout;
-  const float* inp;
+  const void* dout;
+  const void* inp;
   const float* mean;
   const float* rstd;
   int64_t c;
   __device__ double operator()(int64_t r, int64_t i) const {
-    return dout[r * c + i] * ((inp[r * c + i] - mean[r]) * rstd[r]);
+    return load_float<T>(dout, r * c + i) * ((load_float<T>(inp, r * c + i) - mean[r]) * rstd[r]);
   }
 };
 
@@ -76,25 +87,33 @@ unsigned row_blocks(int64_t n) { return static_cast<unsigned>((n + kRowsPerBlock
 
 }  // namespace
 
-absl::Status layernorm_forward(int device, float* out, float* mean, float* rstd, float* inp, const float* residual,
-                               const float* weight, const float* bias, int64_t n, int64_t c) {
+absl::Status layernorm_forward(int device, void* out, float* mean, float* rstd, void* inp, const void* residual,
+                               const void* weight, const void* bias, DType dtype, int64_t n, int64_t c) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  return launch_kernel(device, "layernorm_forward_kernel", layernorm_forward_kernel, row_blocks(n), kThreads, out, mean,
-                       rstd, inp, residual, weight, bias, n, c);
+  return visit_floating(dtype, [&](auto t) {
+    return launch_kernel(device, "layernorm_forward_kernel", layernorm_forward_kernel<decltype(t)::value>,
+                         row_blocks(n), kThreads, out, mean, rstd, inp, residual, weight, bias, n, c);
+  });
 }
 
-absl::Status layernorm_backward(int device, float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, const float* mean, const float* rstd,
-                                const float* dresidual, int64_t n, int64_t c) {
+absl::Status layernorm_backward(int device, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                const void* weight, const float* mean, const float* rstd, const void* dresidual,
+                                DType dtype, int64_t n, int64_t c) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  ZERO_RETURN_IF_ERROR(launch_kernel(device, "layernorm_backward_kernel", layernorm_backward_kernel, row_blocks(n),
-                                     kThreads, dinp, dout, inp, weight, mean, rstd, dresidual, n, c));
-  ZERO_RETURN_IF_ERROR(add_column_sums(device, n, c, dweight, DoutTimesXhat{dout, inp, mean, rstd, c}));
-  return add_column_sums(device, n, c, dbias, MatrixElement<float>{dout, c});
+  return visit_floating(dtype, [&](auto t) -> absl::Status {
+    constexpr DType T = decltype(t)::value;
+    using Element = DeviceElement<T>;
+    ZERO_RETURN_IF_ERROR(launch_kernel(device, "layernorm_backward_kernel", layernorm_backward_kernel<T>, row_blocks(n),
+                                       kThreads, dinp, dout, inp, weight, mean, rstd, dresidual, n, c));
+    ZERO_RETURN_IF_ERROR(
+        add_column_sums(device, n, c, static_cast<Element*>(dweight), DoutTimesXhat<T>{dout, inp, mean, rstd, c}));
+    return add_column_sums(device, n, c, static_cast<Element*>(dbias),
+                           MatrixElement<Element>{static_cast<const Element*>(dout), c});
+  });
 }
 
 }  // namespace zero::kernels::cuda

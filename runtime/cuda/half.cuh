@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "runtime/dtype.h"
 
@@ -30,6 +31,11 @@ __device__ __forceinline__ float from_fp16(uint16_t h) {
   }
   return __half2float(__ushort_as_half(h));
 }
+
+// The CUDA type of one element of floating dtype T.
+template <DType T>
+using DeviceElement =
+    std::conditional_t<T == DType::kF32, float, std::conditional_t<T == DType::kBF16, __nv_bfloat16, __half>>;
 
 // Element i of a T buffer as fp32, and v stored into it rounded to nearest even: runtime/dtype.h's
 // load_as_float / store_from_float with T fixed at compile time.

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -105,14 +106,14 @@ TEST_F(CudaKernels, Tf32GemmDiffersFromFp32) {
 
 // ---- bf16 / fp16 GEMMs ----
 
-// n values in [-1, 1] rounded to `half` (nearest even): the bits for the GPU and their exact fp32 widening for
+// n values in [lo, hi] rounded to `half` (nearest even): the bits for the GPU and their exact fp32 widening for
 // the CPU reference, so both sides multiply the same numbers.
 struct HalfValues {
   std::vector<uint16_t> bits;
   std::vector<float> wide;
 };
-HalfValues random_half(int64_t n, uint32_t seed, DType half) {
-  HalfValues v{.bits = std::vector<uint16_t>(n), .wide = random_floats(n, seed)};
+HalfValues random_half(int64_t n, uint32_t seed, DType half, float lo = -1.0f, float hi = 1.0f) {
+  HalfValues v{.bits = std::vector<uint16_t>(n), .wide = random_floats(n, seed, lo, hi)};
   for (int64_t i = 0; i < n; ++i) {
     v.bits[i] = half == DType::kBF16 ? float_to_bf16(v.wide[i]) : float_to_fp16(v.wide[i]);
     v.wide[i] = half == DType::kBF16 ? bf16_to_float(v.bits[i]) : fp16_to_float(v.bits[i]);
@@ -123,12 +124,9 @@ HalfValues random_half(int64_t n, uint32_t seed, DType half) {
 // The unit roundoff of the single rounding into a half result: 2^-p for p significand bits (bf16 8, fp16 11).
 double half_roundoff(DType half) { return half == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
 
-// Both GEMMs multiply exactly (bf16·bf16 has <= 16 significant bits, fp16·fp16 <= 22: exact in fp32) and sum K
-// products in fp32 in different orders: each within K·u·Σ|a||b| <= K·u·K of the exact sum (|a|, |b| <= 1), so
-// gemm_tolerance(K) covers both; + u for the fp32 add of the O(1) bias or += start value. A half result is
-// then rounded once: within half_roundoff·|x| of the fp32 value x it rounds, |x| <= |cpu| + tol; an fp16
-// result in the subnormal range is instead within half its spacing, 2^-25, absolutely.
-class CudaHalfGemm : public CudaKernels, public ::testing::WithParamInterface<DType> {
+// GPU kernels in bf16/fp16 (half()) against the CPU's fp32 kernel on the widened values: by the training precision's
+// contract (kernels.h, proven on the CPU) that is the value the CPU's half kernel rounds once.
+class CudaHalf : public CudaKernels, public ::testing::WithParamInterface<DType> {
  protected:
   DType half() const { return GetParam(); }
 
@@ -139,8 +137,10 @@ class CudaHalfGemm : public CudaKernels, public ::testing::WithParamInterface<DT
     return Tensor(t.data(), dtype, std::move(shape), Device::cuda(0));
   }
 
-  void expect_result(const Tensor& g, const std::vector<float>& cpu, int64_t k, const std::string& what) {
-    const double tol = gemm_tolerance(k) + kU32;
+  // g within `tol` of the CPU's fp32 values where the fp32 results differ by at most tol; a half result is rounded
+  // once after: within half_roundoff·|x| of the fp32 value x it rounds, |x| <= |cpu| + tol; an fp16 result in the
+  // subnormal range is instead within half its spacing, 2^-25, absolutely.
+  void expect_result(const Tensor& g, const std::vector<float>& cpu, double tol, const std::string& what) {
     if (g.dtype() == DType::kF32) return expect_near_all(download<float>(g), cpu, tol, what);
     const std::vector<uint16_t> bits = download<uint16_t>(g);
     ASSERT_EQ(bits.size(), cpu.size()) << what;
@@ -155,7 +155,13 @@ class CudaHalfGemm : public CudaKernels, public ::testing::WithParamInterface<DT
       }
     }
   }
+};
 
+// Both GEMMs multiply exactly (bf16·bf16 has <= 16 significant bits, fp16·fp16 <= 22: exact in fp32) and sum K
+// products in fp32 in different orders: each within K·u·Σ|a||b| <= K·u·K of the exact sum (|a|, |b| <= 1), so
+// gemm_tolerance(K) covers both; + u for the fp32 add of the O(1) bias or += start value.
+class CudaHalfGemm : public CudaHalf {
+ protected:
   // Forward and backward with half operands on the GPU against the fp32 CPU GEMM on their widened values;
   // out, bias, dinp, dweight and dbias all in `results` (fp32, or half() to round each once).
   void run(DType results) {
@@ -179,10 +185,10 @@ class CudaHalfGemm : public CudaKernels, public ::testing::WithParamInterface<DT
     ASSERT_TRUE(fwd.ok()) << fwd;
     const absl::Status bwd = matmul_backward(g_dinp, g_dw, g_db, upload_as(dout, h, {n, oc}), g_inp, g_w);
     ASSERT_TRUE(bwd.ok()) << bwd;
-    expect_result(g_out, out_c, c, "out");
-    expect_result(g_dinp, dinp_c, oc, "dinp");
-    expect_result(g_dw, dw_c, n, "dweight");
-    expect_result(g_db, db_c, n, "dbias");  // fp64 column sums on both sides: far tighter in fact
+    expect_result(g_out, out_c, gemm_tolerance(c) + kU32, "out");
+    expect_result(g_dinp, dinp_c, gemm_tolerance(oc) + kU32, "dinp");
+    expect_result(g_dw, dw_c, gemm_tolerance(n) + kU32, "dweight");
+    expect_result(g_db, db_c, gemm_tolerance(n) + kU32, "dbias");  // fp64 column sums on both sides: far tighter
   }
 };
 
@@ -221,6 +227,18 @@ TEST(CudaKernelChecks, HalfMatmulArgumentsAreChecked) {
 #endif
 }
 
+// GELU at |x| <= 5: the CPU's tanh_rational is within 7 ulps of glibc's tanhf (elementwise_test) and CUDA's tanhf
+// within 2, so the two tanh values of |tanh| <= 1 differ by <= 9u; forward scales that by 0.5|x| <= 2.5, backward by
+// |d local / d tanh| <= 0.5 + |x| sqrt(2/pi) (1 + 3·0.044715 x^2) <= 18; plus the final rounding.
+constexpr double kGeluTol = 2.5 * 9 * kU32 + 5 * kU32;
+constexpr double kGeluGradTol = 18 * 9 * kU32 + 18 * kU32;
+
+// LayerNorm over rows of C values in [-1, 1]: row sums of C terms in another order make mean and variance differ by
+// <= 2·C·u relative; xhat = (x - mean)·rstd is at most sqrt(C) ~ 14 and |weight| <= 1, so out differs by about
+// 2·C·u·14. Backward from the same saved mean and rstd: dinp's row sums of C terms of size <= 14, times rstd ~ 1.7,
+// within twice that; dweight and dbias are fp64 column sums over N rows, equal to a few ulps.
+double layernorm_tolerance(int64_t c) { return 2.0 * c * kU32 * 14; }
+
 TEST_F(CudaKernels, GeluAndResidualMatchCpu) {
   const int64_t n = 10000;
   std::vector<float> x = random_floats(n, 7, -5.0f, 5.0f), dout = random_floats(n, 8), y(n), dx(n);
@@ -229,11 +247,8 @@ TEST_F(CudaKernels, GeluAndResidualMatchCpu) {
   ASSERT_TRUE(gelu_forward(g_y, g_x).ok());
   ASSERT_TRUE(gelu_backward(view(dx, {n}), view(x, {n}), view(dout, {n})).ok());
   ASSERT_TRUE(gelu_backward(g_dx, g_x, g_dout).ok());
-  // The CPU's tanh_rational is within 7 ulps of glibc's tanhf (elementwise_test) and CUDA's tanhf within 2, so the
-  // two tanh values of |tanh| <= 1 differ by <= 9u; forward scales that by 0.5|x| <= 2.5, backward by
-  // |d local / d tanh| <= 0.5 + |x| sqrt(2/pi) (1 + 3·0.044715 x^2) <= 18 at |x| <= 5; plus the final rounding.
-  expect_near_all(download<float>(g_y), y, 2.5 * 9 * kU32 + 5 * kU32, "gelu out");
-  expect_near_all(download<float>(g_dx), dx, 18 * 9 * kU32 + 18 * kU32, "gelu dinp");
+  expect_near_all(download<float>(g_y), y, kGeluTol, "gelu out");
+  expect_near_all(download<float>(g_dx), dx, kGeluGradTol, "gelu dinp");
   // One IEEE add per element on both sides, from the same values (the GELU gradients above agree only
   // within tolerance, so the device's dx restarts from the host's): equal bits.
   ASSERT_TRUE(residual_forward(view(y, {n}), view(x, {n}), view(dout, {n})).ok());
@@ -256,14 +271,10 @@ TEST_F(CudaKernels, LayerNormMatchesCpu) {
                                 view(b, {c}))
                   .ok());
   ASSERT_TRUE(layernorm_forward(g_out, g_mean, g_rstd, g_x, g_w, upload(b, {c})).ok());
-  // Row sums of C terms in another order: mean and variance differ by <= 2·C·u relative; xhat = (x - mean)·rstd
-  // is at most sqrt(C) ~ 14 and |weight| <= 1, so out differs by about 2·C·u·14.
-  const double tol = 2.0 * c * kU32 * 14;
+  const double tol = layernorm_tolerance(c);
   expect_near_all(download<float>(g_mean), mean, tol, "mean");
   expect_near_all(download<float>(g_rstd), rstd, tol * rstd[0], "rstd");
   expect_near_all(download<float>(g_out), out, tol, "out");
-  // Backward from the CPU's saved mean and rstd on both sides, so only the sums' order differs (dinp: row sums
-  // of C terms of size <= 14, times rstd ~ 1.7; dweight, dbias: fp64 column sums, equal to a few ulps).
   const Tensor g_dx = upload(dx, {n, c}), g_dw = upload(dw, {c}), g_db = upload(db, {c});
   ASSERT_TRUE(
       layernorm_backward(g_dx, g_dw, g_db, upload(dout, {n, c}), g_x, g_w, upload(mean, {n}), upload(rstd, {n})).ok());
@@ -311,6 +322,83 @@ TEST_F(CudaKernels, LayerNormWithTheResidualFusedGivesTheSeparateKernelsBits) {
     EXPECT_EQ(std::memcmp(fused[i].data(), separate[i].data(), fused[i].size() * sizeof(float)), 0) << names[i];
   }
 }
+
+// GELU and the residual add in bf16/fp16 on the GPU: within the fp32 kernels' tolerances of the CPU's fp32 values on
+// the same inputs, then rounded once; the adds, one IEEE add of the same numbers on both sides, to the bit.
+TEST_P(CudaHalf, GeluAndResidualMatchCpu) {
+  const int64_t n = 10000;
+  const DType h = half();
+  const HalfValues x = random_half(n, 7, h, -5.0f, 5.0f), dout = random_half(n, 8, h);
+  std::vector<float> x_c = x.wide, dout_c = dout.wide, y(n), dx(n), sum(n), dsum = x.wide;
+  ASSERT_TRUE(gelu_forward(view(y, {n}), view(x_c, {n})).ok());
+  ASSERT_TRUE(gelu_backward(view(dx, {n}), view(x_c, {n}), view(dout_c, {n})).ok());
+  ASSERT_TRUE(residual_forward(view(sum, {n}), view(x_c, {n}), view(dout_c, {n})).ok());
+  ASSERT_TRUE(residual_backward(view(dsum, {n}), view(dout_c, {n})).ok());
+  const HalfValues zeros{std::vector<uint16_t>(n), std::vector<float>(n)};
+  const Tensor g_x = upload_as(x, h, {n}), g_dout = upload_as(dout, h, {n}), g_dsum = upload_as(x, h, {n});
+  const Tensor g_y = upload_as(zeros, h, {n}), g_dx = upload_as(zeros, h, {n}), g_sum = upload_as(zeros, h, {n});
+  absl::Status s = gelu_forward(g_y, g_x);
+  s.Update(gelu_backward(g_dx, g_x, g_dout));
+  s.Update(residual_forward(g_sum, g_x, g_dout));
+  s.Update(residual_backward(g_dsum, g_dout));
+  ASSERT_TRUE(s.ok()) << s;
+  expect_result(g_y, y, kGeluTol, "gelu out");
+  expect_result(g_dx, dx, kGeluGradTol, "gelu dinp");
+  for (const auto& [g, cpu, what] :
+       {std::tuple(g_sum, sum, "residual out"), std::tuple(g_dsum, dsum, "residual dinp")}) {
+    std::vector<uint16_t> rounded(cpu.size());
+    for (size_t i = 0; i < cpu.size(); ++i) rounded[i] = testing::round_to(h, cpu[i]);
+    EXPECT_EQ(download<uint16_t>(g), rounded) << what;
+  }
+}
+
+// LayerNorm in bf16/fp16 on the GPU, forward with the residual fused and backward with its gradient, against the
+// CPU's fp32 kernels on the same values (the fused add in fp32 on the CPU is the rounded one on the GPU: the CPU adds
+// the residual in half first, as the GPU's kernel stores it). Tolerances as for fp32, then rounded once.
+TEST_P(CudaHalf, LayerNormMatchesCpu) {
+  const int64_t n = 70, c = 200;
+  const DType h = half();
+  const HalfValues x = random_half(n * c, 9, h), res = random_half(n * c, 10, h), w = random_half(c, 11, h);
+  const HalfValues b = random_half(c, 12, h), dout = random_half(n * c, 13, h), dres = random_half(n * c, 14, h);
+  const HalfValues dw = random_half(c, 15, h), db = random_half(c, 16, h);
+  // The CPU's residual stream, added and rounded in the training precision, then widened: what both normalize.
+  std::vector<uint16_t> sum_bits = x.bits;
+  const Tensor cpu_sum(sum_bits.data(), h, {n, c});
+  ASSERT_TRUE(residual_forward(cpu_sum, cpu_sum, Tensor(const_cast<uint16_t*>(res.bits.data()), h, {n, c})).ok());
+  std::vector<float> x_c(n * c), w_c = w.wide, b_c = b.wide, out(n * c), mean(n), rstd(n);
+  for (int64_t i = 0; i < n * c; ++i) x_c[i] = testing::widen(h, sum_bits[i]);
+  ASSERT_TRUE(layernorm_forward(view(out, {n, c}), view(mean, {n}), view(rstd, {n}), view(x_c, {n, c}), view(w_c, {c}),
+                                view(b_c, {c}))
+                  .ok());
+  std::vector<float> dout_c = dout.wide, dres_c = dres.wide, dx(n * c), dw_c = dw.wide, db_c = db.wide;
+  ASSERT_TRUE(layernorm_backward(view(dx, {n, c}), view(dw_c, {c}), view(db_c, {c}), view(dout_c, {n, c}),
+                                 view(x_c, {n, c}), view(w_c, {c}), view(mean, {n}), view(rstd, {n}),
+                                 view(dres_c, {n, c}))
+                  .ok());
+
+  const HalfValues zeros{std::vector<uint16_t>(n * c), std::vector<float>(n * c)};
+  const Tensor g_x = upload_as(x, h, {n, c}), g_w = upload_as(w, h, {c}), g_out = upload_as(zeros, h, {n, c});
+  const Tensor g_mean = upload(std::vector<float>(n), {n}), g_rstd = upload(std::vector<float>(n), {n});
+  ASSERT_TRUE(
+      residual_layernorm_forward(g_out, g_mean, g_rstd, g_x, upload_as(res, h, {n, c}), g_w, upload_as(b, h, {c}))
+          .ok());
+  EXPECT_EQ(download<uint16_t>(g_x), sum_bits) << "inp + residual: one add, rounded once, on both";
+  const double tol = layernorm_tolerance(c);
+  expect_near_all(download<float>(g_mean), mean, tol, "mean");
+  expect_near_all(download<float>(g_rstd), rstd, tol * rstd[0], "rstd");
+  expect_result(g_out, out, tol, "out");
+  // Backward from the CPU's mean and rstd, so only the sums' order differs.
+  const Tensor g_dx = upload_as(zeros, h, {n, c}), g_dw = upload_as(dw, h, {c}), g_db = upload_as(db, h, {c});
+  ASSERT_TRUE(layernorm_backward(g_dx, g_dw, g_db, upload_as(dout, h, {n, c}), g_x, g_w, upload(mean, {n}),
+                                 upload(rstd, {n}), upload_as(dres, h, {n, c}))
+                  .ok());
+  expect_result(g_dx, dx, tol * 2, "dinp");
+  expect_result(g_dw, dw_c, 4 * n * kU32, "dweight");
+  expect_result(g_db, db_c, 4 * n * kU32, "dbias");
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CudaHalf, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // The backward's rows grouped by CUB's radix sort: a small batch with repeats (one sort tile), GPT-2's batch over its
 // vocabulary (CUB's multi-pass path, tokens drawn at random, so runs of one and of many), and a vocabulary of one.

@@ -1,5 +1,7 @@
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "kernel_test_util.h"
 #include "kernels/fast_math.h"
@@ -93,6 +95,45 @@ TEST(Residual, ShapeMismatchIsInvalidArgument) {
   std::vector<float> a(12), b(12), out(12);
   EXPECT_EQ(residual_forward(view(out, {3, 4}), view(a, {3, 4}), view(b, {4, 3})).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// bf16 and fp16: each kernel gives the fp32 kernel's bits on the widened inputs, rounded once; in place too.
+class ElementwiseInHalf : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ElementwiseInHalf, GivesTheFp32BitsRounded) {
+  const DType half = GetParam();
+  const int64_t n = 5000;  // a partial block of the threads' split
+  const std::vector<float> x = random_floats(n, 11, -5.0f, 5.0f), g = random_floats(n, 12), y = random_floats(n, 13);
+  using testing::expect_half_gives_the_fp32_bits_rounded;
+  SCOPED_TRACE(dtype_name(half));
+  expect_half_gives_the_fp32_bits_rounded(half, {{x, {n}}, {y, {n}}},
+                                          [](const auto& t) { return gelu_forward(t[1], t[0]); });
+  expect_half_gives_the_fp32_bits_rounded(half, {{x, {n}}, {g, {n}}, {y, {n}}},
+                                          [](const auto& t) { return gelu_backward(t[2], t[0], t[1]); });
+  expect_half_gives_the_fp32_bits_rounded(half, {{x, {n}}, {g, {n}}},
+                                          [](const auto& t) { return gelu_backward(t[1], t[0], t[1]); });
+  expect_half_gives_the_fp32_bits_rounded(half, {{x, {n}}, {g, {n}}, {y, {n}}},
+                                          [](const auto& t) { return residual_forward(t[2], t[0], t[1]); });
+  expect_half_gives_the_fp32_bits_rounded(half, {{x, {n}}, {g, {n}}},
+                                          [](const auto& t) { return residual_backward(t[0], t[1]); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, ElementwiseInHalf, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Residual, MixedDtypesAreInvalidArgument) {
+  std::vector<float> a(12), out(12);
+  std::vector<uint16_t> b(12);
+  const absl::Status s = residual_forward(view(out, {12}), view(a, {12}), Tensor(b.data(), DType::kBF16, {12}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("fp32"), std::string::npos) << s;
+}
+
+TEST(Gelu, IntegerTensorsAreInvalidArgument) {
+  std::vector<int32_t> x(4), y(4);
+  const absl::Status s = gelu_forward(view(y, {4}), view(x, {4}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("fp32, bf16 or fp16"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -149,6 +150,90 @@ TEST(LayerNorm, WithTheResidualFusedGivesTheSeparateKernelsBits) {
     ASSERT_EQ(fused[i].size(), separate[i].size());
     EXPECT_EQ(std::memcmp(fused[i].data(), separate[i].data(), fused[i].size() * sizeof(float)), 0) << names[i];
   }
+}
+
+// bf16 and fp16: forward and backward (with and without the residual's gradient) give the fp32 kernels' bits on the
+// widened tensors, rounded once; mean and rstd stay fp32. 70 rows of 27: several blocks, a row of ragged lanes.
+class LayerNormInHalf : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LayerNormInHalf, GivesTheFp32BitsRounded) {
+  const DType half = GetParam();
+  const Problem p(70, 27, 9);
+  const std::vector<float> mean = random_floats(p.n, 10, -0.5f, 0.5f), rstd = random_floats(p.n, 11, 0.5f, 2.0f);
+  const std::vector<float> dx = random_floats(p.n * p.c, 12), dres = random_floats(p.n * p.c, 13);
+  const std::vector<float> dw = random_floats(p.c, 14), db = random_floats(p.c, 15);
+  const Shape rows = {p.n, p.c}, cols = {p.c}, stats = {p.n};
+  using testing::expect_half_gives_the_fp32_bits_rounded;
+  SCOPED_TRACE(dtype_name(half));
+  expect_half_gives_the_fp32_bits_rounded(
+      half, {{dx, rows}, {mean, stats, true}, {rstd, stats, true}, {p.x, rows}, {p.w, cols}, {p.b, cols}},
+      [](const auto& t) { return layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5]); });
+  for (const bool adds : {false, true}) {
+    expect_half_gives_the_fp32_bits_rounded(half,
+                                            {{dx, rows},
+                                             {dw, cols},
+                                             {db, cols},
+                                             {p.dout, rows},
+                                             {p.x, rows},
+                                             {p.w, cols},
+                                             {mean, stats, true},
+                                             {rstd, stats, true},
+                                             {dres, rows}},
+                                            [adds](const auto& t) {
+                                              return layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7],
+                                                                        adds ? t[8] : Tensor());
+                                            });
+  }
+}
+
+// The fused forward in bf16/fp16 is still the residual add (rounded) and then the LayerNorm of what it stored.
+TEST_P(LayerNormInHalf, WithTheResidualFusedGivesTheSeparateKernelsBits) {
+  const DType half = GetParam();
+  const Problem p(70, 27, 16);
+  const auto rounded = [half](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = testing::round_to(half, v[i]);
+    return h;
+  };
+  const std::vector<uint16_t> w = rounded(p.w), b = rounded(p.b), res = rounded(random_floats(p.n * p.c, 17));
+  const auto run = [&](bool fused) {
+    std::vector<uint16_t> x = rounded(p.x), out(p.n * p.c);
+    std::vector<float> mean(p.n), rstd(p.n);
+    const auto t = [half](const std::vector<uint16_t>& v, Shape shape) {
+      return Tensor(const_cast<uint16_t*>(v.data()), half, std::move(shape));
+    };
+    const Tensor rows = t(x, {p.n, p.c});
+    absl::Status s = fused ? residual_layernorm_forward(t(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), rows,
+                                                        t(res, {p.n, p.c}), t(w, {p.c}), t(b, {p.c}))
+                           : residual_forward(rows, rows, t(res, {p.n, p.c}));
+    if (!fused) {
+      s.Update(
+          layernorm_forward(t(out, {p.n, p.c}), view(mean, {p.n}), view(rstd, {p.n}), rows, t(w, {p.c}), t(b, {p.c})));
+    }
+    EXPECT_TRUE(s.ok()) << s;
+    return std::make_tuple(x, out, mean, rstd);
+  };
+  const auto [x, out, mean, rstd] = run(false);
+  const auto [fused_x, fused_out, fused_mean, fused_rstd] = run(true);
+  EXPECT_EQ(fused_x, x) << "inp + residual";
+  EXPECT_EQ(fused_out, out);
+  EXPECT_EQ(std::memcmp(fused_mean.data(), mean.data(), mean.size() * sizeof(float)), 0) << "mean";
+  EXPECT_EQ(std::memcmp(fused_rstd.data(), rstd.data(), rstd.size() * sizeof(float)), 0) << "rstd";
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, LayerNormInHalf, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(LayerNorm, StatisticsInAnotherDtypeThanFp32AreInvalidArgument) {
+  Problem p(4, 8, 3);
+  std::vector<uint16_t> x(p.n * p.c), out(p.n * p.c), w(p.c), b(p.c), mean(p.n);
+  std::vector<float> rstd(p.n);
+  const absl::Status s =
+      layernorm_forward(Tensor(out.data(), DType::kBF16, {p.n, p.c}), Tensor(mean.data(), DType::kBF16, {p.n}),
+                        view(rstd, {p.n}), Tensor(x.data(), DType::kBF16, {p.n, p.c}),
+                        Tensor(w.data(), DType::kBF16, {p.c}), Tensor(b.data(), DType::kBF16, {p.c}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("mean must be a contiguous fp32"), std::string::npos) << s;
 }
 
 TEST(LayerNorm, AResidualOfAnotherShapeIsInvalidArgument) {

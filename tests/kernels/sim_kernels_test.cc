@@ -41,6 +41,13 @@ Arg arg(const std::vector<T>& values, Shape shape, DType dtype = DTypeOf<T>::val
 Arg floats(Shape shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   return arg(random_floats(shape_numel(shape), seed, lo, hi), shape);
 }
+// Random values rounded to `half`, as its bits.
+Arg halves(DType half, Shape shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  const std::vector<float> v = random_floats(shape_numel(shape), seed, lo, hi);
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = testing::round_to(half, v[i]);
+  return arg(bits, std::move(shape), half);
+}
 Arg zeros(Shape shape, DType dtype = DType::kF32) {
   return {dtype, shape, std::vector<uint8_t>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype))};
 }
@@ -162,6 +169,30 @@ TEST(SimKernels, LayerNormWithTheResidualEqualsCpuBitwise) {
         s.Update(layernorm_backward(t[7], t[8], t[9], t[3], t[0], t[1], t[5], t[6], t[11]));
         return s;
       });
+}
+
+// The kernels in the training precision declare their 2-byte tensors' accesses and give the CPU's bits.
+TEST(SimKernels, GeluResidualAndLayerNormInHalfEqualCpuBitwise) {
+  const int64_t n = 40, c = 200;
+  for (const DType h : {DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(h));
+    expect_sim_equals_cpu({halves(h, {n, c}, 7, -5.0f, 5.0f), halves(h, {n, c}, 8), zeros({n, c}, h), zeros({n, c}, h)},
+                          [](const std::vector<Tensor>& t) {  // x, dout, y, dx
+                            absl::Status s = gelu_forward(t[2], t[0]);
+                            s.Update(gelu_backward(t[3], t[0], t[1]));
+                            s.Update(residual_forward(t[2], t[2], t[1]));
+                            s.Update(residual_backward(t[3], t[2]));
+                            return s;
+                          });
+    expect_sim_equals_cpu({halves(h, {n, c}, 9), halves(h, {c}, 10), halves(h, {c}, 11), halves(h, {n, c}, 12),
+                           zeros({n, c}, h), zeros({n}), zeros({n}), zeros({n, c}, h), halves(h, {c}, 13),
+                           halves(h, {c}, 14), halves(h, {n, c}, 15), halves(h, {n, c}, 16)},
+                          [](const std::vector<Tensor>& t) {  // x, w, b, dout, out, mean, rstd, dx, dw, db, res, dres
+                            absl::Status s = residual_layernorm_forward(t[4], t[5], t[6], t[0], t[10], t[1], t[2]);
+                            s.Update(layernorm_backward(t[7], t[8], t[9], t[3], t[0], t[1], t[5], t[6], t[11]));
+                            return s;
+                          });
+  }
 }
 
 TEST(SimKernels, EmbeddingEqualsCpuBitwise) {
