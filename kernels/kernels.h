@@ -46,9 +46,10 @@ enum class Fp32Gemm { kExact, kTf32 };
 
 // out (N, OC) = inp (N, C) · weight (OC, C)^T + bias (OC). weight as nn.Linear; bias may be undefined
 // (Tensor()) for no bias.
-// Mixed precision, CUDA only (the CPU, and the simulated device that runs its code, take fp32 operands only and
-// refuse others): inp and weight both bf16 or both fp16 run on tensor cores with fp32 accumulation; out and bias
-// may each be fp32 or that dtype. The bias is added in fp32 and a half out is rounded once, to nearest even.
+// Mixed precision: inp and weight both bf16 or both fp16 are multiplied exactly and summed in fp32 (CUDA: on tensor
+// cores; the CPU, and the simulated device that runs its code: the fp32 GEMM on their widened values); out and bias
+// may each be fp32 or that dtype. The bias is added in fp32 and a half out is rounded once, to nearest even. Only the
+// order of the fp32 sums differs between the CPU and CUDA.
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                             Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 

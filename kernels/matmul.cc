@@ -1,6 +1,8 @@
-// matmul_forward / matmul_backward: GEMMs through OpenBLAS (kernels/blas.h) or cuBLAS (fp32, bf16, fp16), bias and its
-// gradient here.
+// matmul_forward / matmul_backward in fp32, bf16 or fp16: GEMMs through OpenBLAS (kernels/blas.h; half operands
+// widened) or cuBLAS, bias and its gradient here.
 #include <algorithm>
+#include <functional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/blas.h"
@@ -21,17 +23,15 @@ constexpr int64_t kRowBlock = 64;
 
 struct MatmulDims {
   int64_t n = 0, c = 0, oc = 0;
-  DType operands = DType::kF32;  // inp, weight and dout: fp32, or bf16/fp16 on CUDA
+  DType operands = DType::kF32;  // inp, weight and dout: fp32, bf16 or fp16
 };
 
 bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
-// weight (OC, C) fixes C and OC; inp (N, C) fixes N. The operand dtype is inp's when it is bf16/fp16 on CUDA,
-// else fp32: the CPU GEMM takes fp32 only, so a half CPU (or simulated-device, which runs the CPU GEMM) inp gets
-// check_matrix's "must be a contiguous fp32" error (cast first).
+// weight (OC, C) fixes C and OC; inp (N, C) fixes N and the operands' dtype.
 absl::StatusOr<MatmulDims> matmul_dims(absl::string_view op, const Tensor& inp, const Tensor& weight) {
   ZERO_RETURN_IF_ERROR(detail::check_dims(op, "weight", weight, 2));
-  const DType operands = inp.device().is_cuda() && is_half(inp.dtype()) ? inp.dtype() : DType::kF32;
+  const DType operands = is_half(inp.dtype()) ? inp.dtype() : DType::kF32;
   const MatmulDims d{detail::num_rows(inp), weight.size(1), weight.size(0), operands};
   if (d.c == 0 || d.oc == 0) return absl::InvalidArgumentError(absl::StrCat(op, ": empty weight ", weight.to_string()));
   ZERO_RETURN_IF_ERROR(check_matrix(op, "weight", weight, operands, inp.device(), d.oc, d.c));
@@ -40,7 +40,26 @@ absl::StatusOr<MatmulDims> matmul_dims(absl::string_view op, const Tensor& inp, 
   return d;
 }
 
-// A result or bias `t`: fp32, or the operands' dtype (only ever fp32 on the CPU).
+// The CPU's GEMM in bf16/fp16: `fp32_call` on fp32 copies of `tensors` (each half one widened exactly; fp32 and
+// undefined ones as they are), then each half tensor among `written` gets its copy's values, rounded once.
+absl::Status on_widened(std::vector<Tensor> tensors, std::initializer_list<size_t> written,
+                        const std::function<absl::Status(const std::vector<Tensor>&)>& fp32_call) {
+  const std::vector<Tensor> originals = tensors;
+  std::vector<std::vector<float>> copies(tensors.size());
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    if (!given(tensors[k]) || !is_half(tensors[k].dtype())) continue;
+    copies[k].resize(static_cast<size_t>(tensors[k].numel()));
+    tensors[k] = Tensor(copies[k].data(), DType::kF32, tensors[k].shape());
+    ZERO_RETURN_IF_ERROR(cast(tensors[k], originals[k]));
+  }
+  ZERO_RETURN_IF_ERROR(fp32_call(tensors));
+  for (const size_t k : written) {
+    if (!copies[k].empty()) ZERO_RETURN_IF_ERROR(cast(originals[k], tensors[k]));
+  }
+  return absl::OkStatus();
+}
+
+// A result or bias `t`: fp32, or the operands' dtype.
 absl::Status check_result(absl::string_view op, absl::string_view name, const Tensor& t, const MatmulDims& d,
                           Device device, int64_t rows, int64_t cols) {
   if (t.dtype() != DType::kF32 && t.dtype() != d.operands && d.operands != DType::kF32) {
@@ -78,6 +97,10 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
                                 bias.data_as<float>(), d.n, d.c, d.oc, fp32_gemm == Fp32Gemm::kTf32);
   }
 #endif
+  if (d.operands != DType::kF32) {
+    return on_widened({out, inp, weight, bias}, {0},
+                      [](const auto& t) { return matmul_forward(t[0], t[1], t[2], t[3]); });
+  }
   float* o = out.data_as<float>();
   if (given(bias)) {
     const float* b = bias.data_as<float>();
@@ -131,6 +154,10 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
                                  fp32_gemm == Fp32Gemm::kTf32);
   }
 #endif
+  if (d.operands != DType::kF32) {
+    return on_widened({dinp, dweight, dbias, dout, inp, weight}, {0, 1, 2},
+                      [](const auto& t) { return matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); });
+  }
   const float* g = dout.data_as<float>();
   if (given(dinp)) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)

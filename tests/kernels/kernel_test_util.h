@@ -100,45 +100,46 @@ inline std::vector<float> representable(DType half, std::vector<float> v) {
   return v;
 }
 
-// One tensor argument of a kernel: its starting values and shape; `fp32` ones (LayerNorm's mean and rstd) stay fp32
-// in the half call.
+// One tensor argument of a kernel: its starting values and shape; `fp32` ones (LayerNorm's mean and rstd, a matmul's
+// fp32 results) stay fp32 in the half call.
 struct KernelArg {
   std::vector<float> values;
   Shape shape;
   bool fp32 = false;
 };
 
-// Calls `kernel` on `half` tensors holding args' values rounded, and on fp32 tensors holding those same numbers; then
-// every argument must hold, after the half call, the fp32 call's values rounded once to `half` (fp32 arguments: the
-// same values), compared as bits.
+// Calls `kernel` on fp32 tensors holding args' values rounded to `half` (fp32 arguments: as given), and on `half`
+// tensors holding the same numbers (fp32 arguments: a second fp32 copy); then every argument must hold, after the half
+// call, the fp32 call's values rounded once to `half` (fp32 arguments: the same values), compared as bits.
 inline void expect_half_gives_the_fp32_bits_rounded(
     DType half, const std::vector<KernelArg>& args,
     const std::function<absl::Status(const std::vector<Tensor>&)>& kernel) {
-  std::vector<std::vector<float>> wide;
+  std::vector<std::vector<float>> wide, half_call_fp32;
   std::vector<std::vector<uint16_t>> narrow;
   std::vector<Tensor> fp32_tensors, half_tensors;
-  wide.reserve(args.size());
-  narrow.reserve(args.size());
   for (const KernelArg& a : args) {
     wide.push_back(a.fp32 ? a.values : representable(half, a.values));
+    half_call_fp32.push_back(a.values);
     narrow.emplace_back(a.values.size());
     for (size_t i = 0; i < a.values.size(); ++i) narrow.back()[i] = round_to(half, a.values[i]);
-    fp32_tensors.push_back(view(wide.back(), a.shape));
-    half_tensors.push_back(a.fp32 ? view(wide.back(), a.shape) : Tensor(narrow.back().data(), half, a.shape));
+  }
+  for (size_t k = 0; k < args.size(); ++k) {
+    fp32_tensors.push_back(view(wide[k], args[k].shape));
+    half_tensors.push_back(args[k].fp32 ? view(half_call_fp32[k], args[k].shape)
+                                        : Tensor(narrow[k].data(), half, args[k].shape));
   }
   const absl::Status fp32_status = kernel(fp32_tensors);
   ASSERT_TRUE(fp32_status.ok()) << fp32_status;
-  const std::vector<std::vector<float>> expected = wide;  // before the half call writes the shared fp32 arguments
   const absl::Status half_status = kernel(half_tensors);
   ASSERT_TRUE(half_status.ok()) << half_status;
   for (size_t k = 0; k < args.size(); ++k) {
     int misses = 0;
-    for (size_t i = 0; i < expected[k].size() && misses < 5; ++i) {
-      const float want = args[k].fp32 ? expected[k][i] : widen(half, round_to(half, expected[k][i]));
-      const float got = args[k].fp32 ? wide[k][i] : widen(half, narrow[k][i]);
+    for (size_t i = 0; i < wide[k].size() && misses < 5; ++i) {
+      const float want = args[k].fp32 ? wide[k][i] : widen(half, round_to(half, wide[k][i]));
+      const float got = args[k].fp32 ? half_call_fp32[k][i] : widen(half, narrow[k][i]);
       if (std::memcmp(&want, &got, sizeof(float)) != 0) {
-        ADD_FAILURE() << dtype_name(half) << " argument " << k << "[" << i << "]: " << got << ", the fp32 call's "
-                      << expected[k][i] << " rounded is " << want;
+        ADD_FAILURE() << dtype_name(half) << " argument " << k << "[" << i << "]: " << got << ", expected " << want
+                      << " (the fp32 call's " << wide[k][i] << (args[k].fp32 ? ")" : ", rounded)");
         ++misses;
       }
     }

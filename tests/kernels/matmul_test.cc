@@ -1,4 +1,5 @@
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "kernel_test_util.h"
@@ -175,6 +176,32 @@ TEST(Matmul, ConcurrentCallersMatchSingleThreadedBitForBit) {
     }
   }
 }
+
+// bf16 and fp16 operands on the CPU: the fp32 GEMM on their widened values, every half result (out, dinp, dweight,
+// dbias) rounded once; with fp32 results, the fp32 GEMM's own bits.
+class MatmulInHalf : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MatmulInHalf, GivesTheFp32BitsRounded) {
+  const DType half = GetParam();
+  const int64_t n = 70, c = 48, oc = 40;
+  const std::vector<float> inp = random_floats(n * c, 1), w = random_floats(oc * c, 2), b = random_floats(oc, 3);
+  const std::vector<float> dout = random_floats(n * oc, 4), out = random_floats(n * oc, 5);
+  const std::vector<float> dinp = random_floats(n * c, 6), dw = random_floats(oc * c, 7), db = random_floats(oc, 8);
+  SCOPED_TRACE(dtype_name(half));
+  using testing::expect_half_gives_the_fp32_bits_rounded;
+  expect_half_gives_the_fp32_bits_rounded(half, {{out, {n, oc}}, {inp, {n, c}}, {w, {oc, c}}, {b, {oc}}},
+                                          [](const auto& t) { return matmul_forward(t[0], t[1], t[2], t[3]); });
+  expect_half_gives_the_fp32_bits_rounded(
+      half, {{dinp, {n, c}}, {dw, {oc, c}}, {db, {oc}}, {dout, {n, oc}}, {inp, {n, c}}, {w, {oc, c}}},
+      [](const auto& t) { return matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); });
+  // fp32 results beside half operands (KernelArg's fp32: the same tensor in both calls).
+  expect_half_gives_the_fp32_bits_rounded(
+      half, {{dinp, {n, c}, true}, {dw, {oc, c}, true}, {db, {oc}, true}, {dout, {n, oc}}, {inp, {n, c}}, {w, {oc, c}}},
+      [](const auto& t) { return matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, MatmulInHalf, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
 }  // namespace zero::kernels

@@ -172,7 +172,7 @@ TEST(SimKernels, LayerNormWithTheResidualEqualsCpuBitwise) {
 }
 
 // The kernels in the training precision declare their 2-byte tensors' accesses and give the CPU's bits.
-TEST(SimKernels, GeluResidualAndLayerNormInHalfEqualCpuBitwise) {
+TEST(SimKernels, KernelsInHalfEqualCpuBitwise) {
   const int64_t n = 40, c = 200;
   for (const DType h : {DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(dtype_name(h));
@@ -190,6 +190,14 @@ TEST(SimKernels, GeluResidualAndLayerNormInHalfEqualCpuBitwise) {
                           [](const std::vector<Tensor>& t) {  // x, w, b, dout, out, mean, rstd, dx, dw, db, res, dres
                             absl::Status s = residual_layernorm_forward(t[4], t[5], t[6], t[0], t[10], t[1], t[2]);
                             s.Update(layernorm_backward(t[7], t[8], t[9], t[3], t[0], t[1], t[5], t[6], t[11]));
+                            return s;
+                          });
+    const int64_t oc = 80;
+    expect_sim_equals_cpu({halves(h, {n, c}, 17), halves(h, {oc, c}, 18), halves(h, {oc}, 19), halves(h, {n, oc}, 20),
+                           zeros({n, oc}, h), zeros({n, c}, h), halves(h, {oc, c}, 21), floats({oc}, 22)},
+                          [](const std::vector<Tensor>& t) {  // inp, weight, bias, dout, out, dinp, dw, db (fp32)
+                            absl::Status s = matmul_forward(t[4], t[0], t[1], t[2]);
+                            s.Update(matmul_backward(t[5], t[6], t[7], t[3], t[0], t[1]));
                             return s;
                           });
   }
@@ -370,11 +378,11 @@ TEST(SimKernels, ArgumentsAreCheckedOnTheHostAsTheCpuChecksThem) {
   Allocator allocator;
   absl::StatusOr<Buffer> buffer = allocator.allocate(64 * 4, MemoryCategory::kWorkspace, kSim);
   ASSERT_TRUE(buffer.ok()) << buffer.status();
-  // Half operands: CUDA only; the simulated device runs the fp32 CPU GEMM.
+  // Half operands and a result in the other half dtype.
   const Tensor bf16 = buffer->tensor(DType::kBF16, {2, 2});
-  absl::Status s = matmul_forward(buffer->tensor(DType::kF32, {2, 2}), bf16, bf16, Tensor());
+  absl::Status s = matmul_forward(buffer->tensor(DType::kF16, {2, 2}), bf16, bf16, Tensor());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(s.message().find("fp32"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("fp32 or bf16"), absl::string_view::npos) << s;
   // Tokens and targets are read back and checked on the host.
   const std::vector<int32_t> bad = {0, 99};
   const Tensor ids = buffer->tensor(DType::kI32, {1, 2});
