@@ -1,10 +1,14 @@
-// Token + position embedding: forward gathers rows, backward scatters into dwte/dwpe.
+// Token + position embedding in fp32, bf16 or fp16: forward gathers rows, backward adds each token's rows into dwte
+// and each position's into dwpe.
+#include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
+#include "runtime/dtype_dispatch.h"
 #include "runtime/parallel.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
@@ -22,7 +26,8 @@ struct EmbeddingDims {
   const int32_t* host_tokens = nullptr;  // tokens' data, or their copy on the host for device tensors
 };
 
-// tokens (B, T) int32 in [0, V); wte (V, C), wpe (maxT, C) with T <= maxT; `rows_c` (B, T, C) arguments.
+// tokens (B, T) int32 in [0, V); wte (V, C), wpe (maxT, C) with T <= maxT; `rows_c` (B, T, C) arguments; every float
+// tensor in wte's dtype (fp32, bf16 or fp16).
 // `host_copy` holds the tokens read back from a CUDA or simulated device when `host_tokens` is empty.
 absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor& tokens, const Tensor& wte,
                                               const Tensor& wpe,
@@ -34,10 +39,11 @@ absl::StatusOr<EmbeddingDims> check_embedding(absl::string_view op, const Tensor
   EmbeddingDims d{tokens.size(0), tokens.size(1), wte.size(1), wte.size(0), wpe.size(0)};
   const Device dev = wte.device();
   ZERO_RETURN_IF_ERROR(check_matrix(op, "tokens", tokens, DType::kI32, dev, d.b, d.t));
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "wte", wte, DType::kF32, dev, d.vocab, d.c));
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "wpe", wpe, DType::kF32, dev, d.max_t, d.c));
+  ZERO_RETURN_IF_ERROR(detail::check_floating(op, "wte", wte));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "wte", wte, wte.dtype(), dev, d.vocab, d.c));
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "wpe", wpe, wte.dtype(), dev, d.max_t, d.c));
   for (const auto& [name, t] : rows_c)
-    ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, DType::kF32, dev, d.b * d.t, d.c));
+    ZERO_RETURN_IF_ERROR(check_matrix(op, name, *t, wte.dtype(), dev, d.b * d.t, d.c));
   ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
   if (d.t > d.max_t) {
     return absl::InvalidArgumentError(
@@ -67,18 +73,22 @@ absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Te
   }
 #if ZERO_HAS_CUDA
   if (wte.device().is_cuda()) {
-    return cuda::embedding_forward(wte.device().index, out.data_as<float>(), tokens.data_as<int32_t>(),
-                                   wte.data_as<float>(), wpe.data_as<float>(), d.b, d.t, d.c);
+    return cuda::embedding_forward(wte.device().index, out.data(), tokens.data_as<int32_t>(), wte.data(), wpe.data(),
+                                   wte.dtype(), d.b, d.t, d.c);
   }
 #endif
-  const int32_t* tok = d.host_tokens;
-  for_blocks(d.b * d.t, kRowBlock, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* te = wte.data_as<float>() + tok[r] * d.c;
-      const float* pe = wpe.data_as<float>() + (r % d.t) * d.c;
-      float* o = out.data_as<float>() + r * d.c;
-      for (int64_t i = 0; i < d.c; ++i) o[i] = te[i] + pe[i];
-    }
+  visit_floating(wte.dtype(), [&](auto type) {
+    constexpr DType T = decltype(type)::value;
+    const int32_t* tok = d.host_tokens;
+    for_blocks(d.b * d.t, kRowBlock, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t te = tok[r] * d.c, pe = (r % d.t) * d.c, o = r * d.c;
+        for (int64_t i = 0; i < d.c; ++i) {
+          store_from_float(out.data(), T, o + i,
+                           load_as_float(wte.data(), T, te + i) + load_as_float(wpe.data(), T, pe + i));
+        }
+      }
+    });
   });
   return absl::OkStatus();
 }
@@ -95,25 +105,40 @@ absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Te
   }
 #if ZERO_HAS_CUDA
   if (dwte.device().is_cuda()) {
-    return cuda::embedding_backward(dwte.device().index, dwte.data_as<float>(), dwpe.data_as<float>(),
-                                    dout.data_as<float>(), tokens.data_as<int32_t>(), d.b, d.t, d.c, d.vocab);
+    return cuda::embedding_backward(dwte.device().index, dwte.data(), dwpe.data(), dout.data(),
+                                    tokens.data_as<int32_t>(), dwte.dtype(), d.b, d.t, d.c, d.vocab);
   }
 #endif
+  // The rows sorted by token, stably: each token's rows are a run, in increasing row order.
   const int32_t* tok = d.host_tokens;
-  const float* g = dout.data_as<float>();
-  float* dte = dwte.data_as<float>();
-  float* dpe = dwpe.data_as<float>();
-  // Threads own column blocks; within a block, rows add in order, so repeated tokens sum deterministically.
-  for_blocks(d.c, kColBlock, [&](int64_t c0, int64_t c1) {
-    for (int64_t r = 0; r < d.b * d.t; ++r) {
-      const float* gr = g + r * d.c;
-      float* te = dte + tok[r] * d.c;
-      float* pe = dpe + (r % d.t) * d.c;
+  std::vector<int64_t> rows(static_cast<size_t>(d.b * d.t));
+  std::iota(rows.begin(), rows.end(), 0);
+  std::stable_sort(rows.begin(), rows.end(), [tok](int64_t x, int64_t y) { return tok[x] < tok[y]; });
+  visit_floating(dwte.dtype(), [&](auto type) {
+    constexpr DType T = decltype(type)::value;
+    const void* g = dout.data();
+    // dst[i] = rounded(dst[i] + dout[src_rows...][i], added in order in fp32), for columns [c0, c1).
+    const auto add_rows = [&](void* dst, int64_t dst_row, auto src_row, int64_t count, int64_t c0, int64_t c1) {
       for (int64_t i = c0; i < c1; ++i) {
-        te[i] += gr[i];
-        pe[i] += gr[i];
+        float acc = load_as_float(dst, T, dst_row * d.c + i);
+        for (int64_t k = 0; k < count; ++k) acc += load_as_float(g, T, src_row(k) * d.c + i);
+        store_from_float(dst, T, dst_row * d.c + i, acc);
       }
-    }
+    };
+    // Threads own column blocks. Each token's run, and each position's rows (b = 0, 1, ...), are added in row
+    // order in fp32 and rounded once.
+    for_blocks(d.c, kColBlock, [&](int64_t c0, int64_t c1) {
+      for (size_t start = 0, end; start < rows.size(); start = end) {
+        end = start + 1;
+        while (end < rows.size() && tok[rows[end]] == tok[rows[start]]) ++end;
+        add_rows(
+            dwte.data(), tok[rows[start]], [&](int64_t k) { return rows[start + k]; },
+            static_cast<int64_t>(end - start), c0, c1);
+      }
+      for (int64_t t = 0; t < d.t; ++t)
+        add_rows(
+            dwpe.data(), t, [&](int64_t k) { return k * d.t + t; }, d.b, c0, c1);
+    });
   });
   return absl::OkStatus();
 }

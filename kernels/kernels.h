@@ -98,7 +98,7 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
                                 const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& dresidual = Tensor());
 
-// ---- Embedding ------------------------------------------------------------------------------------
+// ---- Embedding, in the training precision ----------------------------------------------------------
 
 // Kernels that index with int32 tokens or targets on a device check them on the host. `host_tokens` / `host_targets`,
 // where the caller has them (Batch::host_inputs), are the same values on the host and are read instead; without them
@@ -107,7 +107,8 @@ absl::Status layernorm_backward(const Tensor& dinp, const Tensor& dweight, const
 // out (B, T, C) = wte (V, C)[tokens (B, T)] + wpe (maxT, C)[t]. tokens int32 in [0, V), T <= maxT.
 absl::Status embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                                const Tensor& host_tokens = Tensor());
-// dwte[tokens[b, t]] += dout[b, t]; dwpe[t] += sum_b dout[b, t]. dwte (V, C), dwpe (maxT, C).
+// dwte[tokens[b, t]] += dout[b, t]; dwpe[t] += sum_b dout[b, t]. dwte (V, C), dwpe (maxT, C). Each row of dwte and
+// dwpe gets its dout rows added in row order, in fp32, and is rounded once.
 absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
                                 const Tensor& host_tokens = Tensor());
 

@@ -45,11 +45,11 @@ absl::Status layernorm_backward(int device, void* dinp, void* dweight, void* dbi
                                 const void* weight, const float* mean, const float* rstd, const void* dresidual,
                                 DType dtype, int64_t n, int64_t c);
 
-// tokens (B, T) on the device, checked on the host to lie in [0, V).
-absl::Status embedding_forward(int device, float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                               int64_t b, int64_t t, int64_t c);
-absl::Status embedding_backward(int device, float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                                int64_t b, int64_t t, int64_t c, int64_t vocab);
+// tokens (B, T) on the device, checked on the host to lie in [0, V); every float tensor in `dtype`.
+absl::Status embedding_forward(int device, void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                               DType dtype, int64_t b, int64_t t, int64_t c);
+absl::Status embedding_backward(int device, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                                DType dtype, int64_t b, int64_t t, int64_t c, int64_t vocab);
 
 // logits, dlogits (N, Vp; null: the loss alone), targets (N) on the device; `scale` = 1 / counted (0 if none). Writes
 // to `sums`, on the device, the sum of -log p(target) over counted rows (fp64) and how many of them have argmax ==

@@ -1,4 +1,5 @@
-// Token + position embedding on CUDA: a gather forward; a backward that sorts rows by token (CUB), a block per token.
+// Token + position embedding on CUDA in fp32, bf16 or fp16: a gather forward; a backward that sorts rows by token
+// (CUB), a block per token.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <limits>
@@ -6,15 +7,18 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "runtime/cuda/half.cuh"
+#include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
 namespace {
 
-__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                                         int64_t bt, int64_t t, int64_t c) {
+template <DType T>
+__global__ void embedding_forward_kernel(void* out, const int32_t* tokens, const void* wte, const void* wpe, int64_t bt,
+                                         int64_t t, int64_t c) {
   ZERO_GRID_STRIDE(i, bt * c) {
     const int64_t row = i / c, col = i % c;
-    out[i] = wte[tokens[row] * c + col] + wpe[(row % t) * c + col];
+    store_float<T>(out, i, load_float<T>(wte, tokens[row] * c + col) + load_float<T>(wpe, (row % t) * c + col));
   }
 }
 
@@ -23,9 +27,10 @@ __global__ void iota_kernel(int32_t* rows, int64_t n) { ZERO_GRID_STRIDE(i, n) r
 
 // dwte (V, C), dout (B·T, C); sorted_tokens, sorted_rows (B·T): the rows sorted by token, stably (CUB's radix
 // sort), so each token's rows are a run in increasing row order. Block k owns the run that starts at k, if one does,
-// and adds its dout rows into the token's row of dwte in that order: the CPU's order, so the same bits, with no
-// atomics.
-__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const uint32_t* sorted_tokens,
+// and adds its dout rows into the token's row of dwte in that order, in fp32, rounding once: the CPU's order, so the
+// same bits, with no atomics.
+template <DType T>
+__global__ void embedding_backward_wte_kernel(void* dwte, const void* dout, const uint32_t* sorted_tokens,
                                               const int32_t* sorted_rows, int64_t bt, int64_t c) {
   const int64_t k = blockIdx.x;
   const uint32_t token = sorted_tokens[k];
@@ -36,11 +41,11 @@ __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, co
     while (end < bt && sorted_tokens[end] == token) ++end;
   }
   __syncthreads();
-  float* te = dwte + static_cast<int64_t>(token) * c;
+  const int64_t te = static_cast<int64_t>(token) * c;
   for (int64_t col = threadIdx.x; col < c; col += blockDim.x) {
-    float acc = te[col];
-    for (int64_t j = k; j < end; ++j) acc += dout[sorted_rows[j] * c + col];
-    te[col] = acc;
+    float acc = load_float<T>(dwte, te + col);
+    for (int64_t j = k; j < end; ++j) acc += load_float<T>(dout, sorted_rows[j] * c + col);
+    store_float<T>(dwte, te + col, acc);
   }
 }
 
@@ -61,28 +66,31 @@ absl::Status sort_rows_by_token(void* temp, size_t& temp_bytes, const uint32_t* 
                      "cub::DeviceRadixSort::SortPairs");
 }
 
-// dwpe[t] += sum over b of dout[b, t], b in increasing order.
-__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int64_t b, int64_t t, int64_t c) {
+// dwpe[t] += sum over b of dout[b, t], b in increasing order, in fp32, rounded once.
+template <DType T>
+__global__ void embedding_backward_wpe_kernel(void* dwpe, const void* dout, int64_t b, int64_t t, int64_t c) {
   ZERO_GRID_STRIDE(i, t * c) {
-    float acc = dwpe[i];
-    for (int64_t k = 0; k < b; ++k) acc += dout[k * t * c + i];
-    dwpe[i] = acc;
+    float acc = load_float<T>(dwpe, i);
+    for (int64_t k = 0; k < b; ++k) acc += load_float<T>(dout, k * t * c + i);
+    store_float<T>(dwpe, i, acc);
   }
 }
 
 }  // namespace
 
-absl::Status embedding_forward(int device, float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                               int64_t b, int64_t t, int64_t c) {
+absl::Status embedding_forward(int device, void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                               DType dtype, int64_t b, int64_t t, int64_t c) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (b * t * c == 0) return absl::OkStatus();
-  return launch_kernel(device, "embedding_forward_kernel", embedding_forward_kernel, blocks_for(b * t * c), kThreads,
-                       out, tokens, wte, wpe, b * t, t, c);
+  return visit_floating(dtype, [&](auto type) {
+    return launch_kernel(device, "embedding_forward_kernel", embedding_forward_kernel<decltype(type)::value>,
+                         blocks_for(b * t * c), kThreads, out, tokens, wte, wpe, b * t, t, c);
+  });
 }
 
-absl::Status embedding_backward(int device, float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                                int64_t b, int64_t t, int64_t c, int64_t vocab) {
+absl::Status embedding_backward(int device, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                                DType dtype, int64_t b, int64_t t, int64_t c, int64_t vocab) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (b * t * c == 0) return absl::OkStatus();
@@ -106,11 +114,14 @@ absl::Status embedding_backward(int device, float* dwte, float* dwpe, const floa
     ZERO_RETURN_IF_ERROR(launch_on_stream(current_cuda_stream(device), "sort_rows_by_token", [&](cudaStream_t s) {
       return sort_rows_by_token(temp, temp_bytes, keys, sorted_tokens, rows, sorted_rows, bt, bits, s);
     }));
-    ZERO_RETURN_IF_ERROR(launch_kernel(device, "embedding_backward_wte_kernel", embedding_backward_wte_kernel,
-                                       static_cast<unsigned>(bt), kThreads, dwte, dout, sorted_tokens, sorted_rows, bt,
-                                       c));
-    return launch_kernel(device, "embedding_backward_wpe_kernel", embedding_backward_wpe_kernel, blocks_for(t * c),
-                         kThreads, dwpe, dout, b, t, c);
+    return visit_floating(dtype, [&](auto type) -> absl::Status {
+      constexpr DType T = decltype(type)::value;
+      ZERO_RETURN_IF_ERROR(launch_kernel(device, "embedding_backward_wte_kernel", embedding_backward_wte_kernel<T>,
+                                         static_cast<unsigned>(bt), kThreads, dwte, dout, sorted_tokens, sorted_rows,
+                                         bt, c));
+      return launch_kernel(device, "embedding_backward_wpe_kernel", embedding_backward_wpe_kernel<T>, blocks_for(t * c),
+                           kThreads, dwpe, dout, b, t, c);
+    });
   });
 }
 

@@ -51,6 +51,13 @@ class CudaKernels : public ::testing::Test {
   std::vector<Buffer> buffers_;
 };
 
+// v in `dtype`, as bytes: fp32 as it is, bf16/fp16 rounded to nearest even.
+std::vector<uint8_t> bytes_in(DType dtype, const std::vector<float>& v) {
+  std::vector<uint8_t> bytes(v.size() * dtype_size(dtype));
+  for (size_t i = 0; i < v.size(); ++i) store_from_float(bytes.data(), dtype, i, v[i]);
+  return bytes;
+}
+
 // Both sides sum K fp32 products in different orders; each sum's error is at most K·u·sum|a||b| (u = 2^-24)
 // and |a|, |b| <= 1 here, so the two results differ by at most 2·K·u·K (and the += of an O(1) start value).
 double gemm_tolerance(int64_t k) { return 2.0 * k * kU32 * k + 2 * kU32; }
@@ -401,31 +408,41 @@ TEST_F(CudaKernels, EmbeddingMatchesCpuBitwise) {
   struct Case {
     int64_t b, t, c, vocab;
   };
-  for (const Case& k : {Case{3, 7, 40, 11}, Case{8, 1024, 8, 50257}, Case{2, 5, 8, 1}}) {
-    SCOPED_TRACE(absl::StrCat("B ", k.b, ", T ", k.t, ", V ", k.vocab));
-    const int64_t b = k.b, t = k.t, c = k.c, vocab = k.vocab, max_t = t + 2;
-    std::vector<int32_t> tokens(b * t);
-    for (int64_t i = 0; i < b * t; ++i) {
-      // Repeats: a few frequent tokens among draws spread over the vocabulary.
-      tokens[i] = static_cast<int32_t>(i % 3 == 0 ? (i * 5) % 4 % vocab : (i * 2654435761u) % vocab);
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Case& k : {Case{3, 7, 40, 11}, Case{8, 1024, 8, 50257}, Case{2, 5, 8, 1}}) {
+      SCOPED_TRACE(absl::StrCat(dtype_name(dtype), ", B ", k.b, ", T ", k.t, ", V ", k.vocab));
+      const int64_t b = k.b, t = k.t, c = k.c, vocab = k.vocab, max_t = t + 2;
+      std::vector<int32_t> tokens(b * t);
+      for (int64_t i = 0; i < b * t; ++i) {
+        // Repeats: a few frequent tokens among draws spread over the vocabulary.
+        tokens[i] = static_cast<int32_t>(i % 3 == 0 ? (i * 5) % 4 % vocab : (i * 2654435761u) % vocab);
+      }
+      // wte, wpe, out, dout, dwte, dwpe in `dtype`, as bytes on the host and on the GPU.
+      std::vector<std::vector<uint8_t>> host = {
+          bytes_in(dtype, random_floats(vocab * c, 15)),  bytes_in(dtype, random_floats(max_t * c, 16)),
+          bytes_in(dtype, std::vector<float>(b * t * c)), bytes_in(dtype, random_floats(b * t * c, 17)),
+          bytes_in(dtype, random_floats(vocab * c, 18)),  bytes_in(dtype, random_floats(max_t * c, 19))};
+      const std::vector<Shape> shapes = {{vocab, c}, {max_t, c}, {b, t, c}, {b, t, c}, {vocab, c}, {max_t, c}};
+      std::vector<Tensor> cpu, gpu;
+      for (size_t i = 0; i < host.size(); ++i) {
+        cpu.emplace_back(host[i].data(), dtype, shapes[i]);
+        gpu.emplace_back(upload(host[i], {static_cast<int64_t>(host[i].size())}).data(), dtype, shapes[i],
+                         Device::cuda(0));
+      }
+      const Tensor g_tok = upload(tokens, {b, t});
+      absl::Status s = embedding_forward(cpu[2], view(tokens, {b, t}), cpu[0], cpu[1]);
+      s.Update(embedding_backward(cpu[4], cpu[5], cpu[3], view(tokens, {b, t})));
+      s.Update(embedding_forward(gpu[2], g_tok, gpu[0], gpu[1]));
+      s.Update(embedding_backward(gpu[4], gpu[5], gpu[3], g_tok));
+      ASSERT_TRUE(s.ok()) << s;
+      // One add per element forward; backward adds each gradient row in increasing row order on both sides, in fp32,
+      // and rounds each sum once.
+      for (const int i : {2, 4, 5}) {
+        std::vector<uint8_t> back(host[i].size());
+        ASSERT_TRUE(copy_bytes(back.data(), Device::cpu(), gpu[i].data(), gpu[i].device(), back.size()).ok());
+        EXPECT_TRUE(back == host[i]) << (i == 2 ? "out" : i == 4 ? "dwte" : "dwpe");
+      }
     }
-    std::vector<float> wte = random_floats(vocab * c, 15), wpe = random_floats(max_t * c, 16), out(b * t * c);
-    std::vector<float> dout = random_floats(b * t * c, 17), dwte = random_floats(vocab * c, 18);
-    std::vector<float> dwpe = random_floats(max_t * c, 19);
-    const Tensor g_tok = upload(tokens, {b, t}), g_out = upload(out, {b, t, c});
-    const Tensor g_dwte = upload(dwte, {vocab, c}), g_dwpe = upload(dwpe, {max_t, c});
-    ASSERT_TRUE(
-        embedding_forward(view(out, {b, t, c}), view(tokens, {b, t}), view(wte, {vocab, c}), view(wpe, {max_t, c}))
-            .ok());
-    ASSERT_TRUE(embedding_forward(g_out, g_tok, upload(wte, {vocab, c}), upload(wpe, {max_t, c})).ok());
-    ASSERT_TRUE(
-        embedding_backward(view(dwte, {vocab, c}), view(dwpe, {max_t, c}), view(dout, {b, t, c}), view(tokens, {b, t}))
-            .ok());
-    ASSERT_TRUE(embedding_backward(g_dwte, g_dwpe, upload(dout, {b, t, c}), g_tok).ok());
-    // One add per element forward; backward adds each gradient row in increasing row order on both sides.
-    EXPECT_EQ(download<float>(g_out), out);
-    EXPECT_EQ(download<float>(g_dwte), dwte);
-    EXPECT_EQ(download<float>(g_dwpe), dwpe);
   }
 }
 

@@ -1,3 +1,6 @@
+#include <string>
+#include <vector>
+
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
 
@@ -59,6 +62,27 @@ TEST(Embedding, SequenceLongerThanPositionsIsInvalidArgument) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
 }
+
+// bf16 and fp16: the fp32 kernels' bits on the widened tensors, rounded once, with a token repeated across rows and
+// batches (its rows added in fp32 before the one rounding).
+class EmbeddingInHalf : public ::testing::TestWithParam<DType> {};
+
+TEST_P(EmbeddingInHalf, GivesTheFp32BitsRounded) {
+  const DType half = GetParam();
+  std::vector<int32_t> tokens = {3, 0, 3, 1, 3, 3};
+  const Tensor tok = view(tokens, {kB, kT});
+  const std::vector<float> wte = random_floats(kV * kC, 5), wpe = random_floats(kMaxT * kC, 6);
+  const std::vector<float> rows = random_floats(kB * kT * kC, 7);
+  SCOPED_TRACE(dtype_name(half));
+  using testing::expect_half_gives_the_fp32_bits_rounded;
+  expect_half_gives_the_fp32_bits_rounded(half, {{rows, {kB, kT, kC}}, {wte, {kV, kC}}, {wpe, {kMaxT, kC}}},
+                                          [&](const auto& t) { return embedding_forward(t[0], tok, t[1], t[2]); });
+  expect_half_gives_the_fp32_bits_rounded(half, {{wte, {kV, kC}}, {wpe, {kMaxT, kC}}, {rows, {kB, kT, kC}}},
+                                          [&](const auto& t) { return embedding_backward(t[0], t[1], t[2], tok); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, EmbeddingInHalf, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
 }  // namespace zero::kernels

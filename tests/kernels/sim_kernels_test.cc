@@ -192,6 +192,14 @@ TEST(SimKernels, KernelsInHalfEqualCpuBitwise) {
                             s.Update(layernorm_backward(t[7], t[8], t[9], t[3], t[0], t[1], t[5], t[6], t[11]));
                             return s;
                           });
+    const std::vector<int32_t> tokens = {3, 0, 3, 1, 3, 3};
+    expect_sim_equals_cpu({arg(tokens, {2, 3}), halves(h, {4, c}, 23), halves(h, {5, c}, 24), zeros({2, 3, c}, h),
+                           halves(h, {2, 3, c}, 25), halves(h, {4, c}, 26), halves(h, {5, c}, 27)},
+                          [](const std::vector<Tensor>& t) {  // tokens, wte, wpe, out, dout, dwte, dwpe
+                            absl::Status s = embedding_forward(t[3], t[0], t[1], t[2]);
+                            s.Update(embedding_backward(t[5], t[6], t[4], t[0]));
+                            return s;
+                          });
     const int64_t oc = 80;
     expect_sim_equals_cpu({halves(h, {n, c}, 17), halves(h, {oc, c}, 18), halves(h, {oc}, 19), halves(h, {n, oc}, 20),
                            zeros({n, oc}, h), zeros({n, c}, h), halves(h, {oc, c}, 21), floats({oc}, 22)},
