@@ -1,4 +1,5 @@
-// Softmax cross-entropy over a padded vocab with ignored targets, its gradient and argmax accuracy in one pass.
+// Softmax cross-entropy over a padded vocab with ignored targets, its gradient and argmax accuracy in one pass, in
+// fp32, bf16 or fp16.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
 #include "runtime/device_memory.h"
+#include "runtime/dtype_dispatch.h"
 #include "runtime/parallel.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
@@ -93,9 +95,9 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
   constexpr absl::string_view op = "crossentropy_forward_backward";
   const int64_t n = detail::num_rows(logits), padded = detail::last_dim(logits);
   const Device dev = logits.device();
-  ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "logits", logits, DType::kF32, dev, n, padded));
+  ZERO_RETURN_IF_ERROR(detail::check_floating(op, "logits", logits));
   const bool gradient = dlogits.data() != nullptr;  // else the loss alone, with the same bits
-  if (gradient) ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, DType::kF32, dev, n, padded));
+  if (gradient) ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, logits.dtype(), dev, n, padded));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "targets", targets, DType::kI32, dev, n));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "sums", sums, DType::kU8, dev, sizeof(LossSums)));
   if (reinterpret_cast<uintptr_t>(sums.data()) % alignof(LossSums) != 0) {
@@ -132,25 +134,39 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
   const float scale = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
 #if ZERO_HAS_CUDA
   if (dev.is_cuda()) {
-    ZERO_RETURN_IF_ERROR(cuda::crossentropy_forward_backward(
-        dev.index, static_cast<LossSums*>(sums.data()), gradient ? dlogits.data_as<float>() : nullptr,
-        logits.data_as<float>(), targets.data_as<int32_t>(), n, vocab, padded, scale));
+    ZERO_RETURN_IF_ERROR(cuda::crossentropy_forward_backward(dev.index, static_cast<LossSums*>(sums.data()),
+                                                             dlogits.data(), logits.data(), logits.dtype(),
+                                                             targets.data_as<int32_t>(), n, vocab, padded, scale));
     return counted;
   }
 #endif
-  const RowSums row_sums = ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
-    RowSums s;
-    std::vector<float> scratch(gradient ? 0 : padded);  // the loss alone: a row's gradient, computed and dropped
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* x = logits.data_as<float>() + r * padded;
-      float* d = gradient ? dlogits.data_as<float>() + r * padded : scratch.data();
-      if (tgt[r] == kIgnoreIndex) {
-        std::fill(d, d + padded, 0.0f);
-      } else {
-        s += row_forward_backward(x, d, vocab, padded, tgt[r], scale);
+  const RowSums row_sums = visit_floating(logits.dtype(), [&](auto type) {
+    constexpr DType T = decltype(type)::value;
+    return ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
+      RowSums s;
+      // A bf16/fp16 row is widened into `row` and computed there in fp32, its gradient rounded once into dlogits; an
+      // fp32 row is computed in place, `row` holding its gradient only where none is asked for (computed, dropped).
+      std::vector<float> row(T == DType::kF32 && gradient ? 0 : padded);
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* x = row.data();
+        float* d = row.data();
+        if constexpr (T == DType::kF32) {
+          x = logits.data_as<float>() + r * padded;
+          if (gradient) d = dlogits.data_as<float>() + r * padded;
+        } else {
+          for (int64_t v = 0; v < padded; ++v) row[v] = load_as_float(logits.data(), T, r * padded + v);
+        }
+        if (tgt[r] == kIgnoreIndex) {
+          std::fill(d, d + padded, 0.0f);
+        } else {
+          s += row_forward_backward(x, d, vocab, padded, tgt[r], scale);
+        }
+        if (T != DType::kF32 && gradient) {
+          for (int64_t v = 0; v < padded; ++v) store_from_float(dlogits.data(), T, r * padded + v, row[v]);
+        }
       }
-    }
-    return s;
+      return s;
+    });
   });
   *static_cast<LossSums*>(sums.data()) = LossSums{row_sums.loss, row_sums.correct};
   return counted;

@@ -118,7 +118,7 @@ absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Te
 // calling thread's current stream of the device.
 absl::StatusOr<const int32_t*> int32_on_host(const Tensor& t, const Tensor& host, std::vector<int32_t>& copy);
 
-// ---- Softmax cross-entropy ------------------------------------------------------------------------
+// ---- Softmax cross-entropy, in the training precision ----------------------------------------------
 
 inline constexpr int32_t kIgnoreIndex = -1;
 

@@ -1,9 +1,11 @@
-// Fused softmax cross-entropy forward and backward on CUDA: one block per row, then one block sums the rows' losses
-// and counts on the device, in a fixed order.
+// Fused softmax cross-entropy forward and backward on CUDA, logits in fp32, bf16 or fp16: one block per row, then one
+// block sums the rows' losses and counts on the device, in a fixed order.
 #include <cfloat>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "runtime/cuda/half.cuh"
+#include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
 namespace {
@@ -33,38 +35,39 @@ __device__ T block_reduce(T x, T* shared, Combine combine) {
 }
 
 // Row r: d = scale * (softmax(x) - onehot(target)) over [0, vocab), 0 over the padding; row_loss[r] =
-// -log p(target), row_correct[r] = argmax == target. Ignored rows get a zero gradient and no loss. d may
-// alias x: every element is read before the block's first barrier or by the thread that then writes it. d null:
+// -log p(target), row_correct[r] = argmax == target. Ignored rows get a zero gradient and no loss. Every element of
+// x is read as fp32 and each of d written once, rounded to T: the exps are computed again for d (expf gives the same
+// bits), so d may alias x (the thread that writes an element has read it last, after the block's barriers). d null:
 // the loss alone (the sum adds the same floats).
-__global__ void crossentropy_kernel(float* dlogits, const float* logits, const int32_t* targets, int64_t vocab,
+template <DType T>
+__global__ void crossentropy_kernel(void* dlogits, const void* logits, const int32_t* targets, int64_t vocab,
                                     int64_t padded, float scale, double* row_loss, int32_t* row_correct) {
   __shared__ MaxAt max_shared[kThreads];
   __shared__ double sum_shared[kThreads];
-  const int64_t r = blockIdx.x;
-  const float* x = logits + r * padded;
-  float* d = dlogits != nullptr ? dlogits + r * padded : nullptr;
+  const int64_t r = blockIdx.x, first = r * padded;
   const int32_t target = targets[r];
   if (target == kIgnoreIndex) {
-    for (int64_t v = threadIdx.x; d != nullptr && v < padded; v += kThreads) d[v] = 0.0f;
+    for (int64_t v = threadIdx.x; dlogits != nullptr && v < padded; v += kThreads)
+      store_float<T>(dlogits, first + v, 0);
     if (threadIdx.x == 0) row_loss[r] = 0.0, row_correct[r] = 0;
     return;
   }
-  const float target_logit = x[target];
+  const float target_logit = load_float<T>(logits, first + target);
   MaxAt local{-FLT_MAX, vocab};
-  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) local = max_at(local, MaxAt{x[v], v});
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads)
+    local = max_at(local, MaxAt{load_float<T>(logits, first + v), v});
   const MaxAt best = block_reduce(local, max_shared, max_at);
   double sum = 0.0;
-  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) {
-    const float e = expf(x[v] - best.value);
-    if (d != nullptr) d[v] = e;
-    sum += e;
-  }
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) sum += expf(load_float<T>(logits, first + v) - best.value);
   sum = block_reduce(sum, sum_shared, [](double a, double b) { return a + b; });
   const float inv = static_cast<float>(scale / sum);
-  for (int64_t v = threadIdx.x; d != nullptr && v < vocab; v += kThreads) {
-    d[v] = d[v] * inv - (v == target ? scale : 0.0f);
+  for (int64_t v = threadIdx.x; dlogits != nullptr && v < vocab; v += kThreads) {
+    const float e = expf(load_float<T>(logits, first + v) - best.value);
+    store_float<T>(dlogits, first + v, e * inv - (v == target ? scale : 0.0f));
   }
-  for (int64_t v = vocab + threadIdx.x; d != nullptr && v < padded; v += kThreads) d[v] = 0.0f;
+  for (int64_t v = vocab + threadIdx.x; dlogits != nullptr && v < padded; v += kThreads) {
+    store_float<T>(dlogits, first + v, 0);
+  }
   if (threadIdx.x == 0) {
     row_loss[r] = log(sum) - (static_cast<double>(target_logit) - best.value);
     row_correct[r] = best.index == target ? 1 : 0;
@@ -89,7 +92,7 @@ __global__ void sum_rows_kernel(const double* row_loss, const int32_t* row_corre
 
 }  // namespace
 
-absl::Status crossentropy_forward_backward(int device, LossSums* sums, float* dlogits, const float* logits,
+absl::Status crossentropy_forward_backward(int device, LossSums* sums, void* dlogits, const void* logits, DType dtype,
                                            const int32_t* targets, int64_t n, int64_t vocab, int64_t padded,
                                            float scale) {
   CudaDeviceGuard guard;
@@ -99,9 +102,11 @@ absl::Status crossentropy_forward_backward(int device, LossSums* sums, float* dl
   return with_scratch(device, n * (sizeof(double) + sizeof(int32_t)), [&](void* rows) {
     double* row_loss = static_cast<double*>(rows);
     int32_t* row_correct = reinterpret_cast<int32_t*>(row_loss + n);
-    ZERO_RETURN_IF_ERROR(launch_kernel(device, "crossentropy_kernel", crossentropy_kernel, static_cast<unsigned>(n),
-                                       kThreads, dlogits, logits, targets, vocab, padded, scale, row_loss,
-                                       row_correct));
+    ZERO_RETURN_IF_ERROR(visit_floating(dtype, [&](auto type) {
+      return launch_kernel(device, "crossentropy_kernel", crossentropy_kernel<decltype(type)::value>,
+                           static_cast<unsigned>(n), kThreads, dlogits, logits, targets, vocab, padded, scale, row_loss,
+                           row_correct);
+    }));
     return launch_kernel(device, "sum_rows_kernel", sum_rows_kernel, 1, kThreads, row_loss, row_correct, n, sums);
   });
 }

@@ -1,9 +1,14 @@
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
 #include "runtime/cpu_threads.h"
+#include "runtime/status.h"
 
 namespace zero::kernels {
 namespace {
@@ -147,6 +152,37 @@ TEST(CrossEntropy, TargetInPaddingIsInvalidArgument) {
       crossentropy_forward_backward(view(d, {1, kVp}), view(logits, {1, kVp}), view(targets, {1}), kV).status().code(),
       absl::StatusCode::kInvalidArgument);
 }
+
+// bf16 and fp16 logits: the fp32 kernel's loss, count and argmax hits on the widened logits, and its gradient rounded
+// once, over a padded vocab with an ignored row; in place over the logits too.
+class CrossEntropyInHalf : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CrossEntropyInHalf, GivesTheFp32BitsRounded) {
+  const DType half = GetParam();
+  const int64_t n = 12, vocab = 300, padded = 320;
+  std::vector<int32_t> targets(n);
+  for (int64_t r = 0; r < n; ++r) targets[r] = r == 5 ? kIgnoreIndex : static_cast<int32_t>(r * 37 % vocab);
+  const Tensor tgt = view(targets, {n});
+  const std::vector<float> logits = random_floats(n * padded, 31, -4.0f, 4.0f), d = random_floats(n * padded, 32);
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(absl::StrCat(dtype_name(half), in_place ? ", in place" : ""));
+    std::vector<CrossEntropyResult> results;
+    testing::expect_half_gives_the_fp32_bits_rounded(
+        half, {{logits, {n, padded}}, {d, {n, padded}}}, [&](const auto& t) -> absl::Status {
+          ZERO_ASSIGN_OR_RETURN(const CrossEntropyResult r,
+                                crossentropy_forward_backward(in_place ? t[0] : t[1], t[0], tgt, vocab));
+          results.push_back(r);
+          return absl::OkStatus();
+        });
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results[1].loss, results[0].loss);
+    EXPECT_EQ(results[1].counted, n - 1);
+    EXPECT_EQ(results[1].correct, results[0].correct);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CrossEntropyInHalf, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
 }  // namespace zero::kernels

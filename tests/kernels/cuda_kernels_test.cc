@@ -469,6 +469,26 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
   }
 }
 
+// bf16/fp16 logits on the GPU, in place as GPT-2 runs it, against the CPU's fp32 kernel on the widened logits: the
+// fp32 test's tolerances, the gradient then rounded once.
+TEST_P(CudaHalf, CrossEntropyMatchesCpu) {
+  const int64_t n = 1000, padded = 136, vocab = 130;
+  const HalfValues logits = random_half(n * padded, 20, half(), -4.0f, 4.0f);
+  std::vector<int32_t> targets(n);
+  for (int64_t r = 0; r < n; ++r) targets[r] = r % 5 == 0 ? kIgnoreIndex : static_cast<int32_t>((r * 37) % vocab);
+  std::vector<float> dlogits(n * padded);
+  const Tensor g_logits = upload_as(logits, half(), {n, padded});
+  std::vector<float> cpu_logits = logits.wide;
+  auto cpu = crossentropy_forward_backward(view(dlogits, {n, padded}), view(cpu_logits, {n, padded}),
+                                           view(targets, {n}), vocab);
+  auto gpu = crossentropy_forward_backward(g_logits, g_logits, upload(targets, {n}), vocab);
+  ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
+  EXPECT_EQ(gpu->counted, cpu->counted);
+  EXPECT_EQ(gpu->correct, cpu->correct);
+  EXPECT_NEAR(gpu->loss, cpu->loss, 4 * kU32 * std::fabs(cpu->loss));
+  expect_result(g_logits, dlogits, 8 * kU32 / static_cast<double>(cpu->counted), "dlogits");
+}
+
 // Shapes for the tiled kernels (64 query or key rows a block, 32 streamed, head dims padded to 64, 128 or 256): one
 // partial tile; several tiles with partial ones at the end; and each padded head size, 256 with its split key pass.
 struct AttentionShape {

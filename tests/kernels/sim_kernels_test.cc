@@ -200,6 +200,11 @@ TEST(SimKernels, KernelsInHalfEqualCpuBitwise) {
                             s.Update(embedding_backward(t[5], t[6], t[4], t[0]));
                             return s;
                           });
+    const std::vector<int32_t> targets = {5, kIgnoreIndex, 0, 129, 7, 64};
+    expect_sim_equals_cpu({halves(h, {6, 136}, 28, -4.0f, 4.0f), arg(targets, {6})},
+                          [](const std::vector<Tensor>& t) {  // logits (their gradient in place), targets
+                            return crossentropy_forward_backward(t[0], t[0], t[1], 130).status();
+                          });
     const int64_t oc = 80;
     expect_sim_equals_cpu({halves(h, {n, c}, 17), halves(h, {oc, c}, 18), halves(h, {oc}, 19), halves(h, {n, oc}, 20),
                            zeros({n, oc}, h), zeros({n, c}, h), halves(h, {oc, c}, 21), floats({oc}, 22)},
