@@ -1,4 +1,5 @@
-// Causal multi-head self-attention on the CPU: one (batch, head) per task, its products as single-threaded GEMMs.
+// Causal multi-head self-attention on the CPU: one (batch, head) per task, its products as single-threaded GEMMs;
+// bf16/fp16 tensors widened, and the results rounded once (kernels/widened.h).
 #include <cmath>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
+#include "kernels/widened.h"
 #include "runtime/parallel.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
@@ -33,11 +35,10 @@ absl::StatusOr<AttentionDims> check_attention(absl::string_view op, const Tensor
   }
   const AttentionDims d{b, t, c3 / 3, num_heads, c3 / 3 / num_heads};
   const Device dev = inp.device();
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "inp", inp, DType::kF32, dev, b * t, c3));
+  ZERO_RETURN_IF_ERROR(detail::check_floating(op, "inp", inp));
   ZERO_RETURN_IF_ERROR(detail::check_numel(op, "lse", lse, DType::kF32, dev, b * num_heads * t));
-  for (const auto& [name, x] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *x, DType::kF32, dev, b * t, d.c));
-  for (const auto& [name, x] : rows_3c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *x, DType::kF32, dev, b * t, c3));
-  ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
+  for (const auto& [name, x] : rows_c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *x, inp.dtype(), dev, b * t, d.c));
+  for (const auto& [name, x] : rows_3c) ZERO_RETURN_IF_ERROR(check_matrix(op, name, *x, inp.dtype(), dev, b * t, c3));
   if (dev.is_cuda() && d.hs > cuda::kMaxHeadDim) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": head size ", d.hs, " exceeds the CUDA kernel's ", cuda::kMaxHeadDim));
@@ -102,10 +103,14 @@ absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tenso
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
-    return cuda::attention_forward(inp.device().index, out.data_as<float>(), lse.data_as<float>(), inp.data_as<float>(),
-                                   d.b, d.t, d.nh, d.hs);
+    return cuda::attention_forward(inp.device().index, out.data(), lse.data_as<float>(), inp.data(), inp.dtype(), d.b,
+                                   d.t, d.nh, d.hs);
   }
 #endif
+  if (inp.dtype() != DType::kF32) {
+    return detail::on_widened({out, lse, inp}, {0},
+                              [=](const auto& t) { return attention_forward(t[0], t[1], t[2], num_heads); });
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
   for_each_head(d, [&](int64_t b, int64_t h) {
     const HeadView hv = head_view(inp.data_as<float>(), d, b, h);
@@ -150,11 +155,15 @@ absl::Status attention_backward(const Tensor& dinp, const Tensor& dout, const Te
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
-    return cuda::attention_backward(inp.device().index, dinp.data_as<float>(), dout.data_as<float>(),
-                                    inp.data_as<float>(), out.data_as<float>(), lse.data_as<float>(), d.b, d.t, d.nh,
-                                    d.hs);
+    return cuda::attention_backward(inp.device().index, dinp.data(), dout.data(), inp.data(), out.data(),
+                                    lse.data_as<float>(), inp.dtype(), d.b, d.t, d.nh, d.hs);
   }
 #endif
+  if (inp.dtype() != DType::kF32) {
+    return detail::on_widened({dinp, dout, inp, out, lse}, {0}, [=](const auto& t) {
+      return attention_backward(t[0], t[1], t[2], t[3], t[4], num_heads);
+    });
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
   for_each_head(d, [&](int64_t b, int64_t h) {
     const HeadView hv = head_view(inp.data_as<float>(), d, b, h);

@@ -9,7 +9,8 @@
 //   call is fp32, bf16 or fp16, one dtype for all but the fp32 statistics (LayerNorm's mean and rstd). Each element is
 //   widened exactly, the math runs in fp32 as it does for fp32 tensors, and each element written is rounded once to
 //   nearest even: a bf16 call gives the bits of the fp32 call on the widened tensors, rounded (see each function for
-//   what it writes in place). Matmul has its own mixed precision.
+//   what it writes in place). Matmul has its own mixed precision. CUDA follows the same rule; only its fp32 math
+//   differs from the CPU's, as for fp32 tensors.
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
 //   can make. CPU tensors run here; CUDA tensors run the CUDA versions (kernels/cuda/, dispatched on
 //   Tensor::device()), asynchronously on the calling thread's current stream of the device (current_stream in
@@ -152,7 +153,7 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
                                                            const Tensor& logits, const Tensor& targets, int64_t vocab,
                                                            const Tensor& host_targets = Tensor());
 
-// ---- Causal self-attention ------------------------------------------------------------------------
+// ---- Causal self-attention, in the training precision (lse fp32) ----------------------------------
 
 // inp (B, T, 3C) holds q, k, v side by side, each (B, T, NH, C/NH) within its C columns (GPT-2's c_attn
 // output). out (B, T, C) = softmax(q k^T / sqrt(C/NH) + causal mask) v per head, heads concatenated.

@@ -1,7 +1,6 @@
 // matmul_forward / matmul_backward in fp32, bf16 or fp16: GEMMs through OpenBLAS (kernels/blas.h; half operands
 // widened) or cuBLAS, bias and its gradient here.
 #include <algorithm>
-#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +8,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
+#include "kernels/widened.h"
 #include "runtime/parallel.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
@@ -38,25 +38,6 @@ absl::StatusOr<MatmulDims> matmul_dims(absl::string_view op, const Tensor& inp, 
   ZERO_RETURN_IF_ERROR(check_matrix(op, "inp", inp, operands, inp.device(), d.n, d.c));
   ZERO_RETURN_IF_ERROR(detail::check_backend(op, inp.device()));
   return d;
-}
-
-// The CPU's GEMM in bf16/fp16: `fp32_call` on fp32 copies of `tensors` (each half one widened exactly; fp32 and
-// undefined ones as they are), then each half tensor among `written` gets its copy's values, rounded once.
-absl::Status on_widened(std::vector<Tensor> tensors, std::initializer_list<size_t> written,
-                        const std::function<absl::Status(const std::vector<Tensor>&)>& fp32_call) {
-  const std::vector<Tensor> originals = tensors;
-  std::vector<std::vector<float>> copies(tensors.size());
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    if (!given(tensors[k]) || !is_half(tensors[k].dtype())) continue;
-    copies[k].resize(static_cast<size_t>(tensors[k].numel()));
-    tensors[k] = Tensor(copies[k].data(), DType::kF32, tensors[k].shape());
-    ZERO_RETURN_IF_ERROR(cast(tensors[k], originals[k]));
-  }
-  ZERO_RETURN_IF_ERROR(fp32_call(tensors));
-  for (const size_t k : written) {
-    if (!copies[k].empty()) ZERO_RETURN_IF_ERROR(cast(originals[k], tensors[k]));
-  }
-  return absl::OkStatus();
 }
 
 // A result or bias `t`: fp32, or the operands' dtype.
@@ -98,8 +79,8 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
   }
 #endif
   if (d.operands != DType::kF32) {
-    return on_widened({out, inp, weight, bias}, {0},
-                      [](const auto& t) { return matmul_forward(t[0], t[1], t[2], t[3]); });
+    return detail::on_widened({out, inp, weight, bias}, {0},
+                              [](const auto& t) { return matmul_forward(t[0], t[1], t[2], t[3]); });
   }
   float* o = out.data_as<float>();
   if (given(bias)) {
@@ -155,8 +136,8 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
   }
 #endif
   if (d.operands != DType::kF32) {
-    return on_widened({dinp, dweight, dbias, dout, inp, weight}, {0, 1, 2},
-                      [](const auto& t) { return matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); });
+    return detail::on_widened({dinp, dweight, dbias, dout, inp, weight}, {0, 1, 2},
+                              [](const auto& t) { return matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); });
   }
   const float* g = dout.data_as<float>();
   if (given(dinp)) {

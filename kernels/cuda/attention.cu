@@ -1,11 +1,14 @@
 // Causal multi-head attention on CUDA, tiled as FlashAttention-2: a block owns 64 query (or key) rows of one head and
 // streams the other side through shared memory 32 rows at a time, never forming the (T, T) scores; lse saved as on
-// the CPU. fp32 throughout; no atomics, so every run gives the same bits.
+// the CPU. q, k, v, out and the gradients in fp32, bf16 or fp16, widened as they are loaded and rounded once as they
+// are stored; the arithmetic in fp32; no atomics, so every run gives the same bits.
 #include <cmath>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "runtime/cuda/half.cuh"
+#include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
 namespace {
@@ -60,7 +63,9 @@ __device__ HeadRows<T> out_rows(T* out, const Dims& d, const Tile& tile) {
   return {out + tile.b * d.t * d.c() + tile.h * d.hs, d.c()};
 }
 
-using Rows = HeadRows<const float>;
+// Rows an operand is read from: elements of S (float, __nv_bfloat16 or __half), widened to fp32 as they are loaded.
+template <typename S>
+using Rows = HeadRows<const S>;
 
 struct Shared {
   float rows[kRows][kChunk + 1];  // + 1: the rows a warp reads down one column fall in distinct banks
@@ -73,20 +78,20 @@ __device__ int ty() { return threadIdx.x / kGrid; }
 __device__ int64_t row_of(int64_t first, int i) { return first + ty() + kGrid * i; }
 __device__ int64_t col_of(int64_t first, int j) { return first + tx() + kGrid * j; }
 
-// dst[r][e] = src row (first + r), head dim c0 + e; zero past T and past hs.
-template <int R>
-__device__ void load_chunk(float (&dst)[R][kChunk + 1], const Rows& src, int64_t first, const Dims& d, int c0) {
+// dst[r][e] = src row (first + r), head dim c0 + e, widened; zero past T and past hs.
+template <int R, typename S>
+__device__ void load_chunk(float (&dst)[R][kChunk + 1], const Rows<S>& src, int64_t first, const Dims& d, int c0) {
   for (int i = threadIdx.x; i < R * kChunk; i += kThreads) {
     const int r = i / kChunk, e = i % kChunk;
     const int64_t p = first + r, dim = c0 + e;
-    dst[r][e] = p < d.t && dim < d.hs ? src.row(p)[dim] : 0.0f;
+    dst[r][e] = p < d.t && dim < d.hs ? widen(src.row(p)[dim]) : 0.0f;
   }
 }
 
 // acc[i][j] += a row row_of(first_a, i) · b row col_of(first_b, j), over the head dims.
-template <int HD>
-__device__ void add_dots(float (&acc)[kRowsPerThread][kColsPerThread], Shared& sm, const Rows& a, int64_t first_a,
-                         const Rows& b, int64_t first_b, const Dims& d) {
+template <int HD, typename S>
+__device__ void add_dots(float (&acc)[kRowsPerThread][kColsPerThread], Shared& sm, const Rows<S>& a, int64_t first_a,
+                         const Rows<S>& b, int64_t first_b, const Dims& d) {
 #pragma unroll
   for (int c0 = 0; c0 < HD; c0 += kChunk) {
     __syncthreads();  // every thread is done with the buffers' last contents
@@ -107,8 +112,8 @@ __device__ void add_dots(float (&acc)[kRowsPerThread][kColsPerThread], Shared& s
 
 // acc[i][j] += sum over the tile's columns c of weights[ty + 16 i][c] · b row (first + c), head dim tx + 16 j. The
 // caller has written the weights.
-template <int HD>
-__device__ void add_weighted(float (&acc)[kRowsPerThread][HD / kGrid], Shared& sm, const Rows& b, int64_t first,
+template <int HD, typename S>
+__device__ void add_weighted(float (&acc)[kRowsPerThread][HD / kGrid], Shared& sm, const Rows<S>& b, int64_t first,
                              const Dims& d) {
 #pragma unroll
   for (int c0 = 0; c0 < HD; c0 += kChunk) {
@@ -150,29 +155,29 @@ __device__ bool sees(int64_t query, int64_t key, const Dims& d) { return key <= 
 // The keys a query tile starting at `first` sees: [0, min(first + kRows, T)).
 __device__ int64_t keys_end(int64_t first, const Dims& d) { return first + kRows < d.t ? first + kRows : d.t; }
 
-// dst row row_of(first, i), head dim tx + 16 j = x[i][j], rows inside T and dims inside hs.
-template <int HD>
-__device__ void store_rows(const HeadRows<float>& dst, int64_t first, const float (&x)[kRowsPerThread][HD / kGrid],
+// dst row row_of(first, i), head dim tx + 16 j = x[i][j] rounded once to S, rows inside T and dims inside hs.
+template <int HD, typename S>
+__device__ void store_rows(const HeadRows<S>& dst, int64_t first, const float (&x)[kRowsPerThread][HD / kGrid],
                            const Dims& d) {
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t p = row_of(first, i);
     if (p >= d.t) continue;
     for (int j = 0; j < HD / kGrid; ++j) {
       const int dim = tx() + kGrid * j;
-      if (dim < d.hs) dst.row(p)[dim] = x[i][j];
+      if (dim < d.hs) dst.row(p)[dim] = narrow<S>(x[i][j]);
     }
   }
 }
 
 // Online softmax over the key tiles: per query row the running max m, the sum l of exp(s - m) and
 // o = sum exp(s - m) v; at the end out = o / l and lse = m + log l.
-template <int HD>
+template <int HD, typename S>
 __global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(float* out, float* lse, const float* inp, Dims d, float scale) {
+    attention_forward_kernel(S* out, float* lse, const S* inp, Dims d, float scale) {
   __shared__ Shared sm;
   const Tile tile = tile_of(d, Heavy::kLast);
-  const Rows q = qkv_rows(inp, d, tile, Part::kQ), k = qkv_rows(inp, d, tile, Part::kK);
-  const Rows v = qkv_rows(inp, d, tile, Part::kV);
+  const Rows<S> q = qkv_rows(inp, d, tile, Part::kQ), k = qkv_rows(inp, d, tile, Part::kK);
+  const Rows<S> v = qkv_rows(inp, d, tile, Part::kV);
   float m[kRowsPerThread], l[kRowsPerThread], o[kRowsPerThread][HD / kGrid] = {};
   for (int i = 0; i < kRowsPerThread; ++i) m[i] = -INFINITY, l[i] = 0.0f;
   for (int64_t k0 = 0; k0 < keys_end(tile.first, d); k0 += kCols) {
@@ -207,21 +212,22 @@ __global__ void __launch_bounds__(kThreads)
 
 // With P = softmax(S), S = scale q k^T (causal), O = P v and D_i = dO_i · O_i:
 // dS_ij = P_ij (dO_i · v_j - D_i);  dq_i = scale sum_{j <= i} dS_ij k_j. Saves D for the key pass.
-template <int HD>
+template <int HD, typename S>
 __global__ void __launch_bounds__(kThreads)
-    attention_backward_query_kernel(float* dinp, float* dsum, const float* dout, const float* inp, const float* out,
-                                    const float* lse, Dims d, float scale) {
+    attention_backward_query_kernel(S* dinp, float* dsum, const S* dout, const S* inp, const S* out, const float* lse,
+                                    Dims d, float scale) {
   __shared__ Shared sm;
   const Tile tile = tile_of(d, Heavy::kLast);
-  const Rows q = qkv_rows(inp, d, tile, Part::kQ), k = qkv_rows(inp, d, tile, Part::kK);
-  const Rows v = qkv_rows(inp, d, tile, Part::kV), o = out_rows(out, d, tile), dout_rows = out_rows(dout, d, tile);
+  const Rows<S> q = qkv_rows(inp, d, tile, Part::kQ), k = qkv_rows(inp, d, tile, Part::kK);
+  const Rows<S> v = qkv_rows(inp, d, tile, Part::kV), o = out_rows(out, d, tile), dout_rows = out_rows(dout, d, tile);
   const int64_t stats = (tile.b * d.nh + tile.h) * d.t;  // the head's lse and D rows
   float di[kRowsPerThread], li[kRowsPerThread], dq[kRowsPerThread][HD / kGrid] = {};
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int64_t query = row_of(tile.first, i);
     float part = 0.0f;
     if (query < d.t) {
-      for (int64_t dim = tx(); dim < d.hs; dim += kGrid) part += dout_rows.row(query)[dim] * o.row(query)[dim];
+      for (int64_t dim = tx(); dim < d.hs; dim += kGrid)
+        part += widen(dout_rows.row(query)[dim]) * widen(o.row(query)[dim]);
     }
     di[i] = row_sum(part);
     li[i] = query < d.t ? lse[stats + query] : 0.0f;
@@ -248,14 +254,14 @@ enum class KeyGrads { kBoth, kDk, kDv };
 
 // dv_j = sum_{i >= j} P_ij dO_i;  dk_j = scale sum_{i >= j} dS_ij q_i. The block's rows are keys; the queries from
 // its first key on stream past.
-template <int HD, KeyGrads kGrads>
+template <int HD, KeyGrads kGrads, typename S>
 __global__ void __launch_bounds__(kThreads)
-    attention_backward_key_kernel(float* dinp, const float* dsum, const float* dout, const float* inp, const float* lse,
-                                  Dims d, float scale) {
+    attention_backward_key_kernel(S* dinp, const float* dsum, const S* dout, const S* inp, const float* lse, Dims d,
+                                  float scale) {
   __shared__ Shared sm;
   const Tile tile = tile_of(d, Heavy::kFirst);
-  const Rows q = qkv_rows(inp, d, tile, Part::kQ), k = qkv_rows(inp, d, tile, Part::kK);
-  const Rows v = qkv_rows(inp, d, tile, Part::kV), dout_rows = out_rows(dout, d, tile);
+  const Rows<S> q = qkv_rows(inp, d, tile, Part::kQ), k = qkv_rows(inp, d, tile, Part::kK);
+  const Rows<S> v = qkv_rows(inp, d, tile, Part::kV), dout_rows = out_rows(dout, d, tile);
   const int64_t stats = (tile.b * d.nh + tile.h) * d.t;
   float dk[kRowsPerThread][HD / kGrid] = {}, dv[kRowsPerThread][HD / kGrid] = {};
   for (int64_t q0 = tile.first; q0 < d.t; q0 += kCols) {
@@ -298,20 +304,24 @@ absl::Status with_head_dim(int64_t hs, F&& f) {
 
 }  // namespace
 
-absl::Status attention_forward(int device, float* out, float* lse, const float* inp, int64_t b, int64_t t, int64_t nh,
-                               int64_t hs) {
+absl::Status attention_forward(int device, void* out, float* lse, const void* inp, DType dtype, int64_t b, int64_t t,
+                               int64_t nh, int64_t hs) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const Dims d{b, t, nh, hs};
   if (b * nh * t == 0) return absl::OkStatus();
-  return with_head_dim(hs, [&](auto hd) {
-    return launch_kernel(device, "attention_forward_kernel", attention_forward_kernel<decltype(hd)::value>,
-                         tile_blocks(d), kThreads, out, lse, inp, d, score_scale(hs));
+  return visit_floating(dtype, [&](auto type) {
+    using S = DeviceElement<decltype(type)::value>;
+    return with_head_dim(hs, [&](auto hd) {
+      return launch_kernel(device, "attention_forward_kernel", attention_forward_kernel<decltype(hd)::value, S>,
+                           tile_blocks(d), kThreads, static_cast<S*>(out), lse, static_cast<const S*>(inp), d,
+                           score_scale(hs));
+    });
   });
 }
 
-absl::Status attention_backward(int device, float* dinp, const float* dout, const float* inp, const float* out,
-                                const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs) {
+absl::Status attention_backward(int device, void* dinp, const void* dout, const void* inp, const void* out,
+                                const float* lse, DType dtype, int64_t b, int64_t t, int64_t nh, int64_t hs) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const Dims d{b, t, nh, hs};
@@ -319,21 +329,26 @@ absl::Status attention_backward(int device, float* dinp, const float* dout, cons
   if (rows == 0) return absl::OkStatus();
   return with_scratch(device, rows * sizeof(float), [&](void* scratch) {
     float* dsum = static_cast<float*>(scratch);  // D (B, NH, T)
-    return with_head_dim(hs, [&](auto hd) {
-      constexpr int kHeadDim = decltype(hd)::value;
-      ZERO_RETURN_IF_ERROR(launch_kernel(device, "attention_backward_query_kernel",
-                                         attention_backward_query_kernel<kHeadDim>, tile_blocks(d), kThreads, dinp,
-                                         dsum, dout, inp, out, lse, d, score_scale(hs)));
-      const auto key_pass = [&](auto* kernel) {
-        return launch_kernel(device, "attention_backward_key_kernel", kernel, tile_blocks(d), kThreads, dinp, dsum,
-                             dout, inp, lse, d, score_scale(hs));
-      };
-      if constexpr (kHeadDim <= 128) {
-        return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kBoth>);
-      } else {
-        ZERO_RETURN_IF_ERROR(key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDk>));
-        return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDv>);
-      }
+    return visit_floating(dtype, [&](auto type) {
+      using S = DeviceElement<decltype(type)::value>;
+      auto* dinp_s = static_cast<S*>(dinp);
+      const auto *dout_s = static_cast<const S*>(dout), *inp_s = static_cast<const S*>(inp);
+      return with_head_dim(hs, [&](auto hd) {
+        constexpr int kHeadDim = decltype(hd)::value;
+        ZERO_RETURN_IF_ERROR(launch_kernel(
+            device, "attention_backward_query_kernel", attention_backward_query_kernel<kHeadDim, S>, tile_blocks(d),
+            kThreads, dinp_s, dsum, dout_s, inp_s, static_cast<const S*>(out), lse, d, score_scale(hs)));
+        const auto key_pass = [&](auto* kernel) {
+          return launch_kernel(device, "attention_backward_key_kernel", kernel, tile_blocks(d), kThreads, dinp_s, dsum,
+                               dout_s, inp_s, lse, d, score_scale(hs));
+        };
+        if constexpr (kHeadDim <= 128) {
+          return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kBoth, S>);
+        } else {
+          ZERO_RETURN_IF_ERROR(key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDk, S>));
+          return key_pass(attention_backward_key_kernel<kHeadDim, KeyGrads::kDv, S>);
+        }
+      });
     });
   });
 }

@@ -60,11 +60,11 @@ absl::Status crossentropy_forward_backward(int device, LossSums* sums, void* dlo
 
 // The largest head size the attention kernels take: they are built for head sizes padded to 64, 128 or 256.
 inline constexpr int64_t kMaxHeadDim = 256;
-// inp (B, T, 3C), out (B, T, C), lse (B, NH, T); C = NH * HS.
-absl::Status attention_forward(int device, float* out, float* lse, const float* inp, int64_t b, int64_t t, int64_t nh,
-                               int64_t hs);
-absl::Status attention_backward(int device, float* dinp, const float* dout, const float* inp, const float* out,
-                                const float* lse, int64_t b, int64_t t, int64_t nh, int64_t hs);
+// inp (B, T, 3C), out (B, T, C) in `dtype` (read widened, written rounded once); lse (B, NH, T) fp32; C = NH * HS.
+absl::Status attention_forward(int device, void* out, float* lse, const void* inp, DType dtype, int64_t b, int64_t t,
+                               int64_t nh, int64_t hs);
+absl::Status attention_backward(int device, void* dinp, const void* dout, const void* inp, const void* out,
+                                const float* lse, DType dtype, int64_t b, int64_t t, int64_t nh, int64_t hs);
 
 // fp32 -> bf16/fp16 (nearest even, or stochastic when `stochastic` is not null), bf16/fp16 -> fp32, or a copy.
 absl::Status cast(int device, void* out, DType to, const void* inp, DType from, int64_t n,

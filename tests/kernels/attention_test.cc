@@ -1,4 +1,6 @@
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
@@ -112,6 +114,27 @@ TEST(Attention, HeadsNotDividingChannelsIsInvalidArgument) {
   EXPECT_EQ(attention_forward(view(out, {kB, kT, kC}), view(lse, {kB, 4, kT}), view(inp, {kB, kT, 3 * kC}), 4).code(),
             absl::StatusCode::kInvalidArgument);
 }
+
+// bf16 and fp16: the fp32 kernels' bits on the widened tensors, each result rounded once; lse stays fp32.
+class AttentionInHalf : public ::testing::TestWithParam<DType> {};
+
+TEST_P(AttentionInHalf, GivesTheFp32BitsRounded) {
+  const DType half = GetParam();
+  const int64_t b = 2, t = 9, nh = 2, hs = 4, c = nh * hs;
+  const std::vector<float> inp = random_floats(b * t * 3 * c, 41), out = random_floats(b * t * c, 42);
+  const std::vector<float> dout = random_floats(b * t * c, 43), dinp = random_floats(b * t * 3 * c, 44);
+  const std::vector<float> lse = random_floats(b * nh * t, 45, 1.0f, 2.0f);
+  SCOPED_TRACE(dtype_name(half));
+  using testing::expect_half_gives_the_fp32_bits_rounded;
+  expect_half_gives_the_fp32_bits_rounded(half, {{out, {b, t, c}}, {lse, {b, nh, t}, true}, {inp, {b, t, 3 * c}}},
+                                          [](const auto& x) { return attention_forward(x[0], x[1], x[2], nh); });
+  expect_half_gives_the_fp32_bits_rounded(
+      half, {{dinp, {b, t, 3 * c}}, {dout, {b, t, c}}, {inp, {b, t, 3 * c}}, {out, {b, t, c}}, {lse, {b, nh, t}, true}},
+      [](const auto& x) { return attention_backward(x[0], x[1], x[2], x[3], x[4], nh); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, AttentionInHalf, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
 }  // namespace zero::kernels

@@ -532,6 +532,38 @@ TEST_F(CudaKernels, AttentionMatchesCpuAndRepeatsBitwise) {
   }
 }
 
+// q, k, v, out and the gradients in bf16/fp16 on the GPU, against the CPU's fp32 kernels on the same (widened)
+// numbers: the fp32 test's tolerances, each result then rounded once. The backward reads the CPU's out, rounded.
+TEST_P(CudaHalf, AttentionMatchesCpu) {
+  for (const auto& [b, t, nh, hs] : kAttentionShapes) {
+    SCOPED_TRACE(absl::StrCat("B ", b, " T ", t, " NH ", nh, " hs ", hs));
+    const int64_t c = nh * hs;
+    const DType h = half();
+    const HalfValues inp = random_half(b * t * 3 * c, 21, h), dout = random_half(b * t * c, 22, h);
+    std::vector<float> inp_c = inp.wide, dout_c = dout.wide, out(b * t * c), lse(b * nh * t), dinp(b * t * 3 * c);
+    ASSERT_TRUE(attention_forward(view(out, {b, t, c}), view(lse, {b, nh, t}), view(inp_c, {b, t, 3 * c}), nh).ok());
+    const HalfValues zeros_out{std::vector<uint16_t>(b * t * c), std::vector<float>(b * t * c)};
+    const HalfValues zeros_dinp{std::vector<uint16_t>(b * t * 3 * c), std::vector<float>(b * t * 3 * c)};
+    const Tensor g_inp = upload_as(inp, h, {b, t, 3 * c}), g_out = upload_as(zeros_out, h, {b, t, c});
+    const Tensor g_lse = upload(std::vector<float>(b * nh * t), {b, nh, t});
+    ASSERT_TRUE(attention_forward(g_out, g_lse, g_inp, nh).ok());
+    const double ds = 2.0 * hs * kU32 * hs / std::sqrt(static_cast<double>(hs));  // as the fp32 test
+    const double tol = 2 * ds + t * kU32;
+    expect_result(g_out, out, tol, "out");
+    expect_near_all(download<float>(g_lse), lse, tol, "lse");
+    HalfValues out_h{std::vector<uint16_t>(out.size()), testing::representable(h, out)};
+    for (size_t i = 0; i < out.size(); ++i) out_h.bits[i] = testing::round_to(h, out[i]);
+    ASSERT_TRUE(attention_backward(view(dinp, {b, t, 3 * c}), view(dout_c, {b, t, c}), view(inp_c, {b, t, 3 * c}),
+                                   view(out_h.wide, {b, t, c}), view(lse, {b, nh, t}), nh)
+                    .ok());
+    const Tensor g_dinp = upload_as(zeros_dinp, h, {b, t, 3 * c});
+    ASSERT_TRUE(attention_backward(g_dinp, upload_as(dout, h, {b, t, c}), g_inp, upload_as(out_h, h, {b, t, c}),
+                                   upload(lse, {b, nh, t}), nh)
+                    .ok());
+    expect_result(g_dinp, dinp, t * tol * hs, "dinp");
+  }
+}
+
 TEST_F(CudaKernels, CastsEqualCpuBitwise) {
   const std::vector<float> x = cast_inputs();
   const int64_t n = static_cast<int64_t>(x.size());

@@ -205,6 +205,13 @@ TEST(SimKernels, KernelsInHalfEqualCpuBitwise) {
                           [](const std::vector<Tensor>& t) {  // logits (their gradient in place), targets
                             return crossentropy_forward_backward(t[0], t[0], t[1], 130).status();
                           });
+    expect_sim_equals_cpu({halves(h, {2, 9, 24}, 29), zeros({2, 9, 8}, h), zeros({2, 2, 9}), halves(h, {2, 9, 8}, 30),
+                           zeros({2, 9, 24}, h)},
+                          [](const std::vector<Tensor>& t) {  // inp, out, lse, dout, dinp; 2 heads of 4
+                            absl::Status s = attention_forward(t[1], t[2], t[0], 2);
+                            s.Update(attention_backward(t[4], t[3], t[0], t[1], t[2], 2));
+                            return s;
+                          });
     const int64_t oc = 80;
     expect_sim_equals_cpu({halves(h, {n, c}, 17), halves(h, {oc, c}, 18), halves(h, {oc}, 19), halves(h, {n, oc}, 20),
                            zeros({n, oc}, h), zeros({n, c}, h), halves(h, {oc, c}, 21), floats({oc}, 22)},
