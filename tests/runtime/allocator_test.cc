@@ -3,8 +3,10 @@
 #include <fcntl.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,6 +14,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/device_memory.h"
 #include "runtime/file_memory.h"
@@ -291,6 +294,18 @@ TEST(AllocatorFiles, PageOutDropsTheBytesFromRamUntilPageInReadsThemBack) {
 TEST(AllocatorFiles, TouchingPagedOutMemoryIsACrashNeverASilentZero) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const testing::ScopedTempDir offload;
+  // The death test runs this body again in a child, which dies holding an offload directory of its own: made inside
+  // this one (the child's temporary directory), it is removed with this one.
+  const char* outer = getenv("TEST_TMPDIR");
+  const std::optional<std::string> saved = outer != nullptr ? std::optional<std::string>(outer) : std::nullopt;
+  setenv("TEST_TMPDIR", offload.path().c_str(), /*overwrite=*/1);
+  const absl::Cleanup restore = [&saved] {
+    if (saved.has_value()) {
+      setenv("TEST_TMPDIR", saved->c_str(), 1);
+    } else {
+      unsetenv("TEST_TMPDIR");
+    }
+  };
   Allocator alloc;
   ASSERT_TRUE(alloc.place_in_files(MemoryCategory::kOptimizerState, offload.path().string()).ok());
   Buffer state = std::move(alloc.allocate(4096, MemoryCategory::kOptimizerState)).value();
