@@ -91,7 +91,7 @@ CrossEntropyResult loss_of(const LossSums& sums, int64_t counted) {
 
 absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, const Tensor& dlogits,
                                                            const Tensor& logits, const Tensor& targets, int64_t vocab,
-                                                           const Tensor& host_targets) {
+                                                           const Tensor& host_targets, float loss_scale) {
   constexpr absl::string_view op = "crossentropy_forward_backward";
   const int64_t n = detail::num_rows(logits), padded = detail::last_dim(logits);
   const Device dev = logits.device();
@@ -127,11 +127,13 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
     ZERO_RETURN_IF_ERROR(launch_on_sim(
         dev, "crossentropy_forward_backward", std::move(accesses), [=](HostTensors& host) -> absl::Status {
           const Tensor d = gradient ? host(dlogits) : Tensor();
-          return crossentropy_forward_backward_into(host(sums), d, host(logits), host(targets), vocab).status();
+          return crossentropy_forward_backward_into(host(sums), d, host(logits), host(targets), vocab, Tensor(),
+                                                    loss_scale)
+              .status();
         }));
     return counted;
   }
-  const float scale = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
+  const float scale = counted > 0 ? loss_scale / static_cast<float>(counted) : 0.0f;
 #if ZERO_HAS_CUDA
   if (dev.is_cuda()) {
     ZERO_RETURN_IF_ERROR(cuda::crossentropy_forward_backward(dev.index, static_cast<LossSums*>(sums.data()),
@@ -175,11 +177,11 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
 // The sums land in a slot of the logits' device and are copied back: on a device the host waits for them.
 absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
                                                                  const Tensor& targets, int64_t vocab,
-                                                                 const Tensor& host_targets) {
+                                                                 const Tensor& host_targets, float loss_scale) {
   const Device dev = logits.device();
   ZERO_ASSIGN_OR_RETURN(void* slot, device_alloc(dev, sizeof(LossSums)));
   absl::StatusOr<int64_t> counted = crossentropy_forward_backward_into(
-      Tensor(slot, DType::kU8, {sizeof(LossSums)}, dev), dlogits, logits, targets, vocab, host_targets);
+      Tensor(slot, DType::kU8, {sizeof(LossSums)}, dev), dlogits, logits, targets, vocab, host_targets, loss_scale);
   LossSums sums;
   absl::Status copied = counted.status();
   if (copied.ok()) copied = copy_bytes(&sums, Device::cpu(), slot, dev, sizeof(LossSums));

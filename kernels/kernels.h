@@ -132,11 +132,14 @@ struct CrossEntropyResult {
 // Softmax cross-entropy and its gradient in one pass. logits (N, Vp) with the real vocab in columns
 // [0, vocab), vocab <= Vp (columns >= vocab are padding: ignored, their gradient 0); targets (N) int32 in
 // [0, vocab) or kIgnoreIndex (no loss, zero gradient row).
-// dlogits (N, Vp) = (softmax(logits) - onehot(target)) / counted (written; may alias logits; undefined: the loss
-// alone, with the same bits, for a forward no backward follows).
+// dlogits (N, Vp) = loss_scale · (softmax(logits) - onehot(target)) / counted (written; may alias logits; undefined:
+// the loss alone, with the same bits, for a forward no backward follows). The loss scale is part of the gradient's
+// one rounding, so an fp16 gradient is scaled before it is rounded (and a power-of-two scale gives the bits of the
+// unscaled gradient times the scale, barring overflow and subnormals).
 absl::StatusOr<CrossEntropyResult> crossentropy_forward_backward(const Tensor& dlogits, const Tensor& logits,
                                                                  const Tensor& targets, int64_t vocab,
-                                                                 const Tensor& host_targets = Tensor());
+                                                                 const Tensor& host_targets = Tensor(),
+                                                                 float loss_scale = 1.0f);
 
 // A cross-entropy's sums over its counted rows, left where it ran by crossentropy_forward_backward_into.
 struct LossSums {
@@ -151,7 +154,8 @@ CrossEntropyResult loss_of(const LossSums& sums, int64_t counted);
 // them. Returns how many targets counted, which the host knows from the targets.
 absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, const Tensor& dlogits,
                                                            const Tensor& logits, const Tensor& targets, int64_t vocab,
-                                                           const Tensor& host_targets = Tensor());
+                                                           const Tensor& host_targets = Tensor(),
+                                                           float loss_scale = 1.0f);
 
 // ---- Causal self-attention, in the training precision (lse fp32) ----------------------------------
 

@@ -91,19 +91,15 @@ absl::Status classifier_loss(UnitContext& ctx, const Tensor& dlogits, const Tens
   if (ctx.loss_sums.data() != nullptr) {
     ZERO_ASSIGN_OR_RETURN(ctx.predictions,
                           kernels::crossentropy_forward_backward_into(ctx.loss_sums, dlogits, logits, ctx.batch.targets,
-                                                                      classes, ctx.batch.host_targets));
+                                                                      classes, ctx.batch.host_targets, ctx.loss_scale));
     ctx.loss_sums_written = true;
   } else {
-    ZERO_ASSIGN_OR_RETURN(
-        const kernels::CrossEntropyResult ce,
-        kernels::crossentropy_forward_backward(dlogits, logits, ctx.batch.targets, classes, ctx.batch.host_targets));
+    ZERO_ASSIGN_OR_RETURN(const kernels::CrossEntropyResult ce,
+                          kernels::crossentropy_forward_backward(dlogits, logits, ctx.batch.targets, classes,
+                                                                 ctx.batch.host_targets, ctx.loss_scale));
     ctx.loss = ce.loss;
     ctx.correct = ce.correct;
     ctx.predictions = ce.counted;
-  }
-  // One fp32 multiply per element, as a host loop would do: the same bits.
-  if (ctx.loss_scale != 1.0f && dlogits.data() != nullptr) {
-    ZERO_RETURN_IF_ERROR(kernels::multiply_by(dlogits, ctx.loss_scale));
   }
   return absl::OkStatus();
 }

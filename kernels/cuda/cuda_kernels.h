@@ -51,9 +51,9 @@ absl::Status embedding_forward(int device, void* out, const int32_t* tokens, con
 absl::Status embedding_backward(int device, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
                                 DType dtype, int64_t b, int64_t t, int64_t c, int64_t vocab);
 
-// logits, dlogits (N, Vp; null: the loss alone) in `dtype`, targets (N) on the device; `scale` = 1 / counted (0 if
-// none). Writes to `sums`, on the device, the sum of -log p(target) over counted rows (fp64) and how many of them have
-// argmax == target.
+// logits, dlogits (N, Vp; null: the loss alone) in `dtype`, targets (N) on the device; `scale` = loss scale / counted
+// (0 if none). Writes to `sums`, on the device, the sum of -log p(target) over counted rows (fp64) and how many of them
+// have argmax == target.
 absl::Status crossentropy_forward_backward(int device, LossSums* sums, void* dlogits, const void* logits, DType dtype,
                                            const int32_t* targets, int64_t n, int64_t vocab, int64_t padded,
                                            float scale);

@@ -153,6 +153,33 @@ TEST(CrossEntropy, TargetInPaddingIsInvalidArgument) {
       absl::StatusCode::kInvalidArgument);
 }
 
+// A power-of-two loss scale inside the gradient's rounding: the unscaled gradient times the scale, bit for bit, and
+// the same loss; in fp16 the scaled gradient keeps values the unscaled one flushes to zero.
+TEST(CrossEntropy, ALossScaleScalesTheGradientBeforeItsRounding) {
+  const int64_t n = 6, vocab = 200;
+  std::vector<int32_t> targets = {3, kIgnoreIndex, 150, 0, 199, 42};
+  std::vector<float> logits = random_floats(n * vocab, 51, -8.0f, 8.0f);
+  std::vector<float> plain(n * vocab), scaled(n * vocab);
+  const auto a =
+      crossentropy_forward_backward(view(plain, {n, vocab}), view(logits, {n, vocab}), view(targets, {n}), vocab);
+  const auto b = crossentropy_forward_backward(view(scaled, {n, vocab}), view(logits, {n, vocab}), view(targets, {n}),
+                                               vocab, Tensor(), 1024.0f);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  EXPECT_EQ(b->loss, a->loss);
+  for (float& x : plain) x *= 1024.0f;
+  EXPECT_EQ(scaled, plain);
+  std::vector<uint16_t> h(n * vocab), dh(n * vocab);
+  for (int64_t i = 0; i < n * vocab; ++i) h[i] = float_to_fp16(logits[i]);
+  const Tensor h_logits(h.data(), DType::kF16, {n, vocab}), h_grad(dh.data(), DType::kF16, {n, vocab});
+  int64_t unscaled_zeros = 0, scaled_zeros = 0;
+  for (const float loss_scale : {1.0f, 65536.0f}) {
+    ASSERT_TRUE(crossentropy_forward_backward(h_grad, h_logits, view(targets, {n}), vocab, Tensor(), loss_scale).ok());
+    (loss_scale == 1.0f ? unscaled_zeros : scaled_zeros) = std::count(dh.begin(), dh.end(), uint16_t{0});
+  }
+  EXPECT_EQ(scaled_zeros, vocab) << "the ignored row's alone";
+  EXPECT_GT(unscaled_zeros, scaled_zeros + vocab / 2) << "fp16 flushes small probabilities unless scaled first";
+}
+
 // bf16 and fp16 logits: the fp32 kernel's loss, count and argmax hits on the widened logits, and its gradient rounded
 // once, over a padded vocab with an ignored row; in place over the logits too.
 class CrossEntropyInHalf : public ::testing::TestWithParam<DType> {};
