@@ -108,7 +108,8 @@ absl::Status attention_forward(const Tensor& out, const Tensor& lse, const Tenso
   }
 #endif
   if (inp.dtype() != DType::kF32) {
-    return detail::on_widened({out, lse, inp}, {0},
+    using enum detail::Role;
+    return detail::on_widened({{out, kOut}, {lse, kOut}, {inp, kIn}},
                               [=](const auto& t) { return attention_forward(t[0], t[1], t[2], num_heads); });
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
@@ -160,7 +161,8 @@ absl::Status attention_backward(const Tensor& dinp, const Tensor& dout, const Te
   }
 #endif
   if (inp.dtype() != DType::kF32) {
-    return detail::on_widened({dinp, dout, inp, out, lse}, {0}, [=](const auto& t) {
+    using enum detail::Role;
+    return detail::on_widened({{dinp, kOut}, {dout, kIn}, {inp, kIn}, {out, kIn}, {lse, kIn}}, [=](const auto& t) {
       return attention_backward(t[0], t[1], t[2], t[3], t[4], num_heads);
     });
   }

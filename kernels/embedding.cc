@@ -117,13 +117,17 @@ absl::Status embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Te
   visit_floating(dwte.dtype(), [&](auto type) {
     constexpr DType T = decltype(type)::value;
     const void* g = dout.data();
-    // dst[i] = rounded(dst[i] + dout[src_rows...][i], added in order in fp32), for columns [c0, c1).
+    // dst row dst_row, columns [c0, c1) += the dout rows src_row(0), src_row(1), ... in that order, in fp32 in `acc`
+    // (a row of the column block: the adds vectorize across columns), then rounded once.
     const auto add_rows = [&](void* dst, int64_t dst_row, auto src_row, int64_t count, int64_t c0, int64_t c1) {
-      for (int64_t i = c0; i < c1; ++i) {
-        float acc = load_as_float(dst, T, dst_row * d.c + i);
-        for (int64_t k = 0; k < count; ++k) acc += load_as_float(g, T, src_row(k) * d.c + i);
-        store_from_float(dst, T, dst_row * d.c + i, acc);
+      float acc[kColBlock];
+      const int64_t width = c1 - c0, first = dst_row * d.c + c0;
+      for (int64_t i = 0; i < width; ++i) acc[i] = load_as_float(dst, T, first + i);
+      for (int64_t k = 0; k < count; ++k) {
+        const int64_t row = src_row(k) * d.c + c0;
+        for (int64_t i = 0; i < width; ++i) acc[i] += load_as_float(g, T, row + i);
       }
+      for (int64_t i = 0; i < width; ++i) store_from_float(dst, T, first + i, acc[i]);
     };
     // Threads own column blocks. Each token's run, and each position's rows (b = 0, 1, ...), are added in row
     // order in fp32 and rounded once.

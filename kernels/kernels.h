@@ -6,7 +6,8 @@
 // - Free functions on contiguous Tensor views, all on one device. A shape written (N, C) also accepts any shape whose
 //   last dim is C, leading dims flattened into N rows.
 // - Float tensors are fp32, except where a section says "in the training precision": there every float tensor of a
-//   call is fp32, bf16 or fp16, one dtype for all but the fp32 statistics (LayerNorm's mean and rstd). Each element is
+//   call is fp32, bf16 or fp16, one dtype for all but the fp32 statistics (LayerNorm's mean and rstd, attention's
+//   lse). Each element is
 //   widened exactly, the math runs in fp32 as it does for fp32 tensors, and each element written is rounded once to
 //   nearest even: a bf16 call gives the bits of the fp32 call on the widened tensors, rounded (see each function for
 //   what it writes in place). Matmul has its own mixed precision. CUDA follows the same rule; only its fp32 math
@@ -49,8 +50,8 @@ enum class Fp32Gemm { kExact, kTf32 };
 // (Tensor()) for no bias.
 // Mixed precision: inp and weight both bf16 or both fp16 are multiplied exactly and summed in fp32 (CUDA: on tensor
 // cores; the CPU, and the simulated device that runs its code: the fp32 GEMM on their widened values); out and bias
-// may each be fp32 or that dtype. The bias is added in fp32 and a half out is rounded once, to nearest even. Only the
-// order of the fp32 sums differs between the CPU and CUDA.
+// may each be fp32 or that dtype. The bias is added in fp32 and a half out is rounded once, to nearest even. The CPU
+// and CUDA differ in how the fp32 sums run (order, and the tensor cores' own accumulation), not in what is summed.
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                             Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 

@@ -79,7 +79,8 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
   }
 #endif
   if (d.operands != DType::kF32) {
-    return detail::on_widened({out, inp, weight, bias}, {0},
+    using enum detail::Role;
+    return detail::on_widened({{out, kOut}, {inp, kIn}, {weight, kIn}, {bias, kIn}},
                               [](const auto& t) { return matmul_forward(t[0], t[1], t[2], t[3]); });
   }
   float* o = out.data_as<float>();
@@ -136,8 +137,10 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
   }
 #endif
   if (d.operands != DType::kF32) {
-    return detail::on_widened({dinp, dweight, dbias, dout, inp, weight}, {0, 1, 2},
-                              [](const auto& t) { return matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); });
+    using enum detail::Role;
+    return detail::on_widened(
+        {{dinp, kOut}, {dweight, kInOut}, {dbias, kInOut}, {dout, kIn}, {inp, kIn}, {weight, kIn}},
+        [](const auto& t) { return matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); });
   }
   const float* g = dout.data_as<float>();
   if (given(dinp)) {

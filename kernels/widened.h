@@ -2,9 +2,8 @@
 // attention): the fp32 kernel on widened copies, each result it writes rounded once.
 #pragma once
 
-#include <cstddef>
 #include <functional>
-#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -12,10 +11,13 @@
 
 namespace zero::kernels::detail {
 
-// `fp32_call` on fp32 copies of `tensors` (each bf16/fp16 one widened exactly; fp32 and undefined ones as they are),
-// then each half tensor among `written` (indices into `tensors`) gets its copy's values, rounded once to nearest even.
-// CPU tensors only: the copies live on the host.
-absl::Status on_widened(std::vector<Tensor> tensors, std::initializer_list<size_t> written,
+// What the kernel does with an argument: reads it, writes all of it, or reads and writes it (a += result).
+enum class Role { kIn, kOut, kInOut };
+
+// `fp32_call` on fp32 stand-ins for `args`' tensors, in order: fp32 and undefined tensors as they are; each bf16/fp16
+// one as an fp32 copy, widened exactly unless the kernel only writes it. Then each half tensor the kernel writes gets
+// its copy's values, rounded once to nearest even. CPU tensors only: the copies live on the host.
+absl::Status on_widened(const std::vector<std::pair<Tensor, Role>>& args,
                         const std::function<absl::Status(const std::vector<Tensor>&)>& fp32_call);
 
 }  // namespace zero::kernels::detail

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/half.cuh"
 #include "runtime/cuda/launch.cuh"
 #include "runtime/status.h"
 
@@ -53,13 +54,13 @@ __device__ __forceinline__ float widen(float x) { return x; }
 __device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float widen(__half x) { return __half2float(x); }
 
-// fp32 -> T, round to nearest even (the identity for fp32).
+// fp32 -> T, round to nearest even (the identity for fp32), NaNs as the CPU rounds them (runtime/cuda/half.cuh).
 template <typename T>
 __device__ __forceinline__ T narrow(float x) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(x);
+    return __ushort_as_bfloat16(to_bf16(x));
   } else if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(x);
+    return __ushort_as_half(to_fp16(x));
   } else {
     return x;
   }

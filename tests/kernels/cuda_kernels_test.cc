@@ -1,6 +1,7 @@
 // The CUDA kernels against the CPU kernels on the same random inputs; every GPU test skips without a CUDA device.
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -160,6 +161,41 @@ class CudaHalf : public CudaKernels, public ::testing::WithParamInterface<DType>
                       << " (tolerance " << bound << ")";
         ++misses;
       }
+    }
+  }
+
+  // `kernel` on the GPU on half() tensors and on fp32 tensors holding the same numbers (fp32 arguments: copies of the
+  // given values): after it, every half argument holds the fp32 call's values rounded once, and every fp32 one the
+  // fp32 call's bits. Exact, as the CUDA kernels' fp32 and half instantiations share their arithmetic: a second
+  // rounding, or a rounded value read back, shows as a changed bit.
+  void expect_half_gives_the_fp32_bits_rounded(const std::vector<testing::KernelArg>& args,
+                                               const std::function<absl::Status(const std::vector<Tensor>&)>& kernel) {
+    std::vector<Tensor> fp32_tensors, half_tensors;
+    for (const testing::KernelArg& a : args) {
+      const std::vector<float> wide = a.fp32 ? a.values : testing::representable(half(), a.values);
+      fp32_tensors.push_back(upload(wide, a.shape));
+      if (a.fp32) {
+        half_tensors.push_back(upload(wide, a.shape));
+      } else {
+        HalfValues v{std::vector<uint16_t>(wide.size()), wide};
+        for (size_t i = 0; i < wide.size(); ++i) v.bits[i] = testing::round_to(half(), wide[i]);
+        half_tensors.push_back(upload_as(v, half(), a.shape));
+      }
+    }
+    const absl::Status fp32_status = kernel(fp32_tensors);
+    ASSERT_TRUE(fp32_status.ok()) << fp32_status;
+    const absl::Status half_status = kernel(half_tensors);
+    ASSERT_TRUE(half_status.ok()) << half_status;
+    for (size_t k = 0; k < args.size(); ++k) {
+      const std::vector<float> fp32 = download<float>(fp32_tensors[k]);
+      if (args[k].fp32) {
+        const std::vector<float> got = download<float>(half_tensors[k]);
+        EXPECT_EQ(std::memcmp(got.data(), fp32.data(), fp32.size() * sizeof(float)), 0) << "fp32 argument " << k;
+        continue;
+      }
+      std::vector<uint16_t> rounded(fp32.size());
+      for (size_t i = 0; i < fp32.size(); ++i) rounded[i] = testing::round_to(half(), fp32[i]);
+      EXPECT_EQ(download<uint16_t>(half_tensors[k]), rounded) << "argument " << k;
     }
   }
 };
@@ -322,6 +358,98 @@ TEST_F(CudaKernels, LayerNormWithTheResidualFusedGivesTheSeparateKernelsBits) {
   for (size_t i = 0; i < separate.size(); ++i) {
     ASSERT_EQ(fused[i].size(), separate[i].size());
     EXPECT_EQ(std::memcmp(fused[i].data(), separate[i].data(), fused[i].size() * sizeof(float)), 0) << names[i];
+  }
+}
+
+// Every kernel of the training precision on the GPU, against the GPU's own fp32 kernel on the same numbers, bit for
+// bit (the GEMMs aside: cuBLAS accumulates half and fp32 products differently). LayerNorm's backward with the
+// residual's gradient, the embedding's repeated tokens and the cross-entropy in place are where a second rounding would
+// hide.
+TEST_P(CudaHalf, EachKernelGivesItsFp32BitsRounded) {
+  const int64_t n = 70, c = 200;
+  const Shape rows = {n, c}, cols = {c}, stats = {n};
+  const auto r = [](int64_t size, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    return random_floats(size, seed, lo, hi);
+  };
+  SCOPED_TRACE(dtype_name(half()));
+  // One kernel per call: a chain would compare rounded inputs in half against unrounded ones in fp32.
+  const std::vector<testing::KernelArg> three = {{r(n * c, 1, -5, 5), rows}, {r(n * c, 2), rows}, {r(n * c, 3), rows}};
+  expect_half_gives_the_fp32_bits_rounded(three, [](const auto& t) { return gelu_forward(t[1], t[0]); });
+  expect_half_gives_the_fp32_bits_rounded(three, [](const auto& t) { return gelu_backward(t[2], t[0], t[2]); });
+  expect_half_gives_the_fp32_bits_rounded(three, [](const auto& t) { return residual_forward(t[1], t[1], t[0]); });
+  expect_half_gives_the_fp32_bits_rounded(three, [](const auto& t) { return residual_backward(t[2], t[1]); });
+  expect_half_gives_the_fp32_bits_rounded(
+      {{r(n * c, 4), rows},
+       {r(n, 5), stats, true},
+       {r(n, 6), stats, true},
+       {r(n * c, 7), rows},
+       {r(c, 8), cols},
+       {r(c, 9), cols}},
+      [](const auto& t) { return layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5]); });
+  expect_half_gives_the_fp32_bits_rounded(
+      {{r(n * c, 10), rows},
+       {r(c, 11), cols},
+       {r(c, 12), cols},
+       {r(n * c, 13), rows},
+       {r(n * c, 14), rows},
+       {r(c, 15), cols},
+       {r(n, 16, -0.5f, 0.5f), stats, true},
+       {r(n, 17, 0.5f, 2.0f), stats, true},
+       {r(n * c, 18), rows}},
+      [](const auto& t) { return layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]); });
+  const int64_t b = 4, t = 64, vocab = 50, max_t = 70, emb = 40;
+  std::vector<int32_t> tokens(b * t);
+  for (int64_t i = 0; i < b * t; ++i) tokens[i] = static_cast<int32_t>(i % 3 == 0 ? 7 : (i * 31) % vocab);
+  const Tensor g_tokens = upload(tokens, {b, t});
+  const std::vector<testing::KernelArg> embedding = {
+      {r(vocab * emb, 19), {vocab, emb}}, {r(max_t * emb, 20), {max_t, emb}}, {r(b * t * emb, 21), {b, t, emb}}};
+  expect_half_gives_the_fp32_bits_rounded(embedding,
+                                          [&](const auto& x) { return embedding_forward(x[2], g_tokens, x[0], x[1]); });
+  expect_half_gives_the_fp32_bits_rounded(
+      embedding, [&](const auto& x) { return embedding_backward(x[0], x[1], x[2], g_tokens); });
+  const int64_t padded = 136, classes = 130;
+  std::vector<int32_t> targets(n);
+  for (int64_t i = 0; i < n; ++i) targets[i] = i % 5 == 0 ? kIgnoreIndex : static_cast<int32_t>((i * 37) % classes);
+  const Tensor g_targets = upload(targets, {n});
+  expect_half_gives_the_fp32_bits_rounded({{r(n * padded, 24, -4, 4), {n, padded}}}, [&](const auto& x) {
+    return crossentropy_forward_backward(x[0], x[0], g_targets, classes).status();
+  });
+  const int64_t nh = 2, hs = 40, ac = nh * hs, at = 45;
+  const std::vector<testing::KernelArg> attention = {
+      {r(2 * at * 3 * ac, 25), {2, at, 3 * ac}},
+      {r(2 * at * ac, 26), {2, at, ac}},
+      {r(2 * nh * at, 27, 1.0f, 3.0f), {2, nh, at}, true},
+      {r(2 * at * ac, 28), {2, at, ac}},
+      {r(2 * at * 3 * ac, 29), {2, at, 3 * ac}}};  // inp, out, lse, dout, dinp
+  expect_half_gives_the_fp32_bits_rounded(attention,
+                                          [&](const auto& x) { return attention_forward(x[1], x[2], x[0], nh); });
+  expect_half_gives_the_fp32_bits_rounded(
+      attention, [&](const auto& x) { return attention_backward(x[4], x[3], x[0], x[1], x[2], nh); });
+}
+
+// The fused forward on the GPU in bf16/fp16 is the residual add, rounded, then the LayerNorm of what it stored.
+TEST_P(CudaHalf, LayerNormWithTheResidualFusedGivesTheSeparateKernelsBits) {
+  const int64_t n = 70, c = 200;
+  const DType h = half();
+  const HalfValues x = random_half(n * c, 9, h), res = random_half(n * c, 10, h), w = random_half(c, 11, h);
+  const HalfValues b = random_half(c, 12, h);
+  const HalfValues zeros{std::vector<uint16_t>(n * c), std::vector<float>(n * c)};
+  std::vector<std::vector<uint16_t>> results[2];
+  std::vector<std::vector<float>> stats[2];
+  for (const bool fused : {false, true}) {
+    const Tensor g_x = upload_as(x, h, {n, c}), g_res = upload_as(res, h, {n, c}), g_out = upload_as(zeros, h, {n, c});
+    const Tensor g_mean = upload(std::vector<float>(n), {n}), g_rstd = upload(std::vector<float>(n), {n});
+    const Tensor g_w = upload_as(w, h, {c}), g_b = upload_as(b, h, {c});
+    absl::Status s = fused ? residual_layernorm_forward(g_out, g_mean, g_rstd, g_x, g_res, g_w, g_b)
+                           : residual_forward(g_x, g_x, g_res);
+    if (!fused) s.Update(layernorm_forward(g_out, g_mean, g_rstd, g_x, g_w, g_b));
+    ASSERT_TRUE(s.ok()) << s;
+    results[fused] = {download<uint16_t>(g_x), download<uint16_t>(g_out)};
+    stats[fused] = {download<float>(g_mean), download<float>(g_rstd)};
+  }
+  EXPECT_EQ(results[1], results[0]) << "inp + residual, out";
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(std::memcmp(stats[1][i].data(), stats[0][i].data(), n * sizeof(float)), 0) << (i == 0 ? "mean" : "rstd");
   }
 }
 
