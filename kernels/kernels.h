@@ -7,11 +7,10 @@
 //   last dim is C, leading dims flattened into N rows.
 // - Float tensors are fp32, except where a section says "in the training precision": there every float tensor of a
 //   call is fp32, bf16 or fp16, one dtype for all but the fp32 statistics (LayerNorm's mean and rstd, attention's
-//   lse). Each element is
-//   widened exactly, the math runs in fp32 as it does for fp32 tensors, and each element written is rounded once to
-//   nearest even: a bf16 call gives the bits of the fp32 call on the widened tensors, rounded (see each function for
-//   what it writes in place). Matmul has its own mixed precision. CUDA follows the same rule; only its fp32 math
-//   differs from the CPU's, as for fp32 tensors.
+//   lse). Each element is widened exactly, the math runs in fp32 as it does for fp32 tensors, and each element
+//   written is rounded once to nearest even: a bf16 call gives the bits of the fp32 call on the widened tensors,
+//   rounded (see each function for what it writes in place). Matmul has its own mixed precision. CUDA follows the
+//   same rule; only its fp32 math differs from the CPU's, as for fp32 tensors.
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
 //   can make. CPU tensors run here; CUDA tensors run the CUDA versions (kernels/cuda/, dispatched on
 //   Tensor::device()), asynchronously on the calling thread's current stream of the device (current_stream in
