@@ -421,7 +421,7 @@ struct StagePlan {
 
 std::vector<StagePlan> plan_stages(const Request& r) {
   const int64_t activations =
-      r.batch.has_value() ? gpt2_peak_activation_bytes(*r.gpt2, *r.batch, *r.seq, r.recompute) : 0;
+      r.batch.has_value() ? gpt2_peak_activation_bytes(*r.gpt2, *r.batch, *r.seq, r.recompute, r.plan.precision) : 0;
   std::vector<StagePlan> plans;
   for (int stage : r.stages) {
     PlanInput input = r.plan;

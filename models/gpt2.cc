@@ -50,7 +50,7 @@ absl::Status check_tokens(const Gpt2Config& config, const Tensor& tokens, const 
 class Gpt2Embedding final : public Unit {
  public:
   Gpt2Embedding(const Gpt2Config& config, GradRelay& relay)
-      : config_(config), specs_(unit_specs(config, 0)), names_(view_names(specs_)), relay_(relay) {}
+      : config_(config), specs_(unit_specs(config, 0)), relay_(relay) {}
 
   absl::string_view name() const override { return kGpt2EmbeddingUnit; }
   std::vector<ParamSpec> param_specs() const override { return specs_; }
@@ -58,11 +58,11 @@ class Gpt2Embedding final : public Unit {
   absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor&) override {
     const Tensor& tokens = ctx.batch.inputs;
     ZERO_RETURN_IF_ERROR(check_tokens(config_, tokens, ctx.batch.host_inputs, ctx.device));
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
+    const Shape shape = {tokens.size(0), tokens.size(1), config_.channels};
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
-                                                   {{&out_, {tokens.size(0), tokens.size(1), config_.channels}}}));
-    ZERO_RETURN_IF_ERROR(kernels::embedding_forward(out_, tokens, p.views().at("wte.weight"),
-                                                    p.views().at("wpe.weight"), ctx.batch.host_inputs));
+                                                   {{&out_, shape, params.at("wte.weight").dtype()}}));
+    ZERO_RETURN_IF_ERROR(kernels::embedding_forward(out_, tokens, params.at("wte.weight"), params.at("wpe.weight"),
+                                                    ctx.batch.host_inputs));
     return out_;
   }
 
@@ -70,10 +70,8 @@ class Gpt2Embedding final : public Unit {
 
   absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews&, const ParamViews& grads,
                                   const Tensor& dy) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, ctx.device, grads, names_));
-    ZERO_RETURN_IF_ERROR(kernels::embedding_backward(g.views().at("wte.weight"), g.views().at("wpe.weight"), dy,
+    ZERO_RETURN_IF_ERROR(kernels::embedding_backward(grads.at("wte.weight"), grads.at("wpe.weight"), dy,
                                                      ctx.batch.inputs, ctx.batch.host_inputs));
-    ZERO_RETURN_IF_ERROR(g.round_back());
     saved_.reset();
     relay_.hand_off();
     return Tensor();
@@ -82,7 +80,6 @@ class Gpt2Embedding final : public Unit {
  private:
   const Gpt2Config config_;
   const std::vector<ParamSpec> specs_;
-  const std::vector<std::string> names_;
   GradRelay& relay_;
   Buffer saved_;
   Tensor out_;
@@ -92,19 +89,16 @@ class Gpt2Embedding final : public Unit {
 class Gpt2Block final : public Unit {
  public:
   Gpt2Block(const Gpt2Config& config, int64_t layer, GradRelay& relay)
-      : config_(config), name_(gpt2_block_unit(layer)), specs_(unit_specs(config, layer + 1)),
-        names_(view_names(specs_)), relay_(relay) {}
+      : config_(config), name_(gpt2_block_unit(layer)), specs_(unit_specs(config, layer + 1)), relay_(relay) {}
 
   absl::string_view name() const override { return name_; }
   std::vector<ParamSpec> param_specs() const override { return specs_; }
   void set_recompute(bool recompute) { recompute_ = recompute; }
 
-  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
-    const ParamViews& p = p32.views();
+  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& p, const Tensor& x) override {
     x_ = x;
-    ZERO_ASSIGN_OR_RETURN(
-        out_buffer_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device, {{&out_, x.shape()}}));
+    ZERO_ASSIGN_OR_RETURN(out_buffer_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
+                                                        {{&out_, x.shape(), x.dtype()}}));
     ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
     // y (B, T, C) = x2 + fc_gelu · mlp.c_proj^T + b
     ZERO_RETURN_IF_ERROR(
@@ -119,20 +113,18 @@ class Gpt2Block final : public Unit {
     out_buffer_.reset();
   }
 
-  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
+  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& p, const ParamViews& g,
                                   const Tensor& dy) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views g32, Fp32Views::widen(ctx.allocator, ctx.device, grads, names_));
-    const ParamViews& p = p32.views();
-    const ParamViews& g = g32.views();
     if (recompute_) ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
     const Shape& shape = x_.shape();  // (B, T, C)
     const Shape wide = {shape[0], shape[1], 4 * config_.channels};
+    const DType dtype = x_.dtype();
     // Scratch, each buffer reused once its gradient is consumed: d4c holds d(fc) then d(qkv) (3C of its
     // 4C), dc holds d(ln_2 out), d(attention out), d(ln_1 out) in turn; dx2 = d(x2).
     Tensor d4c, dc, dx2;
-    ZERO_ASSIGN_OR_RETURN(Buffer scratch, allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, ctx.device,
-                                                           {{&d4c, wide}, {&dc, shape}, {&dx2, shape}}));
+    ZERO_ASSIGN_OR_RETURN(Buffer scratch,
+                          allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, ctx.device,
+                                           {{&d4c, wide, dtype}, {&dc, shape, dtype}, {&dx2, shape, dtype}}));
     const Tensor dqkv = d4c.view(0, {shape[0], shape[1], 3 * config_.channels});
     // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(d4c, g.at("mlp.c_proj.weight"), g.at("mlp.c_proj.bias"), dy,
@@ -148,10 +140,9 @@ class Gpt2Block final : public Unit {
     ZERO_RETURN_IF_ERROR(kernels::attention_backward(dqkv, dc, a_.qkv, a_.atty, a_.lse, config_.num_heads));
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dc, g.at("attn.c_attn.weight"), g.at("attn.c_attn.bias"), dqkv,
                                                   a_.ln1, p.at("attn.c_attn.weight"), fp32_gemm(ctx)));
-    ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, shape));
+    ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, shape, dtype));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_1.weight"), g.at("ln_1.bias"), dc, x_,
                                                      p.at("ln_1.weight"), a_.ln1_mean, a_.ln1_rstd, /*dresidual=*/dx2));
-    ZERO_RETURN_IF_ERROR(g32.round_back());
     saved_.reset();
     out_buffer_.reset();
     relay_.hand_off();
@@ -159,7 +150,8 @@ class Gpt2Block final : public Unit {
   }
 
  private:
-  // What backward reads, (B, T, ·) unless marked.
+  // What backward reads, (B, T, ·) unless marked; in x_'s dtype but for the fp32 statistics (the LayerNorms' mean
+  // and rstd, attention's lse).
   struct Activations {
     Tensor ln1, ln1_mean, ln1_rstd;  // (B, T, C), (B, T), (B, T)
     Tensor qkv;                      // (B, T, 3C)
@@ -172,19 +164,20 @@ class Gpt2Block final : public Unit {
   // Allocates and computes everything up to the MLP's hidden activation, from x_.
   absl::Status compute_activations(UnitContext& ctx, const ParamViews& p) {
     const int64_t B = x_.size(0), T = x_.size(1), C = config_.channels;
+    const DType dt = x_.dtype();
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
-                                                   {{&a_.ln1, {B, T, C}},
+                                                   {{&a_.ln1, {B, T, C}, dt},
                                                     {&a_.ln1_mean, {B, T}},
                                                     {&a_.ln1_rstd, {B, T}},
-                                                    {&a_.qkv, {B, T, 3 * C}},
-                                                    {&a_.atty, {B, T, C}},
+                                                    {&a_.qkv, {B, T, 3 * C}, dt},
+                                                    {&a_.atty, {B, T, C}, dt},
                                                     {&a_.lse, {B, config_.num_heads, T}},
-                                                    {&a_.x2, {B, T, C}},
-                                                    {&a_.ln2, {B, T, C}},
+                                                    {&a_.x2, {B, T, C}, dt},
+                                                    {&a_.ln2, {B, T, C}, dt},
                                                     {&a_.ln2_mean, {B, T}},
                                                     {&a_.ln2_rstd, {B, T}},
-                                                    {&a_.fc, {B, T, 4 * C}},
-                                                    {&a_.fc_gelu, {B, T, 4 * C}}}));
+                                                    {&a_.fc, {B, T, 4 * C}, dt},
+                                                    {&a_.fc_gelu, {B, T, 4 * C}, dt}}));
     ZERO_RETURN_IF_ERROR(
         kernels::layernorm_forward(a_.ln1, a_.ln1_mean, a_.ln1_rstd, x_, p.at("ln_1.weight"), p.at("ln_1.bias")));
     ZERO_RETURN_IF_ERROR(
@@ -202,7 +195,6 @@ class Gpt2Block final : public Unit {
   const Gpt2Config config_;
   const std::string name_;
   const std::vector<ParamSpec> specs_;
-  const std::vector<std::string> names_;
   GradRelay& relay_;
   bool recompute_ = false;
   Tensor x_;  // (B, T, C): the previous unit's output, valid until after this backward
@@ -216,23 +208,22 @@ class Gpt2Block final : public Unit {
 class Gpt2Head final : public Unit {
  public:
   Gpt2Head(const Gpt2Config& config, GradRelay& relay)
-      : config_(config), specs_(unit_specs(config, config.num_layers + 1)), names_(view_names(specs_, tied_params())),
-        relay_(relay) {}
+      : config_(config), specs_(unit_specs(config, config.num_layers + 1)), relay_(relay) {}
 
   absl::string_view name() const override { return kGpt2HeadUnit; }
   std::vector<ParamSpec> param_specs() const override { return specs_; }
   std::vector<TiedParam> tied_params() const override { return {{std::string(kGpt2EmbeddingUnit), "wte.weight"}}; }
 
-  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
-    const ParamViews& p = p32.views();
+  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& p, const Tensor& x) override {
     x_ = x;
     const int64_t B = x.size(0), T = x.size(1), C = config_.channels, Vp = config_.padded_vocab_size;
+    const DType dt = x.dtype();
     // The logits' gradient over the logits themselves, unless the caller reads them (UnitContext::output_read); none
     // where no backward follows.
-    std::vector<TensorSlot> saved = {{&lnf_, {B, T, C}}, {&mean_, {B, T}}, {&rstd_, {B, T}}, {&logits_, {B, T, Vp}}};
+    std::vector<TensorSlot> saved = {
+        {&lnf_, {B, T, C}, dt}, {&mean_, {B, T}}, {&rstd_, {B, T}}, {&logits_, {B, T, Vp}, dt}};
     const bool apart = ctx.output_read && ctx.backward_follows;
-    if (apart) saved.push_back({&dlogits_, {B, T, Vp}});
+    if (apart) saved.push_back({&dlogits_, {B, T, Vp}, dt});
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device, saved));
     if (!apart) dlogits_ = ctx.backward_follows ? logits_ : Tensor();
     ZERO_RETURN_IF_ERROR(kernels::layernorm_forward(lnf_, mean_, rstd_, x, p.at("ln_f.weight"), p.at("ln_f.bias")));
@@ -243,21 +234,15 @@ class Gpt2Head final : public Unit {
 
   void release_saved() override { saved_.reset(); }
 
-  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
-                                  const Tensor&) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p32, Fp32Views::widen(ctx.allocator, ctx.device, params, names_));
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views g32, Fp32Views::widen(ctx.allocator, ctx.device, grads, names_));
-    const ParamViews& p = p32.views();
-    const ParamViews& g = g32.views();
+  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& p, const ParamViews& g, const Tensor&) override {
     Tensor dlnf;
-    ZERO_ASSIGN_OR_RETURN(
-        Buffer scratch, allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, ctx.device, {{&dlnf, x_.shape()}}));
+    ZERO_ASSIGN_OR_RETURN(Buffer scratch, allocate_tensors(ctx.allocator, MemoryCategory::kWorkspace, ctx.device,
+                                                           {{&dlnf, x_.shape(), x_.dtype()}}));
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dlnf, g.at("wte.weight"), Tensor(), dlogits_, lnf_,
                                                   p.at("wte.weight"), fp32_gemm(ctx)));
-    ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape()));
+    ZERO_ASSIGN_OR_RETURN(Tensor dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape(), x_.dtype()));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx, g.at("ln_f.weight"), g.at("ln_f.bias"), dlnf, x_,
                                                      p.at("ln_f.weight"), mean_, rstd_));
-    ZERO_RETURN_IF_ERROR(g32.round_back());
     saved_.reset();
     relay_.hand_off();
     return dx;
@@ -266,21 +251,19 @@ class Gpt2Head final : public Unit {
  private:
   const Gpt2Config config_;
   const std::vector<ParamSpec> specs_;
-  const std::vector<std::string> names_;  // ln_f's, then the tied wte
   GradRelay& relay_;
   Tensor x_;  // (B, T, C)
   Buffer saved_;
-  Tensor lnf_, mean_, rstd_;  // (B, T, C), (B, T), (B, T)
+  Tensor lnf_, mean_, rstd_;  // (B, T, C), (B, T), (B, T) fp32 statistics
   Tensor logits_, dlogits_;   // (B, T, Vp); one buffer unless the forward's caller reads the logits
 };
 
-int64_t gpt2_peak_activation_bytes(const Gpt2Config& config, int64_t B, int64_t T, bool recompute) {
-  const int64_t bt = B * T, btc = bt * config.channels, layers = config.num_layers;
-  const int64_t block_saved = 15 * btc + 4 * bt + B * config.num_heads * T;
-  const int64_t head = btc + 2 * bt + bt * config.padded_vocab_size;  // the gradient over the logits
-  const int64_t outputs = (layers + 1) * btc;                         // the embedding's and every block's
-  const int64_t floats = recompute ? outputs + std::max(block_saved, head) : outputs + layers * block_saved + head;
-  return 4 * floats;
+int64_t gpt2_peak_activation_bytes(const Gpt2Config& config, int64_t B, int64_t T, bool recompute, DType dtype) {
+  const int64_t e = dtype_size(dtype), bt = B * T, btc = bt * config.channels, layers = config.num_layers;
+  const int64_t block_saved = e * 15 * btc + 4 * (4 * bt + B * config.num_heads * T);
+  const int64_t head = e * (btc + bt * config.padded_vocab_size) + 4 * 2 * bt;  // the gradient over the logits
+  const int64_t outputs = e * (layers + 1) * btc;                               // the embedding's and every block's
+  return recompute ? outputs + std::max(block_saved, head) : outputs + layers * block_saved + head;
 }
 
 absl::StatusOr<std::unique_ptr<Gpt2>> Gpt2::create(const Gpt2Config& config) {

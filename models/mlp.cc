@@ -14,8 +14,6 @@ namespace zero {
 // Layer i: y = x W^T + b, then GELU for all but the last layer, which ends in the loss.
 class MlpLayer final : public Unit {
  public:
-  inline static const std::vector<std::string> kNames = {"weight", "bias"};
-
   MlpLayer(int64_t index, int64_t in, int64_t out, bool last, GradRelay& relay)
       : name_(absl::StrCat("fc", index)), first_(index == 0), last_(last), in_(in), out_(out), relay_(relay) {}
 
@@ -26,20 +24,28 @@ class MlpLayer final : public Unit {
             {"bias", {out_}, Init::zeros()}};
   }
 
-  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& params, const Tensor& x) override {
-    x_ = first_ ? ctx.batch.inputs : x;
-    if (first_) ZERO_RETURN_IF_ERROR(check_on_device(x_, ctx.device, "the MLP's inputs (ctx.batch.inputs)"));
-    if (x_.dtype() != DType::kF32 || x_.dim() != 2 || x_.size(1) != in_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("MLP layer ", name_, " takes fp32 (B, ", in_, ") inputs; got ", x_.to_string()));
+  absl::StatusOr<Tensor> forward(UnitContext& ctx, const ParamViews& p, const Tensor& x) override {
+    const DType dtype = p.at("weight").dtype();
+    const Tensor& in = first_ ? ctx.batch.inputs : x;
+    if (first_) ZERO_RETURN_IF_ERROR(check_on_device(in, ctx.device, "the MLP's inputs (ctx.batch.inputs)"));
+    const DType want = first_ ? DType::kF32 : dtype;
+    if (in.dtype() != want || in.dim() != 2 || in.size(1) != in_) {
+      return absl::InvalidArgumentError(absl::StrCat("MLP layer ", name_, " takes ", dtype_name(want), " (B, ", in_,
+                                                     ") inputs; got ", in.to_string()));
     }
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, ctx.device, params, kNames));
-    const int64_t B = x_.size(0);
-    // Hidden layers keep pre (GELU's input) and act (the output); the last keeps logits and dlogits.
-    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
-                                                   {{&pre_, {B, out_}}, {&act_, {B, out_}}}));
-    ZERO_RETURN_IF_ERROR(
-        kernels::matmul_forward(pre_, x_, p.views().at("weight"), p.views().at("bias"), fp32_gemm(ctx)));
+    const int64_t B = in.size(0);
+    // Hidden layers keep pre (GELU's input) and act (the output); the last keeps logits and dlogits. The first layer
+    // of a bf16/fp16 model keeps its fp32 inputs rounded to that dtype, as x_.
+    std::vector<TensorSlot> saved = {{&pre_, {B, out_}, dtype}, {&act_, {B, out_}, dtype}};
+    const bool rounds_inputs = first_ && dtype != DType::kF32;
+    if (rounds_inputs) saved.push_back({&x_, in.shape(), dtype});
+    ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device, saved));
+    if (rounds_inputs) {
+      ZERO_RETURN_IF_ERROR(kernels::cast(x_, in));
+    } else {
+      x_ = in;
+    }
+    ZERO_RETURN_IF_ERROR(kernels::matmul_forward(pre_, x_, p.at("weight"), p.at("bias"), fp32_gemm(ctx)));
     if (!last_) {
       ZERO_RETURN_IF_ERROR(kernels::gelu_forward(act_, pre_));
       return act_;
@@ -50,20 +56,17 @@ class MlpLayer final : public Unit {
 
   void release_saved() override { saved_.reset(); }
 
-  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& params, const ParamViews& grads,
+  absl::StatusOr<Tensor> backward(UnitContext& ctx, const ParamViews& p, const ParamViews& g,
                                   const Tensor& dy) override {
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views p, Fp32Views::widen(ctx.allocator, ctx.device, params, kNames));
-    ZERO_ASSIGN_OR_RETURN(const Fp32Views g, Fp32Views::widen(ctx.allocator, ctx.device, grads, kNames));
     // d(pre): the loss's gradient for the last layer; else GELU's backward, written over act_, which
     // the next layer's backward (already run) was the last to read.
     if (!last_) ZERO_RETURN_IF_ERROR(kernels::gelu_backward(act_, pre_, dy));
     Tensor dx;  // Tensor(): the first layer has no input gradient to compute
     if (!first_) {
-      ZERO_ASSIGN_OR_RETURN(dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape()));
+      ZERO_ASSIGN_OR_RETURN(dx, relay_.allocate_dx(ctx.allocator, ctx.device, x_.shape(), x_.dtype()));
     }
-    ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dx, g.views().at("weight"), g.views().at("bias"), act_, x_,
-                                                  p.views().at("weight"), fp32_gemm(ctx)));
-    ZERO_RETURN_IF_ERROR(g.round_back());
+    ZERO_RETURN_IF_ERROR(
+        kernels::matmul_backward(dx, g.at("weight"), g.at("bias"), act_, x_, p.at("weight"), fp32_gemm(ctx)));
     saved_.reset();
     relay_.hand_off();
     return dx;
@@ -74,7 +77,7 @@ class MlpLayer final : public Unit {
   const bool first_, last_;
   const int64_t in_, out_;
   GradRelay& relay_;
-  Tensor x_;  // (B, in): the batch's inputs or the previous layer's output
+  Tensor x_;  // (B, in): the batch's inputs (rounded to the layer's dtype) or the previous layer's output
   Buffer saved_;
   Tensor pre_, act_;  // (B, out)
 };

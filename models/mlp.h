@@ -5,8 +5,10 @@
 // every activation and scratch buffer is allocated too.
 //   fc0: (B, D) -> (B, H1), GELU;  fc1: (B, H1) -> (B, H2), GELU;  ...;  fc{n-1}: -> logits (B, K), loss
 // One unit per layer, named "fc{i}", with parameters "weight" (out, in) as nn.Linear, N(0, 1/in), and
-// "bias" (out), zeros. The last unit's forward computes the mean cross-entropy, the loss's gradient
-// (saved for backward) and how many argmaxes hit their label.
+// "bias" (out), zeros. Each computes in its parameters' dtype (fp32, bf16 or fp16, kernels/kernels.h's training
+// precision): fc0 rounds the fp32 inputs to it, once, and keeps them for its backward (kActivations). The last unit's
+// forward computes the mean cross-entropy, the loss's gradient (saved for backward) and how many argmaxes hit their
+// label.
 
 #include <cstdint>
 #include <memory>

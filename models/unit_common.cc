@@ -1,4 +1,4 @@
-// What model units share (see unit_common.h): activation carving, fp32 views, the gradient relay, the loss.
+// What model units share (see unit_common.h): activation carving, the gradient relay, the loss.
 #include "models/unit_common.h"
 
 #include <utility>
@@ -10,22 +10,25 @@
 namespace zero {
 namespace {
 
-constexpr int64_t kAlignFloats = 16;  // 64 bytes
+constexpr int64_t kAlignBytes = 64;
 
-int64_t aligned(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+int64_t aligned_bytes(const TensorSlot& slot) {
+  const int64_t bytes = shape_numel(slot.shape) * dtype_size(slot.dtype);
+  return (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+}
 
 }  // namespace
 
 absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCategory category, Device device,
                                         std::span<const TensorSlot> slots) {
-  int64_t floats = 0;
-  for (const TensorSlot& slot : slots) floats += aligned(shape_numel(slot.shape));
-  ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator.allocate(floats * 4, category, device));
-  Tensor all = buffer.tensor(DType::kF32, {floats});  // Buffer::tensor gives it the buffer's device
+  int64_t bytes = 0;
+  for (const TensorSlot& slot : slots) bytes += aligned_bytes(slot);
+  ZERO_ASSIGN_OR_RETURN(Buffer buffer, allocator.allocate(bytes, category, device));
+  char* const base = static_cast<char*>(buffer.data());
   int64_t offset = 0;
   for (const TensorSlot& slot : slots) {
-    *slot.tensor = all.view(offset, slot.shape);
-    offset += aligned(shape_numel(slot.shape));
+    *slot.tensor = Tensor(base + offset, slot.dtype, slot.shape, buffer.device());
+    offset += aligned_bytes(slot);
   }
   return buffer;
 }
@@ -37,46 +40,9 @@ absl::Status check_on_device(const Tensor& tensor, Device device, absl::string_v
                                                  device.to_string()));
 }
 
-absl::StatusOr<Fp32Views> Fp32Views::widen(Allocator& allocator, Device device, const ParamViews& views,
-                                           const std::vector<std::string>& names) {
-  Fp32Views out;
-  std::vector<Tensor> copies(names.size());
-  std::vector<TensorSlot> slots;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const Tensor& view = views.at(names[i]);
-    ZERO_RETURN_IF_ERROR(check_on_device(view, device, absl::StrCat("the view '", names[i], "'")));
-    if (view.dtype() == DType::kF32) {
-      out.fp32_.set(names[i], view);
-    } else {
-      slots.push_back({&copies[i], view.shape()});
-    }
-  }
-  if (slots.empty()) return out;
-  ZERO_ASSIGN_OR_RETURN(out.buffer_, allocate_tensors(allocator, MemoryCategory::kWorkspace, device, slots));
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (copies[i].data() == nullptr) continue;  // passed through as fp32
-    ZERO_RETURN_IF_ERROR(kernels::cast(copies[i], views.at(names[i])));
-    out.fp32_.set(names[i], copies[i]);
-    out.widened_.emplace_back(views.at(names[i]), copies[i]);
-  }
-  return out;
-}
-
-absl::Status Fp32Views::round_back() const {
-  for (const auto& [view, copy] : widened_) ZERO_RETURN_IF_ERROR(kernels::cast(view, copy));
-  return absl::OkStatus();
-}
-
-std::vector<std::string> view_names(const std::vector<ParamSpec>& specs, const std::vector<TiedParam>& tied) {
-  std::vector<std::string> names;
-  for (const ParamSpec& spec : specs) names.push_back(spec.name);
-  for (const TiedParam& t : tied) names.push_back(t.param);
-  return names;
-}
-
-absl::StatusOr<Tensor> GradRelay::allocate_dx(Allocator& allocator, Device device, const Shape& shape) {
+absl::StatusOr<Tensor> GradRelay::allocate_dx(Allocator& allocator, Device device, const Shape& shape, DType dtype) {
   Tensor dx;
-  ZERO_ASSIGN_OR_RETURN(dx_, allocate_tensors(allocator, MemoryCategory::kWorkspace, device, {{&dx, shape}}));
+  ZERO_ASSIGN_OR_RETURN(dx_, allocate_tensors(allocator, MemoryCategory::kWorkspace, device, {{&dx, shape, dtype}}));
   return dx;
 }
 

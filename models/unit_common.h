@@ -1,5 +1,4 @@
-// What model units share: accounted activation carving, fp32 views of half parameters, the input-gradient relay, the
-// loss.
+// What model units share: accounted activation carving, the input-gradient relay, the loss.
 #pragma once
 
 // Everything here runs on the device a unit is told to (UnitContext::device): buffers are allocated there and
@@ -24,8 +23,9 @@
 namespace zero {
 
 struct TensorSlot {
-  Tensor* tensor;  // set to a contiguous fp32 view of `shape`
+  Tensor* tensor;  // set to a contiguous view of `shape` in `dtype`
   Shape shape;
+  DType dtype = DType::kF32;
 };
 
 // One allocation of `category` on `device` holding every slot's tensor, each 64-byte aligned and on
@@ -41,35 +41,13 @@ inline absl::StatusOr<Buffer> allocate_tensors(Allocator& allocator, MemoryCateg
 // the message (e.g. "GPT-2's tokens (ctx.batch.inputs)").
 absl::Status check_on_device(const Tensor& tensor, Device device, absl::string_view what);
 
-// fp32 views of a unit's parameters or gradients in whatever precision the engine holds them (module.h:
-// a unit computes in fp32 and rounds once). fp32 views pass through, costing nothing; bf16/fp16 ones are
-// widened (exactly, by kernels::cast) into one kWorkspace allocation on the unit's device. For gradients,
-// backward adds into the fp32 copies and round_back() stores the sums into the engine's views (kernels::cast
-// again), rounding each element once to nearest even.
-class Fp32Views {
- public:
-  // `names`: every view the unit reads, its own parameters and tied ones; each must be on `device`.
-  static absl::StatusOr<Fp32Views> widen(Allocator& allocator, Device device, const ParamViews& views,
-                                         const std::vector<std::string>& names);
-  const ParamViews& views() const { return fp32_; }
-  absl::Status round_back() const;
-
- private:
-  ParamViews fp32_;
-  std::vector<std::pair<Tensor, Tensor>> widened_;  // (the engine's bf16/fp16 view, its fp32 copy)
-  Buffer buffer_;
-};
-
-// A unit's parameter names, its own then its tied ones: what Fp32Views::widen needs.
-std::vector<std::string> view_names(const std::vector<ParamSpec>& specs, const std::vector<TiedParam>& tied = {});
-
 // Owns d(loss)/d(x) as units' backwards return it, shared by the units of one model. A unit's backward
 // allocates its dx here (the dy it was handed, the next unit's dx, stays alive), and calls hand_off()
 // when done, which frees that dy: at most two such buffers live at a time, none after the first unit's
 // backward. Buffers are kWorkspace, on the device the units run on.
 class GradRelay {
  public:
-  absl::StatusOr<Tensor> allocate_dx(Allocator& allocator, Device device, const Shape& shape);
+  absl::StatusOr<Tensor> allocate_dx(Allocator& allocator, Device device, const Shape& shape, DType dtype);
   void hand_off();
 
  private:

@@ -51,7 +51,8 @@ struct TiedParam {
 };
 
 // Views of one unit's parameters, or of their gradients, by name (tied parameters included). Their
-// dtype is the engine's precision (fp32, bf16 or fp16); a unit computes in fp32 and rounds once.
+// dtype is the engine's precision (fp32, bf16 or fp16), which a unit computes in (GPT-2 and the MLP: each kernel in
+// fp32, rounding what it writes once, kernels/kernels.h).
 class ParamViews {
  public:
   void set(std::string name, Tensor view) { views_[std::move(name)] = view; }

@@ -2,6 +2,7 @@
 #include "models/data/addition.h"
 
 #include <algorithm>
+#include <array>
 
 #include "absl/strings/str_cat.h"
 #include "models/data/random.h"
@@ -103,9 +104,10 @@ void AdditionDataset::read(int64_t i, std::span<int32_t> inputs, std::span<int32
 }
 
 AdditionScore AdditionDataset::score(const Tensor& logits, const Tensor& targets) const {
-  ZERO_CHECK(logits.dtype() == DType::kF32 && logits.dim() == 3 && logits.size(1) == seq_len() &&
+  ZERO_CHECK(is_floating(logits.dtype()) && logits.dim() == 3 && logits.size(1) == seq_len() &&
                  logits.size(2) >= kAdditionVocabSize && logits.is_contiguous() && logits.device().is_cpu(),
-             "logits must be contiguous fp32 (B, T = ", seq_len(), ", V >= 13) on the host, got ", logits.to_string());
+             "logits must be contiguous fp32, bf16 or fp16 (B, T = ", seq_len(), ", V >= 13) on the host, got ",
+             logits.to_string());
   ZERO_CHECK(targets.dtype() == DType::kI32 && targets.dim() == 2 && targets.size(0) == logits.size(0) &&
                  targets.size(1) == seq_len() && targets.is_contiguous() && targets.device().is_cpu(),
              "targets must be contiguous int32 (B, T) on the host matching the logits, got ", targets.to_string());
@@ -116,9 +118,11 @@ AdditionScore AdditionDataset::score(const Tensor& logits, const Tensor& targets
   for (int64_t e = 0; e < examples; ++e) {
     bool answer_right = true;
     for (int64_t p = e * example_length() + first_counted; p <= e * example_length() + 3 * config_.digits + 1; ++p) {
-      const float* row = logits.data_as<float>() + p * vocab;
       // Only real tokens compete: a padded vocabulary's extra columns are never a prediction.
-      const auto predicted = static_cast<int32_t>(std::max_element(row, row + kAdditionVocabSize) - row);
+      std::array<float, kAdditionVocabSize> row;
+      for (int64_t v = 0; v < kAdditionVocabSize; ++v)
+        row[v] = load_as_float(logits.data(), logits.dtype(), p * vocab + v);
+      const auto predicted = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
       const bool right = predicted == targets.data_as<int32_t>()[p];
       score.digits_correct += right;
       answer_right = answer_right && right;

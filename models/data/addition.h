@@ -77,7 +77,7 @@ class AdditionDataset final : public SequenceDataset {
   std::pair<int64_t, int64_t> problem(int64_t n) const;
   // The tokens of example n, (L).
   std::vector<int32_t> example_tokens(int64_t n) const;
-  // Scores greedy predictions: logits fp32 (B, T, V) with V >= 13 (a padded vocabulary is fine; the
+  // Scores greedy predictions: logits fp32, bf16 or fp16 (B, T, V) with V >= 13 (a padded vocabulary is fine; the
   // argmax runs over the 13 real tokens only), targets int32 (B, T) as read() wrote them. Both are read on
   // the host: logits from a CUDA device must be copied back first.
   AdditionScore score(const Tensor& logits, const Tensor& targets) const;

@@ -133,6 +133,12 @@ TEST(ZeroPlan, Gpt2ModelAndActivations) {
   EXPECT_EQ(run_json(args + " --recompute")["stages"][3]["bytes"]["activations"], 1'000'374'272);
   const nlohmann::json& stage3 = saving["stages"][3]["bytes"];
   EXPECT_EQ(stage3["total"], stage3["model_states"].get<int64_t>() + 3'268'444'160);
+  // bf16: 2 bytes for all but the fp32 statistics (4BT + B·NH·T = 65,536 floats a block, 2BT = 8,192 in the head).
+  // Block 2 x 47,185,920 + 4 x 65,536 = 94,633,984 bytes; head 2 x 209,190,912 + 4 x 8,192 = 418,414,592; outputs
+  // 2 x 40,894,464 = 81,788,928. Saving: 81,788,928 + 12 x 94,633,984 + 418,414,592; recomputing: the outputs and
+  // the head.
+  EXPECT_EQ(run_json(args + " --precision bf16")["stages"][0]["bytes"]["activations"], 1'635'811'328);
+  EXPECT_EQ(run_json(args + " --precision bf16 --recompute")["stages"][3]["bytes"]["activations"], 500'203'520);
 }
 
 TEST(ZeroPlan, Gpt2ShapeFlagsCountTheModelsOwnParameters) {

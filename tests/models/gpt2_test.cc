@@ -158,23 +158,30 @@ struct TokenBatch {
 
 TEST(Gpt2, PeakActivationBytesMatchTheDocumentedFormula) {
   const Gpt2Config c = tiny();
-  // B·T a multiple of 16 floats (64 bytes), so no tensor pads; B·NH·T too.
-  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{2, 8}, {3, 16}}) {
-    for (bool recompute : {false, true}) {
-      std::unique_ptr<Gpt2> model = *Gpt2::create(c);
-      for (int64_t layer = 0; layer < c.num_layers; ++layer) model->set_recompute(layer, recompute);
-      ModelRunner runner(*model);
-      runner.set_reads_logits(false);  // as the engine trains
-      TokenBatch data(c, B, T);
-      Allocator alloc;
-      ASSERT_TRUE(runner.forward_backward(alloc, data.batch).ok());
-      const MemoryStats m = alloc.stats();
-      EXPECT_EQ(m.peak_of(MemoryCategory::kActivations), gpt2_peak_activation_bytes(c, B, T, recompute))
-          << "B=" << B << " T=" << T << " recompute=" << recompute;
-      EXPECT_EQ(m.current_of(MemoryCategory::kActivations), 0) << "backward frees what forward saved";
-      EXPECT_EQ(m.current_of(MemoryCategory::kWorkspace), 0) << "the last input gradient is freed too";
+  // B·T a multiple of 16 (64 bytes of fp32 statistics), so no tensor pads; B·NH·T too; C and Vp even.
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const auto& [B, T] : {std::pair<int64_t, int64_t>{2, 8}, {3, 16}}) {
+      for (bool recompute : {false, true}) {
+        std::unique_ptr<Gpt2> model = *Gpt2::create(c);
+        for (int64_t layer = 0; layer < c.num_layers; ++layer) model->set_recompute(layer, recompute);
+        ModelRunner runner(*model, dtype);
+        runner.set_reads_logits(false);  // as the engine trains
+        TokenBatch data(c, B, T);
+        Allocator alloc;
+        ASSERT_TRUE(runner.forward_backward(alloc, data.batch).ok());
+        const MemoryStats m = alloc.stats();
+        EXPECT_EQ(m.peak_of(MemoryCategory::kActivations), gpt2_peak_activation_bytes(c, B, T, recompute, dtype))
+            << dtype_name(dtype) << " B=" << B << " T=" << T << " recompute=" << recompute;
+        EXPECT_EQ(m.current_of(MemoryCategory::kActivations), 0) << "backward frees what forward saved";
+        EXPECT_EQ(m.current_of(MemoryCategory::kWorkspace), 0) << "the last input gradient is freed too";
+      }
     }
   }
+  // In half the tensors that scale with the model halve; the fp32 statistics do not.
+  const int64_t fp32 = gpt2_peak_activation_bytes(c, 2, 8, false, DType::kF32);
+  const int64_t bf16 = gpt2_peak_activation_bytes(c, 2, 8, false, DType::kBF16);
+  const int64_t stats = 4 * (c.num_layers * (4 * 16 + 2 * c.num_heads * 8) + 2 * 16);
+  EXPECT_EQ(fp32 - stats, 2 * (bf16 - stats));
 }
 
 TEST(Gpt2, TheLossGradientOverTheLogitsSavesTheirBufferAndChangesNoBit) {

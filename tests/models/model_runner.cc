@@ -13,11 +13,21 @@
 namespace zero::testing {
 namespace {
 
-// The elements of an fp32 tensor, copied to the host.
+// The elements of a floating tensor, copied to the host and widened exactly to fp32.
 absl::StatusOr<std::vector<float>> host_floats(const Tensor& t) {
+  std::vector<char> bytes(t.nbytes());
+  ZERO_RETURN_IF_ERROR(copy_bytes(bytes.data(), Device::cpu(), t.data(), t.device(), t.nbytes()));
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  ZERO_RETURN_IF_ERROR(copy_bytes(out.data(), Device::cpu(), t.data(), t.device(), t.nbytes()));
+  for (int64_t i = 0; i < t.numel(); ++i) out[i] = load_as_float(bytes.data(), t.dtype(), i);
   return out;
+}
+
+// A unit's parameter names, its own then its tied ones.
+std::vector<std::string> view_names(const Unit& unit) {
+  std::vector<std::string> names;
+  for (const ParamSpec& spec : unit.param_specs()) names.push_back(spec.name);
+  for (const TiedParam& t : unit.tied_params()) names.push_back(t.param);
+  return names;
 }
 
 // Copies of host tensors on a device, each made once however often it is asked for (a tied view shares its
@@ -141,7 +151,7 @@ absl::StatusOr<RunResult> ModelRunner::run_on_device(Allocator& allocator, const
   DeviceMirror mirror(allocator, device_);
   Views views;
   for (const UnitStorage& u : units_) {
-    const std::vector<std::string> names = view_names(u.specs, u.unit->tied_params());
+    const std::vector<std::string> names = view_names(*u.unit);
     ZERO_ASSIGN_OR_RETURN(ParamViews params, mirror.copy_views(u.param_views, names, MemoryCategory::kParams));
     ZERO_ASSIGN_OR_RETURN(ParamViews grads, mirror.copy_views(u.grad_views, names, MemoryCategory::kGrads));
     views.params.push_back(std::move(params));

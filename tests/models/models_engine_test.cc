@@ -738,13 +738,14 @@ TEST(ParamOffloadMatchesDevice, Stage3) {
 TEST(Gpt2Activations, TrainingPeaksAtTheFormulaAndEvaluationStaysWithinIt) {
   const Gpt2Config c = Gpt2Config::make(16, 2000, 2, 2, 32);
   constexpr int64_t B = 4, T = 16;
-  for (const bool recompute : {true, false}) {
+  for (const auto& [recompute, precision] : {std::pair{true, DType::kF32}, std::pair{false, DType::kF32},
+                                             std::pair{true, DType::kBF16}, std::pair{false, DType::kF16}}) {
     const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
       Allocator alloc;
       ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(c));
       for (int64_t l = 0; l < c.num_layers; ++l) model->set_recompute(l, recompute);
       ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                            Engine::create(*model, comm, alloc, adamw_factory(), ZeroConfig{}));
+                            Engine::create(*model, comm, alloc, adamw_factory(), ZeroConfig{.precision = precision}));
       std::vector<int32_t> inputs(B * T), targets(B * T);
       for (int64_t i = 0; i < B * T; ++i) {
         inputs[i] = static_cast<int32_t>(i * 7 % c.vocab_size);
@@ -752,12 +753,13 @@ TEST(Gpt2Activations, TrainingPeaksAtTheFormulaAndEvaluationStaysWithinIt) {
       }
       const Batch batch{.inputs = Tensor(inputs.data(), DType::kI32, {B, T}),
                         .targets = Tensor(targets.data(), DType::kI32, {B, T})};
-      const int64_t formula = gpt2_peak_activation_bytes(c, B, T, recompute);
+      const int64_t formula = gpt2_peak_activation_bytes(c, B, T, recompute, precision);
       ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 1e-3f).status());
-      EXPECT_EQ(alloc.stats().peak_of(MemoryCategory::kActivations), formula) << "recompute " << recompute;
+      const std::string what = absl::StrCat(dtype_name(precision), " recompute ", recompute);
+      EXPECT_EQ(alloc.stats().peak_of(MemoryCategory::kActivations), formula) << what;
       alloc.reset_peaks();
       ZERO_ASSIGN_OR_RETURN(const Evaluation evaluation, engine->evaluate(batch));
-      EXPECT_LE(alloc.stats().peak_of(MemoryCategory::kActivations), formula) << "recompute " << recompute;
+      EXPECT_LE(alloc.stats().peak_of(MemoryCategory::kActivations), formula) << what;
       EXPECT_GT(evaluation.loss, 0.0f);
       return absl::OkStatus();
     }));

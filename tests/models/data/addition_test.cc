@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/data/token_shard.h"
+#include "runtime/dtype.h"
 #include "runtime/status.h"
 #include "tests/temp_dir.h"
 
@@ -196,6 +197,15 @@ TEST(AdditionDataset, ScoreCountsAnswerDigitsAndWholeAnswers) {
   score = dataset.score(logits_view, targets_view);
   EXPECT_EQ(score.digits_correct, 14);
   EXPECT_EQ(score.answers_correct, 3);
+
+  // A bf16 or fp16 model's logits score alike (0, 1, 2 and 5 are exact in both).
+  for (const DType half : {DType::kBF16, DType::kF16}) {
+    std::vector<uint16_t> rounded(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) store_from_float(rounded.data(), half, i, logits[i]);
+    const AdditionScore s = dataset.score(Tensor(rounded.data(), half, {2, t, vocab}), targets_view);
+    EXPECT_EQ(s.digits_correct, 14) << dtype_name(half);
+    EXPECT_EQ(s.answers_correct, 3) << dtype_name(half);
+  }
 }
 
 TEST(AdditionDataset, InvalidConfigIsAnError) {
