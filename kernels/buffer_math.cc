@@ -4,26 +4,12 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
+#include "kernels/map_elements.h"
 #include "runtime/dtype_dispatch.h"
-#include "runtime/parallel.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
-namespace {
-
-constexpr int64_t kBlock = 1 << 14;
-
-// x[i] = rounded(fn(x[i] as fp32, i)) for every element of x's dtype T, in fixed blocks over the threads.
-template <DType T, typename Fn>
-void update_elements(const Tensor& x, Fn fn) {
-  void* p = x.data();
-  for_blocks(x.numel(), kBlock, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) store_from_float(p, T, i, fn(load_as_float(p, T, i), i));
-  });
-}
-
-}  // namespace
 
 absl::Status add_into(const Tensor& dst, const Tensor& src) {
   constexpr absl::string_view op = "add_into";
@@ -37,10 +23,9 @@ absl::Status add_into(const Tensor& dst, const Tensor& src) {
   if (dst.device().is_cuda())
     return cuda::add_into(dst.device().index, dst.data(), src.data(), dst.dtype(), dst.numel());
 #endif
-  const void* s = src.data();
   visit_floating(dst.dtype(), [&](auto t) {
-    constexpr DType T = decltype(t)::value;
-    update_elements<T>(dst, [s](float x, int64_t i) { return x + load_as_float(s, T, i); });
+    detail::map_elements<decltype(t)::value>(
+        dst, [](float x, float y) { return x + y; }, dst, src);
   });
   return absl::OkStatus();
 }
@@ -55,7 +40,8 @@ absl::Status divide_by(const Tensor& x, float divisor) {
   if (x.device().is_cuda()) return cuda::divide_by(x.device().index, x.data(), x.dtype(), x.numel(), divisor);
 #endif
   visit_floating(x.dtype(), [&](auto t) {
-    update_elements<decltype(t)::value>(x, [divisor](float v, int64_t) { return v / divisor; });
+    detail::map_elements<decltype(t)::value>(
+        x, [divisor](float v) { return v / divisor; }, x);
   });
   return absl::OkStatus();
 }
@@ -70,7 +56,8 @@ absl::Status multiply_by(const Tensor& x, float factor) {
   if (x.device().is_cuda()) return cuda::multiply_by(x.device().index, x.data(), x.dtype(), x.numel(), factor);
 #endif
   visit_floating(x.dtype(), [&](auto t) {
-    update_elements<decltype(t)::value>(x, [factor](float v, int64_t) { return v * factor; });
+    detail::map_elements<decltype(t)::value>(
+        x, [factor](float v) { return v * factor; }, x);
   });
   return absl::OkStatus();
 }

@@ -5,15 +5,13 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/fast_math.h"
 #include "kernels/kernels.h"
+#include "kernels/map_elements.h"
 #include "runtime/dtype_dispatch.h"
-#include "runtime/parallel.h"
 #include "runtime/sim/sim_api.h"
 #include "runtime/status.h"
 
 namespace zero::kernels {
 namespace {
-
-constexpr int64_t kBlock = 1 << 14;  // elements per thread block: 64 KiB of fp32
 
 // Every argument has `first`'s shape and floating dtype, is contiguous, and all live on one device.
 absl::Status check_elementwise(absl::string_view op,
@@ -22,15 +20,6 @@ absl::Status check_elementwise(absl::string_view op,
   ZERO_RETURN_IF_ERROR(detail::check_floating(op, first_name, *first));
   for (const auto& [name, t] : args) ZERO_RETURN_IF_ERROR(detail::check_like(op, name, *t, *first));
   return detail::check_backend(op, first->device());
-}
-
-// out[i] = rounded(fn(inputs[k][i] widened...)) over every element, for tensors of dtype T.
-template <DType T, typename Fn, typename... In>
-void map_elements(const Tensor& out, Fn fn, const In&... inputs) {
-  void* y = out.data();
-  for_blocks(out.numel(), kBlock, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) store_from_float(y, T, i, fn(load_as_float(inputs.data(), T, i)...));
-  });
 }
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -64,7 +53,7 @@ absl::Status gelu_forward(const Tensor& out, const Tensor& inp) {
     return cuda::gelu_forward(inp.device().index, out.data(), inp.data(), inp.dtype(), inp.numel());
   }
 #endif
-  visit_floating(inp.dtype(), [&](auto t) { map_elements<decltype(t)::value>(out, gelu, inp); });
+  visit_floating(inp.dtype(), [&](auto t) { detail::map_elements<decltype(t)::value>(out, gelu, inp); });
   return absl::OkStatus();
 }
 
@@ -79,7 +68,7 @@ absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& 
     return cuda::gelu_backward(inp.device().index, dinp.data(), inp.data(), dout.data(), inp.dtype(), inp.numel());
   }
 #endif
-  visit_floating(inp.dtype(), [&](auto t) { map_elements<decltype(t)::value>(dinp, gelu_grad, inp, dout); });
+  visit_floating(inp.dtype(), [&](auto t) { detail::map_elements<decltype(t)::value>(dinp, gelu_grad, inp, dout); });
   return absl::OkStatus();
 }
 
@@ -94,7 +83,7 @@ absl::Status residual_forward(const Tensor& out, const Tensor& a, const Tensor& 
     return cuda::residual_forward(a.device().index, out.data(), a.data(), b.data(), a.dtype(), a.numel());
   }
 #endif
-  visit_floating(a.dtype(), [&](auto t) { map_elements<decltype(t)::value>(out, add, a, b); });
+  visit_floating(a.dtype(), [&](auto t) { detail::map_elements<decltype(t)::value>(out, add, a, b); });
   return absl::OkStatus();
 }
 

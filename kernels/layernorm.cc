@@ -58,22 +58,27 @@ float lane_sum(int64_t c, Term term) {
   return pairwise_total(lanes);
 }
 
+// Element i of a row of dtype T, widened exactly.
+template <DType T, typename S = StorageOf<T>>
+float at(const S* row, int64_t i) {
+  return load_as_float(row, T, i);
+}
+
 // One row of backward (C columns of dtype T; xhat = (inp - mean) * rstd): writes dinp (+ dres where given, before
 // the one rounding) and adds dout * xhat and dout to the fp64 column sums acc_dweight and acc_dbias.
 template <DType T, typename S = StorageOf<T>>
 void row_backward(S* dx, double* acc_dweight, double* acc_dbias, const S* g, const S* x, const S* w, const S* dres,
                   float mean, float rstd, int64_t c) {
-  const auto at = [](const S* p, int64_t i) { return load_as_float(p, T, i); };
-  const auto dnorm = [&](int64_t i) { return at(g, i) * at(w, i); };  // dout * weight
+  const auto dnorm = [&](int64_t i) { return at<T>(g, i) * at<T>(w, i); };  // dout * weight
   const float dnorm_mean = lane_sum(c, dnorm) / static_cast<float>(c);
   const float dnorm_xhat_mean =
-      lane_sum(c, [&](int64_t i) { return dnorm(i) * ((at(x, i) - mean) * rstd); }) / static_cast<float>(c);
+      lane_sum(c, [&](int64_t i) { return dnorm(i) * ((at<T>(x, i) - mean) * rstd); }) / static_cast<float>(c);
   for (int64_t i = 0; i < c; ++i) {
-    const float xhat = (at(x, i) - mean) * rstd;
+    const float xhat = (at<T>(x, i) - mean) * rstd;
     const float d = (dnorm(i) - dnorm_mean - xhat * dnorm_xhat_mean) * rstd;
-    store_from_float(dx, T, i, dres != nullptr ? d + at(dres, i) : d);
-    acc_dweight[i] += at(g, i) * xhat;
-    acc_dbias[i] += at(g, i);
+    store_from_float(dx, T, i, dres != nullptr ? d + at<T>(dres, i) : d);
+    acc_dweight[i] += at<T>(g, i) * xhat;
+    acc_dbias[i] += at<T>(g, i);
   }
 }
 
@@ -81,7 +86,6 @@ void row_backward(S* dx, double* acc_dweight, double* acc_dbias, const S* g, con
 template <DType T, typename S = StorageOf<T>>
 void forward_rows(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor* residual,
                   const Tensor& weight, const Tensor& bias) {
-  const auto at = [](const S* p, int64_t i) { return load_as_float(p, T, i); };
   const int64_t c = detail::last_dim(inp);
   const S* w = weight.data_as<const S>();
   const S* b = bias.data_as<const S>();
@@ -91,12 +95,12 @@ void forward_rows(const Tensor& out, const Tensor& mean, const Tensor& rstd, con
       S* y = out.data_as<S>() + r * c;
       if (residual != nullptr) {
         const S* res = residual->data_as<const S>() + r * c;
-        for (int64_t i = 0; i < c; ++i) store_from_float(x, T, i, at(x, i) + at(res, i));
+        for (int64_t i = 0; i < c; ++i) store_from_float(x, T, i, at<T>(x, i) + at<T>(res, i));
       }
-      const float m = lane_sum(c, [&](int64_t i) { return at(x, i); }) / static_cast<float>(c);
-      const float sq = lane_sum(c, [&](int64_t i) { return (at(x, i) - m) * (at(x, i) - m); });
+      const float m = lane_sum(c, [&](int64_t i) { return at<T>(x, i); }) / static_cast<float>(c);
+      const float sq = lane_sum(c, [&](int64_t i) { return (at<T>(x, i) - m) * (at<T>(x, i) - m); });
       const float s = 1.0f / std::sqrt(sq / static_cast<float>(c) + kLayerNormEps);
-      for (int64_t i = 0; i < c; ++i) store_from_float(y, T, i, (at(x, i) - m) * s * at(w, i) + at(b, i));
+      for (int64_t i = 0; i < c; ++i) store_from_float(y, T, i, (at<T>(x, i) - m) * s * at<T>(w, i) + at<T>(b, i));
       mean.data_as<float>()[r] = m;
       rstd.data_as<float>()[r] = s;
     }

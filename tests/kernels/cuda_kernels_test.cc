@@ -164,39 +164,11 @@ class CudaHalf : public CudaKernels, public ::testing::WithParamInterface<DType>
     }
   }
 
-  // `kernel` on the GPU on half() tensors and on fp32 tensors holding the same numbers (fp32 arguments: copies of the
-  // given values): after it, every half argument holds the fp32 call's values rounded once, and every fp32 one the
-  // fp32 call's bits. Exact, as the CUDA kernels' fp32 and half instantiations share their arithmetic: a second
-  // rounding, or a rounded value read back, shows as a changed bit.
+  // testing::expect_half_gives_the_fp32_bits_rounded on the GPU. Exact, as the CUDA kernels' fp32 and half
+  // instantiations share their arithmetic: a second rounding, or a rounded value read back, shows as a changed bit.
   void expect_half_gives_the_fp32_bits_rounded(const std::vector<testing::KernelArg>& args,
                                                const std::function<absl::Status(const std::vector<Tensor>&)>& kernel) {
-    std::vector<Tensor> fp32_tensors, half_tensors;
-    for (const testing::KernelArg& a : args) {
-      const std::vector<float> wide = a.fp32 ? a.values : testing::representable(half(), a.values);
-      fp32_tensors.push_back(upload(wide, a.shape));
-      if (a.fp32) {
-        half_tensors.push_back(upload(wide, a.shape));
-      } else {
-        HalfValues v{std::vector<uint16_t>(wide.size()), wide};
-        for (size_t i = 0; i < wide.size(); ++i) v.bits[i] = testing::round_to(half(), wide[i]);
-        half_tensors.push_back(upload_as(v, half(), a.shape));
-      }
-    }
-    const absl::Status fp32_status = kernel(fp32_tensors);
-    ASSERT_TRUE(fp32_status.ok()) << fp32_status;
-    const absl::Status half_status = kernel(half_tensors);
-    ASSERT_TRUE(half_status.ok()) << half_status;
-    for (size_t k = 0; k < args.size(); ++k) {
-      const std::vector<float> fp32 = download<float>(fp32_tensors[k]);
-      if (args[k].fp32) {
-        const std::vector<float> got = download<float>(half_tensors[k]);
-        EXPECT_EQ(std::memcmp(got.data(), fp32.data(), fp32.size() * sizeof(float)), 0) << "fp32 argument " << k;
-        continue;
-      }
-      std::vector<uint16_t> rounded(fp32.size());
-      for (size_t i = 0; i < fp32.size(); ++i) rounded[i] = testing::round_to(half(), fp32[i]);
-      EXPECT_EQ(download<uint16_t>(half_tensors[k]), rounded) << "argument " << k;
-    }
+    testing::expect_half_gives_the_fp32_bits_rounded(half(), args, kernel, Device::cuda(0));
   }
 };
 

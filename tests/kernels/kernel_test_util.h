@@ -12,7 +12,10 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "runtime/allocator.h"
+#include "runtime/device_memory.h"
 #include "runtime/dtype.h"
+#include "runtime/status.h"
 #include "runtime/tensor.h"
 
 namespace zero::kernels::testing {
@@ -109,37 +112,50 @@ struct KernelArg {
 };
 
 // Calls `kernel` on fp32 tensors holding args' values rounded to `half` (fp32 arguments: as given), and on `half`
-// tensors holding the same numbers (fp32 arguments: a second fp32 copy); then every argument must hold, after the half
-// call, the fp32 call's values rounded once to `half` (fp32 arguments: the same values), compared as bits.
+// tensors holding the same numbers (fp32 arguments: a second fp32 copy), all on `device`; then every argument must
+// hold, after the half call, the fp32 call's values rounded once to `half` (fp32 arguments: the same values), compared
+// as bits.
 inline void expect_half_gives_the_fp32_bits_rounded(
     DType half, const std::vector<KernelArg>& args,
-    const std::function<absl::Status(const std::vector<Tensor>&)>& kernel) {
-  std::vector<std::vector<float>> wide, half_call_fp32;
-  std::vector<std::vector<uint16_t>> narrow;
+    const std::function<absl::Status(const std::vector<Tensor>&)>& kernel, Device device = Device::cpu()) {
+  Allocator allocator;
+  std::vector<Buffer> buffers;
+  const auto put = [&](const void* host, DType dtype, const Shape& shape) {
+    absl::StatusOr<Buffer> buffer =
+        allocator.allocate(shape_numel(shape) * dtype_size(dtype), MemoryCategory::kWorkspace, device);
+    ZERO_CHECK(buffer.ok(), buffer.status().ToString());
+    const Tensor t = buffer->tensor(dtype, shape);
+    const absl::Status copied = copy_bytes(t.data(), device, host, Device::cpu(), t.nbytes());
+    ZERO_CHECK(copied.ok(), copied.ToString());
+    buffers.push_back(*std::move(buffer));
+    return t;
+  };
   std::vector<Tensor> fp32_tensors, half_tensors;
   for (const KernelArg& a : args) {
-    wide.push_back(a.fp32 ? a.values : representable(half, a.values));
-    half_call_fp32.push_back(a.values);
-    narrow.emplace_back(a.values.size());
-    for (size_t i = 0; i < a.values.size(); ++i) narrow.back()[i] = round_to(half, a.values[i]);
-  }
-  for (size_t k = 0; k < args.size(); ++k) {
-    fp32_tensors.push_back(view(wide[k], args[k].shape));
-    half_tensors.push_back(args[k].fp32 ? view(half_call_fp32[k], args[k].shape)
-                                        : Tensor(narrow[k].data(), half, args[k].shape));
+    const std::vector<float> wide = a.fp32 ? a.values : representable(half, a.values);
+    fp32_tensors.push_back(put(wide.data(), DType::kF32, a.shape));
+    std::vector<uint16_t> bits(wide.size());
+    for (size_t i = 0; i < wide.size(); ++i) bits[i] = round_to(half, wide[i]);
+    half_tensors.push_back(a.fp32 ? put(wide.data(), DType::kF32, a.shape) : put(bits.data(), half, a.shape));
   }
   const absl::Status fp32_status = kernel(fp32_tensors);
   ASSERT_TRUE(fp32_status.ok()) << fp32_status;
   const absl::Status half_status = kernel(half_tensors);
   ASSERT_TRUE(half_status.ok()) << half_status;
   for (size_t k = 0; k < args.size(); ++k) {
+    std::vector<float> fp32(args[k].values.size()), got(fp32.size());
+    ASSERT_TRUE(copy_bytes(fp32.data(), Device::cpu(), fp32_tensors[k].data(), device, fp32_tensors[k].nbytes()).ok());
+    std::vector<uint16_t> bits(fp32.size());
+    void* const out = args[k].fp32 ? static_cast<void*>(got.data()) : bits.data();
+    ASSERT_TRUE(copy_bytes(out, Device::cpu(), half_tensors[k].data(), device, half_tensors[k].nbytes()).ok());
     int misses = 0;
-    for (size_t i = 0; i < wide[k].size() && misses < 5; ++i) {
-      const float want = args[k].fp32 ? wide[k][i] : widen(half, round_to(half, wide[k][i]));
-      const float got = args[k].fp32 ? half_call_fp32[k][i] : widen(half, narrow[k][i]);
-      if (std::memcmp(&want, &got, sizeof(float)) != 0) {
-        ADD_FAILURE() << dtype_name(half) << " argument " << k << "[" << i << "]: " << got << ", expected " << want
-                      << " (the fp32 call's " << wide[k][i] << (args[k].fp32 ? ")" : ", rounded)");
+    for (size_t i = 0; i < fp32.size() && misses < 5; ++i) {
+      const float want = args[k].fp32 ? fp32[i] : widen(half, round_to(half, fp32[i]));
+      if (!args[k].fp32) got[i] = widen(half, bits[i]);
+      if (std::memcmp(&want, &got[i], sizeof(float)) != 0) {
+        ADD_FAILURE() << dtype_name(half) << " on " << device.to_string() << ", argument " << k << "[" << i
+                      << "]: " << got[i] << ", expected " << want << " (the fp32 call's " << fp32[i]
+                      << (args[k].fp32 ? ")" : ", rounded)");
         ++misses;
       }
     }
