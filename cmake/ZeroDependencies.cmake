@@ -79,3 +79,21 @@ if(ZERO_HAS_CUDA AND NOT ZERO_WITH_NCCL STREQUAL "OFF")
   endif()
 endif()
 zero_resolve_switch(ZERO_WITH_NCCL ${nccl_found} "NCCL needs CUDA and nccl.h/libnccl; pass -DZERO_WITH_NCCL=OFF")
+
+set(cudnn_found OFF)
+if(ZERO_HAS_CUDA AND NOT ZERO_WITH_CUDNN STREQUAL "OFF")
+  # cudnn.h and libcudnn beside the toolkit or under CUDNN_ROOT (the nvidia-cudnn wheel's folder holds include/ and
+  # lib/libcudnn.so.9); cudnn-frontend's headers under CUDNN_FRONTEND_ROOT (scripts/cudnn_frontend.sh fetches them).
+  set(cudnn_roots ${CUDNN_ROOT} $ENV{CUDNN_ROOT})
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${cudnn_roots} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${cudnn_roots} ${CUDAToolkit_LIBRARY_DIR}
+               ${CUDAToolkit_LIBRARY_ROOT}/lib PATH_SUFFIXES lib)
+  find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h HINTS ${CUDNN_FRONTEND_ROOT} $ENV{CUDNN_FRONTEND_ROOT}
+            PATH_SUFFIXES include)
+  if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY AND CUDNN_FRONTEND_INCLUDE_DIR)
+    set(cudnn_found ON)
+  endif()
+endif()
+zero_resolve_switch(ZERO_WITH_CUDNN ${cudnn_found}
+                    "cuDNN needs CUDA, cudnn.h/libcudnn and cudnn-frontend's headers (scripts/cudnn_frontend.sh DIR, then \
+-DCUDNN_FRONTEND_ROOT=DIR); pass -DZERO_WITH_CUDNN=OFF")

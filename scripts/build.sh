@@ -6,7 +6,13 @@ cd "$(dirname "$0")/.."
 
 bash scripts/install_deps.sh
 mkdir -p build
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >build/configure.log 2>&1 || {
+# Beside a CUDA toolkit, cudnn-frontend's headers for cuDNN's fused attention (fetched once; ZERO_WITH_CUDNN).
+frontend=()
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  bash scripts/cudnn_frontend.sh build/cudnn-frontend
+  frontend=("-DCUDNN_FRONTEND_ROOT=$PWD/build/cudnn-frontend")
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${frontend[@]}" "$@" >build/configure.log 2>&1 || {
   cat build/configure.log >&2
   exit 1
 }

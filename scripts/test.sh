@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: checks the tree's format, builds zero (tests included), runs every test with ctest,
 # then runs them again built with AddressSanitizer and UndefinedBehaviorSanitizer (scripts/sanitize.sh), runs the
-# threaded ones under ThreadSanitizer (scripts/tsan.sh), fuzzes the readers of files and flags for 30 s each
+# threaded ones under ThreadSanitizer (scripts/tsan.sh), fuzzes the readers of files and flags for 15 s each
 # (scripts/fuzz.sh), and proves the GPU kit complete: the GPU check's build phase, against the kit alone
 # (scripts/gpu/), of the programs that load its libraries.
 set -euo pipefail

@@ -1,12 +1,19 @@
 // Causal multi-head attention on CUDA, tiled as FlashAttention-2: a block owns 64 query (or key) rows of one head and
 // streams the other side through shared memory 32 rows at a time, never forming the (T, T) scores; lse saved as on
 // the CPU. q, k, v, out and the gradients in fp32, bf16 or fp16, widened as they are loaded and rounded once as they
-// are stored; the arithmetic in fp32; no atomics, so every run gives the same bits.
+// are stored; the arithmetic in fp32; no atomics, so every run gives the same bits. bf16/fp16 go through cuDNN's fused
+// attention instead where the build has it and cuDNN takes the shape (cudnn_attention.h).
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#if ZERO_HAS_CUDNN
+#include "kernels/cuda/cudnn_attention.h"
+#endif
 #include "runtime/cuda/half.cuh"
 #include "runtime/dtype_dispatch.h"
 
@@ -302,7 +309,31 @@ absl::Status with_head_dim(int64_t hs, F&& f) {
   return f(std::integral_constant<int, 256>{});
 }
 
+// set_cudnn_attention's switch: on unless ZERO_CUDNN_ATTENTION=0.
+std::atomic<bool>& cudnn_attention_on() {
+  static std::atomic<bool> on([] {
+    const char* env = std::getenv("ZERO_CUDNN_ATTENTION");
+    return env == nullptr || std::string_view(env) != "0";
+  }());
+  return on;
+}
+
+// Whether a half attention of this shape ran through cuDNN (run(), a cudnn_attention_* call); false where the build
+// has no cuDNN, it is switched off, or cuDNN refused the shape.
+template <typename Run>
+absl::StatusOr<bool> through_cudnn(DType dtype, Run&& run) {
+  if (dtype == DType::kF32 || !cudnn_attention_on().load()) return false;
+#if ZERO_HAS_CUDNN
+  return run();
+#else
+  (void)run;
+  return false;
+#endif
+}
+
 }  // namespace
+
+bool set_cudnn_attention(bool enabled) { return cudnn_attention_on().exchange(enabled); }
 
 absl::Status attention_forward(int device, void* out, float* lse, const void* inp, DType dtype, int64_t b, int64_t t,
                                int64_t nh, int64_t hs) {
@@ -310,6 +341,10 @@ absl::Status attention_forward(int device, void* out, float* lse, const void* in
   ZERO_RETURN_IF_ERROR(guard.set(device));
   const Dims d{b, t, nh, hs};
   if (b * nh * t == 0) return absl::OkStatus();
+  ZERO_ASSIGN_OR_RETURN(const bool ran, through_cudnn(dtype, [&] {
+                          return cudnn_attention_forward(device, out, lse, inp, dtype, b, t, nh, hs);
+                        }));
+  if (ran) return absl::OkStatus();
   return visit_floating(dtype, [&](auto type) {
     using S = DeviceElement<decltype(type)::value>;
     return with_head_dim(hs, [&](auto hd) {
@@ -327,6 +362,10 @@ absl::Status attention_backward(int device, void* dinp, const void* dout, const 
   const Dims d{b, t, nh, hs};
   const int64_t rows = b * nh * t;
   if (rows == 0) return absl::OkStatus();
+  ZERO_ASSIGN_OR_RETURN(const bool ran, through_cudnn(dtype, [&] {
+                          return cudnn_attention_backward(device, dinp, dout, inp, out, lse, dtype, b, t, nh, hs);
+                        }));
+  if (ran) return absl::OkStatus();
   return with_scratch(device, rows * sizeof(float), [&](void* scratch) {
     float* dsum = static_cast<float*>(scratch);  // D (B, NH, T)
     return visit_floating(dtype, [&](auto type) {

@@ -1,11 +1,8 @@
-// cuBLAS handles lent per (thread, device) by a pool that is never destroyed, as PyTorch's DeviceThreadHandlePool.
+// cuBLAS handles, configured for the kernels' GEMMs and lent per (thread, device) by ThreadHandles.
 #include "kernels/cuda/cublas_handle.h"
 
-#include <vector>
-
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "kernels/cuda/handle_pool.h"
 
 namespace zero::kernels::cuda {
 
@@ -39,67 +36,10 @@ absl::StatusOr<cublasHandle_t> create_handle() {
   return h;
 }
 
-// The handles no thread holds, by device.
-class HandlePool {
- public:
-  // A handle of `device` (current) that a thread gave back, or a new one.
-  absl::StatusOr<cublasHandle_t> take(int device) {
-    {
-      absl::MutexLock lock(&mu_);
-      std::vector<cublasHandle_t>& free = free_[device];
-      if (!free.empty()) {
-        const cublasHandle_t h = free.back();
-        free.pop_back();
-        return h;
-      }
-    }
-    return create_handle();
-  }
-
-  void give_back(int device, cublasHandle_t h) {
-    absl::MutexLock lock(&mu_);
-    free_[device].push_back(h);
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<int, std::vector<cublasHandle_t>> free_ ABSL_GUARDED_BY(mu_);
-};
-
-// Never destroyed, nor are its handles: at exit the CUDA runtime may be unloaded before static destructors
-// run, and cublasDestroy would then crash. The driver frees a process's handles when it ends.
-HandlePool& pool() {
-  static auto* pool = new HandlePool;
-  return *pool;
-}
-
-// The handles one thread borrowed, by device. Its thread_local instance gives them back at thread exit;
-// that touches only the pool, never CUDA, so it is safe however late the thread ends.
-class ThreadLease {
- public:
-  ThreadLease() = default;
-  ThreadLease(const ThreadLease&) = delete;
-  ThreadLease& operator=(const ThreadLease&) = delete;
-  ~ThreadLease() {
-    for (const auto& [device, h] : handles_) pool().give_back(device, h);
-  }
-
-  absl::StatusOr<cublasHandle_t> get(int device) {
-    if (auto it = handles_.find(device); it != handles_.end()) return it->second;
-    ZERO_ASSIGN_OR_RETURN(const cublasHandle_t h, pool().take(device));
-    handles_.emplace(device, h);
-    return h;
-  }
-
- private:
-  absl::flat_hash_map<int, cublasHandle_t> handles_;
-};
-
 }  // namespace
 
 absl::StatusOr<cublasHandle_t> cublas_handle(int device) {
-  thread_local ThreadLease lease;
-  return lease.get(device);
+  return ThreadHandles<cublasHandle_t, create_handle>::get(device);
 }
 
 }  // namespace zero::kernels::cuda

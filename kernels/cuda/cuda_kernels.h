@@ -65,6 +65,11 @@ absl::Status attention_forward(int device, void* out, float* lse, const void* in
                                int64_t nh, int64_t hs);
 absl::Status attention_backward(int device, void* dinp, const void* dout, const void* inp, const void* out,
                                 const float* lse, DType dtype, int64_t b, int64_t t, int64_t nh, int64_t hs);
+// Whether bf16/fp16 attention goes through cuDNN's fused attention (cudnn_attention.h), where this build has it and
+// cuDNN takes the shape, rather than the tiled kernels, which fp32 always runs. On unless the environment sets
+// ZERO_CUDNN_ATTENTION=0. Process-wide: a backward must run on the path its forward took, so change it between steps.
+// Returns the setting it replaces.
+bool set_cudnn_attention(bool enabled);
 
 // fp32 -> bf16/fp16 (nearest even, or stochastic when `stochastic` is not null), bf16/fp16 -> fp32, or a copy.
 absl::Status cast(int device, void* out, DType to, const void* inp, DType from, int64_t n,

@@ -16,7 +16,8 @@
 #   profile  where the bench's step (with TF32) spends its GPU time: ncu's kernel durations, ranked
 # Every command has a time limit, so each phase ends inside 9 minutes (the device's 10 per command).
 # Environment: ZERO_CUDA_ARCH (default 90), NCCL_ROOT (default: the nvidia-nccl wheel's folder, else the
-# toolkit's), ZERO_GPU_BATCH (bench: sequences per step, default 8), ZERO_GPU_TARGETS (build: the targets, default all).
+# toolkit's), CUDNN_ROOT (likewise, the nvidia-cudnn wheel's), ZERO_GPU_BATCH (bench: sequences per step, default 8),
+# ZERO_GPU_TARGETS (build: the targets, default all).
 set -eEuo pipefail  # -E: the ERR trap below fires inside the phase functions too
 cd "$(dirname "$0")/../.."
 
@@ -32,10 +33,13 @@ build=build-gpu
 prefix=$PWD/$build/kit/usr
 lib=$prefix/lib/x86_64-linux-gnu
 
-nccl_root() {
-  [ -n "${NCCL_ROOT:-}" ] && { echo "$NCCL_ROOT"; return; }
-  python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true
+# A library's root: the environment's, else the folder of its NVIDIA wheel (nvidia.nccl, nvidia.cudnn), else none.
+wheel_root() {
+  [ -n "${!1:-}" ] && { echo "${!1}"; return; }
+  python3 -c "import nvidia.$2 as m; print(list(m.__path__)[0])" 2>/dev/null || true
 }
+nccl_root() { wheel_root NCCL_ROOT nccl; }
+cudnn_root() { wheel_root CUDNN_ROOT cudnn; }
 
 unpack_kit() {
   [ -f .gpu-kit/deps.tar.xz ] || {
@@ -58,9 +62,10 @@ unpack_kit() {
 phase_env() {
   unpack_kit
   command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-  local nccl
+  local nccl cudnn
   nccl=$(nccl_root)
-  export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread${nccl:+:$nccl/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  cudnn=$(cudnn_root)
+  export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread${nccl:+:$nccl/lib}${cudnn:+:$cudnn/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
 # The phases after build need its build-gpu/: a machine given back and started again has none.
@@ -85,19 +90,24 @@ check_loads_from_kit() {
 
 phase_build() {
   nvcc --version | tail -1
-  local nccl
+  local nccl cudnn
   nccl=$(nccl_root)
+  cudnn=$(cudnn_root)
   echo "kit: $(tr '\n' ' ' <.gpu-kit/MANIFEST)"
   echo "NCCL_ROOT: ${nccl:-none, NCCL beside the CUDA toolkit}"
+  echo "CUDNN_ROOT: ${cudnn:-none, cuDNN beside the CUDA toolkit}"
   # /usr ignored: every dependency the image lacks must come from the kit, as it would on the GPU machine.
   cmake --fresh -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DZERO_WITH_CUDA=ON -DZERO_WITH_NCCL=ON -DZERO_WITH_MPI=OFF \
+    -DZERO_WITH_CUDA=ON -DZERO_WITH_NCCL=ON -DZERO_WITH_CUDNN=ON -DZERO_WITH_MPI=OFF \
     -DCMAKE_CUDA_ARCHITECTURES="${ZERO_CUDA_ARCH:-90}" \
-    -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_IGNORE_PREFIX_PATH=/usr ${nccl:+-DNCCL_ROOT="$nccl"}
+    -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_IGNORE_PREFIX_PATH=/usr ${nccl:+-DNCCL_ROOT="$nccl"} \
+    ${cudnn:+-DCUDNN_ROOT="$cudnn"}
   grep -E '^(absl|GTest|benchmark|nlohmann_json|OpenBLAS)_DIR|^XXHASH_INCLUDE_DIR|^NCCL_(INCLUDE_DIR|LIBRARY)' \
     "$build/CMakeCache.txt"
+  grep -E '^CUDNN_(INCLUDE_DIR|LIBRARY|FRONTEND_INCLUDE_DIR)' "$build/CMakeCache.txt"
   local found
-  found=$(grep -E '^(absl|GTest|benchmark|nlohmann_json|OpenBLAS)_DIR|^XXHASH_INCLUDE_DIR' "$build/CMakeCache.txt")
+  found=$(grep -E '^(absl|GTest|benchmark|nlohmann_json|OpenBLAS)_DIR|^XXHASH_INCLUDE_DIR|^CUDNN_FRONTEND_INCLUDE_DIR' \
+    "$build/CMakeCache.txt")
   if grep -v "$prefix" <<<"$found"; then
     echo "the dependencies above were found outside the kit ($prefix)" >&2
     return 1

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine's image lacks into .gpu-kit/ (git-ignored, carried with the working tree):
 # the files of this machine's installed Debian packages for Abseil, GoogleTest, benchmark, OpenBLAS,
-# nlohmann-json and xxHash, under usr/ as Debian lays them out, in one xz archive that
-# scripts/gpu/check.sh unpacks there. The image itself brings CUDA, NCCL, CMake, ninja and g++.
+# nlohmann-json and xxHash, under usr/ as Debian lays them out, and cudnn-frontend's headers, in one xz archive that
+# scripts/gpu/check.sh unpacks there. The image itself brings CUDA, cuDNN, NCCL, CMake, ninja and g++.
 #
 # usage: scripts/gpu/kit.sh        (installs the packages first if missing; ~1 min on 2 cores)
 set -euo pipefail
@@ -39,6 +39,11 @@ for p in "${packages[@]}"; do
   done
   dpkg-query -W -f='${Package} ${Version}\n' "$p" >>"$kit/MANIFEST"
 done
+
+# cudnn-frontend's headers (PyPI, scripts/cudnn_frontend.sh) where the build looks for them: the kit's include/.
+bash scripts/cudnn_frontend.sh build/cudnn-frontend
+mkdir -p "$stage/usr/include" && cp -r build/cudnn-frontend/include/. "$stage/usr/include/"
+echo "nvidia-cudnn-frontend $(sed -n 's/^version=//p' scripts/cudnn_frontend.sh)" >>"$kit/MANIFEST"
 
 # OpenBLAS's Debian config names absolute /usr paths: a relocatable one where find_package looks.
 blas_dir=usr/lib/x86_64-linux-gnu/cmake/openblas

@@ -11,6 +11,12 @@
 #include "gtest/gtest.h"
 #include "kernels/kernels.h"
 #include "runtime/allocator.h"
+#if ZERO_HAS_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
+#if ZERO_HAS_CUDNN
+#include "kernels/cuda/cudnn_attention.h"
+#endif
 #include "runtime/device_memory.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/skip_without_gpu.h"
@@ -131,6 +137,25 @@ HalfValues random_half(int64_t n, uint32_t seed, DType half, float lo = -1.0f, f
 
 // The unit roundoff of the single rounding into a half result: 2^-p for p significand bits (bf16 8, fp16 11).
 double half_roundoff(DType half) { return half == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
+
+// The tiled attention kernels for bf16/fp16 while it lives, where cuDNN would take the shape: the tests of the
+// training precision's one rounding (cuDNN's fused attention rounds its probabilities too; CudnnAttention below).
+#if ZERO_HAS_CUDA
+class TiledAttention {
+ public:
+  TiledAttention() : previous_(cuda::set_cudnn_attention(false)) {}
+  ~TiledAttention() { cuda::set_cudnn_attention(previous_); }
+  TiledAttention(const TiledAttention&) = delete;
+  TiledAttention& operator=(const TiledAttention&) = delete;
+
+ private:
+  const bool previous_;
+};
+#else
+struct TiledAttention {
+  TiledAttention() {}  // no CUDA kernels to choose between
+};
+#endif
 
 // GPU kernels in bf16/fp16 (half()) against the CPU's fp32 kernel on the widened values: by the training precision's
 // contract (kernels.h, proven on the CPU) that is the value the CPU's half kernel rounds once.
@@ -393,6 +418,7 @@ TEST_P(CudaHalf, EachKernelGivesItsFp32BitsRounded) {
       {r(2 * nh * at, 27, 1.0f, 3.0f), {2, nh, at}, true},
       {r(2 * at * ac, 28), {2, at, ac}},
       {r(2 * at * 3 * ac, 29), {2, at, 3 * ac}}};  // inp, out, lse, dout, dinp
+  const TiledAttention tiled;
   expect_half_gives_the_fp32_bits_rounded(attention,
                                           [&](const auto& x) { return attention_forward(x[1], x[2], x[0], nh); });
   expect_half_gives_the_fp32_bits_rounded(
@@ -635,6 +661,7 @@ TEST_F(CudaKernels, AttentionMatchesCpuAndRepeatsBitwise) {
 // q, k, v, out and the gradients in bf16/fp16 on the GPU, against the CPU's fp32 kernels on the same (widened)
 // numbers: the fp32 test's tolerances, each result then rounded once. The backward reads the CPU's out, rounded.
 TEST_P(CudaHalf, AttentionMatchesCpu) {
+  const TiledAttention tiled;
   for (const auto& [b, t, nh, hs] : kAttentionShapes) {
     SCOPED_TRACE(absl::StrCat("B ", b, " T ", t, " NH ", nh, " hs ", hs));
     const int64_t c = nh * hs;
@@ -663,6 +690,105 @@ TEST_P(CudaHalf, AttentionMatchesCpu) {
     expect_result(g_dinp, dinp, t * tol * hs, "dinp");
   }
 }
+
+#if ZERO_HAS_CUDNN
+// cuDNN's fused attention against the CPU's fp32 kernels on the same (widened) numbers, called directly so a refusal
+// fails rather than falls back: GPT-2 124M's heads (HS 64) at a short and at its full 1024 context. q, k, v, dout in
+// [-1, 1]. Beyond the fp32 tolerances of the tiled test, cuDNN rounds to the half format (relative u each) the
+// probabilities P it multiplies by v, and the score gradients dS = P (dP - D) it multiplies by k and q, besides the
+// results themselves; P, D and the softmax's sums stay fp32. Per element, with |q|, |k|, |v|, |dout| <= 1, scale =
+// 1/sqrt(HS), and |dP - D| <= 2 HS:
+//   out_i   sum_j P_ij v_j / l_i with sum_j P_ij / l_i = 1                 <= u + u |out_i|
+//   dq_i    scale sum_j dS_ij k_j, sum_j |dS_ij| <= 2 HS (a row of P sums to 1)    <= 2 u sqrt(HS) + u |dq_i|
+//   dk_j    scale sum_i dS_ij q_i                                            <= 2 u sqrt(HS) c_j + u |dk_j|
+//   dv_j    sum_i P_ij dout_i                                                <= u c_j + u |dv_j|
+// where c_j = sum_i P_ij, key j's column of probabilities, computed here from the CPU's lse in fp64. The fp32 sums on
+// either side (T keys or queries, HS products each) add at most (T + 2 HS) fp32 roundoffs of the same magnitudes.
+class CudnnAttention : public CudaHalf {};
+
+TEST_P(CudnnAttention, TakesGpt2sHeadsMatchesCpuWithinItsRoundingAndRepeatsBitwise) {
+  for (const auto& [b, t, nh] : {std::tuple<int64_t, int64_t, int64_t>{2, 128, 2}, {1, 1024, 12}}) {
+    const int64_t hs = 64, c = nh * hs;
+    SCOPED_TRACE(absl::StrCat("B ", b, " T ", t, " NH ", nh, " HS ", hs));
+    const DType h = half();
+    const double u = half_roundoff(h), scale = 1.0 / std::sqrt(static_cast<double>(hs));
+    const HalfValues inp = random_half(b * t * 3 * c, 41, h), dout = random_half(b * t * c, 42, h);
+    std::vector<float> inp_c = inp.wide, dout_c = dout.wide, out(b * t * c), lse(b * nh * t), dinp(b * t * 3 * c);
+    ASSERT_TRUE(attention_forward(view(out, {b, t, c}), view(lse, {b, nh, t}), view(inp_c, {b, t, 3 * c}), nh).ok());
+    const Tensor g_inp = upload_as(inp, h, {b, t, 3 * c});
+    const Tensor g_out = upload(std::vector<uint16_t>(b * t * c), {b, t, c});
+    const Tensor g_lse = upload(std::vector<float>(b * nh * t), {b, nh, t});
+    absl::StatusOr<bool> ran =
+        cuda::cudnn_attention_forward(0, g_out.data(), g_lse.data_as<float>(), g_inp.data(), h, b, t, nh, hs);
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    ASSERT_TRUE(*ran) << "cuDNN refused the shape (its reason is on stderr)";
+    const double ds = 2.0 * hs * kU32 * hs * scale, tol = 2 * ds + t * kU32;  // the tiled fp32 test's
+    const std::vector<uint16_t> out_bits = download<uint16_t>(Tensor(g_out.data(), h, {b, t, c}, Device::cuda(0)));
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double got = testing::widen(h, out_bits[i]);
+      ASSERT_LE(std::fabs(got - out[i]), tol + u + u * std::fabs(out[i])) << "out[" << i << "]";
+    }
+    expect_near_all(download<float>(g_lse), lse, tol + 8 * kU32 * 20, "lse");  // |lse| <= log T + |s| <= 20
+
+    // Backward from the CPU's out, rounded, and lse on both sides.
+    HalfValues out_h{std::vector<uint16_t>(out.size()), testing::representable(h, out)};
+    for (size_t i = 0; i < out.size(); ++i) out_h.bits[i] = testing::round_to(h, out[i]);
+    ASSERT_TRUE(attention_backward(view(dinp, {b, t, 3 * c}), view(dout_c, {b, t, c}), view(inp_c, {b, t, 3 * c}),
+                                   view(out_h.wide, {b, t, c}), view(lse, {b, nh, t}), nh)
+                    .ok());
+    const Tensor g_dinp = upload(std::vector<uint16_t>(b * t * 3 * c), {b, t, 3 * c});
+    const Tensor g_dout = upload_as(dout, h, {b, t, c}), g_out_h = upload_as(out_h, h, {b, t, c});
+    const Tensor g_cpu_lse = upload(lse, {b, nh, t});
+    const auto backward = [&] {
+      absl::StatusOr<bool> r = cuda::cudnn_attention_backward(
+          0, g_dinp.data(), g_dout.data(), g_inp.data(), g_out_h.data(), g_cpu_lse.data_as<float>(), h, b, t, nh, hs);
+      EXPECT_TRUE(r.ok() && *r) << r.status();
+      return download<uint16_t>(Tensor(g_dinp.data(), h, {b, t, 3 * c}, Device::cuda(0)));
+    };
+    const std::vector<uint16_t> dinp_bits = backward();
+    // c_j per (batch, head, key), from the CPU's probabilities.
+    std::vector<double> column(b * nh * t, 0.0);
+    for (int64_t bi = 0; bi < b; ++bi) {
+      for (int64_t hi = 0; hi < nh; ++hi) {
+        for (int64_t i = 0; i < t; ++i) {
+          const float* q = &inp_c[(bi * t + i) * 3 * c + hi * hs];
+          for (int64_t j = 0; j <= i; ++j) {
+            const float* k = &inp_c[(bi * t + j) * 3 * c + c + hi * hs];
+            double s = 0;
+            for (int64_t e = 0; e < hs; ++e) s += static_cast<double>(q[e]) * k[e];
+            column[(bi * nh + hi) * t + j] += std::exp(s * scale - lse[(bi * nh + hi) * t + i]);
+          }
+        }
+      }
+    }
+    const double per_magnitude = u + static_cast<double>(t + 2 * hs) * kU32;
+    int misses = 0;
+    for (int64_t bi = 0; bi < b; ++bi) {
+      for (int64_t ti = 0; ti < t; ++ti) {
+        for (int64_t part = 0; part < 3 && misses < 5; ++part) {  // q, k, v
+          for (int64_t hi = 0; hi < nh; ++hi) {
+            const double cj = column[(bi * nh + hi) * t + ti];
+            const double magnitude = part == 0 ? 2 * std::sqrt(hs) : part == 1 ? 2 * std::sqrt(hs) * cj : cj;
+            for (int64_t e = 0; e < hs; ++e) {
+              const int64_t i = (bi * t + ti) * 3 * c + part * c + hi * hs + e;
+              const double want = dinp[i], got = testing::widen(h, dinp_bits[i]);
+              if (!(std::fabs(got - want) <= per_magnitude * magnitude + u * std::fabs(want))) {
+                ADD_FAILURE() << "dinp[" << i << "] ("
+                              << "qkv"[part] << "): " << got << " vs CPU " << want;
+                ++misses;
+              }
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(backward(), dinp_bits) << "the deterministic backward repeats its bits";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CudnnAttention, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+#endif
 
 TEST_F(CudaKernels, CastsEqualCpuBitwise) {
   const std::vector<float> x = cast_inputs();

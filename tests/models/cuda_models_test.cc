@@ -69,8 +69,9 @@ struct Tolerance {
 
 // fp32: both runs within kFp32Tolerance of the exact result. bf16/fp16 with the same parameters on both sides: a
 // rounding the runs share is no difference, but where their fp32 results straddle a rounding boundary they round to
-// neighbours, at most u apart, and what follows sees that as a rounding of its own; so no more than the bound for
-// every write's rounding (tests/models/half_bounds.h), without the parameters'.
+// neighbours, at most u apart, and what follows sees that as a rounding of its own; cuDNN's attention rounds inside
+// where the CPU does not. So no more than the bound for every rounding (tests/models/half_bounds.h counts cuDNN's),
+// without the parameters'.
 Tolerance cpu_vs_cuda(DType dtype, const testing::Roundings& roundings) {
   if (dtype == DType::kF32) return {kCpuVsCudaTolerance, kCpuVsCudaTolerance};
   return {testing::forward_bound(dtype, roundings, kCpuVsCudaTolerance),
