@@ -6,6 +6,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/kernels.h"
+#include "runtime/dtype_dispatch.h"
 #include "runtime/parallel.h"
 #include "runtime/rounding.h"
 #include "runtime/sim/sim_api.h"
@@ -20,8 +21,12 @@ bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
 
 void to_half(const float* x, uint16_t* y, int64_t begin, int64_t end, DType t, const StochasticRounding* sr) {
   const bool bf16 = t == DType::kBF16;
+  if (sr == nullptr && bf16) {
+    for (int64_t i = begin; i < end; ++i) y[i] = float_to_bf16(x[i]);
+    return;
+  }
   if (sr == nullptr) {
-    for (int64_t i = begin; i < end; ++i) y[i] = bf16 ? float_to_bf16(x[i]) : float_to_fp16(x[i]);
+    for (int64_t i = begin; i < end; ++i) y[i] = float_to_fp16(x[i]);
     return;
   }
   for (int64_t i = begin; i < end; ++i) {
@@ -67,8 +72,13 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
       to_half(inp.data_as<float>(), out.data_as<uint16_t>(), b, e, to, stochastic);
     });
   } else if (is_half(from) && to == DType::kF32) {
-    for_blocks(n, kBlock, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out.data_as<float>()[i] = load_as_float(inp.data(), from, i);
+    visit_floating(from, [&](auto type) {  // the dtype a constant, so the loop vectorizes
+      constexpr DType T = decltype(type)::value;
+      const StorageOf<T>* src = inp.data_as<const StorageOf<T>>();
+      float* dst = out.data_as<float>();
+      for_blocks(n, kBlock, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dst[i] = load_as_float(src, T, i);
+      });
     });
   } else {
     return absl::InvalidArgumentError(absl::StrCat(op, ": no cast from ", from, " to ", to));

@@ -58,27 +58,32 @@ float lane_sum(int64_t c, Term term) {
   return pairwise_total(lanes);
 }
 
-// Element i of a row of dtype T, widened exactly.
+// Row `p` of C elements of dtype T as fp32: the row itself for fp32, else widened exactly into `buffer` (C floats).
 template <DType T, typename S = StorageOf<T>>
-float at(const S* row, int64_t i) {
-  return load_as_float(row, T, i);
+const float* widened_row(const S* p, int64_t c, float* buffer) {
+  if constexpr (T == DType::kF32) {
+    return p;
+  } else {
+    for (int64_t i = 0; i < c; ++i) buffer[i] = load_as_float(p, T, i);
+    return buffer;
+  }
 }
 
-// One row of backward (C columns of dtype T; xhat = (inp - mean) * rstd): writes dinp (+ dres where given, before
-// the one rounding) and adds dout * xhat and dout to the fp64 column sums acc_dweight and acc_dbias.
+// One row of backward on fp32 rows (C columns; xhat = (x - mean) * rstd): writes dx of dtype T (+ dres where given,
+// before the one rounding) and adds g * xhat and g to the fp64 column sums acc_dweight and acc_dbias.
 template <DType T, typename S = StorageOf<T>>
-void row_backward(S* dx, double* acc_dweight, double* acc_dbias, const S* g, const S* x, const S* w, const S* dres,
-                  float mean, float rstd, int64_t c) {
-  const auto dnorm = [&](int64_t i) { return at<T>(g, i) * at<T>(w, i); };  // dout * weight
+void row_backward(S* dx, double* acc_dweight, double* acc_dbias, const float* g, const float* x, const float* w,
+                  const S* dres, float mean, float rstd, int64_t c) {
+  const auto dnorm = [&](int64_t i) { return g[i] * w[i]; };  // dout * weight
   const float dnorm_mean = lane_sum(c, dnorm) / static_cast<float>(c);
   const float dnorm_xhat_mean =
-      lane_sum(c, [&](int64_t i) { return dnorm(i) * ((at<T>(x, i) - mean) * rstd); }) / static_cast<float>(c);
+      lane_sum(c, [&](int64_t i) { return dnorm(i) * ((x[i] - mean) * rstd); }) / static_cast<float>(c);
   for (int64_t i = 0; i < c; ++i) {
-    const float xhat = (at<T>(x, i) - mean) * rstd;
+    const float xhat = (x[i] - mean) * rstd;
     const float d = (dnorm(i) - dnorm_mean - xhat * dnorm_xhat_mean) * rstd;
-    store_from_float(dx, T, i, dres != nullptr ? d + at<T>(dres, i) : d);
-    acc_dweight[i] += at<T>(g, i) * xhat;
-    acc_dbias[i] += at<T>(g, i);
+    store_from_float(dx, T, i, dres != nullptr ? d + load_as_float(dres, T, i) : d);
+    acc_dweight[i] += g[i] * xhat;
+    acc_dbias[i] += g[i];
   }
 }
 
@@ -87,20 +92,23 @@ template <DType T, typename S = StorageOf<T>>
 void forward_rows(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor* residual,
                   const Tensor& weight, const Tensor& bias) {
   const int64_t c = detail::last_dim(inp);
-  const S* w = weight.data_as<const S>();
-  const S* b = bias.data_as<const S>();
+  std::vector<float> params(T == DType::kF32 ? 0 : static_cast<size_t>(2 * c));  // weight and bias, widened
+  const float* w = widened_row<T>(weight.data_as<const S>(), c, params.data());
+  const float* b = widened_row<T>(bias.data_as<const S>(), c, params.data() + c);
   for_blocks(detail::num_rows(inp), kRowBlock, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(T == DType::kF32 ? 0 : static_cast<size_t>(c));  // x's, widened
     for (int64_t r = r0; r < r1; ++r) {
-      S* x = inp.data_as<S>() + r * c;
+      S* xs = inp.data_as<S>() + r * c;
       S* y = out.data_as<S>() + r * c;
       if (residual != nullptr) {
         const S* res = residual->data_as<const S>() + r * c;
-        for (int64_t i = 0; i < c; ++i) store_from_float(x, T, i, at<T>(x, i) + at<T>(res, i));
+        for (int64_t i = 0; i < c; ++i) store_from_float(xs, T, i, load_as_float(xs, T, i) + load_as_float(res, T, i));
       }
-      const float m = lane_sum(c, [&](int64_t i) { return at<T>(x, i); }) / static_cast<float>(c);
-      const float sq = lane_sum(c, [&](int64_t i) { return (at<T>(x, i) - m) * (at<T>(x, i) - m); });
+      const float* x = widened_row<T>(xs, c, row.data());
+      const float m = lane_sum(c, [&](int64_t i) { return x[i]; }) / static_cast<float>(c);
+      const float sq = lane_sum(c, [&](int64_t i) { return (x[i] - m) * (x[i] - m); });
       const float s = 1.0f / std::sqrt(sq / static_cast<float>(c) + kLayerNormEps);
-      for (int64_t i = 0; i < c; ++i) store_from_float(y, T, i, (at<T>(x, i) - m) * s * at<T>(w, i) + at<T>(b, i));
+      for (int64_t i = 0; i < c; ++i) store_from_float(y, T, i, (x[i] - m) * s * w[i] + b[i]);
       mean.data_as<float>()[r] = m;
       rstd.data_as<float>()[r] = s;
     }
@@ -114,7 +122,8 @@ void backward_rows(const Tensor& dinp, const Tensor& dweight, const Tensor& dbia
   const int64_t n = detail::num_rows(inp), c = detail::last_dim(inp);
   const S* x = inp.data_as<const S>();
   const S* g = dout.data_as<const S>();
-  const S* w = weight.data_as<const S>();
+  std::vector<float> w_buffer(static_cast<size_t>(c));
+  const float* w = widened_row<T>(weight.data_as<const S>(), c, w_buffer.data());
   const float* mu = mean.data_as<float>();
   const float* rs = rstd.data_as<float>();
   S* dx = dinp.data_as<S>();
@@ -124,9 +133,11 @@ void backward_rows(const Tensor& dinp, const Tensor& dweight, const Tensor& dbia
   std::vector<double> partial(static_cast<size_t>(blocks * 2 * c), 0.0);  // per block: dweight's c, then dbias's c
   for_blocks(n, kParamRows, [=, &partial](int64_t r0, int64_t r1) {
     double* acc = partial.data() + r0 / kParamRows * 2 * c;
+    std::vector<float> rows(T == DType::kF32 ? 0 : static_cast<size_t>(2 * c));  // g's and x's row, widened
     for (int64_t r = r0; r < r1; ++r) {
-      row_backward<T>(dx + r * c, acc, acc + c, g + r * c, x + r * c, w, dres != nullptr ? dres + r * c : nullptr,
-                      mu[r], rs[r], c);
+      row_backward<T>(dx + r * c, acc, acc + c, widened_row<T>(g + r * c, c, rows.data()),
+                      widened_row<T>(x + r * c, c, rows.data() + c), w, dres != nullptr ? dres + r * c : nullptr, mu[r],
+                      rs[r], c);
     }
   });
   S* dw = dweight.data_as<S>();

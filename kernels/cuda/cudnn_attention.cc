@@ -63,7 +63,8 @@ std::vector<int64_t> head_dims(const Dims& d) { return {d.b, d.nh, d.t, d.hs}; }
 
 std::shared_ptr<Tensor_attributes> input(Graph& g, const char* name, Uid uid, std::vector<int64_t> dims,
                                          std::vector<int64_t> strides) {
-  return g.tensor(Tensor_attributes().set_name(name).set_uid(uid).set_dim(std::move(dims)).set_stride(std::move(strides)));
+  return g.tensor(
+      Tensor_attributes().set_name(name).set_uid(uid).set_dim(std::move(dims)).set_stride(std::move(strides)));
 }
 
 void set_output(Tensor_attributes& t, Uid uid, std::vector<int64_t> dims, std::vector<int64_t> strides) {
@@ -163,7 +164,8 @@ class PlanCache {
     auto plans = std::make_shared<const Plans>(built.ok() ? *std::move(built) : Plans{});
     absl::MutexLock lock(&mu_);
     if (!built.ok() && refusals_logged_.insert({dtype, d}).second) {
-      std::fprintf(stderr, "zero: cuDNN attention refused %s B=%lld T=%lld NH=%lld HS=%lld, using the tiled kernels: %s\n",
+      std::fprintf(stderr,
+                   "zero: cuDNN attention refused %s B=%lld T=%lld NH=%lld HS=%lld, using the tiled kernels: %s\n",
                    std::string(dtype_name(dtype)).c_str(), static_cast<long long>(d.b), static_cast<long long>(d.t),
                    static_cast<long long>(d.nh), static_cast<long long>(d.hs), built.status().ToString().c_str());
     }
