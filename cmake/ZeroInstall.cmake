@@ -18,9 +18,16 @@ install(DIRECTORY runtime kernels optim shard models DESTINATION include/zero
         FILES_MATCHING PATTERN "*.h")
 install(EXPORT zeroTargets NAMESPACE zero:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
 
-if(ZERO_HAS_CUDA)  # the files zeroConfig.cmake points the consumer's CUDA::cudart and CUDA::cublas at
-  get_target_property(ZERO_CUDART_LIBRARY CUDA::cudart IMPORTED_LOCATION)
-  get_target_property(ZERO_CUBLAS_LIBRARY CUDA::cublas IMPORTED_LOCATION)
+if(ZERO_HAS_CUDA)  # the files zeroConfig.cmake points the consumer's CUDA::cudart, cublas (and nvrtc, for cuDNN) at
+  set(ZERO_CUDA_LIBRARIES "")
+  set(cuda_linked cudart cublas)
+  if(ZERO_HAS_CUDNN)
+    list(APPEND cuda_linked nvrtc)
+  endif()
+  foreach(name IN LISTS cuda_linked)
+    get_target_property(location CUDA::${name} IMPORTED_LOCATION)
+    list(APPEND ZERO_CUDA_LIBRARIES "${name}=${location}")
+  endforeach()
 endif()
 configure_package_config_file(cmake/zeroConfig.cmake.in ${CMAKE_BINARY_DIR}/zeroConfig.cmake
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)

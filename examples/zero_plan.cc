@@ -589,7 +589,8 @@ std::string to_text(const Request& r, const std::vector<StagePlan>& plans) {
       "\nStage 3 gathers every unit once per forward and once per backward (persistence_threshold 0); the\n"
       "engine sends less where it keeps a unit the next gathers need again, and more where a unit using\n"
       "another's tied parameters (GPT-2's head, wte) gathers that unit again.\n"
-      "Not counted: gradient buckets and gathered units in flight, workspace, the loader's tokens.\n";
+      "Not counted: gradient buckets and gathered units in flight, workspace, the loader's tokens, and on\n"
+      "the CPU the fp32 copies a bf16/fp16 GEMM or attention works on.\n";
   if (r.budget_bytes.has_value()) absl::StrAppend(&notes, "The largest model counts model states only.\n");
   if (r.budget_bytes.has_value() && r.plan.offload_optimizer_to_host) {
     absl::StrAppend(

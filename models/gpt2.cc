@@ -167,15 +167,15 @@ class Gpt2Block final : public Unit {
     const DType dt = x_.dtype();
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
                                                    {{&a_.ln1, {B, T, C}, dt},
-                                                    {&a_.ln1_mean, {B, T}},
-                                                    {&a_.ln1_rstd, {B, T}},
+                                                    {&a_.ln1_mean, {B, T}, DType::kF32},
+                                                    {&a_.ln1_rstd, {B, T}, DType::kF32},
                                                     {&a_.qkv, {B, T, 3 * C}, dt},
                                                     {&a_.atty, {B, T, C}, dt},
-                                                    {&a_.lse, {B, config_.num_heads, T}},
+                                                    {&a_.lse, {B, config_.num_heads, T}, DType::kF32},
                                                     {&a_.x2, {B, T, C}, dt},
                                                     {&a_.ln2, {B, T, C}, dt},
-                                                    {&a_.ln2_mean, {B, T}},
-                                                    {&a_.ln2_rstd, {B, T}},
+                                                    {&a_.ln2_mean, {B, T}, DType::kF32},
+                                                    {&a_.ln2_rstd, {B, T}, DType::kF32},
                                                     {&a_.fc, {B, T, 4 * C}, dt},
                                                     {&a_.fc_gelu, {B, T, 4 * C}, dt}}));
     ZERO_RETURN_IF_ERROR(
@@ -220,8 +220,10 @@ class Gpt2Head final : public Unit {
     const DType dt = x.dtype();
     // The logits' gradient over the logits themselves, unless the caller reads them (UnitContext::output_read); none
     // where no backward follows.
-    std::vector<TensorSlot> saved = {
-        {&lnf_, {B, T, C}, dt}, {&mean_, {B, T}}, {&rstd_, {B, T}}, {&logits_, {B, T, Vp}, dt}};
+    std::vector<TensorSlot> saved = {{&lnf_, {B, T, C}, dt},
+                                     {&mean_, {B, T}, DType::kF32},
+                                     {&rstd_, {B, T}, DType::kF32},
+                                     {&logits_, {B, T, Vp}, dt}};
     const bool apart = ctx.output_read && ctx.backward_follows;
     if (apart) saved.push_back({&dlogits_, {B, T, Vp}, dt});
     ZERO_ASSIGN_OR_RETURN(saved_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device, saved));

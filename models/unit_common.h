@@ -9,9 +9,6 @@
 
 #include <initializer_list>
 #include <span>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -25,7 +22,7 @@ namespace zero {
 struct TensorSlot {
   Tensor* tensor;  // set to a contiguous view of `shape` in `dtype`
   Shape shape;
-  DType dtype = DType::kF32;
+  DType dtype;
 };
 
 // One allocation of `category` on `device` holding every slot's tensor, each 64-byte aligned and on

@@ -260,6 +260,9 @@ absl::StatusOr<StagesBenchOptions> stages_options_from_flags() {
   if (options.tf32 && !options.device.is_cuda()) {
     return flag_error("tf32", "TF32 runs on CUDA's tensor cores: use it with --device=cuda");
   }
+  if (options.tf32 && options.precision != DType::kF32) {
+    return flag_error("tf32", "TF32 changes fp32 GEMMs only; a bf16/fp16 model computes its GEMMs in that precision");
+  }
   options.torch = absl::GetFlag(FLAGS_torch);
   if (options.torch && (!options.device.is_cpu() || options.precision != DType::kF32)) {
     return flag_error("torch", "PyTorch's stages run on the CPU in fp32: use --device=cpu --dtype=fp32 with it");

@@ -623,6 +623,9 @@ absl::Status validate_run(const TrainConfig& c) {
   ZERO_RETURN_IF_ERROR(require(!c.tf32 || c.device == "cuda", "tf32", "true",
                                absl::StrCat("TF32 runs on CUDA's tensor cores; device ", c.device,
                                             " computes fp32 GEMMs exactly: set device = cuda, or tf32 false")));
+  ZERO_RETURN_IF_ERROR(require(!c.tf32 || (!c.bf16 && !c.fp16.enabled), "tf32", "true",
+                               "TF32 changes fp32 GEMMs only, and a bf16/fp16 run computes its GEMMs in that precision "
+                               "on the tensor cores already: set tf32 false"));
 #ifndef ZERO_HAS_CUDA
   ZERO_RETURN_IF_ERROR(require(c.device != "cuda", "device", c.device,
                                "this zero-train was built without CUDA (configure with -DZERO_WITH_CUDA=ON)"));

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The GPU benchmark's summary: zero's GPT-2 step against PyTorch's on the same GPU, with MFU.
 
-Reads zero-bench stages' CSVs (one stage row each, labelled: zero's runs, e.g. with and without TF32) and
-benchmarks/torch_gpt2.py's CSVs (the model's shape and parameter count come from them). Each run's speed is
+Reads zero-bench stages' CSVs (one stage row each, labelled: zero's runs, e.g. with cuDNN's attention and with
+the tiled kernels) and benchmarks/torch_gpt2.py's CSVs (the model's shape and parameter count come from them). Each run's speed is
 also given against the fastest PyTorch run. Model FLOPs per token as llm.c counts them: 6·N for the weights' forward
 and backward, plus 6·L·C·T for causal attention (QKᵀ and AV over half the T×T scores, times 3 for
 forward and backward). MFU is over the GPU's dense bf16 peak, looked up by its name.

@@ -10,10 +10,10 @@
 #   train  the main job on the GPU (4 local ranks sharing it, also with the optimizer offloaded to the host; the
 #          nccl backend, one rank) and on the CPU; losses compared; the CPU run's export loaded by transformers'
 #          from_pretrained
-#   bench  GPT-2 124M, bf16, sequence 1024: zero (its GEMMs in fp32, then in TF32) against PyTorch (eager and
-#          torch.compile) on the same GPU, with MFU
+#   bench  GPT-2 124M, bf16, sequence 1024: zero (its attention through cuDNN, then through its tiled kernels)
+#          against PyTorch (eager and torch.compile) on the same GPU, with MFU
 #   stages zero-bench stages (GPT-2 124M, 4 local ranks sharing the GPU) and comm on the GPU
-#   profile  where the bench's step (with TF32) spends its GPU time: ncu's kernel durations, ranked
+#   profile  where the bench's step spends its GPU time: ncu's kernel durations, ranked
 # Every command has a time limit, so each phase ends inside 9 minutes (the device's 10 per command).
 # Environment: ZERO_CUDA_ARCH (default 90), NCCL_ROOT (default: the nvidia-nccl wheel's folder, else the
 # toolkit's), CUDNN_ROOT (likewise, the nvidia-cudnn wheel's), ZERO_GPU_BATCH (bench: sequences per step, default 8),
@@ -170,14 +170,15 @@ phase_bench() {
   local batch=${ZERO_GPU_BATCH:-8} gpu
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "GPU: $gpu; python3: $(python3 -c 'import torch; print("torch", torch.__version__)')"
-  local zero_csvs=() tf32 label
-  for tf32 in false true; do
-    label=bf16
-    [ "$tf32" = false ] || label="bf16 + TF32 GEMMs"
+  # bf16 end to end; attention through cuDNN, then through the tiled kernels it replaces (ZERO_CUDNN_ATTENTION=0).
+  local zero_csvs=() cudnn label
+  for cudnn in 1 0; do
+    label="bf16, cuDNN attention"
+    [ "$cudnn" = 1 ] || label="bf16, tiled attention"
     echo "== zero: GPT-2 124M, $label, B=$batch, T=1024, one rank (stage 0)"
-    timeout 90 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=1 --stages=0 \
-      --batch="$batch" --seq=1024 --warmup=2 --iters=10 --tf32="$tf32" --csv="$build/zero_gpt2_tf32_$tf32.csv"
-    zero_csvs+=(--zero "$label=$build/zero_gpt2_tf32_$tf32.csv")
+    ZERO_CUDNN_ATTENTION=$cudnn timeout 90 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 \
+      --ranks=1 --stages=0 --batch="$batch" --seq=1024 --warmup=2 --iters=10 --csv="$build/zero_gpt2_cudnn_$cudnn.csv"
+    zero_csvs+=(--zero "$label=$build/zero_gpt2_cudnn_$cudnn.csv")
   done
   local torch_csvs=()
   rm -f "$build"/torch_*.csv
@@ -207,10 +208,10 @@ phase_stages() {
 
 phase_profile() {
   ensure_built
-  echo "== ncu: one GPT-2 124M bf16 step with TF32 GEMMs (B=${ZERO_GPU_BATCH:-8}, T=1024, setup included)"
+  echo "== ncu: one GPT-2 124M bf16 step (B=${ZERO_GPU_BATCH:-8}, T=1024, setup included)"
   # Device time per kernel, the clocks left as they are (ncu's own control would pin them lower).
   timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
-    "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --tf32 --ranks=1 --stages=0 \
+    "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=1 --stages=0 \
     --batch="${ZERO_GPU_BATCH:-8}" --seq=1024 --warmup=0 --iters=1 >"$out/ncu.csv"
   python3 scripts/gpu/kernel_times.py "$out/ncu.csv"
 }

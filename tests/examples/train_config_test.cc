@@ -206,6 +206,15 @@ INSTANTIATE_TEST_SUITE_P(
                   {"zero_optimization.cpu_offload = true", "old name for zero_optimization.offload_optimizer.device",
                    "device = cpu instead"}}));
 
+// A bf16/fp16 model has no fp32 GEMM for TF32 to change: the key would do nothing.
+TEST(TrainConfigErrors, Tf32WithAHalfPrecisionIsRefused) {
+  for (const std::string half : {"bf16", "fp16"}) {
+    const std::string message = parse_error(kMinimal, {"device=cuda", "tf32=true", half + ".enabled=true"});
+    EXPECT_THAT(message, HasSubstr("tf32 = true")) << half;
+    EXPECT_THAT(message, HasSubstr("set tf32 false")) << half;
+  }
+}
+
 TEST(TrainConfigTest, AcceptsTheKeysDeepSpeedConfigsCarryThatAskWhatZeroDoes) {
   parse_ok(kMinimal,
            {"zero_optimization.stage3_gather_16bit_weights_on_model_save=true",

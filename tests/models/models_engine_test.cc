@@ -998,7 +998,10 @@ TEST(Gpt2OnCuda, FollowsTheCpuRun) {
 // attention rounds inside as well (its probabilities, and in backward its score gradients: 3 of the ~20 roundings a
 // block makes). Their distance is made of far fewer roundings than those that put a bf16 run where it is against an
 // fp32 one. So each step's loss is held within the largest distance between the CPU's bf16 and fp32 runs up to that
-// step, measured here (the fp32 run starts from the unrounded initial parameters, so it carries their rounding too).
+// step, measured here (the fp32 run starts from the unrounded initial parameters, so it carries their rounding too),
+// with a margin of 2 and a floor of 1e-5 of the loss: at step 1 that distance is one sample, and once runs diverge
+// their distances are alike in size. (The review's stand-in on the CPU, a bf16 run with its micro-batch split in
+// four, came to 0.68 of the bare envelope.)
 TEST(Gpt2OnCuda, Bf16FollowsTheCpuBf16RunFor50Steps) {
   ZERO_SKIP_WITHOUT_GPU();
   const zero::Setup bf16{.world_size = 2, .stage = 3, .precision = DType::kBF16, .steps = 50};
@@ -1014,7 +1017,7 @@ TEST(Gpt2OnCuda, Bf16FollowsTheCpuBf16RunFor50Steps) {
   for (int k = 0; k < bf16.steps; ++k) {
     envelope = std::max(envelope, std::fabs(static_cast<double>(cpu_bf16->losses[k]) - cpu_fp32->losses[k]));
     const double distance = std::fabs(static_cast<double>(gpu_bf16->losses[k]) - cpu_bf16->losses[k]);
-    EXPECT_LE(distance, envelope) << "step " << k + 1;
+    EXPECT_LE(distance, 2 * std::max(envelope, 1e-5 * cpu_bf16->losses[k])) << "step " << k + 1;
     worst = std::max(worst, distance);
   }
   EXPECT_LT(gpu_bf16->losses.back(), gpu_bf16->losses.front()) << "the loss falls";

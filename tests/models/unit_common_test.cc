@@ -11,12 +11,13 @@ namespace {
 TEST(AllocateTensors, EachSlotIsItsDtypeAndStartsOn64Bytes) {
   Allocator alloc;
   Tensor half, stats, wide;
-  absl::StatusOr<Buffer> buffer = allocate_tensors(alloc, MemoryCategory::kActivations, Device::cpu(),
-                                                   {{&half, {3, 5}, DType::kBF16}, {&stats, {3}}, {&wide, {2, 40}}});
+  absl::StatusOr<Buffer> buffer =
+      allocate_tensors(alloc, MemoryCategory::kActivations, Device::cpu(),
+                       {{&half, {3, 5}, DType::kBF16}, {&stats, {3}, DType::kF32}, {&wide, {2, 40}, DType::kF32}});
   ASSERT_TRUE(buffer.ok()) << buffer.status();
   EXPECT_EQ(half.dtype(), DType::kBF16);
   EXPECT_EQ(half.shape(), (Shape{3, 5}));
-  EXPECT_EQ(stats.dtype(), DType::kF32) << "a slot's default dtype";
+  EXPECT_EQ(stats.dtype(), DType::kF32);
   EXPECT_EQ(wide.shape(), (Shape{2, 40}));
   const auto offset = [&](const Tensor& t) {
     return static_cast<char*>(t.data()) - static_cast<char*>(buffer->data());
