@@ -63,14 +63,19 @@ if(NOT ZERO_WITH_MPI STREQUAL "OFF")
 endif()
 zero_resolve_switch(ZERO_WITH_MPI ${mpi_found} "apt-get install libopenmpi-dev openmpi-bin, or pass -DZERO_WITH_MPI=OFF")
 
+# zero_find_beside_cuda(<NAME> <header> <library names>...) sets <NAME>_INCLUDE_DIR and <NAME>_LIBRARY: beside the CUDA
+# toolkit, or under <NAME>_ROOT (-D or environment), as an NVIDIA wheel's folder (nvidia-nccl, nvidia-cudnn) holds
+# include/ and lib/ with the versioned shared library alone.
+function(zero_find_beside_cuda name header)
+  set(roots ${${name}_ROOT} $ENV{${name}_ROOT})
+  find_path(${name}_INCLUDE_DIR ${header} HINTS ${roots} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(${name}_LIBRARY NAMES ${ARGN} NAMES_PER_DIR HINTS ${roots} ${CUDAToolkit_LIBRARY_DIR}
+               ${CUDAToolkit_LIBRARY_ROOT}/lib PATH_SUFFIXES lib)  # NAMES_PER_DIR: the root wins, whatever name it has
+endfunction()
+
 set(nccl_found OFF)
 if(ZERO_HAS_CUDA AND NOT ZERO_WITH_NCCL STREQUAL "OFF")
-  # Beside the toolkit, or under NCCL_ROOT (-D or environment): the nvidia-nccl wheel's folder holds include/
-  # and lib/libnccl.so.2 without the unversioned link.
-  set(nccl_roots ${NCCL_ROOT} $ENV{NCCL_ROOT})
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${nccl_roots} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${nccl_roots} ${CUDAToolkit_LIBRARY_DIR}
-               ${CUDAToolkit_LIBRARY_ROOT}/lib PATH_SUFFIXES lib)
+  zero_find_beside_cuda(NCCL nccl.h nccl libnccl.so.2)
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     set(nccl_found ON)
     add_library(zero_nccl_lib INTERFACE)
@@ -82,12 +87,8 @@ zero_resolve_switch(ZERO_WITH_NCCL ${nccl_found} "NCCL needs CUDA and nccl.h/lib
 
 set(cudnn_found OFF)
 if(ZERO_HAS_CUDA AND NOT ZERO_WITH_CUDNN STREQUAL "OFF")
-  # cudnn.h and libcudnn beside the toolkit or under CUDNN_ROOT (the nvidia-cudnn wheel's folder holds include/ and
-  # lib/libcudnn.so.9); cudnn-frontend's headers under CUDNN_FRONTEND_ROOT (scripts/cudnn_frontend.sh fetches them).
-  set(cudnn_roots ${CUDNN_ROOT} $ENV{CUDNN_ROOT})
-  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${cudnn_roots} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${cudnn_roots} ${CUDAToolkit_LIBRARY_DIR}
-               ${CUDAToolkit_LIBRARY_ROOT}/lib PATH_SUFFIXES lib)
+  # cuDNN as NCCL; cudnn-frontend's headers under CUDNN_FRONTEND_ROOT (scripts/cudnn_frontend.sh fetches them).
+  zero_find_beside_cuda(CUDNN cudnn.h cudnn libcudnn.so.9)
   find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h HINTS ${CUDNN_FRONTEND_ROOT} $ENV{CUDNN_FRONTEND_ROOT}
             PATH_SUFFIXES include)
   if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY AND CUDNN_FRONTEND_INCLUDE_DIR)

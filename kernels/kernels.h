@@ -10,7 +10,8 @@
 //   lse). Each element is widened exactly, the math runs in fp32 as it does for fp32 tensors, and each element
 //   written is rounded once to nearest even: a bf16 call gives the bits of the fp32 call on the widened tensors,
 //   rounded (see each function for what it writes in place). Matmul has its own mixed precision. CUDA follows the
-//   same rule; only its fp32 math differs from the CPU's, as for fp32 tensors.
+//   same rule; only its fp32 math differs from the CPU's, as for fp32 tensors. One exception: bf16/fp16 attention on
+//   CUDA through cuDNN (kernels/cuda/cudnn_attention.h) rounds inside too, its probabilities and score gradients.
 // - Every function checks shapes, dtypes and devices and returns InvalidArgument for a mismatch a caller
 //   can make. CPU tensors run here; CUDA tensors run the CUDA versions (kernels/cuda/, dispatched on
 //   Tensor::device()), asynchronously on the calling thread's current stream of the device (current_stream in

@@ -4,6 +4,7 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -27,19 +28,23 @@ namespace fe = cudnn_frontend;
 using fe::graph::Graph;
 using fe::graph::Tensor_attributes;
 
-absl::StatusOr<cudnnHandle_t> create_handle() {
-  cudnnHandle_t h = nullptr;
-  if (const cudnnStatus_t s = cudnnCreate(&h); s != CUDNN_STATUS_SUCCESS) {
-    return absl::InternalError(absl::StrCat("cudnnCreate: ", cudnnGetErrorString(s)));
+// OK; Unimplemented where cuDNN has no engine for the graph on this GPU (a refusal: the caller runs the tiled kernels);
+// Internal for anything else (a library that did not load, a graph it cannot run), naming the step and cuDNN's message.
+absl::Status fe_status(const fe::error_object& e, const char* what) {
+  using enum fe::error_code_t;
+  if (e.is_good()) return absl::OkStatus();
+  const std::string message = absl::StrCat("cuDNN ", what, ": ", e.err_msg);
+  if (e.code == GRAPH_NOT_SUPPORTED || e.code == HEURISTIC_QUERY_FAILED ||
+      e.code == GRAPH_EXECUTION_PLAN_CREATION_FAILED) {
+    return absl::UnimplementedError(message);
   }
-  return h;
+  return absl::InternalError(
+      absl::StrCat(message, " (ZERO_CUDNN_ATTENTION=0 runs the tiled attention kernels instead of cuDNN's)"));
 }
 
-// OK, or `code` naming the step and cuDNN's message.
-absl::Status fe_status(const fe::error_object& e, const char* what,
-                       absl::StatusCode code = absl::StatusCode::kInternal) {
-  if (e.is_good()) return absl::OkStatus();
-  return absl::Status(code, absl::StrCat("cuDNN ", what, ": ", e.err_msg));
+absl::Status cudnn_status(cudnnStatus_t s, const char* what) {
+  if (s == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudnnGetErrorString(s)));
 }
 
 // A shape of the attention: batch, sequence, heads, head size.
@@ -84,12 +89,16 @@ std::shared_ptr<Graph> new_graph(DType dtype) {
   return g;
 }
 
+// q, k, v: the inputs both graphs read from (B, T, 3C).
+std::array<std::shared_ptr<Tensor_attributes>, 3> qkv_inputs(Graph& g, const Dims& d) {
+  return {input(g, "q", kQ, head_dims(d), qkv_strides(d)), input(g, "k", kK, head_dims(d), qkv_strides(d)),
+          input(g, "v", kV, head_dims(d), qkv_strides(d))};
+}
+
 // out = softmax(q k^T · scale + causal mask) v, with the statistics for backward.
 std::shared_ptr<Graph> forward_graph(DType dtype, const Dims& d) {
   std::shared_ptr<Graph> g = new_graph(dtype);
-  const auto q = input(*g, "q", kQ, head_dims(d), qkv_strides(d));
-  const auto k = input(*g, "k", kK, head_dims(d), qkv_strides(d));
-  const auto v = input(*g, "v", kV, head_dims(d), qkv_strides(d));
+  const auto [q, k, v] = qkv_inputs(*g, d);
   const auto options = fe::graph::SDPA_attributes()
                            .set_name("attention")
                            .set_generate_stats(true)
@@ -105,9 +114,7 @@ std::shared_ptr<Graph> forward_graph(DType dtype, const Dims& d) {
 // dq, dk, dv from do and the forward's q, k, v, o and statistics; deterministic.
 std::shared_ptr<Graph> backward_graph(DType dtype, const Dims& d) {
   std::shared_ptr<Graph> g = new_graph(dtype);
-  const auto q = input(*g, "q", kQ, head_dims(d), qkv_strides(d));
-  const auto k = input(*g, "k", kK, head_dims(d), qkv_strides(d));
-  const auto v = input(*g, "v", kV, head_dims(d), qkv_strides(d));
+  const auto [q, k, v] = qkv_inputs(*g, d);
   const auto o = input(*g, "o", kO, head_dims(d), out_strides(d));
   const auto d_o = input(*g, "do", kDO, head_dims(d), out_strides(d));
   const auto stats = input(*g, "stats", kStats, stats_dims(d), stats_strides(d));
@@ -126,12 +133,11 @@ std::shared_ptr<Graph> backward_graph(DType dtype, const Dims& d) {
 
 // Validates `g` and builds its plan for `h`; Unimplemented with cuDNN's reason where it has none for this GPU.
 absl::Status build(Graph& g, cudnnHandle_t h) {
-  constexpr absl::StatusCode kRefused = absl::StatusCode::kUnimplemented;
-  ZERO_RETURN_IF_ERROR(fe_status(g.validate(), "validate", kRefused));
-  ZERO_RETURN_IF_ERROR(fe_status(g.build_operation_graph(h), "build_operation_graph", kRefused));
-  ZERO_RETURN_IF_ERROR(fe_status(g.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", kRefused));
-  ZERO_RETURN_IF_ERROR(fe_status(g.check_support(h), "check_support", kRefused));
-  return fe_status(g.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans", kRefused);
+  ZERO_RETURN_IF_ERROR(fe_status(g.validate(), "validate"));
+  ZERO_RETURN_IF_ERROR(fe_status(g.build_operation_graph(h), "build_operation_graph"));
+  ZERO_RETURN_IF_ERROR(fe_status(g.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans"));
+  ZERO_RETURN_IF_ERROR(fe_status(g.check_support(h), "check_support"));
+  return fe_status(g.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans");
 }
 
 // A shape's two graphs on one handle, with their workspace sizes; both null where cuDNN refused the shape.
@@ -142,10 +148,14 @@ struct Plans {
 
 absl::StatusOr<Plans> build_plans(cudnnHandle_t h, DType dtype, const Dims& d) {
   Plans p{.forward = forward_graph(dtype, d), .backward = backward_graph(dtype, d)};
-  ZERO_RETURN_IF_ERROR(build(*p.forward, h));
-  ZERO_RETURN_IF_ERROR(build(*p.backward, h));
-  ZERO_RETURN_IF_ERROR(fe_status(p.forward->get_workspace_size(p.forward_workspace), "get_workspace_size"));
-  ZERO_RETURN_IF_ERROR(fe_status(p.backward->get_workspace_size(p.backward_workspace), "get_workspace_size"));
+  absl::Status status = build(*p.forward, h);
+  if (status.ok()) status = build(*p.backward, h);
+  if (status.ok()) status = fe_status(p.forward->get_workspace_size(p.forward_workspace), "get_workspace_size");
+  if (status.ok()) status = fe_status(p.backward->get_workspace_size(p.backward_workspace), "get_workspace_size");
+  // cuDNN may leave a non-sticky CUDA error behind while it probes engines: cleared, so that the launch around this
+  // does not report it as its own.
+  cudaGetLastError();
+  if (!status.ok()) return status;
   return p;
 }
 
@@ -185,6 +195,25 @@ PlanCache& plan_cache() {
   return *cache;
 }
 
+absl::StatusOr<cudnnHandle_t> create_handle() {
+  cudnnHandle_t h = nullptr;
+  ZERO_RETURN_IF_ERROR(cudnn_status(cudnnCreate(&h), "cudnnCreate"));
+  return h;
+}
+
+// body() (an absl::Status) as a launch on `stream`, with `h` set to it: what cuDNN queues (building plans may, running
+// them does) goes there. The body's error is returned, not kept as the device's failure.
+template <typename Body>
+absl::Status on_stream(cudnnHandle_t h, Stream stream, const char* name, Body&& body) {
+  absl::Status status;
+  ZERO_RETURN_IF_ERROR(launch_on_stream(stream, name, [&](cudaStream_t native) {
+    status = cudnn_status(cudnnSetStream(h, native), "cudnnSetStream");
+    if (status.ok()) status = body();
+    return absl::OkStatus();
+  }));
+  return status;
+}
+
 // Runs the forward (or backward) graph of `d` on cuda:`device`'s current stream with `pack`'s pointers and a
 // stream-ordered workspace; false where cuDNN refused the shape.
 absl::StatusOr<bool> run(int device, DType dtype, const Dims& d, bool backward,
@@ -192,21 +221,17 @@ absl::StatusOr<bool> run(int device, DType dtype, const Dims& d, bool backward,
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   ZERO_ASSIGN_OR_RETURN(const cudnnHandle_t h, (ThreadHandles<cudnnHandle_t, create_handle>::get(device)));
-  ZERO_ASSIGN_OR_RETURN(const std::shared_ptr<const Plans> plans, plan_cache().get(h, dtype, d));
+  const Stream stream = current_cuda_stream(device);
+  std::shared_ptr<const Plans> plans;
+  ZERO_RETURN_IF_ERROR(on_stream(h, stream, "cudnn_attention_plans", [&]() -> absl::Status {
+    ZERO_ASSIGN_OR_RETURN(plans, plan_cache().get(h, dtype, d));
+    return absl::OkStatus();
+  }));
   if (plans->forward == nullptr) return false;
   const Graph& graph = backward ? *plans->backward : *plans->forward;
   const int64_t workspace = backward ? plans->backward_workspace : plans->forward_workspace;
   const auto execute = [&](void* ws) {
-    absl::Status status;
-    ZERO_RETURN_IF_ERROR(launch_on_stream(current_cuda_stream(device), "cudnn_attention", [&](cudaStream_t stream) {
-      if (const cudnnStatus_t s = cudnnSetStream(h, stream); s != CUDNN_STATUS_SUCCESS) {
-        status = absl::InternalError(absl::StrCat("cudnnSetStream: ", cudnnGetErrorString(s)));
-      } else {
-        status = fe_status(graph.execute(h, pack, ws), "execute");
-      }
-      return absl::OkStatus();
-    }));
-    return status;
+    return on_stream(h, stream, "cudnn_attention", [&] { return fe_status(graph.execute(h, pack, ws), "execute"); });
   };
   ZERO_RETURN_IF_ERROR(workspace > 0 ? with_scratch(device, static_cast<size_t>(workspace), execute)
                                      : execute(nullptr));

@@ -14,7 +14,10 @@ namespace zero::kernels::cuda {
 // shape's first call on a thread (cuDNN handles are per thread) and kept; the backward asks cuDNN for its
 // deterministic algorithm, so a run repeats its bits. Returns false, having queued nothing, where cuDNN refuses the
 // shape or the GPU (the reason printed once per shape): the caller then runs the tiled kernels, for forward and
-// backward alike. Errors are cuDNN failing to run a graph it built.
+// backward alike. Any other cuDNN failure (a library that does not load, a graph it cannot run) is an error naming
+// ZERO_CUDNN_ATTENTION=0, which avoids cuDNN. The workspace is stream-ordered scratch outside the allocator's
+// categories, as the other kernels' is; the deterministic backward's grows as B·NH·T² (192 MiB at B 8, NH 12, T 1024
+// on Hopper).
 absl::StatusOr<bool> cudnn_attention_forward(int device, void* out, float* lse, const void* inp, DType dtype, int64_t b,
                                              int64_t t, int64_t nh, int64_t hs);
 absl::StatusOr<bool> cudnn_attention_backward(int device, void* dinp, const void* dout, const void* inp,

@@ -62,10 +62,12 @@ unpack_kit() {
 phase_env() {
   unpack_kit
   command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-  local nccl cudnn
+  local nccl cudnn toolkit
   nccl=$(nccl_root)
   cudnn=$(cudnn_root)
-  export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread${nccl:+:$nccl/lib}${cudnn:+:$cudnn/lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The toolkit's libraries too: cuDNN's runtime-compiled engines dlopen NVRTC, which no RUNPATH reaches.
+  toolkit=$(cd "$(dirname "$(command -v nvcc)")/.." && pwd)
+  export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread${nccl:+:$nccl/lib}${cudnn:+:$cudnn/lib}:$toolkit/lib64:$toolkit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
 # The phases after build need its build-gpu/: a machine given back and started again has none.
@@ -177,7 +179,14 @@ phase_bench() {
     [ "$cudnn" = 1 ] || label="bf16, tiled attention"
     echo "== zero: GPT-2 124M, $label, B=$batch, T=1024, one rank (stage 0)"
     ZERO_CUDNN_ATTENTION=$cudnn timeout 90 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 \
-      --ranks=1 --stages=0 --batch="$batch" --seq=1024 --warmup=2 --iters=10 --csv="$build/zero_gpt2_cudnn_$cudnn.csv"
+      --ranks=1 --stages=0 --batch="$batch" --seq=1024 --warmup=2 --iters=10 --csv="$build/zero_gpt2_cudnn_$cudnn.csv" \
+      2>"$build/zero_gpt2_cudnn_$cudnn.err" || { cat "$build/zero_gpt2_cudnn_$cudnn.err" >&2; return 1; }
+    cat "$build/zero_gpt2_cudnn_$cudnn.err" >&2
+    # A refusal would time the tiled kernels under cuDNN's label.
+    if grep -q "cuDNN attention refused" "$build/zero_gpt2_cudnn_$cudnn.err"; then
+      echo "cuDNN refused GPT-2 124M's attention (above): no cuDNN row" >&2
+      return 1
+    fi
     zero_csvs+=(--zero "$label=$build/zero_gpt2_cudnn_$cudnn.csv")
   done
   local torch_csvs=()
