@@ -30,9 +30,9 @@ inline std::vector<float> values(const Tensor& t) {
 
 // A run's gradients, unscaled, against the fixture's: each within `bound` (max_relative_error), every one finite and
 // below 1 in magnitude. `want(unit, param)` gives the fixture's. Prints the worst.
-inline void expect_gradients_within(ModelRunner& runner, float scale, double bound,
-                             const std::function<std::vector<float>(const std::string&, const std::string&)>& want,
-                             const std::string& what) {
+inline void expect_gradients_within(
+    ModelRunner& runner, float scale, double bound,
+    const std::function<std::vector<float>(const std::string&, const std::string&)>& want, const std::string& what) {
   double worst = 0, largest = 0;
   std::string worst_name;
   runner.for_each_param([&](const std::string& unit, const std::string& param) {
