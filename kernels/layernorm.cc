@@ -122,7 +122,7 @@ void backward_rows(const Tensor& dinp, const Tensor& dweight, const Tensor& dbia
   const int64_t n = detail::num_rows(inp), c = detail::last_dim(inp);
   const S* x = inp.data_as<const S>();
   const S* g = dout.data_as<const S>();
-  std::vector<float> w_buffer(static_cast<size_t>(c));
+  std::vector<float> w_buffer(T == DType::kF32 ? 0 : static_cast<size_t>(c));  // weight, widened
   const float* w = widened_row<T>(weight.data_as<const S>(), c, w_buffer.data());
   const float* mu = mean.data_as<float>();
   const float* rs = rstd.data_as<float>();

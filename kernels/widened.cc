@@ -39,21 +39,20 @@ absl::Status on_widened(const std::vector<std::pair<Tensor, Role>>& args,
                         const std::function<absl::Status(const std::vector<Tensor>&)>& fp32_call) {
   thread_local std::vector<Scratch> scratch;  // one per argument
   if (scratch.size() < args.size()) scratch.resize(args.size());
+  const auto widens = [&](size_t k) { return given(args[k].first) && args[k].first.dtype() != DType::kF32; };
   std::vector<Tensor> fp32;
-  std::vector<bool> widened(args.size(), false);
   for (size_t k = 0; k < args.size(); ++k) {
     const auto& [t, role] = args[k];
-    if (!given(t) || t.dtype() == DType::kF32) {
+    if (!widens(k)) {
       fp32.push_back(t);
       continue;
     }
-    widened[k] = true;
     fp32.emplace_back(scratch[k].at_least(static_cast<size_t>(t.numel())), DType::kF32, t.shape());
     if (role != Role::kOut) ZERO_RETURN_IF_ERROR(cast(fp32.back(), t));
   }
   absl::Status status = fp32_call(fp32);
   for (size_t k = 0; k < args.size() && status.ok(); ++k) {
-    if (widened[k] && args[k].second != Role::kIn) status = cast(args[k].first, fp32[k]);
+    if (widens(k) && args[k].second != Role::kIn) status = cast(args[k].first, fp32[k]);
   }
   for (Scratch& s : scratch) s.trim();
   return status;

@@ -55,13 +55,6 @@ CpuAndCuda make_runners(const std::function<std::unique_ptr<Model>()>& create, D
   return r;
 }
 
-// A gradient in whatever dtype the runner holds, widened to fp32.
-std::vector<float> widened(const Tensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) out[i] = load_as_float(t.data(), t.dtype(), i);
-  return out;
-}
-
 // How far the CUDA run may be from the CPU's, as a fraction of each tensor's largest element.
 struct Tolerance {
   double forward;    // the logits
@@ -114,7 +107,8 @@ void expect_cuda_matches_cpu(CpuAndCuda& r, const Batch& batch, float loss_scale
   EXPECT_LE(std::abs(cuda->correct - cpu->correct), close);
   int checked = 0;
   r.cpu->for_each_param([&](const std::string& unit, const std::string& param) {
-    const std::vector<float> want = widened(r.cpu->grad(unit, param)), got = widened(r.cuda->grad(unit, param));
+    const std::vector<float> want = testing::values(r.cpu->grad(unit, param));
+    const std::vector<float> got = testing::values(r.cuda->grad(unit, param));
     EXPECT_LT(max_relative_error(got, want), tolerance.gradients) << unit << "." << param;
     ++checked;
   });
@@ -145,8 +139,7 @@ TEST_P(CudaGpt2, MatchesCpu) {
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(testing::kGpt2TinyWeights, tiny());
   ASSERT_TRUE(reader.ok()) << reader.status();
   CpuAndCuda r = gpt2_runners(dtype, *reader);
-  const float loss_scale = dtype == DType::kF16 ? 1024.0f : 1.0f;  // mixed_precision_test.cc's
-  expect_cuda_matches_cpu(r, f.batch, loss_scale,
+  expect_cuda_matches_cpu(r, f.batch, testing::loss_scale_for(dtype),
                           cpu_vs_cuda(dtype, testing::gpt2_roundings(static_cast<int>(tiny().num_layers), false)),
                           tiny().vocab_size);
 }
@@ -163,7 +156,7 @@ TEST_P(CudaGpt2Half, MatchesPyTorchWithinTheCpusBound) {
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(testing::kGpt2TinyWeights, tiny());
   ASSERT_TRUE(reader.ok()) << reader.status();
   CpuAndCuda r = gpt2_runners(half, *reader);
-  testing::expect_gpt2_matches_pytorch(*r.cuda, half, half == DType::kF16 ? 1024.0f : 1.0f, kFp32Tolerance);
+  testing::expect_gpt2_matches_pytorch(*r.cuda, half, testing::loss_scale_for(half), kFp32Tolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(HalfFormats, CudaGpt2Half, ::testing::Values(DType::kBF16, DType::kF16),

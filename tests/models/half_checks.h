@@ -21,6 +21,13 @@
 
 namespace zero::testing {
 
+// The loss scale the tests run `half` with: 1 for bf16, 1024 for fp16. A power of two, so the scaled gradients are the
+// unscaled ones times it exactly (gpt2_test.cc's LossScaleMultipliesEveryGradientExactly) and dividing it back out of
+// a half gradient is exact too. fp16's largest finite value is 65504 and the tiny models' largest |gradient| is below
+// 1 (expect_gradients_within asserts it): 1024 keeps every scaled gradient below 1024, far from overflow, and lifts
+// the small ones out of fp16's subnormals (< 2^-14).
+inline float loss_scale_for(DType half) { return half == DType::kF16 ? 1024.0f : 1.0f; }
+
 // A tensor's elements as fp32 (exact from any floating dtype).
 inline std::vector<float> values(const Tensor& t) {
   std::vector<float> out(t.numel());

@@ -39,31 +39,19 @@ const std::vector<int64_t> kMlpWidths = {16, 32, 32, 10};
 // As fp32 runs are checked against the fp64 fixtures (gpt2_test.cc, mlp_test.cc).
 constexpr double kFp32Tolerance = 1e-5;
 
-struct Precision {
-  DType dtype;
-  // A power of two, so the scaled gradients are the unscaled ones times it exactly (gpt2_test.cc's
-  // LossScaleMultipliesEveryGradientExactly) and dividing it back out of a half gradient is exact too.
-  // fp16's largest finite value is 65504 and the tiny GPT-2's largest |gradient| is below 1 (asserted
-  // below): 1024 keeps every scaled gradient below 1024, far from overflow, and lifts the small ones
-  // out of fp16's subnormals (< 2^-14).
-  float loss_scale;
-};
+std::string precision_name(const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); }
 
-std::string precision_name(const ::testing::TestParamInfo<Precision>& info) {
-  return std::string(dtype_name(info.param.dtype));
-}
-
-const auto kHalfFormats = ::testing::Values(Precision{DType::kBF16, 1.0f}, Precision{DType::kF16, 1024.0f});
+const auto kHalfFormats = ::testing::Values(DType::kBF16, DType::kF16);
 
 // ---- GPT-2 ----
 
 Gpt2Config tiny() { return *Gpt2Config::preset("tiny"); }
 
-class Gpt2Precision : public ::testing::TestWithParam<Precision> {};
+class Gpt2Precision : public ::testing::TestWithParam<DType> {};
 
 // The fixture is float64 math on the fp32 weights, which load() rounds once to the format.
 TEST_P(Gpt2Precision, LogitsLossAndGradientsMatchPyTorchWithinTheFormatsBound) {
-  const auto [half, scale] = GetParam();
+  const DType half = GetParam();
   std::unique_ptr<Gpt2> model = *Gpt2::create(tiny());
   ModelRunner runner(*model, half);
   absl::StatusOr<Gpt2HfReader> reader = Gpt2HfReader::open(testing::kGpt2TinyWeights, tiny());
@@ -73,17 +61,18 @@ TEST_P(Gpt2Precision, LogitsLossAndGradientsMatchPyTorchWithinTheFormatsBound) {
                     return reader->fill(unit, param, dst);
                   })
                   .ok());
-  testing::expect_gpt2_matches_pytorch(runner, half, scale, kFp32Tolerance);
+  testing::expect_gpt2_matches_pytorch(runner, half, testing::loss_scale_for(half), kFp32Tolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(HalfFormats, Gpt2Precision, kHalfFormats, precision_name);
 
 // ---- MLP ----
 
-class MlpPrecision : public ::testing::TestWithParam<Precision> {};
+class MlpPrecision : public ::testing::TestWithParam<DType> {};
 
 TEST_P(MlpPrecision, LogitsAndGradientsMatchPyTorchWithinTheFormatsBound) {
-  const auto [half, scale] = GetParam();
+  const DType half = GetParam();
+  const float scale = testing::loss_scale_for(half);
   const testing::Roundings roundings = testing::mlp_roundings(static_cast<int>(kMlpWidths.size()) - 1, true);
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::read(kMlp);
   ASSERT_TRUE(file.ok()) << file.status();
