@@ -29,14 +29,83 @@ inline int blocks_for(int64_t work, int threads = kThreads) {
 #define ZERO_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
 
-// Makes `device` current, launches kernel(args..., n) over n elements on its current stream, restores the
-// device.
+// ---- Chunks: 8 elements, moved as one 16-byte vector in bf16/fp16 (two in fp32) ----
+// Elementwise and row kernels walk their elements in chunks, chunk k being elements [kChunk k, kChunk k + kChunk) of
+// its thread, so which thread sums which elements, and in what order, is the same in every dtype: a sum over half
+// inputs gives the fp32 call's bits. A whole chunk at a 16-byte-aligned address moves as vectors; any other (a row's
+// tail, a view at an odd offset) element by element, with the same values.
+inline constexpr int kChunk = 8;
+
+struct Chunk {
+  float x[kChunk];
+};
+
+// Elements [first, first + count) of a T buffer widened to fp32 (count <= kChunk; the rest of the chunk 0).
+template <DType T>
+__device__ __forceinline__ Chunk load_chunk(const void* p, int64_t first, int64_t count) {
+  using Element = DeviceElement<T>;
+  const Element* src = static_cast<const Element*>(p) + first;
+  Chunk c{};
+  if (count == kChunk && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    if constexpr (T == DType::kF32) {
+      const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+      c = Chunk{{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}};
+    } else {
+      const uint4 u = *reinterpret_cast<const uint4*>(src);
+      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+      for (int e = 0; e < kChunk; ++e) {  // little-endian: the lower half of a word is the earlier element
+        const auto bits = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
+        c.x[e] = T == DType::kBF16 ? from_bf16(bits) : from_fp16(bits);
+      }
+    }
+  } else {
+    for (int e = 0; e < count; ++e) c.x[e] = load_float<T>(p, first + e);
+  }
+  return c;
+}
+
+// c's first `count` values stored into elements [first, first + count) of a T buffer, each rounded once.
+template <DType T>
+__device__ __forceinline__ void store_chunk(void* p, int64_t first, int64_t count, const Chunk& c) {
+  using Element = DeviceElement<T>;
+  Element* dst = static_cast<Element*>(p) + first;
+  if (count == kChunk && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    if constexpr (T == DType::kF32) {
+      reinterpret_cast<float4*>(dst)[0] = make_float4(c.x[0], c.x[1], c.x[2], c.x[3]);
+      reinterpret_cast<float4*>(dst)[1] = make_float4(c.x[4], c.x[5], c.x[6], c.x[7]);
+    } else {
+      uint32_t words[4];
+      for (int w = 0; w < 4; ++w) {
+        const float lo = c.x[2 * w], hi = c.x[2 * w + 1];
+        words[w] = T == DType::kBF16 ? (uint32_t{to_bf16(lo)} | uint32_t{to_bf16(hi)} << 16)
+                                     : (uint32_t{to_fp16(lo)} | uint32_t{to_fp16(hi)} << 16);
+      }
+      *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+    }
+  } else {
+    for (int e = 0; e < count; ++e) store_float<T>(p, first + e, c.x[e]);
+  }
+}
+
+inline int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+// f(first, count) for each chunk of [0, n) that this thread owns in a grid-stride loop over chunks.
+template <typename F>
+__device__ __forceinline__ void for_each_chunk(int64_t n, F&& f) {
+  ZERO_GRID_STRIDE(k, (n + kChunk - 1) / kChunk) {
+    const int64_t first = k * kChunk;
+    f(first, n - first < kChunk ? n - first : int64_t{kChunk});
+  }
+}
+
+// Makes `device` current, launches kernel(args..., n) over n elements, a thread per chunk (for_each_chunk), on its
+// current stream, restores the device.
 template <typename... Params>
 absl::Status launch_elementwise(int device, const char* name, void (*kernel)(Params...), int64_t n, auto... args) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  return launch_kernel(device, name, kernel, blocks_for(n), kThreads, args..., n);
+  return launch_kernel(device, name, kernel, blocks_for(chunks_of(n)), kThreads, args..., n);
 }
 
 template <typename T>

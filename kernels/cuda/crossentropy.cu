@@ -35,38 +35,47 @@ __device__ T block_reduce(T x, T* shared, Combine combine) {
 }
 
 // Row r: d = scale * (softmax(x) - onehot(target)) over [0, vocab), 0 over the padding; row_loss[r] =
-// -log p(target), row_correct[r] = argmax == target. Ignored rows get a zero gradient and no loss. Every element of
-// x is read as fp32 and each of d written once, rounded to T: the exps are computed again for d (expf gives the same
-// bits), so d may alias x (the thread that writes an element has read it last, after the block's barriers). d null:
-// the loss alone (the sum adds the same floats).
+// -log p(target), row_correct[r] = argmax == target. Ignored rows get a zero gradient and no loss. Thread t owns the
+// row's chunks t, t + kThreads, ... (common.cuh), in every dtype the same. Every element of x is read as fp32 and each
+// of d written once, rounded to T: the exps are computed again for d (expf gives the same bits), so d may alias x (the
+// thread that writes a chunk has read it last, after the block's barriers). d null: the loss alone.
 template <DType T>
 __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int32_t* targets, int64_t vocab,
                                     int64_t padded, float scale, double* row_loss, int32_t* row_correct) {
   __shared__ MaxAt max_shared[kThreads];
   __shared__ double sum_shared[kThreads];
   const int64_t r = blockIdx.x, first = r * padded;
+  const int64_t start = int64_t{threadIdx.x} * kChunk, stride = int64_t{kThreads} * kChunk;
+  const auto count = [](int64_t v, int64_t end) { return end - v < kChunk ? end - v : int64_t{kChunk}; };
   const int32_t target = targets[r];
   if (target == kIgnoreIndex) {
-    for (int64_t v = threadIdx.x; dlogits != nullptr && v < padded; v += kThreads)
-      store_float<T>(dlogits, first + v, 0);
+    for (int64_t v = start; dlogits != nullptr && v < padded; v += stride) {
+      store_chunk<T>(dlogits, first + v, count(v, padded), Chunk{});
+    }
     if (threadIdx.x == 0) row_loss[r] = 0.0, row_correct[r] = 0;
     return;
   }
   const float target_logit = load_float<T>(logits, first + target);
   MaxAt local{-FLT_MAX, vocab};
-  for (int64_t v = threadIdx.x; v < vocab; v += kThreads)
-    local = max_at(local, MaxAt{load_float<T>(logits, first + v), v});
+  for (int64_t v = start; v < vocab; v += stride) {
+    const Chunk x = load_chunk<T>(logits, first + v, count(v, vocab));
+    for (int e = 0; e < count(v, vocab); ++e) local = max_at(local, MaxAt{x.x[e], v + e});
+  }
   const MaxAt best = block_reduce(local, max_shared, max_at);
   double sum = 0.0;
-  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) sum += expf(load_float<T>(logits, first + v) - best.value);
+  for (int64_t v = start; v < vocab; v += stride) {
+    const Chunk x = load_chunk<T>(logits, first + v, count(v, vocab));
+    for (int e = 0; e < count(v, vocab); ++e) sum += expf(x.x[e] - best.value);
+  }
   sum = block_reduce(sum, sum_shared, [](double a, double b) { return a + b; });
   const float inv = static_cast<float>(scale / sum);
-  for (int64_t v = threadIdx.x; dlogits != nullptr && v < vocab; v += kThreads) {
-    const float e = expf(load_float<T>(logits, first + v) - best.value);
-    store_float<T>(dlogits, first + v, e * inv - (v == target ? scale : 0.0f));
-  }
-  for (int64_t v = vocab + threadIdx.x; dlogits != nullptr && v < padded; v += kThreads) {
-    store_float<T>(dlogits, first + v, 0);
+  for (int64_t v = start; dlogits != nullptr && v < padded; v += stride) {
+    Chunk x = load_chunk<T>(logits, first + v, count(v, padded));
+    for (int e = 0; e < kChunk; ++e) {
+      const int64_t col = v + e;
+      x.x[e] = col < vocab ? expf(x.x[e] - best.value) * inv - (col == target ? scale : 0.0f) : 0.0f;
+    }
+    store_chunk<T>(dlogits, first + v, count(v, padded), x);
   }
   if (threadIdx.x == 0) {
     row_loss[r] = log(sum) - (static_cast<double>(target_logit) - best.value);

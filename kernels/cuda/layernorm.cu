@@ -11,7 +11,8 @@ namespace {
 constexpr int kRowsPerBlock = kThreads / kWarp;
 
 // Two-pass mean and biased variance of one row, as the CPU version (not Welford), after inp += residual where one
-// is given (each lane adds and then reads back its own columns, as stored). Every tensor but mean and rstd in T.
+// is given (each lane rounds its sum as stored and goes on with that). Lane l owns the row's chunks l, l + 32, ...
+// (common.cuh), in every dtype the same. Every tensor but mean and rstd in T.
 template <DType T>
 __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, void* inp, const void* residual,
                                          const void* weight, const void* bias, int64_t n, int64_t c) {
@@ -19,23 +20,29 @@ __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, vo
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
   const int64_t first = row * c;
-  if (residual != nullptr) {
-    for (int64_t i = first + lane; i < first + c; i += kWarp) {
-      store_float<T>(inp, i, load_float<T>(inp, i) + load_float<T>(residual, i));
-    }
-  }
+  const auto count = [&](int64_t i) { return c - i < kChunk ? c - i : int64_t{kChunk}; };
   float sum = 0.0f;
-  for (int64_t i = first + lane; i < first + c; i += kWarp) sum += load_float<T>(inp, i);
+  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
+    Chunk x = load_chunk<T>(inp, first + i, count(i));
+    if (residual != nullptr) {
+      const Chunk r = load_chunk<T>(residual, first + i, count(i));
+      for (int e = 0; e < kChunk; ++e) x.x[e] = rounded<T>(x.x[e] + r.x[e]);
+      store_chunk<T>(inp, first + i, count(i), x);
+    }
+    for (const float v : x.x) sum += v;  // past the row's end, zeros
+  }
   const float m = warp_sum(sum) / static_cast<float>(c);
   float sq = 0.0f;
-  for (int64_t i = first + lane; i < first + c; i += kWarp) {
-    const float d = load_float<T>(inp, i) - m;
-    sq += d * d;
+  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
+    const Chunk x = load_chunk<T>(inp, first + i, count(i));
+    for (int e = 0; e < count(i); ++e) sq += (x.x[e] - m) * (x.x[e] - m);
   }
   const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(c) + kLayerNormEps);
-  for (int64_t i = lane; i < c; i += kWarp) {
-    const float xhat = (load_float<T>(inp, first + i) - m) * s;
-    store_float<T>(out, first + i, xhat * load_float<T>(weight, i) + load_float<T>(bias, i));
+  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
+    Chunk x = load_chunk<T>(inp, first + i, count(i));
+    const Chunk w = load_chunk<T>(weight, i, count(i)), b = load_chunk<T>(bias, i, count(i));
+    for (int e = 0; e < kChunk; ++e) x.x[e] = (x.x[e] - m) * s * w.x[e] + b.x[e];
+    store_chunk<T>(out, first + i, count(i), x);
   }
   if (lane == 0) {
     mean[row] = m;

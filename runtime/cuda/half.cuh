@@ -58,4 +58,15 @@ __device__ __forceinline__ void store_float(void* p, int64_t i, float v) {
     static_cast<float*>(p)[i] = v;
 }
 
+// v as a T buffer holds it after store_float<T>(v): rounded to T once and widened back (v itself for fp32).
+template <DType T>
+__device__ __forceinline__ float rounded(float v) {
+  if constexpr (T == DType::kBF16)
+    return from_bf16(to_bf16(v));
+  else if constexpr (T == DType::kF16)
+    return from_fp16(to_fp16(v));
+  else
+    return v;
+}
+
 }  // namespace zero

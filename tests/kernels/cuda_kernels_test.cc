@@ -295,8 +295,9 @@ TEST_F(CudaKernels, GeluAndResidualMatchCpu) {
   EXPECT_EQ(download<float>(g_dx_from_host), dx);
 }
 
+// C = 203: each row ends in a partial chunk, and rows past the first start unaligned (common.cuh's element path).
 TEST_F(CudaKernels, LayerNormMatchesCpu) {
-  const int64_t n = 32, c = 200;
+  const int64_t n = 32, c = 203;
   std::vector<float> x = random_floats(n * c, 9), w = random_floats(c, 10), b = random_floats(c, 11);
   std::vector<float> dout = random_floats(n * c, 12), out(n * c), mean(n), rstd(n), dx(n * c);
   std::vector<float> dw = random_floats(c, 13), db = random_floats(c, 14);
@@ -870,6 +871,58 @@ TEST_F(CudaKernels, BufferMathEqualsCpuBitwise) {
     expect_same("multiply_by");
     ASSERT_TRUE(fill_zero(cpu_x).ok() && fill_zero(gpu_x).ok());
     expect_same("fill_zero");
+  }
+}
+
+// The chunked kernels (common.cuh) move a whole chunk at an aligned address as vectors and anything else element by
+// element, with the same arithmetic: every kernel below, run on tensors that start one element into their buffers
+// (no chunk aligned), gives the bits of the run on aligned ones. The flat length ends in a partial chunk; the rows
+// of LayerNorm and of the logits are whole chunks, so the aligned run moves vectors throughout, the logits' padding
+// included.
+TEST_F(CudaKernels, ChunkedKernelsGiveTheSameBitsOnAlignedAndMisalignedTensors) {
+  const int64_t n = 8 * 125 + 5, rows = 7, c = 200, padded = 136, vocab = 130;
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r) targets[r] = r == 3 ? kIgnoreIndex : static_cast<int32_t>((r * 37) % vocab);
+  const Tensor g_targets = upload(targets, {rows});
+  const char* names[] = {"gelu out",       "gelu dinp",     "residual", "add_into", "divide_by",
+                         "inp + residual", "layernorm out", "mean",     "rstd",     "dlogits"};
+  for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    // Every tensor after one run, as bytes; each starts `offset` elements into its buffer.
+    const auto run = [&](int64_t offset) {
+      const auto put = [&](const std::vector<float>& values, const Shape& shape) {
+        std::vector<float> shifted(offset, 0.0f);
+        shifted.insert(shifted.end(), values.begin(), values.end());
+        const std::vector<uint8_t> bytes = bytes_in(t, shifted);
+        const Tensor buffer = upload(bytes, {static_cast<int64_t>(bytes.size())});
+        return Tensor(static_cast<uint8_t*>(buffer.data()) + offset * dtype_size(t), t, shape, Device::cuda(0));
+      };
+      const Tensor x = put(random_floats(n, 40, -5, 5), {n}), y = put(random_floats(n, 41), {n});
+      const Tensor gelu_out = put(std::vector<float>(n), {n}), gelu_dinp = put(std::vector<float>(n), {n});
+      const Tensor sum = put(std::vector<float>(n), {n});
+      const Tensor ln_inp = put(random_floats(rows * c, 42), {rows, c}),
+                   res = put(random_floats(rows * c, 43), {rows, c});
+      const Tensor w = put(random_floats(c, 44), {c}), b = put(random_floats(c, 45), {c});
+      const Tensor ln_out = put(std::vector<float>(rows * c), {rows, c});
+      const Tensor mean = upload(std::vector<float>(rows), {rows}), rstd = upload(std::vector<float>(rows), {rows});
+      const Tensor logits = put(random_floats(rows * padded, 46, -4, 4), {rows, padded});
+      absl::Status s = gelu_forward(gelu_out, x);
+      s.Update(gelu_backward(gelu_dinp, x, y));
+      s.Update(residual_forward(sum, x, y));
+      s.Update(add_into(x, y));
+      s.Update(divide_by(y, 3.0f));
+      s.Update(residual_layernorm_forward(ln_out, mean, rstd, ln_inp, res, w, b));
+      s.Update(crossentropy_forward_backward(logits, logits, g_targets, vocab).status());
+      EXPECT_TRUE(s.ok()) << s;
+      std::vector<std::vector<uint8_t>> results;
+      for (const Tensor& r : {gelu_out, gelu_dinp, sum, x, y, ln_inp, ln_out, mean, rstd, logits}) {
+        results.push_back(download<uint8_t>(Tensor(r.data(), DType::kU8, {r.nbytes()}, Device::cuda(0))));
+      }
+      return results;
+    };
+    const auto aligned = run(0), misaligned = run(1);
+    for (size_t i = 0; i < aligned.size(); ++i) {
+      EXPECT_EQ(misaligned[i], aligned[i]) << dtype_name(t) << " " << names[i];
+    }
   }
 }
 
