@@ -18,9 +18,9 @@ install(DIRECTORY runtime kernels optim shard models DESTINATION include/zero
         FILES_MATCHING PATTERN "*.h")
 install(EXPORT zeroTargets NAMESPACE zero:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/zero)
 
-if(ZERO_HAS_CUDA)  # the files zeroConfig.cmake points the consumer's CUDA::cudart, cublas (and nvrtc, for cuDNN) at
+if(ZERO_HAS_CUDA)  # the files zeroConfig.cmake points the consumer's CUDA::cudart, cublas, cublasLt (and nvrtc, for cuDNN) at
   set(ZERO_CUDA_LIBRARIES "")
-  set(cuda_linked cudart cublas)
+  set(cuda_linked cudart cublas cublasLt)
   if(ZERO_HAS_CUDNN)
     list(APPEND cuda_linked nvrtc)
   endif()

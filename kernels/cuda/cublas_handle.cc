@@ -1,4 +1,4 @@
-// cuBLAS handles, configured for the kernels' GEMMs and lent per (thread, device) by ThreadHandles.
+// cuBLAS and cuBLASLt handles, configured for the kernels' GEMMs and lent per (thread, device) by ThreadHandles.
 #include "kernels/cuda/cublas_handle.h"
 
 #include "absl/strings/str_cat.h"
@@ -36,10 +36,20 @@ absl::StatusOr<cublasHandle_t> create_handle() {
   return h;
 }
 
+absl::StatusOr<cublasLtHandle_t> create_lt_handle() {
+  cublasLtHandle_t h = nullptr;
+  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&h));
+  return h;
+}
+
 }  // namespace
 
 absl::StatusOr<cublasHandle_t> cublas_handle(int device) {
   return ThreadHandles<cublasHandle_t, create_handle>::get(device);
+}
+
+absl::StatusOr<cublasLtHandle_t> cublaslt_handle(int device) {
+  return ThreadHandles<cublasLtHandle_t, create_lt_handle>::get(device);
 }
 
 }  // namespace zero::kernels::cuda

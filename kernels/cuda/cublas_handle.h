@@ -1,6 +1,8 @@
-// cuBLAS handles for the CUDA kernels: one per (thread, device), lent by a pool that lives as long as the process.
+// cuBLAS and cuBLASLt handles for the CUDA kernels: one per (thread, device), lent by a pool that lives as long as the
+// process.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include "absl/status/status.h"
@@ -20,5 +22,8 @@ absl::Status cublas_status(cublasStatus_t s, const char* what);
 // The first call on a thread borrows one from the pool (made there when none is free); the thread gives it
 // back when it exits, for the next thread, since local ranks are threads started anew for each run.
 absl::StatusOr<cublasHandle_t> cublas_handle(int device);
+
+// The same for cuBLASLt (matmul.cu's GEMMs with a fused epilogue), whose calls name their stream themselves.
+absl::StatusOr<cublasLtHandle_t> cublaslt_handle(int device);
 
 }  // namespace zero::kernels::cuda

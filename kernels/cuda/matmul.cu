@@ -1,8 +1,9 @@
 // matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (TF32 on request), bf16/fp16 tensor-core GEMMs with fp32
-// accumulation, bias and deterministic bias gradient.
+// accumulation (a half output's bias in cuBLASLt's epilogue), bias and deterministic bias gradient.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <memory>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -12,18 +13,26 @@
 namespace zero::kernels::cuda {
 namespace {
 
-// run(handle) (an absl::Status) as a launch on cuda:`device`'s current stream, the thread's handle set to it. A cuBLAS
-// error (a bad argument, no workspace) is returned, not kept by the launch as the device's sticky failure.
+// run(stream) (an absl::Status) as a launch on cuda:`device`'s current stream. A library's error (a bad argument, no
+// workspace) is returned, not kept by the launch as the device's sticky failure.
+template <typename Run>
+absl::Status library_call(int device, const char* name, Run&& run) {
+  absl::Status result = absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(launch_on_stream(current_cuda_stream(device), name, [&](cudaStream_t stream) {
+    result.Update(run(stream));
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+// run(handle) through library_call, the thread's cuBLAS handle set to the current stream.
 template <typename Run>
 absl::Status on_current_stream(int device, const char* name, Run&& run) {
   ZERO_ASSIGN_OR_RETURN(const cublasHandle_t h, cublas_handle(device));
-  absl::Status cublas = absl::OkStatus();
-  ZERO_RETURN_IF_ERROR(launch_on_stream(current_cuda_stream(device), name, [&](cudaStream_t stream) {
-    cublas.Update(cublas_status(cublasSetStream(h, stream), "cublasSetStream"));
-    if (cublas.ok()) cublas.Update(run(h));
-    return absl::OkStatus();
-  }));
-  return cublas;
+  return library_call(device, name, [&](cudaStream_t stream) {
+    ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, stream));
+    return run(h);
+  });
 }
 
 // Row-major C (M, N) = op(A) · op(B) is column-major C^T = op(B)^T · op(A)^T, so every call below passes
@@ -68,6 +77,96 @@ absl::Status gemm_ex(int device, cublasOperation_t op_b, cublasOperation_t op_a,
                                                 CUBLAS_GEMM_DEFAULT));
     return absl::OkStatus();
   });
+}
+
+// ---- cuBLASLt: the bias added in the GEMM's epilogue ----
+
+// cuBLASLt's descriptors, destroyed on every path.
+struct LtDestroy {
+  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
+  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+template <typename Descriptor>
+using LtOwned = std::unique_ptr<std::remove_pointer_t<Descriptor>, LtDestroy>;
+
+// A column-major (rows, cols) matrix of `t` with leading dimension ld.
+absl::StatusOr<LtOwned<cublasLtMatrixLayout_t>> lt_layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, cuda_type(t), rows, cols, ld));
+  return LtOwned<cublasLtMatrixLayout_t>(layout);
+}
+
+template <typename Value>
+absl::Status set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const Value& value) {
+  return cublas_status(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)),
+                       "cublasLtMatmulDescSetAttribute");
+}
+template <typename Value>
+absl::Status set_attribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attribute,
+                           const Value& value) {
+  return cublas_status(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)),
+                       "cublasLtMatmulPreferenceSetAttribute");
+}
+
+// The largest power of two up to 256 that p's address is a multiple of: what cuBLASLt may assume of it.
+uint32_t alignment_of(const void* p) {
+  uint32_t bytes = 256;
+  while (bytes > 1 && reinterpret_cast<uintptr_t>(p) % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
+// The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
+constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
+
+// out (N, OC) = round(inp (N, C) · weight^T (C, OC) + bias (OC)), inp and weight in `half`, bias and out in
+// `out_dtype`: cuBLASLt's bias epilogue adds the bias to the fp32 sums and rounds once into out. Split-K partials
+// stay fp32 (the reduction scheme mask), as the cuBLAS handle's DISALLOW flag asks of cublasGemmEx. NotFound when
+// cuBLASLt offers no algorithm for it: the caller takes the unfused path.
+absl::Status gemm_bias_epilogue(int device, void* out, DType out_dtype, const void* inp, const void* weight,
+                                const void* bias, DType half, int64_t n, int64_t c, int64_t oc) {
+  ZERO_ASSIGN_OR_RETURN(const cublasLtHandle_t h, cublaslt_handle(device));
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const LtOwned<cublasLtMatmulDesc_t> desc(raw_desc);
+  // Column-major as gemm() sees it: D (OC, N) = A^T · B, A = weight as (C, OC), B = inp as (C, N); bias per row of D.
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T));
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N));
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS));
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+  ZERO_RETURN_IF_ERROR(
+      set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(cuda_type(out_dtype))));
+  ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, c, oc, c));
+  ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, c, n, c));
+  ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(out_dtype, oc, n, oc));
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref));
+  const LtOwned<cublasLtMatmulPreference_t> pref(raw_pref);
+  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kLtWorkspaceBytes));
+  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                     static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)));
+  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(weight)));
+  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(inp)));
+  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(out)));
+  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(out)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t query = cublasLtMatmulAlgoGetHeuristic(h, desc.get(), a.get(), b.get(), d.get(), d.get(),
+                                                              pref.get(), 1, &heuristic, &found);
+  if (query == CUBLAS_STATUS_NOT_SUPPORTED || (query == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    return absl::NotFoundError("cuBLASLt offers no bias-epilogue GEMM for this shape");
+  }
+  ZERO_RETURN_IF_ERROR(cublas_status(query, "cublasLtMatmulAlgoGetHeuristic"));
+  const auto matmul = [&](void* workspace) {
+    return library_call(device, "gemm_bias_epilogue", [&](cudaStream_t stream) {
+      const float one = 1.0f, zero = 0.0f;
+      return cublas_status(cublasLtMatmul(h, desc.get(), &one, weight, a.get(), inp, b.get(), &zero, out, d.get(), out,
+                                          d.get(), &heuristic.algo, workspace, heuristic.workspaceSize, stream),
+                           "cublasLtMatmul");
+    });
+  };
+  if (heuristic.workspaceSize == 0) return matmul(nullptr);
+  return with_scratch(device, heuristic.workspaceSize, matmul);
 }
 
 // Calls f with a null T* for the C++ type T that `t` names (fp32, bf16 or fp16): the launchers below
@@ -165,7 +264,12 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
                                          blocks_for(n * oc), kThreads, static_cast<float*>(out), b, n, oc));
       return product(out, DType::kF32, 1.0f);
     }
-    // Half out: the products in fp32, bias added in fp32, one rounding into out.
+    // Half out: cuBLASLt's epilogue where the bias has out's dtype and cuBLASLt has an algorithm; else the
+    // products into an fp32 scratch, the bias added in fp32, one rounding into out.
+    if (bias_dtype == out_dtype) {
+      const absl::Status fused = gemm_bias_epilogue(device, out, out_dtype, inp, weight, bias, half, n, c, oc);
+      if (!absl::IsNotFound(fused)) return fused;
+    }
     return through_fp32_scratch(
         device, n * oc, [&](float* acc) { return product(acc, DType::kF32, 0.0f); },
         [&](const float* acc) {
