@@ -733,10 +733,10 @@ TEST(ParamOffloadMatchesDevice, Stage3) {
 
 // Without clipping no norm read brings the losses' copy back: the metrics wait for it themselves, and the losses are
 // still the CPU's.
-// zero-plan's activation figure is the training step's peak; an evaluation at the same batch stays within it, since
-// it computes the loss without the logits' gradient. With recompute, or a vocabulary large beside the blocks, a
-// gradient buffer beside the logits would make the evaluation the rank's peak.
-TEST(Gpt2Activations, TrainingPeaksAtTheFormulaAndEvaluationStaysWithinIt) {
+// zero-plan's activation figure is the training step's peak on `device`; an evaluation at the same batch stays within
+// it, since it computes the loss without the logits' gradient. With recompute, or a vocabulary large beside the
+// blocks, a gradient buffer beside the logits would make the evaluation the rank's peak.
+void expect_activations_peak_at_the_formula(Device device) {
   const Gpt2Config c = Gpt2Config::make(16, 2000, 2, 2, 32);
   constexpr int64_t B = 4, T = 16;
   for (const auto& [recompute, precision] : {std::pair{true, DType::kF32}, std::pair{false, DType::kF32},
@@ -745,18 +745,23 @@ TEST(Gpt2Activations, TrainingPeaksAtTheFormulaAndEvaluationStaysWithinIt) {
       Allocator alloc;
       ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(c));
       for (int64_t l = 0; l < c.num_layers; ++l) model->set_recompute(l, recompute);
-      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                            Engine::create(*model, comm, alloc, adamw_factory(), ZeroConfig{.precision = precision}));
+      ZERO_ASSIGN_OR_RETURN(
+          std::unique_ptr<Engine> engine,
+          Engine::create(*model, comm, alloc, adamw_factory(), ZeroConfig{.precision = precision, .device = device}));
       std::vector<int32_t> inputs(B * T), targets(B * T);
       for (int64_t i = 0; i < B * T; ++i) {
         inputs[i] = static_cast<int32_t>(i * 7 % c.vocab_size);
         targets[i] = static_cast<int32_t>(i * 13 % c.vocab_size);
       }
-      const Batch batch{.inputs = Tensor(inputs.data(), DType::kI32, {B, T}),
-                        .targets = Tensor(targets.data(), DType::kI32, {B, T})};
+      // The batch on the device from an allocator of its own: its bytes are the data's, not the model's.
+      Allocator batch_alloc;
+      data::DeviceBatch on_device(batch_alloc, device);
+      ZERO_ASSIGN_OR_RETURN(const Batch batch,
+                            on_device.place(Batch{.inputs = Tensor(inputs.data(), DType::kI32, {B, T}),
+                                                  .targets = Tensor(targets.data(), DType::kI32, {B, T})}));
       const int64_t formula = gpt2_peak_activation_bytes(c, B, T, recompute, precision);
       ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 1e-3f).status());
-      const std::string what = absl::StrCat(dtype_name(precision), " recompute ", recompute);
+      const std::string what = absl::StrCat(device.to_string(), " ", dtype_name(precision), " recompute ", recompute);
       EXPECT_EQ(alloc.stats().peak_of(MemoryCategory::kActivations), formula) << what;
       alloc.reset_peaks();
       ZERO_ASSIGN_OR_RETURN(const Evaluation evaluation, engine->evaluate(batch));
@@ -766,6 +771,11 @@ TEST(Gpt2Activations, TrainingPeaksAtTheFormulaAndEvaluationStaysWithinIt) {
     }));
     ASSERT_TRUE(status.ok()) << status;
   }
+}
+
+TEST(Gpt2Activations, TrainingPeaksAtTheFormulaAndEvaluationStaysWithinIt) {
+  expect_activations_peak_at_the_formula(Device::cpu());
+  expect_activations_peak_at_the_formula(Device::sim(0));
 }
 
 TEST(SimMatchesCpuWithoutClipping, LossesAndParameters) {
@@ -1041,6 +1051,12 @@ absl::Status train_on_a_batch_left_on_the_host(Device device) {
     return engine->train_step({&on_host, 1}, 1e-2f).status();
   });
   return statuses[0];
+}
+
+// The GPU's kernels (cuDNN's attention included, which saves only its lse) allocate what zero-plan counts.
+TEST(Gpt2OnCuda, ActivationsPeakAtTheFormula) {
+  ZERO_SKIP_WITHOUT_GPU();
+  expect_activations_peak_at_the_formula(Device::cuda(0));
 }
 
 TEST(Gpt2OnCuda, ABatchLeftOnTheHostIsRefusedNamingTheDevice) {
