@@ -22,10 +22,10 @@ namespace {
 
 // A block's tile: kRows rows it owns (queries, or keys for dk/dv) against kCols streamed ones, 256 threads as a
 // 16 x 16 grid. Thread (ty, tx) holds rows ty + 16 i (i < 4) and columns tx + 16 j (j < 2) of the scores, and
-// head dims tx + 16 j of its rows' outputs. Head dims move through shared memory kChunk at a time.
+// head dims tx + 16 j of its rows' outputs. Head dims move through shared memory kDimChunk at a time.
 constexpr int kRows = 64;
 constexpr int kCols = 32;
-constexpr int kChunk = 64;
+constexpr int kDimChunk = 64;
 constexpr int kGrid = 16;
 constexpr int kRowsPerThread = kRows / kGrid;
 constexpr int kColsPerThread = kCols / kGrid;
@@ -75,8 +75,8 @@ template <typename S>
 using Rows = HeadRows<const S>;
 
 struct Shared {
-  float rows[kRows][kChunk + 1];  // + 1: the rows a warp reads down one column fall in distinct banks
-  float cols[kCols][kChunk + 1];
+  float rows[kRows][kDimChunk + 1];  // + 1: the rows a warp reads down one column fall in distinct banks
+  float cols[kCols][kDimChunk + 1];
   float weights[kRows][kCols + 1];  // the tile's P or dS, for the weighted sums
 };
 
@@ -87,9 +87,9 @@ __device__ int64_t col_of(int64_t first, int j) { return first + tx() + kGrid * 
 
 // dst[r][e] = src row (first + r), head dim c0 + e, widened; zero past T and past hs.
 template <int R, typename S>
-__device__ void load_chunk(float (&dst)[R][kChunk + 1], const Rows<S>& src, int64_t first, const Dims& d, int c0) {
-  for (int i = threadIdx.x; i < R * kChunk; i += kThreads) {
-    const int r = i / kChunk, e = i % kChunk;
+__device__ void load_dims(float (&dst)[R][kDimChunk + 1], const Rows<S>& src, int64_t first, const Dims& d, int c0) {
+  for (int i = threadIdx.x; i < R * kDimChunk; i += kThreads) {
+    const int r = i / kDimChunk, e = i % kDimChunk;
     const int64_t p = first + r, dim = c0 + e;
     dst[r][e] = p < d.t && dim < d.hs ? widen(src.row(p)[dim]) : 0.0f;
   }
@@ -100,13 +100,13 @@ template <int HD, typename S>
 __device__ void add_dots(float (&acc)[kRowsPerThread][kColsPerThread], Shared& sm, const Rows<S>& a, int64_t first_a,
                          const Rows<S>& b, int64_t first_b, const Dims& d) {
 #pragma unroll
-  for (int c0 = 0; c0 < HD; c0 += kChunk) {
+  for (int c0 = 0; c0 < HD; c0 += kDimChunk) {
     __syncthreads();  // every thread is done with the buffers' last contents
-    load_chunk(sm.rows, a, first_a, d, c0);
-    load_chunk(sm.cols, b, first_b, d, c0);
+    load_dims(sm.rows, a, first_a, d, c0);
+    load_dims(sm.cols, b, first_b, d, c0);
     __syncthreads();
 #pragma unroll 8
-    for (int e = 0; e < kChunk; ++e) {
+    for (int e = 0; e < kDimChunk; ++e) {
       float x[kRowsPerThread], y[kColsPerThread];
       for (int i = 0; i < kRowsPerThread; ++i) x[i] = sm.rows[ty() + kGrid * i][e];
       for (int j = 0; j < kColsPerThread; ++j) y[j] = sm.cols[tx() + kGrid * j][e];
@@ -123,15 +123,15 @@ template <int HD, typename S>
 __device__ void add_weighted(float (&acc)[kRowsPerThread][HD / kGrid], Shared& sm, const Rows<S>& b, int64_t first,
                              const Dims& d) {
 #pragma unroll
-  for (int c0 = 0; c0 < HD; c0 += kChunk) {
+  for (int c0 = 0; c0 < HD; c0 += kDimChunk) {
     __syncthreads();  // the weights are written; every thread is done with cols
-    load_chunk(sm.cols, b, first, d, c0);
+    load_dims(sm.cols, b, first, d, c0);
     __syncthreads();
     for (int c = 0; c < kCols; ++c) {
       float w[kRowsPerThread];
       for (int i = 0; i < kRowsPerThread; ++i) w[i] = sm.weights[ty() + kGrid * i][c];
 #pragma unroll
-      for (int j = 0; j < kChunk / kGrid; ++j) {
+      for (int j = 0; j < kDimChunk / kGrid; ++j) {
         const float y = sm.cols[c][tx() + kGrid * j];
         for (int i = 0; i < kRowsPerThread; ++i) acc[i][c0 / kGrid + j] += w[i] * y;
       }

@@ -23,7 +23,8 @@ absl::Status cublas_status(cublasStatus_t s, const char* what);
 // back when it exits, for the next thread, since local ranks are threads started anew for each run.
 absl::StatusOr<cublasHandle_t> cublas_handle(int device);
 
-// The same for cuBLASLt (matmul.cu's GEMMs with a fused epilogue), whose calls name their stream themselves.
+// This thread's cuBLASLt handle for `device` (matmul.cu's GEMMs with a fused epilogue), lent as above and left
+// unconfigured: each call names its stream, and keeps split-K sums in fp32 through its own reduction-scheme mask.
 absl::StatusOr<cublasLtHandle_t> cublaslt_handle(int device);
 
 }  // namespace zero::kernels::cuda

@@ -1,4 +1,4 @@
-// Library handles (cuBLAS, cuDNN) lent per (thread, device) by a pool that lives as long as the process.
+// Library handles (cuBLAS, cuBLASLt, cuDNN) lent per (thread, device) by a pool that lives as long as the process.
 #pragma once
 
 #include <vector>

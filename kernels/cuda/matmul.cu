@@ -4,8 +4,11 @@
 #include <cuda_fp16.h>
 
 #include <memory>
+#include <optional>
 #include <type_traits>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_handle.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -109,22 +112,68 @@ absl::Status set_attribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPrefer
                        "cublasLtMatmulPreferenceSetAttribute");
 }
 
-// The largest power of two up to 256 that p's address is a multiple of: what cuBLASLt may assume of it.
-uint32_t alignment_of(const void* p) {
-  uint32_t bytes = 256;
-  while (bytes > 1 && reinterpret_cast<uintptr_t>(p) % bytes != 0) bytes /= 2;
-  return bytes;
-}
+// What the cuBLASLt path asks of every pointer, and tells the heuristic: 16 bytes, what its kernels' vector and TMA
+// loads need. Pinned rather than read from the addresses, so the algorithm, and with it the bits, depend on the
+// problem alone and not on where its buffers happen to lie (a gathered unit, a recomputed block).
+constexpr uint32_t kLtAlignment = 16;
 
 // The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
 constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
 
+// One bias-epilogue GEMM problem on a device: all the heuristic's choice depends on.
+struct LtProblem {
+  int device;
+  int64_t n, c, oc;
+  DType half, out;
+  bool operator==(const LtProblem&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const LtProblem& p) {
+    return H::combine(std::move(h), p.device, p.n, p.c, p.oc, p.half, p.out);
+  }
+};
+
+// The heuristic's best algorithm for `problem`, asked once per process (none: cuBLASLt offers none for it).
+absl::StatusOr<std::optional<cublasLtMatmulHeuristicResult_t>> lt_algorithm(
+    const LtProblem& problem, cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* chosen = new absl::flat_hash_map<LtProblem, std::optional<cublasLtMatmulHeuristicResult_t>>;
+  absl::MutexLock lock(&mu);
+  if (const auto it = chosen->find(problem); it != chosen->end()) return it->second;
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref));
+  const LtOwned<cublasLtMatmulPreference_t> pref(raw_pref);
+  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kLtWorkspaceBytes));
+  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                     static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)));
+  for (const auto attribute :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), attribute, kLtAlignment));
+  }
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t query = cublasLtMatmulAlgoGetHeuristic(h, desc, a, b, d, d, pref.get(), 1, &heuristic, &found);
+  if (query != CUBLAS_STATUS_NOT_SUPPORTED)
+    ZERO_RETURN_IF_ERROR(cublas_status(query, "cublasLtMatmulAlgoGetHeuristic"));
+  std::optional<cublasLtMatmulHeuristicResult_t> result;
+  if (query == CUBLAS_STATUS_SUCCESS && found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS) result = heuristic;
+  chosen->emplace(problem, result);
+  return result;
+}
+
 // out (N, OC) = round(inp (N, C) · weight^T (C, OC) + bias (OC)), inp and weight in `half`, bias and out in
 // `out_dtype`: cuBLASLt's bias epilogue adds the bias to the fp32 sums and rounds once into out. Split-K partials
-// stay fp32 (the reduction scheme mask), as the cuBLAS handle's DISALLOW flag asks of cublasGemmEx. NotFound when
-// cuBLASLt offers no algorithm for it: the caller takes the unfused path.
+// stay fp32 (the reduction scheme mask), as the cuBLAS handle's DISALLOW flag asks of cublasGemmEx. NotFound, with
+// nothing queued, where a pointer is not 16-byte aligned or cuBLASLt offers no algorithm: the caller takes the
+// unfused path.
 absl::Status gemm_bias_epilogue(int device, void* out, DType out_dtype, const void* inp, const void* weight,
                                 const void* bias, DType half, int64_t n, int64_t c, int64_t oc) {
+  for (const void* p : {static_cast<const void*>(out), inp, weight, bias}) {
+    if (reinterpret_cast<uintptr_t>(p) % kLtAlignment != 0) {
+      return absl::NotFoundError("the bias-epilogue GEMM needs 16-byte-aligned tensors");
+    }
+  }
   ZERO_ASSIGN_OR_RETURN(const cublasLtHandle_t h, cublaslt_handle(device));
   cublasLtMatmulDesc_t raw_desc = nullptr;
   ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -139,34 +188,21 @@ absl::Status gemm_bias_epilogue(int device, void* out, DType out_dtype, const vo
   ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, c, oc, c));
   ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, c, n, c));
   ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(out_dtype, oc, n, oc));
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref));
-  const LtOwned<cublasLtMatmulPreference_t> pref(raw_pref);
-  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kLtWorkspaceBytes));
-  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                     static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)));
-  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(weight)));
-  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(inp)));
-  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(out)));
-  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(out)));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  const cublasStatus_t query = cublasLtMatmulAlgoGetHeuristic(h, desc.get(), a.get(), b.get(), d.get(), d.get(),
-                                                              pref.get(), 1, &heuristic, &found);
-  if (query == CUBLAS_STATUS_NOT_SUPPORTED || (query == CUBLAS_STATUS_SUCCESS && found == 0)) {
-    return absl::NotFoundError("cuBLASLt offers no bias-epilogue GEMM for this shape");
-  }
-  ZERO_RETURN_IF_ERROR(cublas_status(query, "cublasLtMatmulAlgoGetHeuristic"));
+  ZERO_ASSIGN_OR_RETURN(const auto algorithm,
+                        lt_algorithm({device, n, c, oc, half, out_dtype}, h, desc.get(), a.get(), b.get(), d.get()));
+  if (!algorithm.has_value()) return absl::NotFoundError("cuBLASLt offers no bias-epilogue GEMM for this shape");
   const auto matmul = [&](void* workspace) {
     return library_call(device, "gemm_bias_epilogue", [&](cudaStream_t stream) {
       const float one = 1.0f, zero = 0.0f;
-      return cublas_status(cublasLtMatmul(h, desc.get(), &one, weight, a.get(), inp, b.get(), &zero, out, d.get(), out,
-                                          d.get(), &heuristic.algo, workspace, heuristic.workspaceSize, stream),
-                           "cublasLtMatmul");
+      const cublasStatus_t status =
+          cublasLtMatmul(h, desc.get(), &one, weight, a.get(), inp, b.get(), &zero, out, d.get(), out, d.get(),
+                         &algorithm->algo, workspace, algorithm->workspaceSize, stream);
+      if (status == CUBLAS_STATUS_NOT_SUPPORTED) return absl::NotFoundError("cuBLASLt refused its own algorithm");
+      return cublas_status(status, "cublasLtMatmul");
     });
   };
-  if (heuristic.workspaceSize == 0) return matmul(nullptr);
-  return with_scratch(device, heuristic.workspaceSize, matmul);
+  if (algorithm->workspaceSize == 0) return matmul(nullptr);
+  return with_scratch(device, algorithm->workspaceSize, matmul);
 }
 
 // Calls f with a null T* for the C++ type T that `t` names (fp32, bf16 or fp16): the launchers below

@@ -120,19 +120,22 @@ TEST_F(CudaKernels, Tf32GemmDiffersFromFp32) {
 
 // ---- bf16 / fp16 GEMMs ----
 
-// n values in [lo, hi] rounded to `half` (nearest even): the bits for the GPU and their exact fp32 widening for
-// the CPU reference, so both sides multiply the same numbers.
+// Values rounded to `half` (nearest even), random ones in [lo, hi] or given: the bits for the GPU and their exact fp32
+// widening for the CPU reference, so both sides multiply the same numbers.
 struct HalfValues {
   std::vector<uint16_t> bits;
   std::vector<float> wide;
 };
-HalfValues random_half(int64_t n, uint32_t seed, DType half, float lo = -1.0f, float hi = 1.0f) {
-  HalfValues v{.bits = std::vector<uint16_t>(n), .wide = random_floats(n, seed, lo, hi)};
-  for (int64_t i = 0; i < n; ++i) {
-    v.bits[i] = half == DType::kBF16 ? float_to_bf16(v.wide[i]) : float_to_fp16(v.wide[i]);
-    v.wide[i] = half == DType::kBF16 ? bf16_to_float(v.bits[i]) : fp16_to_float(v.bits[i]);
+HalfValues half_values(DType half, std::vector<float> values) {
+  HalfValues v{.bits = std::vector<uint16_t>(values.size()), .wide = std::move(values)};
+  for (size_t i = 0; i < v.wide.size(); ++i) {
+    v.bits[i] = testing::round_to(half, v.wide[i]);
+    v.wide[i] = testing::widen(half, v.bits[i]);
   }
   return v;
+}
+HalfValues random_half(int64_t n, uint32_t seed, DType half, float lo = -1.0f, float hi = 1.0f) {
+  return half_values(half, random_floats(n, seed, lo, hi));
 }
 
 // The unit roundoff of the single rounding into a half result: 2^-p for p significand bits (bf16 8, fp16 11).
@@ -242,6 +245,50 @@ INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CudaHalfGemm, ::testing::Values(DType::kBF
 
 // Runs in every build (the results' checks with CUDA only): half operands are checked before any dispatch;
 // no data is touched.
+// A half output's bias is added to the GEMM's fp32 sum, which is rounded once: in cuBLASLt's epilogue (bias in the
+// output's dtype), or unfused (an fp32 bias), with split-K partials kept fp32 either way. Small non-negative integers
+// make every product and partial sum exact in fp32, in any order, so the one right answer is round(exact sum + bias);
+// the sums lie past half's integers (bf16 from 256, fp16 from 2048), where a sum rounded before the bias's add, or
+// partials reduced in half, land elsewhere, and the test checks that its data tells them apart. N = OC = 16 with
+// C = 16384 is the shape cuBLAS splits over K.
+TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
+  const DType h = half();
+  const auto integers = [](int64_t count, uint32_t seed, int below) {  // uniform in [0, below)
+    std::vector<float> v = random_floats(count, seed, 0.0f, static_cast<float>(below) - 0.001f);
+    for (float& x : v) x = std::floor(x);
+    return v;
+  };
+  struct Problem {
+    int64_t n, c, oc;
+    int below;
+    float bias;
+  };
+  for (const Problem& p : {Problem{16, 16384, 16, 2, 32.0f}, Problem{64, 96, 80, 12, 4.0f}}) {
+    const int64_t n = p.n, c = p.c, oc = p.oc;
+    const std::vector<float> inp = integers(n * c, 50, p.below), w = integers(oc * c, 51, p.below + 1);
+    std::vector<float> bias = random_floats(oc, 52, -p.bias, p.bias);
+    for (float& b : bias) b = std::round(4 * b) / 4;  // quarters: exact in both halves
+    std::vector<uint16_t> want(n * oc), rounded_twice(n * oc);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < oc; ++j) {
+        double sum = 0;  // integers below 2^17: exact, and exact in fp32 with a quarter added
+        for (int64_t k = 0; k < c; ++k) sum += double{inp[r * c + k]} * w[j * c + k];
+        const auto sum32 = static_cast<float>(sum);
+        want[r * oc + j] = testing::round_to(h, sum32 + bias[j]);
+        rounded_twice[r * oc + j] = testing::round_to(h, testing::widen(h, testing::round_to(h, sum32)) + bias[j]);
+      }
+    }
+    ASSERT_NE(rounded_twice, want) << "the data must tell one rounding from two";
+    const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c}), g_w = upload_as(half_values(h, w), h, {oc, c});
+    for (const DType bias_dtype : {h, DType::kF32}) {
+      const Tensor out(upload(std::vector<uint16_t>(n * oc), {n, oc}).data(), h, {n, oc}, Device::cuda(0));
+      const absl::Status s = matmul_forward(out, g_inp, g_w, upload_as(half_values(h, bias), bias_dtype, {oc}));
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_EQ(download<uint16_t>(out), want) << n << "x" << c << "x" << oc << ", bias " << dtype_name(bias_dtype);
+    }
+  }
+}
+
 TEST(CudaKernelChecks, HalfMatmulArgumentsAreChecked) {
   std::vector<uint16_t> x(4);
   const Tensor cpu_bf16(x.data(), DType::kBF16, {2, 2}), cpu_fp16(x.data(), DType::kF16, {2, 2});
@@ -295,7 +342,7 @@ TEST_F(CudaKernels, GeluAndResidualMatchCpu) {
   EXPECT_EQ(download<float>(g_dx_from_host), dx);
 }
 
-// C = 203: each row ends in a partial chunk, and rows past the first start unaligned (common.cuh's element path).
+// C = 203: each row ends in a partial chunk, and three rows in four start unaligned (common.cuh's element path).
 TEST_F(CudaKernels, LayerNormMatchesCpu) {
   const int64_t n = 32, c = 203;
   std::vector<float> x = random_floats(n * c, 9), w = random_floats(c, 10), b = random_floats(c, 11);
@@ -364,7 +411,7 @@ TEST_F(CudaKernels, LayerNormWithTheResidualFusedGivesTheSeparateKernelsBits) {
 // residual's gradient, the embedding's repeated tokens and the cross-entropy in place are where a second rounding would
 // hide.
 TEST_P(CudaHalf, EachKernelGivesItsFp32BitsRounded) {
-  const int64_t n = 70, c = 200;
+  const int64_t n = 70, c = 203;  // rows and the whole ending in partial chunks (common.cuh)
   const Shape rows = {n, c}, cols = {c}, stats = {n};
   const auto r = [](int64_t size, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
     return random_floats(size, seed, lo, hi);
