@@ -89,13 +89,15 @@ __device__ __forceinline__ void store_chunk(void* p, int64_t first, int64_t coun
 
 inline int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
+// How many of the chunk at element `first` lie before `end`: kChunk but at the end.
+__device__ __forceinline__ int64_t chunk_count(int64_t first, int64_t end) {
+  return end - first < kChunk ? end - first : int64_t{kChunk};
+}
+
 // f(first, count) for each chunk of [0, n) that this thread owns in a grid-stride loop over chunks.
 template <typename F>
 __device__ __forceinline__ void for_each_chunk(int64_t n, F&& f) {
-  ZERO_GRID_STRIDE(k, (n + kChunk - 1) / kChunk) {
-    const int64_t first = k * kChunk;
-    f(first, n - first < kChunk ? n - first : int64_t{kChunk});
-  }
+  ZERO_GRID_STRIDE(k, (n + kChunk - 1) / kChunk) f(k * kChunk, chunk_count(k * kChunk, n));
 }
 
 // Makes `device` current, launches kernel(args..., n) over n elements, a thread per chunk (for_each_chunk), on its

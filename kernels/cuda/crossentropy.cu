@@ -46,11 +46,10 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
   __shared__ double sum_shared[kThreads];
   const int64_t r = blockIdx.x, first = r * padded;
   const int64_t start = int64_t{threadIdx.x} * kChunk, stride = int64_t{kThreads} * kChunk;
-  const auto count = [](int64_t v, int64_t end) { return end - v < kChunk ? end - v : int64_t{kChunk}; };
   const int32_t target = targets[r];
   if (target == kIgnoreIndex) {
     for (int64_t v = start; dlogits != nullptr && v < padded; v += stride) {
-      store_chunk<T>(dlogits, first + v, count(v, padded), Chunk{});
+      store_chunk<T>(dlogits, first + v, chunk_count(v, padded), Chunk{});
     }
     if (threadIdx.x == 0) row_loss[r] = 0.0, row_correct[r] = 0;
     return;
@@ -58,24 +57,24 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
   const float target_logit = load_float<T>(logits, first + target);
   MaxAt local{-FLT_MAX, vocab};
   for (int64_t v = start; v < vocab; v += stride) {
-    const Chunk x = load_chunk<T>(logits, first + v, count(v, vocab));
-    for (int e = 0; e < count(v, vocab); ++e) local = max_at(local, MaxAt{x.x[e], v + e});
+    const Chunk x = load_chunk<T>(logits, first + v, chunk_count(v, vocab));
+    for (int e = 0; e < chunk_count(v, vocab); ++e) local = max_at(local, MaxAt{x.x[e], v + e});
   }
   const MaxAt best = block_reduce(local, max_shared, max_at);
   double sum = 0.0;
   for (int64_t v = start; v < vocab; v += stride) {
-    const Chunk x = load_chunk<T>(logits, first + v, count(v, vocab));
-    for (int e = 0; e < count(v, vocab); ++e) sum += expf(x.x[e] - best.value);
+    const Chunk x = load_chunk<T>(logits, first + v, chunk_count(v, vocab));
+    for (int e = 0; e < chunk_count(v, vocab); ++e) sum += expf(x.x[e] - best.value);
   }
   sum = block_reduce(sum, sum_shared, [](double a, double b) { return a + b; });
   const float inv = static_cast<float>(scale / sum);
   for (int64_t v = start; dlogits != nullptr && v < padded; v += stride) {
-    Chunk x = load_chunk<T>(logits, first + v, count(v, padded));
+    Chunk x = load_chunk<T>(logits, first + v, chunk_count(v, padded));
     for (int e = 0; e < kChunk; ++e) {
       const int64_t col = v + e;
       x.x[e] = col < vocab ? expf(x.x[e] - best.value) * inv - (col == target ? scale : 0.0f) : 0.0f;
     }
-    store_chunk<T>(dlogits, first + v, count(v, padded), x);
+    store_chunk<T>(dlogits, first + v, chunk_count(v, padded), x);
   }
   if (threadIdx.x == 0) {
     row_loss[r] = log(sum) - (static_cast<double>(target_logit) - best.value);

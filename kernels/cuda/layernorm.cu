@@ -20,7 +20,7 @@ __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, vo
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
   const int64_t first = row * c;
-  const auto count = [&](int64_t i) { return c - i < kChunk ? c - i : int64_t{kChunk}; };
+  const auto count = [c](int64_t i) { return chunk_count(i, c); };
   float sum = 0.0f;
   for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
     Chunk x = load_chunk<T>(inp, first + i, count(i));
@@ -51,7 +51,8 @@ __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, vo
 }
 
 // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row, + dresidual where
-// given: added in fp32 after rounding (__fadd_rn is never contracted into the product) and stored rounded once.
+// given: added in fp32 and stored rounded once. Lane l owns the row's chunks l, l + 32, ..., as in the forward; dinp
+// may alias dout or dresidual (a lane writes only the chunk it has just read, after the warp's sums).
 template <DType T>
 __global__ void layernorm_backward_kernel(void* dinp, const void* dout, const void* inp, const void* weight,
                                           const float* mean, const float* rstd, const void* dresidual, int64_t n,
@@ -60,20 +61,30 @@ __global__ void layernorm_backward_kernel(void* dinp, const void* dout, const vo
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
   const int64_t first = row * c;
+  const auto count = [c](int64_t i) { return chunk_count(i, c); };
   const float mu = mean[row], rs = rstd[row];
   float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
-  for (int64_t i = lane; i < c; i += kWarp) {
-    const float dnorm = load_float<T>(dout, first + i) * load_float<T>(weight, i);
-    dnorm_sum += dnorm;
-    dnorm_xhat_sum += dnorm * (load_float<T>(inp, first + i) - mu) * rs;
+  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
+    const Chunk g = load_chunk<T>(dout, first + i, count(i)), x = load_chunk<T>(inp, first + i, count(i));
+    const Chunk w = load_chunk<T>(weight, i, count(i));
+    for (int e = 0; e < count(i); ++e) {
+      const float dnorm = g.x[e] * w.x[e];
+      dnorm_sum += dnorm;
+      dnorm_xhat_sum += dnorm * (x.x[e] - mu) * rs;
+    }
   }
   const float dnorm_mean = warp_sum(dnorm_sum) / static_cast<float>(c);
   const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / static_cast<float>(c);
-  for (int64_t i = lane; i < c; i += kWarp) {
-    const float xhat = (load_float<T>(inp, first + i) - mu) * rs;
-    const float d =
-        (load_float<T>(dout, first + i) * load_float<T>(weight, i) - dnorm_mean - xhat * dnorm_xhat_mean) * rs;
-    store_float<T>(dinp, first + i, dresidual != nullptr ? __fadd_rn(d, load_float<T>(dresidual, first + i)) : d);
+  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
+    const Chunk g = load_chunk<T>(dout, first + i, count(i)), w = load_chunk<T>(weight, i, count(i));
+    Chunk d = load_chunk<T>(inp, first + i, count(i));
+    const Chunk r = dresidual != nullptr ? load_chunk<T>(dresidual, first + i, count(i)) : Chunk{};
+    for (int e = 0; e < kChunk; ++e) {
+      const float xhat = (d.x[e] - mu) * rs;
+      const float v = (g.x[e] * w.x[e] - dnorm_mean - xhat * dnorm_xhat_mean) * rs;
+      d.x[e] = dresidual != nullptr ? v + r.x[e] : v;
+    }
+    store_chunk<T>(dinp, first + i, count(i), d);
   }
 }
 

@@ -932,7 +932,8 @@ TEST_F(CudaKernels, ChunkedKernelsGiveTheSameBitsOnAlignedAndMisalignedTensors) 
   for (int64_t r = 0; r < rows; ++r) targets[r] = r == 3 ? kIgnoreIndex : static_cast<int32_t>((r * 37) % vocab);
   const Tensor g_targets = upload(targets, {rows});
   const char* names[] = {"gelu out",       "gelu dinp",     "residual", "add_into", "divide_by",
-                         "inp + residual", "layernorm out", "mean",     "rstd",     "dlogits"};
+                         "inp + residual", "layernorm out", "mean",     "rstd",     "layernorm dinp",
+                         "dweight",        "dbias",         "dlogits"};
   for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     // Every tensor after one run, as bytes; each starts `offset` elements into its buffer.
     const auto run = [&](int64_t offset) {
@@ -950,6 +951,10 @@ TEST_F(CudaKernels, ChunkedKernelsGiveTheSameBitsOnAlignedAndMisalignedTensors) 
                    res = put(random_floats(rows * c, 43), {rows, c});
       const Tensor w = put(random_floats(c, 44), {c}), b = put(random_floats(c, 45), {c});
       const Tensor ln_out = put(std::vector<float>(rows * c), {rows, c});
+      const Tensor ln_dout = put(random_floats(rows * c, 47), {rows, c}),
+                   dres = put(random_floats(rows * c, 48), {rows, c});
+      const Tensor ln_dinp = put(std::vector<float>(rows * c), {rows, c});
+      const Tensor dw = put(random_floats(c, 49), {c}), db = put(random_floats(c, 50), {c});
       const Tensor mean = upload(std::vector<float>(rows), {rows}), rstd = upload(std::vector<float>(rows), {rows});
       const Tensor logits = put(random_floats(rows * padded, 46, -4, 4), {rows, padded});
       absl::Status s = gelu_forward(gelu_out, x);
@@ -958,10 +963,11 @@ TEST_F(CudaKernels, ChunkedKernelsGiveTheSameBitsOnAlignedAndMisalignedTensors) 
       s.Update(add_into(x, y));
       s.Update(divide_by(y, 3.0f));
       s.Update(residual_layernorm_forward(ln_out, mean, rstd, ln_inp, res, w, b));
+      s.Update(layernorm_backward(ln_dinp, dw, db, ln_dout, ln_inp, w, mean, rstd, dres));
       s.Update(crossentropy_forward_backward(logits, logits, g_targets, vocab).status());
       EXPECT_TRUE(s.ok()) << s;
       std::vector<std::vector<uint8_t>> results;
-      for (const Tensor& r : {gelu_out, gelu_dinp, sum, x, y, ln_inp, ln_out, mean, rstd, logits}) {
+      for (const Tensor& r : {gelu_out, gelu_dinp, sum, x, y, ln_inp, ln_out, mean, rstd, ln_dinp, dw, db, logits}) {
         results.push_back(download<uint8_t>(Tensor(r.data(), DType::kU8, {r.nbytes()}, Device::cuda(0))));
       }
       return results;
