@@ -11,6 +11,10 @@ absl::Status cublas_status(cublasStatus_t s, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")"));
 }
 
+cudaDataType_t cuda_data_type(DType t) {
+  return t == DType::kBF16 ? CUDA_R_16BF : t == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
 namespace {
 
 // fp32 in, fp32 products and sums: the default math keeps cublasSgemm off TF32, so results differ from the CPU only

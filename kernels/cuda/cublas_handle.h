@@ -7,12 +7,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/dtype.h"
 #include "runtime/status.h"
 
 namespace zero::kernels::cuda {
 
 // OK, or an Internal error naming the call and cuBLAS's status.
 absl::Status cublas_status(cublasStatus_t s, const char* what);
+
+// cuBLAS's data type for a floating dtype (fp32, bf16, fp16).
+cudaDataType_t cuda_data_type(DType t);
 
 #define ZERO_CUBLAS_RETURN_IF_ERROR(expr) ZERO_RETURN_IF_ERROR(::zero::kernels::cuda::cublas_status((expr), #expr))
 

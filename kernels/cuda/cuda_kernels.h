@@ -29,6 +29,9 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
 // canonical one, not the CPU's payload-keeping rounding.
 absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const void* inp, const void* weight,
                                  const void* bias, DType bias_dtype, DType half, int64_t n, int64_t c, int64_t oc);
+// How many half GEMMs this process has run through cuBLASLt's bias epilogue (the rest of matmul_forward_half's
+// biased calls took the unfused path): for tests and profiles to tell which ran.
+int64_t bias_epilogue_gemms_run();
 absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void* dweight, DType dweight_dtype,
                                   void* dbias, DType dbias_dtype, const void* dout, const void* inp, const void* weight,
                                   DType half, int64_t n, int64_t c, int64_t oc);

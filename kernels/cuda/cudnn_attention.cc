@@ -205,13 +205,10 @@ absl::StatusOr<cudnnHandle_t> create_handle() {
 // them does) goes there. The body's error is returned, not kept as the device's failure.
 template <typename Body>
 absl::Status on_stream(cudnnHandle_t h, Stream stream, const char* name, Body&& body) {
-  absl::Status status;
-  ZERO_RETURN_IF_ERROR(launch_on_stream(stream, name, [&](cudaStream_t native) {
-    status = cudnn_status(cudnnSetStream(h, native), "cudnnSetStream");
-    if (status.ok()) status = body();
-    return absl::OkStatus();
-  }));
-  return status;
+  return library_call(stream, name, [&](cudaStream_t native) {
+    ZERO_RETURN_IF_ERROR(cudnn_status(cudnnSetStream(h, native), "cudnnSetStream"));
+    return body();
+  });
 }
 
 // Runs the forward (or backward) graph of `d` on cuda:`device`'s current stream with `pack`'s pointers and a

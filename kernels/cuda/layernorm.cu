@@ -51,8 +51,7 @@ __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, vo
 }
 
 // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row, + dresidual where
-// given: added in fp32 and stored rounded once. Lane l owns the row's chunks l, l + 32, ..., as in the forward; dinp
-// may alias dout or dresidual (a lane writes only the chunk it has just read, after the warp's sums).
+// given: added in fp32 and stored rounded once. Lane l owns the row's chunks l, l + 32, ..., as in the forward.
 template <DType T>
 __global__ void layernorm_backward_kernel(void* dinp, const void* dout, const void* inp, const void* weight,
                                           const float* mean, const float* rstd, const void* dresidual, int64_t n,

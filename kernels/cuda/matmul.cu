@@ -3,36 +3,21 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <memory>
-#include <optional>
 #include <type_traits>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_handle.h"
+#include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace zero::kernels::cuda {
 namespace {
 
-// run(stream) (an absl::Status) as a launch on cuda:`device`'s current stream. A library's error (a bad argument, no
-// workspace) is returned, not kept by the launch as the device's sticky failure.
-template <typename Run>
-absl::Status library_call(int device, const char* name, Run&& run) {
-  absl::Status result = absl::OkStatus();
-  ZERO_RETURN_IF_ERROR(launch_on_stream(current_cuda_stream(device), name, [&](cudaStream_t stream) {
-    result.Update(run(stream));
-    return absl::OkStatus();
-  }));
-  return result;
-}
-
 // run(handle) through library_call, the thread's cuBLAS handle set to the current stream.
 template <typename Run>
 absl::Status on_current_stream(int device, const char* name, Run&& run) {
   ZERO_ASSIGN_OR_RETURN(const cublasHandle_t h, cublas_handle(device));
-  return library_call(device, name, [&](cudaStream_t stream) {
+  return library_call(current_cuda_stream(device), name, [&](cudaStream_t stream) {
     ZERO_CUBLAS_RETURN_IF_ERROR(cublasSetStream(h, stream));
     return run(h);
   });
@@ -64,10 +49,6 @@ __global__ void broadcast_rows_kernel(float* out, const float* bias, int64_t n, 
 
 // ---- bf16 / fp16 operands ----
 
-cudaDataType_t cuda_type(DType t) {
-  return t == DType::kBF16 ? CUDA_R_16BF : t == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
-}
-
 // The gemm above for half A and B (dtype `ab`) and a C of dtype `ct` (fp32 or `ab`): fp32 accumulation
 // (CUBLAS_COMPUTE_32F), alpha and beta fp32, tensor cores allowed (CUBLAS_GEMM_DEFAULT picks them).
 absl::Status gemm_ex(int device, cublasOperation_t op_b, cublasOperation_t op_a, int64_t n, int64_t m, int64_t k,
@@ -75,134 +56,11 @@ absl::Status gemm_ex(int device, cublasOperation_t op_b, cublasOperation_t op_a,
                      int64_t ldc) {
   return on_current_stream(device, "gemm_ex", [&](cublasHandle_t h) {
     const float one = 1.0f;
-    ZERO_CUBLAS_RETURN_IF_ERROR(cublasGemmEx_64(h, op_b, op_a, n, m, k, &one, b, cuda_type(ab), ldb, a, cuda_type(ab),
-                                                lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
-                                                CUBLAS_GEMM_DEFAULT));
+    ZERO_CUBLAS_RETURN_IF_ERROR(cublasGemmEx_64(h, op_b, op_a, n, m, k, &one, b, cuda_data_type(ab), ldb, a,
+                                                cuda_data_type(ab), lda, &beta, c, cuda_data_type(ct), ldc,
+                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return absl::OkStatus();
   });
-}
-
-// ---- cuBLASLt: the bias added in the GEMM's epilogue ----
-
-// cuBLASLt's descriptors, destroyed on every path.
-struct LtDestroy {
-  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
-  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
-};
-template <typename Descriptor>
-using LtOwned = std::unique_ptr<std::remove_pointer_t<Descriptor>, LtDestroy>;
-
-// A column-major (rows, cols) matrix of `t` with leading dimension ld.
-absl::StatusOr<LtOwned<cublasLtMatrixLayout_t>> lt_layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
-  cublasLtMatrixLayout_t layout = nullptr;
-  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, cuda_type(t), rows, cols, ld));
-  return LtOwned<cublasLtMatrixLayout_t>(layout);
-}
-
-template <typename Value>
-absl::Status set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const Value& value) {
-  return cublas_status(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)),
-                       "cublasLtMatmulDescSetAttribute");
-}
-template <typename Value>
-absl::Status set_attribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attribute,
-                           const Value& value) {
-  return cublas_status(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)),
-                       "cublasLtMatmulPreferenceSetAttribute");
-}
-
-// What the cuBLASLt path asks of every pointer, and tells the heuristic: 16 bytes, what its kernels' vector and TMA
-// loads need. Pinned rather than read from the addresses, so the algorithm, and with it the bits, depend on the
-// problem alone and not on where its buffers happen to lie (a gathered unit, a recomputed block).
-constexpr uint32_t kLtAlignment = 16;
-
-// The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
-constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
-
-// One bias-epilogue GEMM problem on a device: all the heuristic's choice depends on.
-struct LtProblem {
-  int device;
-  int64_t n, c, oc;
-  DType half, out;
-  bool operator==(const LtProblem&) const = default;
-  template <typename H>
-  friend H AbslHashValue(H h, const LtProblem& p) {
-    return H::combine(std::move(h), p.device, p.n, p.c, p.oc, p.half, p.out);
-  }
-};
-
-// The heuristic's best algorithm for `problem`, asked once per process (none: cuBLASLt offers none for it).
-absl::StatusOr<std::optional<cublasLtMatmulHeuristicResult_t>> lt_algorithm(
-    const LtProblem& problem, cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
-    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d) {
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* chosen = new absl::flat_hash_map<LtProblem, std::optional<cublasLtMatmulHeuristicResult_t>>;
-  absl::MutexLock lock(&mu);
-  if (const auto it = chosen->find(problem); it != chosen->end()) return it->second;
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref));
-  const LtOwned<cublasLtMatmulPreference_t> pref(raw_pref);
-  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kLtWorkspaceBytes));
-  ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                     static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)));
-  for (const auto attribute :
-       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), attribute, kLtAlignment));
-  }
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  const cublasStatus_t query = cublasLtMatmulAlgoGetHeuristic(h, desc, a, b, d, d, pref.get(), 1, &heuristic, &found);
-  if (query != CUBLAS_STATUS_NOT_SUPPORTED)
-    ZERO_RETURN_IF_ERROR(cublas_status(query, "cublasLtMatmulAlgoGetHeuristic"));
-  std::optional<cublasLtMatmulHeuristicResult_t> result;
-  if (query == CUBLAS_STATUS_SUCCESS && found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS) result = heuristic;
-  chosen->emplace(problem, result);
-  return result;
-}
-
-// out (N, OC) = round(inp (N, C) · weight^T (C, OC) + bias (OC)), inp and weight in `half`, bias and out in
-// `out_dtype`: cuBLASLt's bias epilogue adds the bias to the fp32 sums and rounds once into out. Split-K partials
-// stay fp32 (the reduction scheme mask), as the cuBLAS handle's DISALLOW flag asks of cublasGemmEx. NotFound, with
-// nothing queued, where a pointer is not 16-byte aligned or cuBLASLt offers no algorithm: the caller takes the
-// unfused path.
-absl::Status gemm_bias_epilogue(int device, void* out, DType out_dtype, const void* inp, const void* weight,
-                                const void* bias, DType half, int64_t n, int64_t c, int64_t oc) {
-  for (const void* p : {static_cast<const void*>(out), inp, weight, bias}) {
-    if (reinterpret_cast<uintptr_t>(p) % kLtAlignment != 0) {
-      return absl::NotFoundError("the bias-epilogue GEMM needs 16-byte-aligned tensors");
-    }
-  }
-  ZERO_ASSIGN_OR_RETURN(const cublasLtHandle_t h, cublaslt_handle(device));
-  cublasLtMatmulDesc_t raw_desc = nullptr;
-  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const LtOwned<cublasLtMatmulDesc_t> desc(raw_desc);
-  // Column-major as gemm() sees it: D (OC, N) = A^T · B, A = weight as (C, OC), B = inp as (C, N); bias per row of D.
-  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T));
-  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N));
-  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS));
-  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
-  ZERO_RETURN_IF_ERROR(
-      set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(cuda_type(out_dtype))));
-  ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, c, oc, c));
-  ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, c, n, c));
-  ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(out_dtype, oc, n, oc));
-  ZERO_ASSIGN_OR_RETURN(const auto algorithm,
-                        lt_algorithm({device, n, c, oc, half, out_dtype}, h, desc.get(), a.get(), b.get(), d.get()));
-  if (!algorithm.has_value()) return absl::NotFoundError("cuBLASLt offers no bias-epilogue GEMM for this shape");
-  const auto matmul = [&](void* workspace) {
-    return library_call(device, "gemm_bias_epilogue", [&](cudaStream_t stream) {
-      const float one = 1.0f, zero = 0.0f;
-      const cublasStatus_t status =
-          cublasLtMatmul(h, desc.get(), &one, weight, a.get(), inp, b.get(), &zero, out, d.get(), out, d.get(),
-                         &algorithm->algo, workspace, algorithm->workspaceSize, stream);
-      if (status == CUBLAS_STATUS_NOT_SUPPORTED) return absl::NotFoundError("cuBLASLt refused its own algorithm");
-      return cublas_status(status, "cublasLtMatmul");
-    });
-  };
-  if (algorithm->workspaceSize == 0) return matmul(nullptr);
-  return with_scratch(device, algorithm->workspaceSize, matmul);
 }
 
 // Calls f with a null T* for the C++ type T that `t` names (fp32, bf16 or fp16): the launchers below

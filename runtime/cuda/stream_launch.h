@@ -11,6 +11,7 @@
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/device_api.h"
+#include "runtime/status.h"
 
 namespace zero {
 
@@ -21,6 +22,18 @@ template <typename Enqueue>
 absl::Status launch_on_stream(Stream stream, std::string name, const Enqueue& enqueue) {
   const auto body = [&](const LaunchContext& ctx) { return enqueue(static_cast<cudaStream_t>(ctx.native_stream())); };
   return cuda_api().launch(stream, KernelLaunch{.name = std::move(name), .accesses = {}, .body = body});
+}
+
+// run(native stream) (an absl::Status) as a launch on `stream`: a library's call (cuBLAS, cuBLASLt, cuDNN) whose error
+// (a bad argument, no workspace, a refused plan) is returned, not kept by the launch as the device's sticky failure.
+template <typename Run>
+absl::Status library_call(Stream stream, std::string name, const Run& run) {
+  absl::Status result = absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(launch_on_stream(stream, std::move(name), [&](cudaStream_t native) {
+    result.Update(run(native));
+    return absl::OkStatus();
+  }));
+  return result;
 }
 
 // The calling thread's current stream of cuda:`device`.

@@ -243,14 +243,13 @@ INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CudaHalfGemm, ::testing::Values(DType::kBF
                            return std::string(info.param == DType::kBF16 ? "bf16" : "fp16");
                          });
 
-// Runs in every build (the results' checks with CUDA only): half operands are checked before any dispatch;
-// no data is touched.
 // A half output's bias is added to the GEMM's fp32 sum, which is rounded once: in cuBLASLt's epilogue (bias in the
 // output's dtype), or unfused (an fp32 bias), with split-K partials kept fp32 either way. Small non-negative integers
 // make every product and partial sum exact in fp32, in any order, so the one right answer is round(exact sum + bias);
 // the sums lie past half's integers (bf16 from 256, fp16 from 2048), where a sum rounded before the bias's add, or
-// partials reduced in half, land elsewhere, and the test checks that its data tells them apart. N = OC = 16 with
-// C = 16384 is the shape cuBLAS splits over K.
+// partials reduced in half, land elsewhere, and the test checks that its data tells them apart; it also checks that
+// the half bias took cuBLASLt's epilogue and the fp32 one did not. N = OC = 16 with C = 16384 is a shape cuBLAS may
+// split over K.
 TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
   const DType h = half();
   const auto integers = [](int64_t count, uint32_t seed, int below) {  // uniform in [0, below)
@@ -282,13 +281,22 @@ TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
     const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c}), g_w = upload_as(half_values(h, w), h, {oc, c});
     for (const DType bias_dtype : {h, DType::kF32}) {
       const Tensor out(upload(std::vector<uint16_t>(n * oc), {n, oc}).data(), h, {n, oc}, Device::cuda(0));
-      const absl::Status s = matmul_forward(out, g_inp, g_w, upload_as(half_values(h, bias), bias_dtype, {oc}));
+      const Tensor g_bias = upload_as(half_values(h, bias), bias_dtype, {oc});
+#if ZERO_HAS_CUDA
+      const int64_t fused_before = cuda::bias_epilogue_gemms_run();
+#endif
+      const absl::Status s = matmul_forward(out, g_inp, g_w, g_bias);
       ASSERT_TRUE(s.ok()) << s;
+#if ZERO_HAS_CUDA
+      EXPECT_EQ(cuda::bias_epilogue_gemms_run() - fused_before, bias_dtype == h ? 1 : 0) << "GEMMs in the epilogue";
+#endif
       EXPECT_EQ(download<uint16_t>(out), want) << n << "x" << c << "x" << oc << ", bias " << dtype_name(bias_dtype);
     }
   }
 }
 
+// Runs in every build (the results' checks with CUDA only): half operands are checked before any dispatch;
+// no data is touched.
 TEST(CudaKernelChecks, HalfMatmulArgumentsAreChecked) {
   std::vector<uint16_t> x(4);
   const Tensor cpu_bf16(x.data(), DType::kBF16, {2, 2}), cpu_fp16(x.data(), DType::kF16, {2, 2});
@@ -968,7 +976,8 @@ TEST_F(CudaKernels, ChunkedKernelsGiveTheSameBitsOnAlignedAndMisalignedTensors) 
       EXPECT_TRUE(s.ok()) << s;
       std::vector<std::vector<uint8_t>> results;
       for (const Tensor& r : {gelu_out, gelu_dinp, sum, x, y, ln_inp, ln_out, mean, rstd, ln_dinp, dw, db, logits}) {
-        results.push_back(download<uint8_t>(Tensor(r.data(), DType::kU8, {r.nbytes()}, Device::cuda(0))));
+        results.push_back(
+            download<uint8_t>(Tensor(r.data(), DType::kU8, {static_cast<int64_t>(r.nbytes())}, Device::cuda(0))));
       }
       return results;
     };

@@ -1,0 +1,173 @@
+// The half GEMM with cuBLASLt's bias epilogue: descriptors, the algorithm chosen once per problem, the call.
+#include "kernels/cuda/cublaslt_gemm.h"
+
+#include <cublasLt.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <type_traits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cuda/cublas_handle.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "runtime/cuda/stream_launch.h"
+
+namespace zero::kernels::cuda {
+namespace {
+
+// cuBLASLt's descriptors, destroyed on every path.
+struct LtDestroy {
+  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
+  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+template <typename Descriptor>
+using LtOwned = std::unique_ptr<std::remove_pointer_t<Descriptor>, LtDestroy>;
+
+// A column-major (rows, cols) matrix of `t` with leading dimension ld.
+absl::StatusOr<LtOwned<cublasLtMatrixLayout_t>> lt_layout(DType t, int64_t rows, int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, cuda_data_type(t), rows, cols, ld));
+  return LtOwned<cublasLtMatrixLayout_t>(layout);
+}
+
+template <typename Value>
+absl::Status set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const Value& value) {
+  return cublas_status(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)),
+                       "cublasLtMatmulDescSetAttribute");
+}
+template <typename Value>
+absl::Status set_attribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attribute,
+                           const Value& value) {
+  return cublas_status(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)),
+                       "cublasLtMatmulPreferenceSetAttribute");
+}
+
+// What the cuBLASLt path asks of every pointer, and tells the heuristic: 16 bytes, what its kernels' vector and TMA
+// loads need. Pinned rather than read from the addresses, so the algorithm, and with it the bits, depend on the
+// problem alone and not on where its buffers happen to lie (a gathered unit, a recomputed block).
+constexpr uint32_t kLtAlignment = 16;
+
+// The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
+constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
+
+// One bias-epilogue GEMM problem on a device: all the heuristic's choice depends on.
+struct LtProblem {
+  int device;
+  int64_t n, c, oc;
+  DType half, out;
+  bool operator==(const LtProblem&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const LtProblem& p) {
+    return H::combine(std::move(h), p.device, p.n, p.c, p.oc, p.half, p.out);
+  }
+};
+
+// The heuristic's best algorithm per problem, asked once per process; none where cuBLASLt offers none, or refused
+// the one it offered.
+class LtAlgorithms {
+ public:
+  static LtAlgorithms& get() {
+    static auto* algorithms = new LtAlgorithms;
+    return *algorithms;
+  }
+
+  // desc's bias pointer is replaced for the query by one aligned to 16 bytes exactly: the heuristic reads the
+  // pointer's alignment, and the choice must not depend on where the first caller's bias lay.
+  absl::StatusOr<std::optional<cublasLtMatmulHeuristicResult_t>> choose(const LtProblem& problem, cublasLtHandle_t h,
+                                                                        cublasLtMatmulDesc_t desc,
+                                                                        cublasLtMatrixLayout_t a,
+                                                                        cublasLtMatrixLayout_t b,
+                                                                        cublasLtMatrixLayout_t d) {
+    absl::MutexLock lock(&mu_);
+    if (const auto it = chosen_.find(problem); it != chosen_.end()) return it->second;
+    ZERO_RETURN_IF_ERROR(
+        set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, reinterpret_cast<const void*>(uintptr_t{kLtAlignment})));
+    cublasLtMatmulPreference_t raw_pref = nullptr;
+    ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref));
+    const LtOwned<cublasLtMatmulPreference_t> pref(raw_pref);
+    ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kLtWorkspaceBytes));
+    ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                       static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)));
+    for (const auto attribute :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), attribute, kLtAlignment));
+    }
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    const cublasStatus_t query = cublasLtMatmulAlgoGetHeuristic(h, desc, a, b, d, d, pref.get(), 1, &heuristic, &found);
+    if (query != CUBLAS_STATUS_NOT_SUPPORTED) {
+      ZERO_RETURN_IF_ERROR(cublas_status(query, "cublasLtMatmulAlgoGetHeuristic"));
+    }
+    std::optional<cublasLtMatmulHeuristicResult_t> result;
+    if (query == CUBLAS_STATUS_SUCCESS && found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS) result = heuristic;
+    chosen_.emplace(problem, result);
+    return result;
+  }
+
+  // cuBLASLt refused `problem`'s algorithm at the call: the unfused path from now on.
+  void refused(const LtProblem& problem) {
+    absl::MutexLock lock(&mu_);
+    chosen_[problem] = std::nullopt;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<LtProblem, std::optional<cublasLtMatmulHeuristicResult_t>> chosen_ ABSL_GUARDED_BY(mu_);
+};
+
+std::atomic<int64_t> bias_epilogue_gemms{0};
+
+}  // namespace
+
+int64_t bias_epilogue_gemms_run() { return bias_epilogue_gemms.load(std::memory_order_relaxed); }
+
+// As cublaslt_gemm.h says; every pointer must be 16-byte aligned, as the heuristic was told.
+absl::Status gemm_bias_epilogue(int device, void* out, DType out_dtype, const void* inp, const void* weight,
+                                const void* bias, DType half, int64_t n, int64_t c, int64_t oc) {
+  for (const void* p : {static_cast<const void*>(out), inp, weight, bias}) {
+    if (reinterpret_cast<uintptr_t>(p) % kLtAlignment != 0) {
+      return absl::NotFoundError("the bias-epilogue GEMM needs 16-byte-aligned tensors");
+    }
+  }
+  ZERO_ASSIGN_OR_RETURN(const cublasLtHandle_t h, cublaslt_handle(device));
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const LtOwned<cublasLtMatmulDesc_t> desc(raw_desc);
+  // Column-major as gemm() sees it: D (OC, N) = A^T · B, A = weight as (C, OC), B = inp as (C, N); bias per row of D.
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T));
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N));
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS));
+  ZERO_RETURN_IF_ERROR(
+      set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(cuda_data_type(out_dtype))));
+  ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, c, oc, c));
+  ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, c, n, c));
+  ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(out_dtype, oc, n, oc));
+  const LtProblem problem{device, n, c, oc, half, out_dtype};
+  ZERO_ASSIGN_OR_RETURN(const auto algorithm,
+                        LtAlgorithms::get().choose(problem, h, desc.get(), a.get(), b.get(), d.get()));
+  if (!algorithm.has_value()) return absl::NotFoundError("cuBLASLt offers no bias-epilogue GEMM for this shape");
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+  const auto matmul = [&](void* workspace) {
+    return library_call(current_cuda_stream(device), "gemm_bias_epilogue", [&](cudaStream_t stream) {
+      const float one = 1.0f, zero = 0.0f;
+      const cublasStatus_t status =
+          cublasLtMatmul(h, desc.get(), &one, weight, a.get(), inp, b.get(), &zero, out, d.get(), out, d.get(),
+                         &algorithm->algo, workspace, algorithm->workspaceSize, stream);
+      if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+        LtAlgorithms::get().refused(problem);
+        return absl::NotFoundError("cuBLASLt refused its own algorithm");
+      }
+      ZERO_RETURN_IF_ERROR(cublas_status(status, "cublasLtMatmul"));
+      bias_epilogue_gemms.fetch_add(1, std::memory_order_relaxed);
+      return absl::OkStatus();
+    });
+  };
+  if (algorithm->workspaceSize == 0) return matmul(nullptr);
+  return with_scratch(device, algorithm->workspaceSize, matmul);
+}
+
+}  // namespace zero::kernels::cuda
