@@ -7,21 +7,10 @@
 namespace zero::kernels::cuda {
 namespace {
 
-// x[i] = op(x[i]) over one chunk, in fp32, each element rounded once.
-template <DType T, typename Op>
-__device__ __forceinline__ void update_chunk(void* x, int64_t first, int64_t count, Op op) {
-  Chunk c = load_chunk<T>(x, first, count);
-  for (float& v : c.x) v = op(v);
-  store_chunk<T>(x, first, count, c);
-}
-
 template <DType T>
 __global__ void add_into_kernel(void* dst, const void* src, int64_t n) {
   for_each_chunk(n, [&](int64_t first, int64_t count) {
-    Chunk d = load_chunk<T>(dst, first, count);
-    const Chunk s = load_chunk<T>(src, first, count);
-    for (int e = 0; e < kChunk; ++e) d.x[e] += s.x[e];
-    store_chunk<T>(dst, first, count, d);
+    combine_chunk<T>(dst, dst, src, first, count, [](float a, float b) { return a + b; });
   });
 }
 
@@ -29,13 +18,13 @@ __global__ void add_into_kernel(void* dst, const void* src, int64_t n) {
 template <DType T>
 __global__ void divide_by_kernel(void* x, float divisor, int64_t n) {
   for_each_chunk(
-      n, [&](int64_t first, int64_t count) { update_chunk<T>(x, first, count, [&](float v) { return v / divisor; }); });
+      n, [&](int64_t first, int64_t count) { map_chunk<T>(x, x, first, count, [&](float v) { return v / divisor; }); });
 }
 
 template <DType T>
 __global__ void multiply_by_kernel(void* x, float factor, int64_t n) {
   for_each_chunk(
-      n, [&](int64_t first, int64_t count) { update_chunk<T>(x, first, count, [&](float v) { return v * factor; }); });
+      n, [&](int64_t first, int64_t count) { map_chunk<T>(x, x, first, count, [&](float v) { return v * factor; }); });
 }
 
 }  // namespace

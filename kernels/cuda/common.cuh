@@ -87,6 +87,24 @@ __device__ __forceinline__ void store_chunk(void* p, int64_t first, int64_t coun
   }
 }
 
+// out[i] = op(in[i]) over one chunk, in fp32, each element rounded once (out may be in).
+template <DType T, typename Op>
+__device__ __forceinline__ void map_chunk(void* out, const void* in, int64_t first, int64_t count, Op op) {
+  Chunk x = load_chunk<T>(in, first, count);
+  for (float& v : x.x) v = op(v);
+  store_chunk<T>(out, first, count, x);
+}
+
+// out[i] = op(a[i], b[i]) over one chunk, in fp32, each element rounded once (out may be a or b).
+template <DType T, typename Op>
+__device__ __forceinline__ void combine_chunk(void* out, const void* a, const void* b, int64_t first, int64_t count,
+                                              Op op) {
+  Chunk x = load_chunk<T>(a, first, count);
+  const Chunk y = load_chunk<T>(b, first, count);
+  for (int e = 0; e < kChunk; ++e) x.x[e] = op(x.x[e], y.x[e]);
+  store_chunk<T>(out, first, count, x);
+}
+
 inline int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
 // How many of the chunk at element `first` lie before `end`: kChunk but at the end.

@@ -24,30 +24,21 @@ __device__ __forceinline__ float gelu_slope(float v) {
 
 template <DType T>
 __global__ void gelu_forward_kernel(void* out, const void* inp, int64_t n) {
-  for_each_chunk(n, [&](int64_t first, int64_t count) {
-    Chunk v = load_chunk<T>(inp, first, count);
-    for (float& x : v.x) x = gelu(x);
-    store_chunk<T>(out, first, count, v);
-  });
+  for_each_chunk(
+      n, [&](int64_t first, int64_t count) { map_chunk<T>(out, inp, first, count, [](float v) { return gelu(v); }); });
 }
 
 template <DType T>
 __global__ void gelu_backward_kernel(void* dinp, const void* inp, const void* dout, int64_t n) {
   for_each_chunk(n, [&](int64_t first, int64_t count) {
-    Chunk v = load_chunk<T>(inp, first, count);
-    const Chunk d = load_chunk<T>(dout, first, count);
-    for (int e = 0; e < kChunk; ++e) v.x[e] = gelu_slope(v.x[e]) * d.x[e];
-    store_chunk<T>(dinp, first, count, v);
+    combine_chunk<T>(dinp, inp, dout, first, count, [](float v, float d) { return gelu_slope(v) * d; });
   });
 }
 
 template <DType T>
 __global__ void residual_forward_kernel(void* out, const void* a, const void* b, int64_t n) {
   for_each_chunk(n, [&](int64_t first, int64_t count) {
-    Chunk x = load_chunk<T>(a, first, count);
-    const Chunk y = load_chunk<T>(b, first, count);
-    for (int e = 0; e < kChunk; ++e) x.x[e] += y.x[e];
-    store_chunk<T>(out, first, count, x);
+    combine_chunk<T>(out, a, b, first, count, [](float x, float y) { return x + y; });
   });
 }
 
