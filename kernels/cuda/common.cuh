@@ -155,63 +155,130 @@ __device__ __forceinline__ T narrow(float x) {
   }
 }
 
-// Column sums in fp64, like runtime/parallel.h's add_column_sums, in a fixed order (no atomics: the same bits on
-// every run). Pass 1: block (x, y) sums rows [y block_rows, (y + 1) block_rows) of columns [32 x, 32 x + 32):
-// lane x owns a column, row group y' takes rows y', y' + kSumRows, ..., and the groups are added in order into
-// partial[y][col]. Pass 2 adds the row blocks' partials in order.
-inline constexpr int kSumRows = 8;
-template <typename Term>
-__global__ void column_partial_sums_kernel(int64_t rows, int64_t cols, int64_t block_rows, double* partial, Term term) {
-  __shared__ double groups[kSumRows][kWarp];
-  const int64_t col = blockIdx.x * int64_t{kWarp} + threadIdx.x;
-  const int64_t first = blockIdx.y * block_rows, end = first + block_rows < rows ? first + block_rows : rows;
-  double acc = 0.0;
-  if (col < cols) {
-    for (int64_t r = first + threadIdx.y; r < end; r += kSumRows) acc += term(r, col);
-  }
-  groups[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y != 0 || col >= cols) return;
-  double total = 0.0;
-  for (int y = 0; y < kSumRows; ++y) total += groups[y][threadIdx.x];
-  partial[blockIdx.y * cols + col] = total;
-}
+// ---- Column sums: out[s] (cols) += sum over rows of term s, in fp64 and a fixed order ----
+// Like runtime/parallel.h's add_column_sums, with no atomics: the same bits on every run on a GPU model. A term gives
+// kSums sums per element, so that one read of a matrix feeds several (LayerNorm's dweight and dbias):
+// term(r, first, count, chunks) sets chunks[s] to sum s's terms at row r, columns [first, first + count) (count <=
+// kChunk, the rest 0).
+//
+// Pass 1: block (x, y) takes columns [kSumCols x, kSumCols (x + 1)) of rows [y block_rows, (y + 1) block_rows). Thread
+// (lane, group) owns the chunk of kChunk columns at kSumCols x + kChunk lane and the block's rows group, group +
+// kSumGroups, ...; the groups' sums are then added in a fixed tree. Alone in its column (one row block) the block
+// adds the result to out; else it stores it into partial[s][y][col], and pass 2 adds the row blocks' partials.
+inline constexpr int kSumLanes = 4;  // chunks across: a warp reads 8 rows' 64 contiguous bytes of a bf16 matrix
+inline constexpr int kSumCols = kSumLanes * kChunk;
+inline constexpr int kSumGroups = kThreads / kSumLanes;
+inline constexpr int kSumBlocksPerSm = 4;  // pass 1's grid: enough row blocks to give each SM this many
 
-// out[col] = round(out[col] + sum over row blocks of partial[b][col]): the sum rounded to fp32, added in fp32, then
-// one rounding into Out (none for fp32).
-template <typename Out>
-__global__ void add_partial_sums_kernel(int64_t blocks, Out* out, const double* partial, int64_t cols) {
-  ZERO_GRID_STRIDE(col, cols) {
-    double total = 0.0;
-    for (int64_t b = 0; b < blocks; ++b) total += partial[b * cols + col];
-    out[col] = narrow<Out>(widen(out[col]) + static_cast<float>(total));
-  }
-}
-
-// The plain column sum's term: x[r, col] of a row-major (rows, cols) matrix, widened.
-template <typename In>
-struct MatrixElement {
-  const In* x;
-  int64_t cols;
-  __device__ double operator()(int64_t r, int64_t col) const { return widen(x[r * cols + col]); }
+template <int kSums>
+struct ColumnOutputs {
+  void* out[kSums];
 };
 
-// out (cols) += the column sums of term over rows, on cuda:`device`'s current stream; `device` is current.
-// Row blocks of 256 rows (more past 65535 blocks) fill the GPU; their partials live in a stream-ordered scratch of
-// blocks x cols doubles.
-template <typename Out, typename Term>
-absl::Status add_column_sums(int device, int64_t rows, int64_t cols, Out* out, Term term) {
+// out[col] = round(out[col] + total): the fp64 sum rounded to fp32, added in fp32, one rounding into Out.
+template <DType Out>
+__device__ __forceinline__ void add_column_total(void* out, int64_t col, double total) {
+  store_float<Out>(out, col, load_float<Out>(out, col) + static_cast<float>(total));
+}
+
+template <DType Out, typename Term>
+__global__ void column_sums_kernel(int64_t rows, int64_t cols, int64_t block_rows, Term term,
+                                   ColumnOutputs<Term::kSums> out, double* partial) {
+  constexpr int kSums = Term::kSums;
+  __shared__ double groups[kSumGroups][kSums][kSumCols];
+  const int lane = threadIdx.x % kSumLanes, group = threadIdx.x / kSumLanes;
+  const int64_t first_col = blockIdx.x * int64_t{kSumCols} + lane * kChunk;
+  const int64_t count = first_col < cols ? chunk_count(first_col, cols) : 0;
+  const int64_t first_row = blockIdx.y * block_rows;
+  const int64_t end_row = first_row + block_rows < rows ? first_row + block_rows : rows;
+  double acc[kSums][kChunk] = {};
+  if (count > 0) {
+    for (int64_t r = first_row + group; r < end_row; r += kSumGroups) {
+      Chunk terms[kSums];
+      term(r, first_col, count, terms);
+      for (int s = 0; s < kSums; ++s) {
+        for (int e = 0; e < kChunk; ++e) acc[s][e] += terms[s].x[e];
+      }
+    }
+  }
+  for (int s = 0; s < kSums; ++s) {
+    for (int e = 0; e < kChunk; ++e) groups[group][s][lane * kChunk + e] = acc[s][e];
+  }
+  __syncthreads();
+  for (int half = kSumGroups / 2; half > 0; half /= 2) {
+    if (group < half) {
+      for (int s = 0; s < kSums; ++s) {
+        for (int e = 0; e < kChunk; ++e)
+          groups[group][s][lane * kChunk + e] += groups[group + half][s][lane * kChunk + e];
+      }
+    }
+    __syncthreads();
+  }
+  if (group != 0) return;
+  for (int s = 0; s < kSums; ++s) {
+    for (int e = 0; e < count; ++e) {
+      const double total = groups[0][s][lane * kChunk + e];
+      if (partial == nullptr) {
+        add_column_total<Out>(out.out[s], first_col + e, total);
+      } else {
+        partial[(s * int64_t{gridDim.y} + blockIdx.y) * cols + first_col + e] = total;
+      }
+    }
+  }
+}
+
+// Pass 2: a warp per (sum, column), in a grid-stride loop, adds its row blocks' partials, lane l taking blocks l, l +
+// 32, ... in order and the lanes then added in warp_sum's fixed tree.
+template <DType Out, int kSums>
+__global__ void add_partial_sums_kernel(int64_t blocks, int64_t cols, const double* partial, ColumnOutputs<kSums> out) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarp;
+  for (int64_t w = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp; w < kSums * cols; w += warps) {
+    const int64_t s = w / cols, col = w % cols;
+    double total = 0.0;
+    for (int64_t b = lane; b < blocks; b += kWarp) total += partial[(s * blocks + b) * cols + col];
+    total = warp_sum(total);
+    if (lane == 0) add_column_total<Out>(out.out[s], col, total);
+  }
+}
+
+// The plain column sum's term: row r of a row-major (rows, cols) matrix of T, widened.
+template <DType T>
+struct MatrixColumns {
+  static constexpr int kSums = 1;
+  const void* x;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t first, int64_t count, Chunk (&chunks)[1]) const {
+    chunks[0] = load_chunk<T>(x, r * cols + first, count);
+  }
+};
+
+// out[s] (cols), each of dtype Out, += the column sums of term's sum s over rows, on cuda:`device`'s current stream;
+// `device` is current. Row blocks enough to fill the GPU (kSumBlocksPerSm a multiprocessor); their partials, where
+// there are several, live in a stream-ordered scratch.
+template <DType Out, typename Term>
+absl::Status add_column_sums(int device, int64_t rows, int64_t cols, ColumnOutputs<Term::kSums> out, Term term) {
+  constexpr int kSums = Term::kSums;
   if (rows == 0 || cols == 0) return absl::OkStatus();
-  const int64_t block_rows = std::max<int64_t>(256, (rows + kMaxBlocks - 1) / kMaxBlocks);
-  const int64_t blocks = (rows + block_rows - 1) / block_rows;
-  return with_scratch(device, blocks * cols * sizeof(double), [&](void* scratch) {
+  int sms = 0;
+  ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t col_blocks = (cols + kSumCols - 1) / kSumCols;
+  const int64_t wanted = std::clamp<int64_t>((int64_t{kSumBlocksPerSm} * sms + col_blocks - 1) / col_blocks, 1,
+                                             std::min<int64_t>(kMaxBlocks, (rows + kSumGroups - 1) / kSumGroups));
+  const int64_t block_rows = (rows + wanted - 1) / wanted;
+  const int64_t row_blocks = (rows + block_rows - 1) / block_rows;
+  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks));
+  if (row_blocks == 1) {
+    return launch_kernel(device, "column_sums_kernel", column_sums_kernel<Out, Term>, grid, kThreads, rows, cols,
+                         block_rows, term, out, static_cast<double*>(nullptr));
+  }
+  return with_scratch(device, kSums * row_blocks * cols * sizeof(double), [&](void* scratch) {
     double* partial = static_cast<double*>(scratch);
-    ZERO_RETURN_IF_ERROR(
-        launch_kernel(device, "column_partial_sums_kernel", column_partial_sums_kernel<Term>,
-                      dim3(static_cast<unsigned>((cols + kWarp - 1) / kWarp), static_cast<unsigned>(blocks)),
-                      dim3(kWarp, kSumRows), rows, cols, block_rows, partial, term));
-    return launch_kernel(device, "add_partial_sums_kernel", add_partial_sums_kernel<Out>, blocks_for(cols), kThreads,
-                         blocks, out, partial, cols);
+    ZERO_RETURN_IF_ERROR(launch_kernel(device, "column_sums_kernel", column_sums_kernel<Out, Term>, grid, kThreads,
+                                       rows, cols, block_rows, term, out, partial));
+    return launch_kernel(device, "add_partial_sums_kernel", add_partial_sums_kernel<Out, kSums>,
+                         blocks_for(kSums * cols * kWarp), kThreads, row_blocks, cols,
+                         static_cast<const double*>(partial), out);
   });
 }
 

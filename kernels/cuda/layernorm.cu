@@ -87,16 +87,20 @@ __global__ void layernorm_backward_kernel(void* dinp, const void* dout, const vo
   }
 }
 
-// dweight's term: dout * xhat.
+// The weight's and the bias's gradient terms from one read of dout: dout * xhat and dout.
 template <DType T>
-struct DoutTimesXhat {
+struct DoutTimesXhatAndDout {
+  static constexpr int kSums = 2;
   const void* dout;
   const void* inp;
   const float* mean;
   const float* rstd;
   int64_t c;
-  __device__ double operator()(int64_t r, int64_t i) const {
-    return load_float<T>(dout, r * c + i) * ((load_float<T>(inp, r * c + i) - mean[r]) * rstd[r]);
+  __device__ void operator()(int64_t r, int64_t first, int64_t count, Chunk (&chunks)[2]) const {
+    const Chunk g = load_chunk<T>(dout, r * c + first, count), x = load_chunk<T>(inp, r * c + first, count);
+    const float mu = mean[r], rs = rstd[r];
+    for (int e = 0; e < kChunk; ++e) chunks[0].x[e] = g.x[e] * ((x.x[e] - mu) * rs);
+    chunks[1] = g;
   }
 };
 
@@ -123,13 +127,9 @@ absl::Status layernorm_backward(int device, void* dinp, void* dweight, void* dbi
   if (n == 0) return absl::OkStatus();
   return visit_floating(dtype, [&](auto t) -> absl::Status {
     constexpr DType T = decltype(t)::value;
-    using Element = DeviceElement<T>;
     ZERO_RETURN_IF_ERROR(launch_kernel(device, "layernorm_backward_kernel", layernorm_backward_kernel<T>, row_blocks(n),
                                        kThreads, dinp, dout, inp, weight, mean, rstd, dresidual, n, c));
-    ZERO_RETURN_IF_ERROR(
-        add_column_sums(device, n, c, static_cast<Element*>(dweight), DoutTimesXhat<T>{dout, inp, mean, rstd, c}));
-    return add_column_sums(device, n, c, static_cast<Element*>(dbias),
-                           MatrixElement<Element>{static_cast<const Element*>(dout), c});
+    return add_column_sums<T>(device, n, c, {dweight, dbias}, DoutTimesXhatAndDout<T>{dout, inp, mean, rstd, c});
   });
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cublas_handle.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
 namespace {
@@ -136,7 +137,7 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
   ZERO_RETURN_IF_ERROR(gemm(device, tf32, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, dweight, c));
   if (dbias == nullptr) return absl::OkStatus();
-  return add_column_sums(device, n, oc, dbias, MatrixElement<float>{dout, oc});
+  return add_column_sums<DType::kF32>(device, n, oc, {dbias}, MatrixColumns<DType::kF32>{dout, oc});
 }
 
 absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const void* inp, const void* weight,
@@ -207,12 +208,10 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void
         }));
   }
   if (dbias == nullptr) return absl::OkStatus();
-  return with_type(half, [&](auto* in_tag) {
-    using In = Pointee<decltype(in_tag)>;
-    return with_type(dbias_dtype, [&](auto* out_tag) {
-      using Out = Pointee<decltype(out_tag)>;
-      return add_column_sums(device, n, oc, static_cast<Out*>(dbias),
-                             MatrixElement<In>{static_cast<const In*>(dout), oc});
+  return visit_floating(half, [&](auto in) {
+    return visit_floating(dbias_dtype, [&](auto out) {
+      return add_column_sums<decltype(out)::value>(device, n, oc, {dbias},
+                                                   MatrixColumns<decltype(in)::value>{dout, oc});
     });
   });
 }
