@@ -2,6 +2,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "runtime/cuda/half.cuh"
+#include "runtime/dtype_dispatch.h"
 #include "runtime/rounding.h"
 
 namespace zero::kernels::cuda {
@@ -14,19 +15,25 @@ struct Stochastic {
   int64_t index_offset;
 };
 
-__global__ void narrow_kernel(uint16_t* out, const float* inp, int64_t n, bool bf16, Stochastic sr) {
-  ZERO_GRID_STRIDE(i, n) {
-    if (sr.enabled) {
-      const uint32_t r = rounding_bits(sr.seed, sr.step, sr.index_offset + i);
-      out[i] = bf16 ? bf16_stochastic(inp[i], r) : fp16_stochastic(inp[i], r);
-    } else {
-      out[i] = bf16 ? to_bf16(inp[i]) : to_fp16(inp[i]);
+// fp32 -> To in chunks (common.cuh); stochastic rounding draws each element's bits from its flat index.
+template <DType To>
+__global__ void narrow_kernel(void* out, const void* inp, Stochastic sr, int64_t n) {
+  for_each_chunk(n, [&](int64_t first, int64_t count) {
+    const Chunk x = load_chunk<DType::kF32>(inp, first, count);
+    if (!sr.enabled) return store_chunk<To>(out, first, count, x);
+    for (int e = 0; e < count; ++e) {
+      const uint32_t r = rounding_bits(sr.seed, sr.step, sr.index_offset + first + e);
+      static_cast<uint16_t*>(out)[first + e] =
+          To == DType::kBF16 ? bf16_stochastic(x.x[e], r) : fp16_stochastic(x.x[e], r);
     }
-  }
+  });
 }
 
-__global__ void widen_kernel(float* out, const uint16_t* inp, int64_t n, bool bf16) {
-  ZERO_GRID_STRIDE(i, n) out[i] = bf16 ? from_bf16(inp[i]) : from_fp16(inp[i]);
+template <DType From>
+__global__ void widen_kernel(void* out, const void* inp, int64_t n) {
+  for_each_chunk(n, [&](int64_t first, int64_t count) {
+    store_chunk<DType::kF32>(out, first, count, load_chunk<From>(inp, first, count));
+  });
 }
 
 bool is_half(DType t) { return t == DType::kBF16 || t == DType::kF16; }
@@ -48,12 +55,14 @@ absl::Status cast(int device, void* out, DType to, const void* inp, DType from, 
     const Stochastic sr = stochastic == nullptr
                               ? Stochastic{false, 0, 0, 0}
                               : Stochastic{true, stochastic->seed, stochastic->step, stochastic->index_offset};
-    return launch_kernel(device, "narrow_kernel", narrow_kernel, blocks_for(n), kThreads, static_cast<uint16_t*>(out),
-                         static_cast<const float*>(inp), n, to == DType::kBF16, sr);
+    return visit_floating(to, [&](auto t) {
+      return launch_elementwise(device, "narrow_kernel", narrow_kernel<decltype(t)::value>, n, out, inp, sr);
+    });
   }
   if (is_half(from) && to == DType::kF32) {
-    return launch_kernel(device, "widen_kernel", widen_kernel, blocks_for(n), kThreads, static_cast<float*>(out),
-                         static_cast<const uint16_t*>(inp), n, from == DType::kBF16);
+    return visit_floating(from, [&](auto f) {
+      return launch_elementwise(device, "widen_kernel", widen_kernel<decltype(f)::value>, n, out, inp);
+    });
   }
   return absl::InvalidArgumentError(absl::StrCat("cast: no CUDA cast from ", dtype_name(from), " to ", dtype_name(to)));
 }

@@ -856,28 +856,41 @@ INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CudnnAttention, ::testing::Values(DType::k
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 #endif
 
+// On aligned tensors the casts move whole chunks as vectors (common.cuh); one element into their buffers, element by
+// element: the CPU's bits either way.
 TEST_F(CudaKernels, CastsEqualCpuBitwise) {
   const std::vector<float> x = cast_inputs();
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<float> xc = x;
-  const Tensor g_x = upload(x, {n});
   const StochasticRounding sr{.seed = 99, .step = 3, .index_offset = 1000};
-  for (DType half : {DType::kBF16, DType::kF16}) {
-    for (const StochasticRounding* rounding : {static_cast<const StochasticRounding*>(nullptr), &sr}) {
-      std::vector<uint16_t> h(n), g_h_init(n);
-      const Tensor g_h = upload(g_h_init, {n});
-      const Tensor h_view(h.data(), half, {n});
-      const Tensor g_h_half(g_h.data(), half, {n}, Device::cuda(0));
-      ASSERT_TRUE(cast(h_view, view(xc, {n}), rounding).ok());
-      ASSERT_TRUE(cast(g_h_half, g_x, rounding).ok());
-      EXPECT_EQ(download<uint16_t>(g_h), h) << dtype_name(half) << (rounding ? " stochastic" : " nearest");
-      // Back to fp32: exact on both sides, NaN payloads included, so compare bits.
-      std::vector<float> back(n), g_back_init(n);
-      const Tensor g_back = upload(g_back_init, {n});
-      ASSERT_TRUE(cast(view(back, {n}), h_view).ok());
-      ASSERT_TRUE(cast(g_back, g_h_half).ok());
-      const std::vector<float> g_back_host = download<float>(g_back);
-      EXPECT_EQ(std::memcmp(g_back_host.data(), back.data(), back.size() * sizeof(float)), 0) << dtype_name(half);
+  for (const int64_t offset : {0, 1}) {
+    // A device tensor of n elements of `t` starting `offset` elements into a buffer of `values` (offset + n of them).
+    const auto on_gpu = [&]<typename T>(const std::vector<T>& values, DType t) {
+      return Tensor(
+          static_cast<uint8_t*>(upload(values, {static_cast<int64_t>(values.size())}).data()) + offset * dtype_size(t),
+          t, {n}, Device::cuda(0));
+    };
+    std::vector<float> shifted(offset, 0.0f);
+    shifted.insert(shifted.end(), x.begin(), x.end());
+    const Tensor g_x = on_gpu(shifted, DType::kF32);
+    for (DType half : {DType::kBF16, DType::kF16}) {
+      for (const StochasticRounding* rounding : {static_cast<const StochasticRounding*>(nullptr), &sr}) {
+        const std::string what =
+            absl::StrCat(dtype_name(half), rounding ? " stochastic" : " nearest", ", offset ", offset);
+        std::vector<uint16_t> h(n);
+        const Tensor h_view(h.data(), half, {n});
+        const Tensor g_h = on_gpu(std::vector<uint16_t>(offset + n), half);
+        ASSERT_TRUE(cast(h_view, view(xc, {n}), rounding).ok());
+        ASSERT_TRUE(cast(g_h, g_x, rounding).ok());
+        EXPECT_EQ(download<uint16_t>(g_h), h) << what;
+        // Back to fp32: exact on both sides, NaN payloads included, so compare bits.
+        std::vector<float> back(n);
+        const Tensor g_back = on_gpu(std::vector<float>(offset + n), DType::kF32);
+        ASSERT_TRUE(cast(view(back, {n}), h_view).ok());
+        ASSERT_TRUE(cast(g_back, g_h).ok());
+        const std::vector<float> g_back_host = download<float>(g_back);
+        EXPECT_EQ(std::memcmp(g_back_host.data(), back.data(), back.size() * sizeof(float)), 0) << what;
+      }
     }
   }
 }
