@@ -36,9 +36,11 @@ __device__ T block_reduce(T x, T* shared, Combine combine) {
 
 // Row r: d = scale * (softmax(x) - onehot(target)) over [0, vocab), 0 over the padding; row_loss[r] =
 // -log p(target), row_correct[r] = argmax == target. Ignored rows get a zero gradient and no loss. Thread t owns the
-// row's chunks t, t + kThreads, ... (common.cuh), in every dtype the same. Every element of x is read as fp32 and each
-// of d written once, rounded to T: the exps are computed again for d (expf gives the same bits), so d may alias x (the
-// thread that writes a chunk has read it last, after the block's barriers). d null: the loss alone.
+// row's chunks t, t + kThreads, ... (common.cuh), in every dtype the same. Two reads of the row: the first finds its
+// max and sum of exps together (online softmax, Milakov & Gimelshein 2018: a thread's sum is rescaled in fp64 when
+// its max grows, then the threads' sums are rescaled to the row's max and added in a fixed tree); the second writes
+// d, each element rounded once to T, the exp computed again against the row's max, so d may alias x (the thread that
+// writes a chunk has read it last, after the block's barriers). d null: the loss alone.
 template <DType T>
 __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int32_t* targets, int64_t vocab,
                                     int64_t padded, float scale, double* row_loss, int32_t* row_correct) {
@@ -56,17 +58,17 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
   }
   const float target_logit = load_float<T>(logits, first + target);
   MaxAt local{-FLT_MAX, vocab};
+  double local_sum = 0.0;  // of exp(x - local.value) over this thread's elements
   for (int64_t v = start; v < vocab; v += stride) {
     const Chunk x = load_chunk<T>(logits, first + v, chunk_count(v, vocab));
+    const float before = local.value;
     for (int e = 0; e < chunk_count(v, vocab); ++e) local = max_at(local, MaxAt{x.x[e], v + e});
+    if (local.value > before) local_sum *= exp(static_cast<double>(before) - local.value);
+    for (int e = 0; e < chunk_count(v, vocab); ++e) local_sum += expf(x.x[e] - local.value);
   }
   const MaxAt best = block_reduce(local, max_shared, max_at);
-  double sum = 0.0;
-  for (int64_t v = start; v < vocab; v += stride) {
-    const Chunk x = load_chunk<T>(logits, first + v, chunk_count(v, vocab));
-    for (int e = 0; e < chunk_count(v, vocab); ++e) sum += expf(x.x[e] - best.value);
-  }
-  sum = block_reduce(sum, sum_shared, [](double a, double b) { return a + b; });
+  const double sum = block_reduce(local_sum * exp(static_cast<double>(local.value) - best.value), sum_shared,
+                                  [](double a, double b) { return a + b; });
   const float inv = static_cast<float>(scale / sum);
   for (int64_t v = start; dlogits != nullptr && v < padded; v += stride) {
     Chunk x = load_chunk<T>(logits, first + v, chunk_count(v, padded));

@@ -642,7 +642,8 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
     ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
     EXPECT_EQ(gpu->counted, cpu->counted) << n << " rows";
     EXPECT_EQ(gpu->correct, cpu->correct) << n << " rows";
-    // expf vs std::exp (<= 2 ulps), the fp64 sum's order (negligible), and the loss's final rounding.
+    // expf vs std::exp (<= 2 ulps; the GPU's online softmax rescales a term by an fp64 exp, negligible), the fp64
+    // sum's order (negligible), and the loss's final rounding.
     EXPECT_NEAR(gpu->loss, cpu->loss, 4 * kU32 * std::fabs(cpu->loss)) << n << " rows";
     if (n == 0) continue;
     // Each gradient is p·(scale/sum) [- scale]: a few roundings of values <= scale = 1/counted.
