@@ -14,10 +14,10 @@
 namespace zero {
 namespace {
 
-// The update of p[begin, end) and its moments; AVX2 where the CPU has it (the same bits: elementwise, no FMA).
+// The update of p[0, n) and its moments; AVX2 where the CPU has it (the same bits: elementwise, no FMA).
 ZERO_VECTOR_CLONES void adam_range(float* __restrict p, const float* __restrict g, float* __restrict m,
-                                   float* __restrict v, int64_t begin, int64_t end, const optim::AdamCoeffs c) {
-  for (int64_t i = begin; i < end; ++i) p[i] = optim::adam_element(p[i], g[i], m[i], v[i], c);
+                                   float* __restrict v, int64_t n, const optim::AdamCoeffs c) {
+  for (int64_t i = 0; i < n; ++i) p[i] = optim::adam_element(p[i], g[i], m[i], v[i], c);
 }
 
 class Adam final : public Optimizer {
@@ -39,8 +39,10 @@ class Adam final : public Optimizer {
     return run_cpu_pass("adam", a, {},
                         [coeffs](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
                           optim::update_chunks(layout, *s.half, s.params, s.step, [&](int64_t, const ShardChunk& ch) {
-                            adam_range(s.params, s.grads, state[0], state[1], ch.begin, ch.end,
-                                       coeffs[layout.params()[ch.param].group]);
+                            const optim::AdamCoeffs& c = coeffs[layout.params()[ch.param].group];
+                            optim::for_each_gradient_piece(s.grads, ch, [&](const float* g, int64_t b, int64_t e) {
+                              adam_range(s.params + b, g, state[0] + b, state[1] + b, e - b, c);
+                            });
                           });
                           return absl::OkStatus();
                         });

@@ -1,11 +1,13 @@
 // CPU plumbing shared by the optimizers: a static OpenMP split over chunks and the half-precision copy.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "optim/element_math.h"
 #include "optim/optimizer.h"
 #include "runtime/dtype.h"
+#include "runtime/dtype_dispatch.h"
 #include "runtime/rounding.h"
 
 namespace zero::optim {
@@ -18,6 +20,27 @@ void for_each_chunk(const ShardLayout& layout, Fn&& fn) {
   const int64_t n = static_cast<int64_t>(chunks.size());
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) fn(i, chunks[i]);
+}
+
+// fn(g, begin, end) over [chunk.begin, chunk.end) in pieces, g[i - begin] the fp32 gradient of shard element i as
+// scaled_gradient gives it: the shard's own gradients where they are fp32 and nothing scales them, else each piece
+// read into a buffer on the stack (as long as a piece stays in the L1 cache).
+inline constexpr int64_t kGradientPiece = 2048;
+template <typename Fn>
+void for_each_gradient_piece(const GradientRead& grads, const ShardChunk& chunk, Fn&& fn) {
+  if (grads.dtype == DType::kF32 && grads.loss_scale == 1.0f && !(grads.clip < 1.0f)) {
+    fn(static_cast<const float*>(grads.data) + chunk.begin, chunk.begin, chunk.end);
+    return;
+  }
+  float piece[kGradientPiece];
+  for (int64_t begin = chunk.begin; begin < chunk.end; begin += kGradientPiece) {
+    const int64_t end = std::min(begin + kGradientPiece, chunk.end);
+    visit_floating(grads.dtype, [&](auto t) {  // the dtype a constant, so the loop vectorizes
+      constexpr DType T = decltype(t)::value;
+      for (int64_t i = begin; i < end; ++i) piece[i - begin] = scaled_gradient(load_as_float(grads.data, T, i), grads);
+    });
+    fn(static_cast<const float*>(piece), begin, end);
+  }
 }
 
 // Writes the low-precision copy of params[begin, end) (shard-local); `flat_begin` is the shard's offset

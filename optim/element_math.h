@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "runtime/dtype.h"
 #include "runtime/host_device.h"
 
 namespace zero::optim {
@@ -14,6 +15,21 @@ ZERO_HD float sqrt_f(float x) {
 #else
   return std::sqrt(x);
 #endif
+}
+
+// A shard's gradients as the update loops read them (optimizer.h's Gradients), one element at a time.
+struct GradientRead {
+  const void* data;  // (S) of dtype
+  DType dtype;       // fp32, bf16 or fp16
+  float loss_scale;  // divided by where not 1
+  float clip;        // multiplied by where below 1
+};
+
+// The gradient the update uses from its stored value g, widened: unscaled, then clipped, each in fp32.
+ZERO_HD float scaled_gradient(float g, const GradientRead& r) {
+  if (r.loss_scale != 1.0f) g = g / r.loss_scale;
+  if (r.clip < 1.0f) g = g * r.clip;
+  return g;
 }
 
 // Scalars of one step for one parameter group, rounded to fp32 the way PyTorch rounds its Python floats.

@@ -88,15 +88,16 @@ class Lamb final : public Optimizer {
           float* __restrict m = state[0];
           float* __restrict v = state[1];
           const float* __restrict p = s.params;
-          const float* __restrict g = s.grads;
           optim::for_each_chunk(layout, [&](int64_t k, const ShardChunk& ch) {
             const optim::LambCoeffs c = coeffs[layout.params()[ch.param].group];
             SquareBins p_sq, u_sq;
-            for (int64_t i = ch.begin; i < ch.end; ++i) {
-              optim::adam_moments(g[i], m[i], v[i], c.adam);
-              p_sq.add(p[i]);
-              u_sq.add(optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));
-            }
+            optim::for_each_gradient_piece(s.grads, ch, [&](const float* __restrict g, int64_t b, int64_t e) {
+              for (int64_t i = b; i < e; ++i) {
+                optim::adam_moments(g[i - b], m[i], v[i], c.adam);
+                p_sq.add(p[i]);
+                u_sq.add(optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));
+              }
+            });
             (*sums)[k][0].add(p_sq);
             (*sums)[k][1].add(u_sq);
           });

@@ -59,13 +59,14 @@ class Lars final : public Optimizer {
         "lars square sums", a, access,
         [sums](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>&) {
           const float* __restrict p = s.params;
-          const float* __restrict g = s.grads;
           optim::for_each_chunk(layout, [&](int64_t k, const ShardChunk& ch) {
             SquareBins p_sq, g_sq;
-            for (int64_t i = ch.begin; i < ch.end; ++i) {
-              p_sq.add(p[i]);
-              g_sq.add(g[i]);
-            }
+            optim::for_each_gradient_piece(s.grads, ch, [&](const float* __restrict g, int64_t b, int64_t e) {
+              for (int64_t i = b; i < e; ++i) {
+                p_sq.add(p[i]);
+                g_sq.add(g[i - b]);
+              }
+            });
             (*sums)[k][0].add(p_sq);
             (*sums)[k][1].add(g_sq);
           });
@@ -87,13 +88,14 @@ class Lars final : public Optimizer {
         [coeffs, scaled_lr](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
           float* __restrict v = state[0];
           float* __restrict p = s.params;
-          const float* __restrict g = s.grads;
           optim::update_chunks(layout, *s.half, s.params, s.step, [&](int64_t, const ShardChunk& ch) {
             const optim::LarsCoeffs c = coeffs[layout.params()[ch.param].group];
             const float lr = scaled_lr[ch.param];
-            for (int64_t i = ch.begin; i < ch.end; ++i) {
-              p[i] = optim::lars_element(p[i], g[i], v[i], c.momentum, lr, c.weight_decay);
-            }
+            optim::for_each_gradient_piece(s.grads, ch, [&](const float* __restrict g, int64_t b, int64_t e) {
+              for (int64_t i = b; i < e; ++i) {
+                p[i] = optim::lars_element(p[i], g[i - b], v[i], c.momentum, lr, c.weight_decay);
+              }
+            });
           });
           return absl::OkStatus();
         });

@@ -24,6 +24,10 @@ absl::Status check_shard_tensor(const Tensor& t, absl::string_view what, DType d
   return absl::OkStatus();
 }
 
+optim::GradientRead gradient_read(const Gradients& g) {
+  return {g.values.data(), g.values.dtype(), g.loss_scale, g.clip};
+}
+
 }  // namespace
 
 absl::Status optim::check_device(Device device, absl::string_view optimizer, bool has_cuda_kernel) {
@@ -54,10 +58,16 @@ absl::StatusOr<optim::SquareBinsScratch> optim::allocate_square_bins(const Shard
   return bins;
 }
 
-absl::Status Optimizer::check_step(const Tensor& params, const Tensor& grads, int64_t step, float lr) const {
+absl::Status Optimizer::check_step(const Tensor& params, const Gradients& grads, int64_t step, float lr) const {
   const int64_t n = layout_->shard_numel();
   ZERO_RETURN_IF_ERROR(check_shard_tensor(params, "params", DType::kF32, n, device_));
-  ZERO_RETURN_IF_ERROR(check_shard_tensor(grads, "grads", DType::kF32, n, device_));
+  const DType g = grads.values.dtype();
+  ZERO_RETURN_IF_ERROR(
+      check_shard_tensor(grads.values, "grads", g == DType::kBF16 || g == DType::kF16 ? g : DType::kF32, n, device_));
+  if (!(std::isfinite(grads.loss_scale) && grads.loss_scale > 0 && std::isfinite(grads.clip) && grads.clip > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": gradients unscaled by ", grads.loss_scale,
+                                                   " and clipped by ", grads.clip, "; both must be finite and > 0"));
+  }
   if (step < 1) {
     return absl::InvalidArgumentError(absl::StrCat(name(), " step ", step, ": steps count from 1, as torch.optim's"));
   }
@@ -65,7 +75,7 @@ absl::Status Optimizer::check_step(const Tensor& params, const Tensor& grads, in
   return absl::OkStatus();
 }
 
-absl::Status Optimizer::step(Tensor params, Tensor grads, int64_t step, float lr, Communicator* comm,
+absl::Status Optimizer::step(Tensor params, const Gradients& grads, int64_t step, float lr, Communicator* comm,
                              const HalfCopy& half, const WholeParamNorms* norms) {
   ZERO_RETURN_IF_ERROR(check_step(params, grads, step, lr));
   if (half.enabled()) {
@@ -77,13 +87,13 @@ absl::Status Optimizer::step(Tensor params, Tensor grads, int64_t step, float lr
                                                    communicates() ? "has " : "takes none, having ",
                                                    layout_->params().size()));
   }
-  return update({params.data_as<float>(), grads.data_as<float>(), step, lr, comm, &half, norms});
+  return update({params.data_as<float>(), gradient_read(grads), step, lr, comm, &half, norms});
 }
 
-absl::StatusOr<NormParts> Optimizer::measure(Tensor params, Tensor grads, int64_t step, float lr) {
+absl::StatusOr<NormParts> Optimizer::measure(Tensor params, const Gradients& grads, int64_t step, float lr) {
   ZERO_RETURN_IF_ERROR(check_step(params, grads, step, lr));
   static const HalfCopy kNoCopy;
-  const StepArgs args{params.data_as<float>(), grads.data_as<float>(), step, lr, nullptr, &kNoCopy, nullptr};
+  const StepArgs args{params.data_as<float>(), gradient_read(grads), step, lr, nullptr, &kNoCopy, nullptr};
   ZERO_ASSIGN_OR_RETURN(ChunkSumsReader read_sums, chunk_square_sums(args, /*wait=*/false));
   return NormParts{.layout = layout_, .read_sums = std::move(read_sums)};
 }
@@ -100,13 +110,14 @@ absl::Status Optimizer::run_cpu_pass(std::string name, const StepArgs& a, PassAc
   // The shard's tensors on the device as the launch declares them; Tensor() (no access) where the pass has no use.
   const int64_t n = layout_->shard_numel();
   std::vector<Access> accesses;
-  const auto declare = [&](const float* p, Use use) {
+  const auto declare = [&](const void* p, DType dtype, Use use) {
     if (use == Use::kNone) return Tensor();
-    const Tensor t(const_cast<float*>(p), DType::kF32, {n}, device_);
+    const Tensor t(const_cast<void*>(p), dtype, {n}, device_);
     accesses.push_back(use == Use::kWrite ? writes(t) : reads(t));
     return t;
   };
-  const Tensor grads = declare(a.grads, Use::kRead), params = declare(a.params, access.params);
+  const Tensor grads = declare(a.grads.data, a.grads.dtype, Use::kRead);
+  const Tensor params = declare(a.params, DType::kF32, access.params);
   HalfCopy half = *a.half;
   if (access.params == Use::kWrite) {
     accesses.push_back(writes(half.out));  // none when disabled: 0 bytes
@@ -114,7 +125,7 @@ absl::Status Optimizer::run_cpu_pass(std::string name, const StepArgs& a, PassAc
     half.out = Tensor();
   }
   std::vector<Tensor> states;
-  for (const float* p : state) states.push_back(declare(p, access.state));
+  for (const float* p : state) states.push_back(declare(p, DType::kF32, access.state));
   return launch_on_sim(
       device_, std::move(name), std::move(accesses),
       [layout = layout_, args = a, grads, params, half, states, cpu = std::move(cpu)](HostTensors& host) {
@@ -124,7 +135,7 @@ absl::Status Optimizer::run_cpu_pass(std::string name, const StepArgs& a, PassAc
         for (const Tensor& t : states) host_state.push_back(host(t).data_as<float>());
         StepArgs host_args = args;
         host_args.params = host(params).data_as<float>();
-        host_args.grads = host(grads).data_as<float>();
+        host_args.grads.data = host(grads).data();
         host_args.comm = nullptr;
         host_args.half = &host_half;
         if (!host.status().ok()) return host.status();

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "optim/element_math.h"
 #include "optim/shard_layout.h"
 #include "optim/square_sum.h"
 #include "runtime/allocator.h"
@@ -29,6 +30,19 @@ struct HalfCopy {
   uint64_t seed = 0;
 
   bool enabled() const { return out.data() != nullptr; }
+};
+
+// A shard's gradients for one update: fp32, bf16 or fp16 (S) on the optimizer's device, each element read widened to
+// fp32, divided by `loss_scale` where that is not 1 and multiplied by `clip` where that is below 1, each in fp32 (the
+// bits separate unscale and clip passes over an fp32 copy would leave), with no fp32 copy made. A Tensor converts to
+// its own gradients, unscaled.
+struct Gradients {
+  Tensor values;
+  float loss_scale = 1.0f;
+  float clip = 1.0f;
+
+  Gradients(Tensor v) : values(std::move(v)) {}  // NOLINT(google-explicit-constructor): a tensor is its gradients
+  Gradients(Tensor v, float loss_scale, float clip) : values(std::move(v)), loss_scale(loss_scale), clip(clip) {}
 };
 
 // LAMB/LARS: {||p||, ||u||} (or {||p||, ||g||}) of every whole parameter of a shard's layout, in its order.
@@ -57,7 +71,7 @@ namespace optim {
 // One step's inputs as the optimizers' update loops see them.
 struct ShardStep {
   float* params;       // (S)
-  const float* grads;  // (S)
+  GradientRead grads;  // (S)
   int64_t step;
   double lr;
   Communicator* comm;
@@ -78,18 +92,18 @@ class Optimizer {
   const ShardLayout& layout() const { return *layout_; }
   Device device() const { return device_; }
 
-  // One update of the shard. params and grads: fp32 (S) on device(), S = layout().shard_numel(); only
+  // One update of the shard. params: fp32 (S) on device(), S = layout().shard_numel(); grads as Gradients says. Only
   // elements inside parameters are touched. `step` counts from 1 (bias correction, first momentum).
   // `lr` is the schedule's value; each group scales it by its lr_scale. `comm` is this rank's
   // communicator, or null when the shard holds every parameter whole (LAMB/LARS check this).
-  absl::Status step(Tensor params, Tensor grads, int64_t step, float lr, Communicator* comm = nullptr,
+  absl::Status step(Tensor params, const Gradients& grads, int64_t step, float lr, Communicator* comm = nullptr,
                     const HalfCopy& half = {}, const WholeParamNorms* norms = nullptr);
 
   // An optimizer that communicates, split around its norms so that an engine sums every shard's with one
   // allreduce (reduce_norm_parts): measure() queues the step's first pass (LAMB's updates the moments) and returns
   // this shard's part, which on a device is complete once the device's queued work is done (so an engine waits
   // once for every shard's); step() with the summed norms then runs only the second. Bit-identical to step() alone.
-  absl::StatusOr<NormParts> measure(Tensor params, Tensor grads, int64_t step, float lr);
+  absl::StatusOr<NormParts> measure(Tensor params, const Gradients& grads, int64_t step, float lr);
 
   // This rank's state, one fp32 (S) tensor per name (e.g. "exp_avg"), for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state() const;
@@ -97,7 +111,7 @@ class Optimizer {
  protected:
   using StepArgs = optim::ShardStep;
   // step()'s and measure()'s checks of their inputs.
-  absl::Status check_step(const Tensor& params, const Tensor& grads, int64_t step, float lr) const;
+  absl::Status check_step(const Tensor& params, const Gradients& grads, int64_t step, float lr) const;
 
   Optimizer(ShardLayout layout, Device device)
       : layout_(std::make_shared<const ShardLayout>(std::move(layout))), device_(device) {}

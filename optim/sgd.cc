@@ -35,26 +35,26 @@ class Sgd final : public Optimizer {
     }
 #endif
     // Without momentum there is no state buffer.
-    return run_cpu_pass("sgd", a, {},
-                        [coeffs](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
-                          float* buf = state.empty() ? nullptr : state[0];
-                          optim::update_chunks(layout, *s.half, s.params, s.step, [&](int64_t, const ShardChunk& ch) {
-                            const optim::SgdCoeffs c = coeffs[layout.params()[ch.param].group];
-                            float* __restrict p = s.params;
-                            const float* __restrict g = s.grads;
-                            if (buf != nullptr) {
-                              float* __restrict b = buf;
-                              for (int64_t i = ch.begin; i < ch.end; ++i)
-                                p[i] = optim::sgd_element(p[i], g[i], b[i], c);
-                            } else {
-                              for (int64_t i = ch.begin; i < ch.end; ++i) {
-                                float unused = 0.0f;
-                                p[i] = optim::sgd_element(p[i], g[i], unused, c);
-                              }
-                            }
-                          });
-                          return absl::OkStatus();
-                        });
+    return run_cpu_pass(
+        "sgd", a, {}, [coeffs](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
+          float* buf = state.empty() ? nullptr : state[0];
+          optim::update_chunks(layout, *s.half, s.params, s.step, [&](int64_t, const ShardChunk& ch) {
+            const optim::SgdCoeffs c = coeffs[layout.params()[ch.param].group];
+            optim::for_each_gradient_piece(s.grads, ch, [&](const float* __restrict g, int64_t b, int64_t e) {
+              float* __restrict p = s.params + b;
+              if (buf != nullptr) {
+                float* __restrict m = buf + b;
+                for (int64_t i = 0; i < e - b; ++i) p[i] = optim::sgd_element(p[i], g[i], m[i], c);
+              } else {
+                for (int64_t i = 0; i < e - b; ++i) {
+                  float unused = 0.0f;
+                  p[i] = optim::sgd_element(p[i], g[i], unused, c);
+                }
+              }
+            });
+          });
+          return absl::OkStatus();
+        });
   }
 
   SgdOptions options_;

@@ -333,7 +333,7 @@ absl::StatusOr<std::vector<WholeParamNorms>> Engine::measure_norms(const UpdateA
     measured = true;
     ZERO_RETURN_IF_ERROR(with_unit_in_ram(i, [&]() -> absl::Status {
       ZERO_ASSIGN_OR_RETURN(const UnitStep s, unit_step(i, args));
-      ZERO_ASSIGN_OR_RETURN(parts[i], units_[i].optimizer->measure(s.target, s.grads32, args.step, args.lr));
+      ZERO_ASSIGN_OR_RETURN(parts[i], units_[i].optimizer->measure(s.target, s.grads, args.step, args.lr));
       return absl::OkStatus();
     }));
   }
@@ -376,15 +376,12 @@ absl::Status Engine::with_unit_in_ram(int i, const std::function<absl::Status()>
 
 absl::StatusOr<Engine::UnitStep> Engine::unit_step(int i, const UpdateArgs& args) {
   UnitState& u = units_[i];
-  UnitStep s;
   Tensor grads = u.own_grads(dtype_), params = u.own_params(dtype_);
   if (host_offload_) {  // the gradient streamed to the host; the parameters' pinned buffer (or the host shard)
     ZERO_ASSIGN_OR_RETURN(grads, host_offload_->streamed_gradients(i));
     ZERO_ASSIGN_OR_RETURN(params, host_offload_->parameters(i));
   }
-  // Read twice where the norms are measured first (measure_norms, then the step): scaled in a copy, not in place.
-  const bool read_twice = u.optimizer->communicates() && !policy_.updates_everything();
-  ZERO_ASSIGN_OR_RETURN(s.grads32, fp32_gradients(grads, args, read_twice, s.grads32_holder));
+  UnitStep s{.grads = Gradients(grads, static_cast<float>(args.loss_scale), static_cast<float>(args.clip_coefficient))};
   if (u.master.data() == nullptr) {  // fp32 on the engine's device: the params are the master weights
     s.target = params;
     return s;
@@ -402,7 +399,7 @@ absl::Status Engine::step_optimizer(int i, const UpdateArgs& args, const WholePa
   UnitState& u = units_[i];
   Communicator* comm = policy_.updates_everything() ? nullptr : &comm_;  // slice optimizers reduce norms
   ZERO_ASSIGN_OR_RETURN(const UnitStep s, unit_step(i, args));
-  ZERO_RETURN_IF_ERROR(u.optimizer->step(s.target, s.grads32, args.step, args.lr, comm, s.half, norms));
+  ZERO_RETURN_IF_ERROR(u.optimizer->step(s.target, s.grads, args.step, args.lr, comm, s.half, norms));
   return s.cast_after.data() != nullptr ? kernels::cast(s.cast_after, s.target) : absl::OkStatus();
 }
 
@@ -453,21 +450,6 @@ void Engine::wait_until_updated(int i) {
   absl::MutexLock lock(&d.mu);
   const auto updated = [&d, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu) { return bool{d.updated[i]}; };
   d.mu.Await(absl::Condition(&updated));
-}
-
-absl::StatusOr<Tensor> Engine::fp32_gradients(const Tensor& grads, const UpdateArgs& args, bool keep_grads,
-                                              Buffer& holder) {
-  const float unscale = static_cast<float>(args.loss_scale);
-  const float clip = static_cast<float>(args.clip_coefficient);
-  Tensor grads32 = grads;
-  if (dtype_ != DType::kF32 || (keep_grads && (unscale != 1.0f || clip < 1.0f))) {
-    ZERO_ASSIGN_OR_RETURN(holder, allocator_.allocate(grads.numel() * 4, MemoryCategory::kWorkspace, grads.device()));
-    grads32 = holder.tensor(DType::kF32, {grads.numel()});
-    ZERO_RETURN_IF_ERROR(kernels::cast(grads32, grads));
-  }
-  if (unscale != 1.0f) ZERO_RETURN_IF_ERROR(kernels::divide_by(grads32, unscale));
-  if (clip < 1.0f) ZERO_RETURN_IF_ERROR(kernels::multiply_by(grads32, clip));
-  return grads32;
 }
 
 absl::StatusOr<StepResult> Engine::step(float lr) {

@@ -194,10 +194,9 @@ class Engine {
   // ZeRO-Offload the gradient is the streamed one on the host and the parameters their pinned buffer.
   struct UnitStep {
     Tensor target;
-    Tensor grads32;
+    Gradients grads;  // in the training dtype, unscaled and clipped by the optimizer as it reads them
     HalfCopy half;
-    Tensor cast_after;      // fp32 ZeRO-Offload: the params, cast from the master weights after the step
-    Buffer grads32_holder;  // grads32's, where it is a cast
+    Tensor cast_after;  // fp32 ZeRO-Offload: the params, cast from the master weights after the step
   };
   absl::StatusOr<UnitStep> unit_step(int i, const UpdateArgs& args);
   // Steps unit i's optimizer on unit_step's tensors (the delayed update's, on the host, too).
@@ -213,10 +212,6 @@ class Engine {
   absl::Status start_delayed_update(const UpdateArgs& args);
   // Waits until the delayed update in flight has read unit i's gradient buffer, which the next copy overwrites.
   void wait_until_updated(int i);
-  // The optimizer's fp32 gradient from `grads` (own_count, training dtype, on the device or on the host): `grads`
-  // itself for fp32 (scaled in place, unless `keep_grads`), else a cast into `holder` beside it; unscaled and
-  // clipped in the same order of operations on every stage and device.
-  absl::StatusOr<Tensor> fp32_gradients(const Tensor& grads, const UpdateArgs& args, bool keep_grads, Buffer& holder);
   absl::Status require_between_steps(absl::string_view call) const;
 
   // Checkpoints (shard/checkpoint.cc): writing this rank's file; what this rank needs of each unit

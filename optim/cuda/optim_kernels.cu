@@ -110,23 +110,33 @@ __device__ void bin_squares(const Table<Coeffs>& t, unsigned long long* bins, in
   }
 }
 
-__global__ void sgd_kernel(Table<SgdCoeffs> t, float* p, const float* g, float* buf, HalfOut h) {
+// Gradient i as the update uses it (element_math.h's scaled_gradient of the stored value, widened).
+__device__ float gradient_at(const GradientRead& g, int64_t i) {
+  switch (g.dtype) {
+    case DType::kBF16: return scaled_gradient(load_float<DType::kBF16>(g.data, i), g);
+    case DType::kF16: return scaled_gradient(load_float<DType::kF16>(g.data, i), g);
+    default: return scaled_gradient(load_float<DType::kF32>(g.data, i), g);
+  }
+}
+
+__global__ void sgd_kernel(Table<SgdCoeffs> t, float* p, GradientRead g, float* buf, HalfOut h) {
   for_each_element(t, p, h, [&](int64_t i, const SgdCoeffs& c, float) {
     float unused = 0.0f;
-    return sgd_element(p[i], g[i], buf != nullptr ? buf[i] : unused, c);
+    return sgd_element(p[i], gradient_at(g, i), buf != nullptr ? buf[i] : unused, c);
   });
 }
 
-__global__ void adam_kernel(Table<AdamCoeffs> t, float* p, const float* g, float* m, float* v, HalfOut h) {
-  for_each_element(t, p, h,
-                   [&](int64_t i, const AdamCoeffs& c, float) { return adam_element(p[i], g[i], m[i], v[i], c); });
+__global__ void adam_kernel(Table<AdamCoeffs> t, float* p, GradientRead g, float* m, float* v, HalfOut h) {
+  for_each_element(t, p, h, [&](int64_t i, const AdamCoeffs& c, float) {
+    return adam_element(p[i], gradient_at(g, i), m[i], v[i], c);
+  });
 }
 
 // The same operations, in the same order, as the CPU loops of lamb.cc and lars.cc.
 __global__ void lamb_sums_kernel(Table<LambCoeffs> t, unsigned long long* bins, int64_t first_chunk, const float* p,
-                                 const float* g, float* m, float* v) {
+                                 GradientRead g, float* m, float* v) {
   bin_squares(t, bins, first_chunk, [&](int64_t i, const LambCoeffs& c) {
-    adam_moments(g[i], m[i], v[i], c.adam);
+    adam_moments(gradient_at(g, i), m[i], v[i], c.adam);
     return make_float2(p[i], lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));
   });
 }
@@ -138,8 +148,8 @@ __global__ void lamb_apply_kernel(Table<LambCoeffs> t, float* p, const float* m,
 }
 
 __global__ void lars_sums_kernel(Table<LarsCoeffs> t, unsigned long long* bins, int64_t first_chunk, const float* p,
-                                 const float* g) {
-  bin_squares(t, bins, first_chunk, [&](int64_t i, const LarsCoeffs&) { return make_float2(p[i], g[i]); });
+                                 GradientRead g) {
+  bin_squares(t, bins, first_chunk, [&](int64_t i, const LarsCoeffs&) { return make_float2(p[i], gradient_at(g, i)); });
 }
 
 // Block b bins the squares of x[i] / divisor over chunk first_chunk + b (kMaxBinnedValues elements, so each
@@ -161,9 +171,9 @@ __global__ void square_bins_kernel(const void* x, float divisor, int64_t n, int6
   for (int j = threadIdx.x; j < kSquareSlots; j += blockDim.x) bins[blockIdx.x * kSquareSlots + j] = local[j];
 }
 
-__global__ void lars_apply_kernel(Table<LarsCoeffs> t, float* p, const float* g, float* v, HalfOut h) {
+__global__ void lars_apply_kernel(Table<LarsCoeffs> t, float* p, GradientRead g, float* v, HalfOut h) {
   for_each_element(t, p, h, [&](int64_t i, const LarsCoeffs& c, float scaled_lr) {
-    return lars_element(p[i], g[i], v[i], c.momentum, scaled_lr, c.weight_decay);
+    return lars_element(p[i], gradient_at(g, i), v[i], c.momentum, scaled_lr, c.weight_decay);
   });
 }
 

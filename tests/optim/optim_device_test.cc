@@ -58,11 +58,37 @@ absl::Status download(const Tensor& t, std::vector<T>& v, int64_t begin) {
   return copy_bytes(v.data() + begin, Device::cpu(), t.data(), t.device(), t.nbytes());
 }
 
+// How run_rank hands the optimizer its gradients: fp32, or rounded to bf16/fp16 and stored so, with a loss scale to
+// divide by and a clipping coefficient to multiply by; or `prescaled`: that division and multiplication done on the
+// host, the optimizer given the fp32 results alone (what the optimizer's own reading must give).
+struct GradientForm {
+  DType dtype = DType::kF32;
+  float loss_scale = 1.0f;
+  float clip = 1.0f;
+  bool prescaled = false;
+};
+
+// The rank's slice of gradients `grads` as `form` says: the host bytes to upload, and their dtype.
+std::pair<std::vector<uint8_t>, DType> gradient_bytes(std::vector<float> grads, const GradientForm& form) {
+  const int64_t n = static_cast<int64_t>(grads.size());
+  for (float& g : grads) {
+    uint8_t stored[4];
+    store_from_float(stored, form.dtype, 0, g);
+    g = load_as_float(stored, form.dtype, 0);
+    if (form.prescaled) g = g / form.loss_scale * form.clip;
+  }
+  const DType dtype = form.prescaled ? DType::kF32 : form.dtype;
+  std::vector<uint8_t> bytes(n * dtype_size(dtype));
+  for (int64_t i = 0; i < n; ++i) store_from_float(bytes.data(), dtype, i, grads[i]);
+  return {std::move(bytes), dtype};
+}
+
 // Parameters that straddle ranks (LAMB/LARS norms need the allreduce), 60 small ones (more segments than one CUDA
 // launch takes), a gap that is never written, two groups; padding grads are NaN, which no update may read. With
 // `measure_first`, an optimizer that communicates takes its steps as the engine does: measure() queued, the device
 // waited for once, the norms reduced, then step() with them.
-absl::Status run_rank(const Factory& make, Device device, bool measure_first, Communicator& comm, Trajectory& out) {
+absl::Status run_rank(const Factory& make, Device device, bool measure_first, const GradientForm& form,
+                      Communicator& comm, Trajectory& out) {
   std::vector<FlatParam> params = {{"a.weight", 0, 150000}, {"a.bias", 150000, 30}};
   for (int i = 0; i < 60; ++i) params.push_back({absl::StrCat("h", i, ".weight"), 150040 + 100 * i, 100});
   params.push_back({"b.weight", 156040, kFlat - 156040});
@@ -74,7 +100,7 @@ absl::Status run_rank(const Factory& make, Device device, bool measure_first, Co
   ZERO_ASSIGN_OR_RETURN(Buffer p, allocator.allocate(kShard * 4, MemoryCategory::kParams, device));
   ZERO_ASSIGN_OR_RETURN(Buffer g, allocator.allocate(kShard * 4, MemoryCategory::kGrads, device));
   ZERO_ASSIGN_OR_RETURN(Buffer h, allocator.allocate(kShard * 2, MemoryCategory::kParams, device));
-  const Tensor pt = p.tensor(DType::kF32, {kShard}), gt = g.tensor(DType::kF32, {kShard});
+  const Tensor pt = p.tensor(DType::kF32, {kShard});
   const HalfCopy half{h.tensor(DType::kBF16, {kShard}), /*stochastic=*/true, /*seed=*/9};
   const int64_t begin = comm.rank() * kShard;
   ZERO_RETURN_IF_ERROR(upload(out.params, begin, pt));
@@ -82,7 +108,11 @@ absl::Status run_rank(const Factory& make, Device device, bool measure_first, Co
   for (int t = 1; t <= kSteps; ++t) {
     std::vector<float> grads = normal_vector(kFlat, 100 + t, 0.1f);
     grads.resize(kShard * kRanks, std::numeric_limits<float>::quiet_NaN());
-    ZERO_RETURN_IF_ERROR(upload(grads, begin, gt));
+    const auto [bytes, dtype] =
+        gradient_bytes(std::vector<float>(grads.begin() + begin, grads.begin() + begin + kShard), form);
+    const Tensor tensor = g.tensor(dtype, {kShard});
+    ZERO_RETURN_IF_ERROR(upload(bytes, 0, tensor));
+    const Gradients gt = form.prescaled ? Gradients(tensor) : Gradients(tensor, form.loss_scale, form.clip);
     if (!measure_first || !opt->communicates()) {
       ZERO_RETURN_IF_ERROR(opt->step(pt, gt, t, 0.01f, &comm, half));
       continue;
@@ -100,11 +130,12 @@ absl::Status run_rank(const Factory& make, Device device, bool measure_first, Co
 }
 
 // kRanks ranks, rank r on `device(r)`.
-Trajectory run(const Factory& make, const std::function<Device(int)>& device, bool measure_first = false) {
+Trajectory run(const Factory& make, const std::function<Device(int)>& device, bool measure_first = false,
+               const GradientForm& form = {}) {
   Trajectory out{normal_vector(kShard * kRanks, 5, 1.0f), std::vector<uint16_t>(kShard * kRanks),
                  std::vector<std::vector<float>>(kMaxState, std::vector<float>(kShard * kRanks))};
   const std::vector<absl::Status> statuses = run_local_ranks(
-      kRanks, [&](Communicator& comm) { return run_rank(make, device(comm.rank()), measure_first, comm, out); });
+      kRanks, [&](Communicator& comm) { return run_rank(make, device(comm.rank()), measure_first, form, comm, out); });
   EXPECT_TRUE(root_cause(statuses).ok()) << root_cause(statuses);
   return out;
 }
@@ -145,6 +176,28 @@ TEST_P(DeviceMatchesCpu, Bitwise) {
     SCOPED_TRACE(measure_first ? "norms measured first" : "step alone");
     expect_same_bits(cpu, run(
                               optimizer.make, [where](int rank) { return device_of(where, rank); }, measure_first));
+  }
+}
+
+// bf16 and fp16 gradients, with a loss scale and a clipping coefficient, read by the optimizer itself (on the CPU and
+// on the device) give the bits of the step on their fp32 copy divided and multiplied beforehand: what the engine
+// did before the optimizers read the training dtype, and the bits every stage and device must keep.
+TEST_P(DeviceMatchesCpu, HalfGradientsUnscaledAndClippedAsReadGiveTheirFp32CopysBits) {
+  const Where where = std::get<0>(GetParam());
+  const OptimizerCase& optimizer = std::get<1>(GetParam());
+  if (where == Where::kCuda) ZERO_SKIP_WITHOUT_GPU();
+  const auto on_cpu = [](int) { return Device::cpu(); };
+  const auto on_device = [where](int rank) { return device_of(where, rank); };
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    const GradientForm form{.dtype = dtype, .loss_scale = 1000.0f, .clip = 0.3f};  // the order matters
+    GradientForm prescaled = form;
+    prescaled.prescaled = true;
+    const Trajectory reference = run(optimizer.make, on_cpu, false, prescaled);
+    for (const bool measure_first : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(dtype_name(dtype), measure_first ? ", norms measured first" : ", step alone"));
+      expect_same_bits(reference, run(optimizer.make, on_cpu, measure_first, form));
+      expect_same_bits(reference, run(optimizer.make, on_device, measure_first, form));
+    }
   }
 }
 

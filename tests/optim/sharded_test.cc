@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -161,6 +162,25 @@ TEST(Optimizer, StepRejectsAGradientOfTheWrongSize) {
   absl::Status s = (*opt)->step(Tensor(p.data(), DType::kF32, {4}), Tensor(g.data(), DType::kF32, {3}), 1, 0.1f);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("grads"), absl::string_view::npos) << s;
+}
+
+TEST(Optimizer, StepRejectsIntegerGradientsAndScalesThatAreNotFiniteAndPositive) {
+  Allocator allocator;
+  absl::StatusOr<ShardLayout> layout = ShardLayout::create({{"w", 0, 4}}, {ParamGroup{}}, 0, 4);
+  absl::StatusOr<std::unique_ptr<Optimizer>> opt = make_sgd({}, *layout, allocator);
+  ASSERT_TRUE(opt.ok());
+  std::vector<float> p(4), g(4);
+  const Tensor params(p.data(), DType::kF32, {4}), grads(g.data(), DType::kF32, {4});
+  absl::Status s = (*opt)->step(params, Tensor(g.data(), DType::kI32, {4}), 1, 0.1f);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("grads"), absl::string_view::npos) << s;
+  for (const auto& [loss_scale, clip] : std::vector<std::pair<float, float>>{
+           {0.0f, 1.0f}, {std::nanf(""), 1.0f}, {1.0f, -0.5f}, {1.0f, std::numeric_limits<float>::infinity()}}) {
+    s = (*opt)->step(params, Gradients(grads, loss_scale, clip), 1, 0.1f);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << loss_scale << ", " << clip;
+    EXPECT_NE(s.message().find("must be finite and > 0"), absl::string_view::npos) << s;
+  }
+  EXPECT_TRUE((*opt)->step(params, Gradients(grads, 128.0f, 0.5f), 1, 0.1f).ok());
 }
 
 TEST(Optimizer, StepZeroIsRejected) {
