@@ -59,7 +59,9 @@ __device__ __forceinline__ Chunk load_chunk(const void* p, int64_t first, int64_
       }
     }
   } else {
-    for (int e = 0; e < count; ++e) c.x[e] = load_float<T>(p, first + e);
+    for (int e = 0; e < kChunk; ++e) {  // a constant bound: c stays in registers
+      if (e < count) c.x[e] = load_float<T>(p, first + e);
+    }
   }
   return c;
 }
@@ -83,7 +85,9 @@ __device__ __forceinline__ void store_chunk(void* p, int64_t first, int64_t coun
       *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
     }
   } else {
-    for (int e = 0; e < count; ++e) store_float<T>(p, first + e, c.x[e]);
+    for (int e = 0; e < kChunk; ++e) {
+      if (e < count) store_float<T>(p, first + e, c.x[e]);
+    }
   }
 }
 
@@ -182,10 +186,12 @@ __device__ __forceinline__ void add_column_total(void* out, int64_t col, double 
 }
 
 template <DType Out, typename Term>
-__global__ void column_sums_kernel(int64_t rows, int64_t cols, int64_t block_rows, Term term,
-                                   ColumnOutputs<Term::kSums> out, double* partial) {
+__global__ void __launch_bounds__(kThreads, kSumBlocksPerSm)
+    column_sums_kernel(int64_t rows, int64_t cols, int64_t block_rows, Term term, ColumnOutputs<Term::kSums> out,
+                       double* partial) {
   constexpr int kSums = Term::kSums;
-  __shared__ double groups[kSumGroups][kSums][kSumCols];
+  // Thread t's sums at [s][e][t], so a warp's 32 threads touch 32 consecutive doubles: no bank conflicts.
+  __shared__ double groups[kSums][kChunk][kThreads];
   const int lane = threadIdx.x % kSumLanes, group = threadIdx.x / kSumLanes;
   const int64_t first_col = blockIdx.x * int64_t{kSumCols} + lane * kChunk;
   const int64_t count = first_col < cols ? chunk_count(first_col, cols) : 0;
@@ -202,28 +208,27 @@ __global__ void column_sums_kernel(int64_t rows, int64_t cols, int64_t block_row
     }
   }
   for (int s = 0; s < kSums; ++s) {
-    for (int e = 0; e < kChunk; ++e) groups[group][s][lane * kChunk + e] = acc[s][e];
+    for (int e = 0; e < kChunk; ++e) groups[s][e][threadIdx.x] = acc[s][e];
   }
   __syncthreads();
-  for (int half = kSumGroups / 2; half > 0; half /= 2) {
+  for (int half = kSumGroups / 2; half > 0; half /= 2) {  // group g takes in group g + half's sums
     if (group < half) {
       for (int s = 0; s < kSums; ++s) {
-        for (int e = 0; e < kChunk; ++e)
-          groups[group][s][lane * kChunk + e] += groups[group + half][s][lane * kChunk + e];
+        for (int e = 0; e < kChunk; ++e) groups[s][e][threadIdx.x] += groups[s][e][threadIdx.x + half * kSumLanes];
       }
     }
     __syncthreads();
   }
-  if (group != 0) return;
-  for (int s = 0; s < kSums; ++s) {
-    for (int e = 0; e < count; ++e) {
-      const double total = groups[0][s][lane * kChunk + e];
-      if (partial == nullptr) {
-        add_column_total<Out>(out.out[s], first_col + e, total);
-      } else {
-        partial[(s * int64_t{gridDim.y} + blockIdx.y) * cols + first_col + e] = total;
-      }
-    }
+  // Group 0 holds the block's sums: thread t < kSums kSumCols writes sum t / kSumCols of column t % kSumCols.
+  if (threadIdx.x >= kSums * kSumCols) return;
+  const int s = threadIdx.x / kSumCols, within = threadIdx.x % kSumCols;
+  const int64_t col = blockIdx.x * int64_t{kSumCols} + within;
+  if (col >= cols) return;
+  const double total = groups[s][within % kChunk][within / kChunk];
+  if (partial == nullptr) {
+    add_column_total<Out>(out.out[s], col, total);
+  } else {
+    partial[(s * int64_t{gridDim.y} + blockIdx.y) * cols + col] = total;
   }
 }
 
@@ -263,7 +268,8 @@ absl::Status add_column_sums(int device, int64_t rows, int64_t cols, ColumnOutpu
   int sms = 0;
   ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t col_blocks = (cols + kSumCols - 1) / kSumCols;
-  const int64_t wanted = std::clamp<int64_t>((int64_t{kSumBlocksPerSm} * sms + col_blocks - 1) / col_blocks, 1,
+  // Rounded down, so the grid fits in one wave of resident blocks.
+  const int64_t wanted = std::clamp<int64_t>(int64_t{kSumBlocksPerSm} * sms / col_blocks, 1,
                                              std::min<int64_t>(kMaxBlocks, (rows + kSumGroups - 1) / kSumGroups));
   const int64_t block_rows = (rows + wanted - 1) / wanted;
   const int64_t row_blocks = (rows + block_rows - 1) / block_rows;

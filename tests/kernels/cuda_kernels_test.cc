@@ -76,7 +76,7 @@ double tf32_tolerance(int64_t k) { return k * std::ldexp(1.0, -9) + gemm_toleran
 
 // An fp32 matmul forward and backward (bias, dinp, += dweight, += dbias) on the GPU against the CPU, the GEMMs within
 // tolerance(K) of each other; the bias gradient, no GEMM, within fp64 sums' gemm_tolerance either way. 805 rows: the
-// column sums' three whole row blocks of 256 and a partial one.
+// column sums in several row blocks (BiasGradientsOfManyRowsMatchCpu takes them further).
 class CudaMatmul : public CudaKernels, public ::testing::WithParamInterface<Fp32Gemm> {};
 
 TEST_P(CudaMatmul, MatchesCpu) {
@@ -98,6 +98,31 @@ TEST_P(CudaMatmul, MatchesCpu) {
   expect_near_all(download<float>(g_dinp), dinp, tolerance(oc), "dinp");
   expect_near_all(download<float>(g_dw), dw, tolerance(n), "dweight");
   expect_near_all(download<float>(g_db), db, gemm_tolerance(n), "dbias");  // fp64 sums: far tighter in fact
+}
+
+// The bias gradient's column sums where threads add many rows each and pass 2 adds more partials than a warp has
+// lanes (20000 rows of 40 columns), and over thousands of columns in a few row blocks (805 x 3000, a partial last
+// chunk of columns): both sides round an fp64 sum of the same terms, so they differ by at most an ulp of the sum
+// (|sum| < 4·sqrt(n) for n terms uniform in [-1, 1]: seven standard deviations) and one of the result, each at most
+// 2u of the magnitude. A wrong row, column or block would move a sum by O(1).
+TEST_F(CudaKernels, BiasGradientsOfManyRowsMatchCpu) {
+  for (const auto& [n, oc] : std::vector<std::pair<int64_t, int64_t>>{{20000, 40}, {805, 3000 + 5}}) {
+    const int64_t c = 8;
+    std::vector<float> inp = random_floats(n * c, 60), w = random_floats(oc * c, 61), dout = random_floats(n * oc, 62);
+    std::vector<float> dw(oc * c), db = random_floats(oc, 63);
+    const Tensor g_dw = upload(dw, {oc, c}), g_db = upload(db, {oc});
+    ASSERT_TRUE(matmul_backward(Tensor(), g_dw, g_db, upload(dout, {n, oc}), upload(inp, {n, c}), upload(w, {oc, c}),
+                                Fp32Gemm::kExact)
+                    .ok());
+    ASSERT_TRUE(matmul_backward(Tensor(), view(dw, {oc, c}), view(db, {oc}), view(dout, {n, oc}), view(inp, {n, c}),
+                                view(w, {oc, c}))
+                    .ok());
+    const std::vector<float> gpu = download<float>(g_db);
+    for (int64_t j = 0; j < oc; ++j) {
+      ASSERT_NEAR(gpu[j], db[j], 4 * kU32 * (std::fabs(db[j]) + std::sqrt(static_cast<double>(n)) * 4))
+          << n << " x " << oc << ", column " << j;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fp32AndTf32, CudaMatmul, ::testing::Values(Fp32Gemm::kExact, Fp32Gemm::kTf32),
@@ -857,36 +882,35 @@ INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CudnnAttention, ::testing::Values(DType::k
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 #endif
 
-// On aligned tensors the casts move whole chunks as vectors (common.cuh); one element into their buffers, element by
-// element: the CPU's bits either way.
+// On aligned tensors the casts move whole chunks as vectors (common.cuh); a tensor one element into its buffer is
+// read or written element by element: the CPU's bits in every pairing of the source's and destination's offsets.
 TEST_F(CudaKernels, CastsEqualCpuBitwise) {
   const std::vector<float> x = cast_inputs();
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<float> xc = x;
   const StochasticRounding sr{.seed = 99, .step = 3, .index_offset = 1000};
-  for (const int64_t offset : {0, 1}) {
-    // A device tensor of n elements of `t` starting `offset` elements into a buffer of `values` (offset + n of them).
-    const auto on_gpu = [&]<typename T>(const std::vector<T>& values, DType t) {
-      return Tensor(
-          static_cast<uint8_t*>(upload(values, {static_cast<int64_t>(values.size())}).data()) + offset * dtype_size(t),
-          t, {n}, Device::cuda(0));
-    };
-    std::vector<float> shifted(offset, 0.0f);
-    shifted.insert(shifted.end(), x.begin(), x.end());
-    const Tensor g_x = on_gpu(shifted, DType::kF32);
+  // A device tensor of n elements of `t`, `offset` elements into a buffer of offset + n holding `values` after it.
+  const auto on_gpu = [&]<typename T>(const std::vector<T>& values, DType t, int64_t offset) {
+    std::vector<T> shifted(offset, T{});
+    shifted.insert(shifted.end(), values.begin(), values.end());
+    return Tensor(static_cast<uint8_t*>(upload(shifted, {offset + n}).data()) + offset * dtype_size(t), t, {n},
+                  Device::cuda(0));
+  };
+  for (const auto& [from, to] : std::vector<std::pair<int64_t, int64_t>>{{0, 0}, {1, 1}, {0, 1}, {1, 0}}) {
+    const Tensor g_x = on_gpu(x, DType::kF32, from);
     for (DType half : {DType::kBF16, DType::kF16}) {
       for (const StochasticRounding* rounding : {static_cast<const StochasticRounding*>(nullptr), &sr}) {
         const std::string what =
-            absl::StrCat(dtype_name(half), rounding ? " stochastic" : " nearest", ", offset ", offset);
+            absl::StrCat(dtype_name(half), rounding ? " stochastic" : " nearest", ", offsets ", from, " -> ", to);
         std::vector<uint16_t> h(n);
         const Tensor h_view(h.data(), half, {n});
-        const Tensor g_h = on_gpu(std::vector<uint16_t>(offset + n), half);
+        const Tensor g_h = on_gpu(std::vector<uint16_t>(n), half, to);
         ASSERT_TRUE(cast(h_view, view(xc, {n}), rounding).ok());
         ASSERT_TRUE(cast(g_h, g_x, rounding).ok());
         EXPECT_EQ(download<uint16_t>(g_h), h) << what;
-        // Back to fp32: exact on both sides, NaN payloads included, so compare bits.
+        // Back to fp32 (from `to` into `from`): exact on both sides, NaN payloads included, so compare bits.
         std::vector<float> back(n);
-        const Tensor g_back = on_gpu(std::vector<float>(offset + n), DType::kF32);
+        const Tensor g_back = on_gpu(std::vector<float>(n), DType::kF32, from);
         ASSERT_TRUE(cast(view(back, {n}), h_view).ok());
         ASSERT_TRUE(cast(g_back, g_h).ok());
         const std::vector<float> g_back_host = download<float>(g_back);
