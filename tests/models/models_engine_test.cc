@@ -19,7 +19,6 @@
 #include "models/data/device_batch.h"
 #include "models/gpt2.h"
 #include "models/mlp.h"
-#include "optim/cpu_loops.h"
 #include "optim/optimizers.h"
 #include "runtime/comm/local.h"
 #include "runtime/device_memory.h"
@@ -475,9 +474,10 @@ TEST(DelayedUpdate, ResumingFromACheckpointIsTrainingOn) {
 // params -= lr * grads over the layout's parameters: the update of the test optimizers below.
 absl::Status plain_sgd(const ShardLayout& layout, const optim::ShardStep& args) {
   for (const ShardChunk& c : layout.chunks()) {
-    optim::for_each_gradient_piece(args.grads, c, [&](const float* g, int64_t begin, int64_t end) {
-      for (int64_t e = begin; e < end; ++e) args.params[e] -= static_cast<float>(args.lr) * g[e - begin];
-    });
+    for (int64_t e = c.begin; e < c.end; ++e) {
+      const float g = optim::scaled_gradient(load_as_float(args.grads.data, args.grads.dtype, e), args.grads);
+      args.params[e] -= static_cast<float>(args.lr) * g;
+    }
   }
   return absl::OkStatus();
 }
