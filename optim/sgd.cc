@@ -39,8 +39,10 @@ class Sgd final : public Optimizer {
         "sgd", a, {}, [coeffs](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
           float* buf = state.empty() ? nullptr : state[0];
           optim::update_chunks(layout, *s.half, s.params, s.step, [&](int64_t, const ShardChunk& ch) {
-            const optim::SgdCoeffs c = coeffs[layout.params()[ch.param].group];
+            const optim::SgdCoeffs group = coeffs[layout.params()[ch.param].group];
             optim::for_each_gradient_piece(s.grads, ch, [&](const float* __restrict g, int64_t b, int64_t e) {
+              const optim::SgdCoeffs c = group;  // a local copy: GCC then lifts its branches out of the loops below,
+                                                 // which vectorize
               float* __restrict p = s.params + b;
               if (buf != nullptr) {
                 float* __restrict m = buf + b;

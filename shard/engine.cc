@@ -381,7 +381,9 @@ absl::StatusOr<Engine::UnitStep> Engine::unit_step(int i, const UpdateArgs& args
     ZERO_ASSIGN_OR_RETURN(grads, host_offload_->streamed_gradients(i));
     ZERO_ASSIGN_OR_RETURN(params, host_offload_->parameters(i));
   }
-  UnitStep s{.grads = Gradients(grads, static_cast<float>(args.loss_scale), static_cast<float>(args.clip_coefficient))};
+  // A coefficient of 1 or more clips nothing (and may not even fit a float: an infinite gradient_clipping).
+  const float clip = static_cast<float>(std::min(args.clip_coefficient, 1.0));
+  UnitStep s{.grads = Gradients(grads, static_cast<float>(args.loss_scale), clip)};
   if (u.master.data() == nullptr) {  // fp32 on the engine's device: the params are the master weights
     s.target = params;
     return s;

@@ -7,7 +7,7 @@
 //   stage 2  params pΨ    grads pΨ/N  master+Adam (m+8)Ψ/N  as 1, grads held only as the owned slice
 //   stage 3  params pΨ/N  grads pΨ/N  master+Adam (m+8)Ψ/N  allgather each unit before forward and backward
 // plus, in comm_buffers, the gradient buckets in flight, (stage 3) the gathered units alive and (ZeRO-Offload) the
-// pinned transfer buffers, and in workspace one unit's fp32 gradient slice during a mixed-precision update.
+// pinned transfer buffers.
 //
 // Where each concern lives: what a stage partitions, shard/stage.h; the units' buffers and ranges,
 // shard/unit_state.h; parameter gathers, shard/gatherer.h; gradient buckets and reductions,

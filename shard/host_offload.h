@@ -19,7 +19,7 @@ namespace zero {
 // stream (current), where the kernels run, waits on the device for each parameter copy; the host waits only for a
 // gradient it is about to read, or for the previous step's parameter copy before writing the buffer again.
 //
-//   own grads (device) --gradients_final--> gradients(i) (pinned) --the engine: fp32, unscale, clip, CPU step-->
+//   own grads (device) --gradients_final--> gradients(i) (pinned) --the CPU optimizer, unscaling and clipping-->
 //   parameters(i) (pinned) --send_parameters--> own params (device)
 //
 // A unit whose parameter shard lives in host memory itself (ZeroConfig::offload_param_to_host) is updated in place:

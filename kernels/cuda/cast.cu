@@ -21,7 +21,7 @@ __global__ void narrow_kernel(void* out, const void* inp, Stochastic sr, int64_t
   for_each_chunk(n, [&](int64_t first, int64_t count) {
     const Chunk x = load_chunk<DType::kF32>(inp, first, count);
     if (!sr.enabled) return store_chunk<To>(out, first, count, x);
-    for (int e = 0; e < count; ++e) {
+    for (int e = 0; e < kChunk && e < count; ++e) {
       const uint32_t r = rounding_bits(sr.seed, sr.step, sr.index_offset + first + e);
       static_cast<uint16_t*>(out)[first + e] =
           To == DType::kBF16 ? bf16_stochastic(x.x[e], r) : fp16_stochastic(x.x[e], r);

@@ -172,7 +172,10 @@ __device__ __forceinline__ T narrow(float x) {
 inline constexpr int kSumLanes = 4;  // chunks across: a warp reads 8 rows' 64 contiguous bytes of a bf16 matrix
 inline constexpr int kSumCols = kSumLanes * kChunk;
 inline constexpr int kSumGroups = kThreads / kSumLanes;
-inline constexpr int kSumBlocksPerSm = 4;  // pass 1's grid: enough row blocks to give each SM this many
+// Pass 1's blocks per SM, resident together (__launch_bounds__) and what its grid is sized to: 4 for one sum (64
+// registers a thread), 3 for two, whose 16 fp64 accumulators would spill at 64.
+template <int kSums>
+inline constexpr int kSumBlocksPerSm = kSums == 1 ? 4 : 3;
 
 template <int kSums>
 struct ColumnOutputs {
@@ -186,7 +189,7 @@ __device__ __forceinline__ void add_column_total(void* out, int64_t col, double 
 }
 
 template <DType Out, typename Term>
-__global__ void __launch_bounds__(kThreads, kSumBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, kSumBlocksPerSm<Term::kSums>)
     column_sums_kernel(int64_t rows, int64_t cols, int64_t block_rows, Term term, ColumnOutputs<Term::kSums> out,
                        double* partial) {
   constexpr int kSums = Term::kSums;
@@ -220,6 +223,7 @@ __global__ void __launch_bounds__(kThreads, kSumBlocksPerSm)
     __syncthreads();
   }
   // Group 0 holds the block's sums: thread t < kSums kSumCols writes sum t / kSumCols of column t % kSumCols.
+  static_assert(kSums * kSumCols <= kThreads);
   if (threadIdx.x >= kSums * kSumCols) return;
   const int s = threadIdx.x / kSumCols, within = threadIdx.x % kSumCols;
   const int64_t col = blockIdx.x * int64_t{kSumCols} + within;
@@ -269,7 +273,7 @@ absl::Status add_column_sums(int device, int64_t rows, int64_t cols, ColumnOutpu
   ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t col_blocks = (cols + kSumCols - 1) / kSumCols;
   // Rounded down, so the grid fits in one wave of resident blocks.
-  const int64_t wanted = std::clamp<int64_t>(int64_t{kSumBlocksPerSm} * sms / col_blocks, 1,
+  const int64_t wanted = std::clamp<int64_t>(int64_t{kSumBlocksPerSm<kSums>} * sms / col_blocks, 1,
                                              std::min<int64_t>(kMaxBlocks, (rows + kSumGroups - 1) / kSumGroups));
   const int64_t block_rows = (rows + wanted - 1) / wanted;
   const int64_t row_blocks = (rows + block_rows - 1) / block_rows;

@@ -60,11 +60,16 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
   MaxAt local{-FLT_MAX, vocab};
   double local_sum = 0.0;  // of exp(x - local.value) over this thread's elements
   for (int64_t v = start; v < vocab; v += stride) {
-    const Chunk x = load_chunk<T>(logits, first + v, chunk_count(v, vocab));
+    const int64_t count = chunk_count(v, vocab);
+    const Chunk x = load_chunk<T>(logits, first + v, count);
     const float before = local.value;
-    for (int e = 0; e < chunk_count(v, vocab); ++e) local = max_at(local, MaxAt{x.x[e], v + e});
+    for (int e = 0; e < kChunk; ++e) {  // constant bounds keep the chunk in registers
+      if (e < count) local = max_at(local, MaxAt{x.x[e], v + e});
+    }
     if (local.value > before) local_sum *= exp(static_cast<double>(before) - local.value);
-    for (int e = 0; e < chunk_count(v, vocab); ++e) local_sum += expf(x.x[e] - local.value);
+    for (int e = 0; e < kChunk; ++e) {
+      if (e < count) local_sum += expf(x.x[e] - local.value);
+    }
   }
   const MaxAt best = block_reduce(local, max_shared, max_at);
   const double sum = block_reduce(local_sum * exp(static_cast<double>(local.value) - best.value), sum_shared,

@@ -10,6 +10,13 @@ namespace {
 
 constexpr int kRowsPerBlock = kThreads / kWarp;
 
+// f(i, count) for each chunk of a row of c elements that lane owns: chunks lane, lane + 32, ... (common.cuh), the
+// chunk at element i holding count of them.
+template <typename F>
+__device__ __forceinline__ void for_each_row_chunk(int lane, int64_t c, F&& f) {
+  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) f(i, chunk_count(i, c));
+}
+
 // Two-pass mean and biased variance of one row, as the CPU version (not Welford), after inp += residual where one
 // is given (each lane rounds its sum as stored and goes on with that). Lane l owns the row's chunks l, l + 32, ...
 // (common.cuh), in every dtype the same. Every tensor but mean and rstd in T.
@@ -20,30 +27,31 @@ __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, vo
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
   const int64_t first = row * c;
-  const auto count = [c](int64_t i) { return chunk_count(i, c); };
   float sum = 0.0f;
-  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
-    Chunk x = load_chunk<T>(inp, first + i, count(i));
+  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
+    Chunk x = load_chunk<T>(inp, first + i, count);
     if (residual != nullptr) {
-      const Chunk r = load_chunk<T>(residual, first + i, count(i));
+      const Chunk r = load_chunk<T>(residual, first + i, count);
       for (int e = 0; e < kChunk; ++e) x.x[e] = rounded<T>(x.x[e] + r.x[e]);
-      store_chunk<T>(inp, first + i, count(i), x);
+      store_chunk<T>(inp, first + i, count, x);
     }
     for (const float v : x.x) sum += v;  // past the row's end, zeros
-  }
+  });
   const float m = warp_sum(sum) / static_cast<float>(c);
   float sq = 0.0f;
-  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
-    const Chunk x = load_chunk<T>(inp, first + i, count(i));
-    for (int e = 0; e < count(i); ++e) sq += (x.x[e] - m) * (x.x[e] - m);
-  }
+  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
+    const Chunk x = load_chunk<T>(inp, first + i, count);
+    for (int e = 0; e < kChunk; ++e) {  // a constant bound keeps the chunk in registers
+      if (e < count) sq += (x.x[e] - m) * (x.x[e] - m);
+    }
+  });
   const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(c) + kLayerNormEps);
-  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
-    Chunk x = load_chunk<T>(inp, first + i, count(i));
-    const Chunk w = load_chunk<T>(weight, i, count(i)), b = load_chunk<T>(bias, i, count(i));
+  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
+    Chunk x = load_chunk<T>(inp, first + i, count);
+    const Chunk w = load_chunk<T>(weight, i, count), b = load_chunk<T>(bias, i, count);
     for (int e = 0; e < kChunk; ++e) x.x[e] = (x.x[e] - m) * s * w.x[e] + b.x[e];
-    store_chunk<T>(out, first + i, count(i), x);
-  }
+    store_chunk<T>(out, first + i, count, x);
+  });
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -60,31 +68,31 @@ __global__ void layernorm_backward_kernel(void* dinp, const void* dout, const vo
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
   const int64_t first = row * c;
-  const auto count = [c](int64_t i) { return chunk_count(i, c); };
   const float mu = mean[row], rs = rstd[row];
   float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
-  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
-    const Chunk g = load_chunk<T>(dout, first + i, count(i)), x = load_chunk<T>(inp, first + i, count(i));
-    const Chunk w = load_chunk<T>(weight, i, count(i));
-    for (int e = 0; e < count(i); ++e) {
+  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
+    const Chunk g = load_chunk<T>(dout, first + i, count), x = load_chunk<T>(inp, first + i, count);
+    const Chunk w = load_chunk<T>(weight, i, count);
+    for (int e = 0; e < kChunk; ++e) {
+      if (e >= count) continue;
       const float dnorm = g.x[e] * w.x[e];
       dnorm_sum += dnorm;
       dnorm_xhat_sum += dnorm * (x.x[e] - mu) * rs;
     }
-  }
+  });
   const float dnorm_mean = warp_sum(dnorm_sum) / static_cast<float>(c);
   const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / static_cast<float>(c);
-  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) {
-    const Chunk g = load_chunk<T>(dout, first + i, count(i)), w = load_chunk<T>(weight, i, count(i));
-    Chunk d = load_chunk<T>(inp, first + i, count(i));
-    const Chunk r = dresidual != nullptr ? load_chunk<T>(dresidual, first + i, count(i)) : Chunk{};
+  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
+    const Chunk g = load_chunk<T>(dout, first + i, count), w = load_chunk<T>(weight, i, count);
+    Chunk d = load_chunk<T>(inp, first + i, count);
+    const Chunk r = dresidual != nullptr ? load_chunk<T>(dresidual, first + i, count) : Chunk{};
     for (int e = 0; e < kChunk; ++e) {
       const float xhat = (d.x[e] - mu) * rs;
       const float v = (g.x[e] * w.x[e] - dnorm_mean - xhat * dnorm_xhat_mean) * rs;
       d.x[e] = dresidual != nullptr ? v + r.x[e] : v;
     }
-    store_chunk<T>(dinp, first + i, count(i), d);
-  }
+    store_chunk<T>(dinp, first + i, count, d);
+  });
 }
 
 // The weight's and the bias's gradient terms from one read of dout: dout * xhat and dout.

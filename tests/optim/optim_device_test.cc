@@ -179,8 +179,8 @@ TEST_P(DeviceMatchesCpu, Bitwise) {
   }
 }
 
-// bf16 and fp16 gradients, with a loss scale and a clipping coefficient, read by the optimizer itself (on the CPU and
-// on the device) give the bits of the step on their fp32 copy divided and multiplied beforehand: what the engine
+// fp32, bf16 and fp16 gradients, with a loss scale and a clipping coefficient, read by the optimizer itself (on the CPU
+// and on the device) give the bits of the step on their fp32 copy divided and multiplied beforehand: what the engine
 // did before the optimizers read the training dtype, and the bits every stage and device must keep.
 TEST_P(DeviceMatchesCpu, HalfGradientsUnscaledAndClippedAsReadGiveTheirFp32CopysBits) {
   const Where where = std::get<0>(GetParam());
@@ -188,7 +188,7 @@ TEST_P(DeviceMatchesCpu, HalfGradientsUnscaledAndClippedAsReadGiveTheirFp32Copys
   if (where == Where::kCuda) ZERO_SKIP_WITHOUT_GPU();
   const auto on_cpu = [](int) { return Device::cpu(); };
   const auto on_device = [where](int rank) { return device_of(where, rank); };
-  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     const GradientForm form{.dtype = dtype, .loss_scale = 1000.0f, .clip = 0.3f};  // the order matters
     GradientForm prescaled = form;
     prescaled.prescaled = true;

@@ -868,6 +868,22 @@ TEST(EngineConfig, BadValuesNameTheKey) {
 namespace zero {
 namespace {
 
+// A clipping threshold above every norm clips nothing, even one too large for a float coefficient (the optimizers
+// refuse an infinite one): the parameters of the run without clipping.
+TEST(GradientClipping, AThresholdAboveEveryNormLeavesTheRunUnclipped) {
+  for (const DType precision : {DType::kF32, DType::kBF16}) {
+    TrainRun run{.world_size = 2};
+    run.zero.stage = 2;
+    run.zero.precision = precision;
+    const Outcome unclipped = train(run);
+    ASSERT_TRUE(unclipped.status.ok()) << unclipped.status;
+    run.zero.gradient_clipping = 1e39;
+    const Outcome clipped = train(run);
+    ASSERT_TRUE(clipped.status.ok()) << dtype_name(precision) << ": " << clipped.status;
+    EXPECT_EQ(clipped.params, unclipped.params) << dtype_name(precision);
+  }
+}
+
 TEST(NonFiniteGradients, WithoutLossScalingEveryRankStopsNamingTheFirstUnitWithANaN) {
   // Rank 1 writes a NaN into hidden_1's gradient: fp32 and bf16 have no scaler to skip the step, so the
   // clipped run must stop on every rank, naming the unit, before any rank updates (not call it an overflow).
