@@ -1,4 +1,5 @@
-// The half GEMM with cuBLASLt's bias epilogue: descriptors, the algorithm chosen once per problem, the call.
+// Half GEMMs through cuBLASLt with a bias or accumulating epilogue: descriptors, the algorithm chosen once per problem,
+// the call.
 #include "kernels/cuda/cublaslt_gemm.h"
 
 #include <cublasLt.h>
@@ -53,15 +54,18 @@ constexpr uint32_t kLtAlignment = 16;
 // The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
 constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
 
-// One bias-epilogue GEMM problem on a device: all the heuristic's choice depends on.
+// One cuBLASLt GEMM problem on a device: all the heuristic's choice depends on.
 struct LtProblem {
   int device;
-  int64_t n, c, oc;
-  DType half, out;
+  bool transpose_a, transpose_b;
+  int64_t m, n, k, lda, ldb, ldd;
+  DType half, d_dtype;
+  bool bias, accumulate;
   bool operator==(const LtProblem&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const LtProblem& p) {
-    return H::combine(std::move(h), p.device, p.n, p.c, p.oc, p.half, p.out);
+    return H::combine(std::move(h), p.device, p.transpose_a, p.transpose_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.half,
+                      p.d_dtype, p.bias, p.accumulate);
   }
 };
 
@@ -74,8 +78,8 @@ class LtAlgorithms {
     return *algorithms;
   }
 
-  // desc's bias pointer is replaced for the query by one aligned to 16 bytes exactly: the heuristic reads the
-  // pointer's alignment, and the choice must not depend on where the first caller's bias lay.
+  // desc's bias pointer, where it has one, is replaced for the query by one aligned to 16 bytes exactly: the heuristic
+  // reads the pointer's alignment, and the choice must not depend on where the first caller's bias lay.
   absl::StatusOr<std::optional<cublasLtMatmulHeuristicResult_t>> choose(const LtProblem& problem, cublasLtHandle_t h,
                                                                         cublasLtMatmulDesc_t desc,
                                                                         cublasLtMatrixLayout_t a,
@@ -83,8 +87,10 @@ class LtAlgorithms {
                                                                         cublasLtMatrixLayout_t d) {
     absl::MutexLock lock(&mu_);
     if (const auto it = chosen_.find(problem); it != chosen_.end()) return it->second;
-    ZERO_RETURN_IF_ERROR(
-        set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, reinterpret_cast<const void*>(uintptr_t{kLtAlignment})));
+    if (problem.bias) {
+      ZERO_RETURN_IF_ERROR(set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                         reinterpret_cast<const void*>(uintptr_t{kLtAlignment})));
+    }
     cublasLtMatmulPreference_t raw_pref = nullptr;
     ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref));
     const LtOwned<cublasLtMatmulPreference_t> pref(raw_pref);
@@ -119,50 +125,54 @@ class LtAlgorithms {
   absl::flat_hash_map<LtProblem, std::optional<cublasLtMatmulHeuristicResult_t>> chosen_ ABSL_GUARDED_BY(mu_);
 };
 
-std::atomic<int64_t> bias_epilogue_gemms{0};
+std::atomic<int64_t> lt_gemms{0};
 
 }  // namespace
 
-int64_t bias_epilogue_gemms_run() { return bias_epilogue_gemms.load(std::memory_order_relaxed); }
+int64_t cublaslt_gemms_run() { return lt_gemms.load(std::memory_order_relaxed); }
 
 // As cublaslt_gemm.h says; every pointer must be 16-byte aligned, as the heuristic was told.
-absl::Status gemm_bias_epilogue(int device, void* out, DType out_dtype, const void* inp, const void* weight,
-                                const void* bias, DType half, int64_t n, int64_t c, int64_t oc) {
-  for (const void* p : {static_cast<const void*>(out), inp, weight, bias}) {
+absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
+  for (const void* p : {g.a, g.b, static_cast<const void*>(g.d), g.bias}) {
     if (reinterpret_cast<uintptr_t>(p) % kLtAlignment != 0) {
-      return absl::NotFoundError("the bias-epilogue GEMM needs 16-byte-aligned tensors");
+      return absl::NotFoundError("cuBLASLt's GEMM needs 16-byte-aligned tensors");
     }
   }
   ZERO_ASSIGN_OR_RETURN(const cublasLtHandle_t h, cublaslt_handle(device));
   cublasLtMatmulDesc_t raw_desc = nullptr;
   ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const LtOwned<cublasLtMatmulDesc_t> desc(raw_desc);
-  // Column-major as gemm() sees it: D (OC, N) = A^T · B, A = weight as (C, OC), B = inp as (C, N); bias per row of D.
-  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T));
-  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N));
-  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS));
-  ZERO_RETURN_IF_ERROR(
-      set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(cuda_data_type(out_dtype))));
-  ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, c, oc, c));
-  ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, c, n, c));
-  ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(out_dtype, oc, n, oc));
-  const LtProblem problem{device, n, c, oc, half, out_dtype};
+  const auto op = [](bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, op(g.transpose_a)));
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, op(g.transpose_b)));
+  if (g.bias != nullptr) {
+    ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS));
+    ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                       static_cast<int32_t>(cuda_data_type(g.d_dtype))));
+  }
+  // A as stored: (m, k), or (k, m) transposed; B likewise (k, n) or (n, k).
+  ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda));
+  ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb));
+  ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(g.d_dtype, g.m, g.n, g.ldd));
+  const LtProblem problem{device, g.transpose_a, g.transpose_b,     g.m,         g.n, g.k, g.lda, g.ldb, g.ldd,
+                          half,   g.d_dtype,     g.bias != nullptr, g.accumulate};
   ZERO_ASSIGN_OR_RETURN(const auto algorithm,
                         LtAlgorithms::get().choose(problem, h, desc.get(), a.get(), b.get(), d.get()));
-  if (!algorithm.has_value()) return absl::NotFoundError("cuBLASLt offers no bias-epilogue GEMM for this shape");
-  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+  if (!algorithm.has_value()) return absl::NotFoundError("cuBLASLt offers no GEMM with this epilogue for this shape");
+  if (g.bias != nullptr) ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias));
   const auto matmul = [&](void* workspace) {
-    return library_call(current_cuda_stream(device), "gemm_bias_epilogue", [&](cudaStream_t stream) {
-      const float one = 1.0f, zero = 0.0f;
+    return library_call(current_cuda_stream(device), "cublasLtMatmul", [&](cudaStream_t stream) {
+      const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
+      // C is D: beta = 1 adds D's old value in the epilogue.
       const cublasStatus_t status =
-          cublasLtMatmul(h, desc.get(), &one, weight, a.get(), inp, b.get(), &zero, out, d.get(), out, d.get(),
+          cublasLtMatmul(h, desc.get(), &alpha, g.a, a.get(), g.b, b.get(), &beta, g.d, d.get(), g.d, d.get(),
                          &algorithm->algo, workspace, algorithm->workspaceSize, stream);
       if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
         LtAlgorithms::get().refused(problem);
         return absl::NotFoundError("cuBLASLt refused its own algorithm");
       }
       ZERO_RETURN_IF_ERROR(cublas_status(status, "cublasLtMatmul"));
-      bias_epilogue_gemms.fetch_add(1, std::memory_order_relaxed);
+      lt_gemms.fetch_add(1, std::memory_order_relaxed);
       return absl::OkStatus();
     });
   };

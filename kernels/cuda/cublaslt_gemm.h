@@ -1,5 +1,5 @@
-// A half GEMM with its bias added in cuBLASLt's epilogue: host code (cuBLASLt needs no kernel of ours), beside
-// matmul.cu, whose forward takes it where it can.
+// Half GEMMs through cuBLASLt, where its epilogue adds a bias or the destination's old value before the one rounding:
+// host code (cuBLASLt needs no kernel of ours), beside matmul.cu, which takes them where it can.
 #pragma once
 
 #include <cstdint>
@@ -9,11 +9,26 @@
 
 namespace zero::kernels::cuda {
 
-// out (N, OC) = round(inp (N, C) · weight^T (C, OC) + bias (OC)), inp and weight in `half`, bias and out in
-// `out_dtype`: cuBLASLt's bias epilogue adds the bias to the fp32 sums and rounds once into out; split-K partials stay
-// fp32. On cuda:`device` (current), its current stream. NotFound, with nothing queued, where a pointer is not 16-byte
-// aligned or cuBLASLt offers no algorithm for the shape: the caller takes the unfused path.
-absl::Status gemm_bias_epilogue(int device, void* out, DType out_dtype, const void* inp, const void* weight,
-                                const void* bias, DType half, int64_t n, int64_t c, int64_t oc);
+// Column-major, as cuBLAS sees row-major tensors (matmul.cu's gemm passes them swapped):
+//   D (m, n) = round(op_a(A) (m, k) · op_b(B) (k, n) [+ bias (m), along D's rows] [+ D])
+// A and B in `half`, D and the bias in `d_dtype`. The products are summed in fp32 (split-K partials kept fp32), the
+// bias and D's old value added to the sum in fp32 in the epilogue, and D rounded once.
+struct LtGemm {
+  bool transpose_a = false, transpose_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* d = nullptr;
+  DType d_dtype = DType::kF32;
+  int64_t ldd = 0;
+  const void* bias = nullptr;  // null: none
+  bool accumulate = false;     // D += rather than D =
+};
+
+// On cuda:`device` (current), its current stream. NotFound, with nothing queued, where a pointer is not 16-byte
+// aligned or cuBLASLt offers no algorithm for the problem: the caller takes its unfused path.
+absl::Status lt_gemm(int device, DType half, const LtGemm& g);
 
 }  // namespace zero::kernels::cuda

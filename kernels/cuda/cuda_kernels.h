@@ -25,13 +25,13 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
                              const float* weight, int64_t n, int64_t c, int64_t oc, bool tf32);
 // The same on tensor cores: inp, weight and dout in `half` (bf16 or fp16), products summed in fp32; out, bias,
 // dinp, dweight, dbias each fp32 or `half` as its dtype says. Bias and gradient adds happen in fp32 and a
-// half destination is rounded once (nearest even). A NaN that cuBLASLt's bias epilogue writes is the hardware's
-// canonical one, not the CPU's payload-keeping rounding.
+// half destination is rounded once (nearest even). A NaN that cuBLASLt's epilogue writes (a half out's bias, a half
+// dweight's +=) is the hardware's canonical one, not the CPU's payload-keeping rounding.
 absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const void* inp, const void* weight,
                                  const void* bias, DType bias_dtype, DType half, int64_t n, int64_t c, int64_t oc);
-// How many half GEMMs this process has run through cuBLASLt's bias epilogue (the rest of matmul_forward_half's
-// biased calls took the unfused path): for tests and profiles to tell which ran.
-int64_t bias_epilogue_gemms_run();
+// How many half GEMMs this process has run through cuBLASLt's epilogues (cublaslt_gemm.h: a half out's bias, a half
+// dweight's +=; the rest took the unfused path): for tests and profiles to tell which ran.
+int64_t cublaslt_gemms_run();
 absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void* dweight, DType dweight_dtype,
                                   void* dbias, DType dbias_dtype, const void* dout, const void* inp, const void* weight,
                                   DType half, int64_t n, int64_t c, int64_t oc);

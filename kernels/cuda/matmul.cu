@@ -1,5 +1,6 @@
 // matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (TF32 on request), bf16/fp16 tensor-core GEMMs with fp32
-// accumulation (a half output's bias in cuBLASLt's epilogue), bias and deterministic bias gradient.
+// accumulation (a half output's bias and a half dweight's += in cuBLASLt's epilogue), bias and deterministic bias
+// gradient.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -109,6 +110,43 @@ absl::Status through_fp32_scratch(int device, int64_t elems, Product&& product, 
   });
 }
 
+// dst (OC, C) = dout^T (OC, N) · inp (N, C) [+ dst, beta = 1], as gemm's swapped operands: inp and dout in `half`.
+absl::Status weight_gradient(int device, void* dst, DType dst_dtype, float beta, const void* dout, const void* inp,
+                             DType half, int64_t n, int64_t c, int64_t oc) {
+  return gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, beta, dst, dst_dtype, c);
+}
+
+// A half dweight (OC, C) += dout^T · inp, the sum added to dweight in fp32 and rounded once: in cuBLASLt's epilogue
+// (D (C, OC) = inp · dout^T + D), or else through an fp32 scratch. cuBLAS's own beta = 1 into a half C was seen up to
+// one ulp off that on an H200 (cuBLAS 13), rounding twice.
+absl::Status accumulate_half_weight_gradient(int device, void* dweight, DType dweight_dtype, const void* dout,
+                                             const void* inp, DType half, int64_t n, int64_t c, int64_t oc) {
+  const absl::Status fused = lt_gemm(device, half,
+                                     LtGemm{.transpose_b = true,
+                                            .m = c,
+                                            .n = oc,
+                                            .k = n,
+                                            .a = inp,
+                                            .lda = c,
+                                            .b = dout,
+                                            .ldb = oc,
+                                            .d = dweight,
+                                            .d_dtype = dweight_dtype,
+                                            .ldd = c,
+                                            .accumulate = true});
+  if (!absl::IsNotFound(fused)) return fused;
+  return through_fp32_scratch(
+      device, oc * c,
+      [&](float* acc) { return weight_gradient(device, acc, DType::kF32, 0.0f, dout, inp, half, n, c, oc); },
+      [&](const float* acc) {
+        return with_type(dweight_dtype, [&](auto* out_tag) {
+          using Out = Pointee<decltype(out_tag)>;
+          return launch_kernel(device, "accumulate_narrow_kernel", accumulate_narrow_kernel<Out>, blocks_for(oc * c),
+                               kThreads, static_cast<Out*>(dweight), acc, oc * c);
+        });
+      });
+}
+
 }  // namespace
 
 absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias, int64_t n,
@@ -162,7 +200,20 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
     // Half out: cuBLASLt's epilogue where the bias has out's dtype and cuBLASLt has an algorithm; else the
     // products into an fp32 scratch, the bias added in fp32, one rounding into out.
     if (bias_dtype == out_dtype) {
-      const absl::Status fused = gemm_bias_epilogue(device, out, out_dtype, inp, weight, bias, half, n, c, oc);
+      // As product's gemm_ex: D (OC, N) = weight^T · inp, the bias along D's rows.
+      const absl::Status fused = lt_gemm(device, half,
+                                         LtGemm{.transpose_a = true,
+                                                .m = oc,
+                                                .n = n,
+                                                .k = c,
+                                                .a = weight,
+                                                .lda = c,
+                                                .b = inp,
+                                                .ldb = c,
+                                                .d = out,
+                                                .d_dtype = out_dtype,
+                                                .ldd = oc,
+                                                .bias = bias});
       if (!absl::IsNotFound(fused)) return fused;
     }
     return through_fp32_scratch(
@@ -188,24 +239,11 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void
     ZERO_RETURN_IF_ERROR(
         gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp, dinp_dtype, c));
   }
-  // dweight (OC, C) += dout^T (OC, N) · inp (N, C). An fp32 dweight takes the sum through beta = 1; a half one
-  // gets it from an fp32 scratch, added in fp32 and rounded once: cuBLAS's own beta = 1 into a half C was seen
-  // up to one ulp off that on an H200 (cuBLAS 13), rounding twice.
-  const auto product = [&](void* dst, DType dst_dtype, float beta) {
-    return gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, beta, dst, dst_dtype, c);
-  };
+  // dweight (OC, C) += dout^T (OC, N) · inp (N, C): an fp32 dweight takes the sum through beta = 1.
   if (dweight_dtype == DType::kF32) {
-    ZERO_RETURN_IF_ERROR(product(dweight, DType::kF32, 1.0f));
+    ZERO_RETURN_IF_ERROR(weight_gradient(device, dweight, DType::kF32, 1.0f, dout, inp, half, n, c, oc));
   } else {
-    ZERO_RETURN_IF_ERROR(through_fp32_scratch(
-        device, oc * c, [&](float* acc) { return product(acc, DType::kF32, 0.0f); },
-        [&](const float* acc) {
-          return with_type(dweight_dtype, [&](auto* out_tag) {
-            using Out = Pointee<decltype(out_tag)>;
-            return launch_kernel(device, "accumulate_narrow_kernel", accumulate_narrow_kernel<Out>, blocks_for(oc * c),
-                                 kThreads, static_cast<Out*>(dweight), acc, oc * c);
-          });
-        }));
+    ZERO_RETURN_IF_ERROR(accumulate_half_weight_gradient(device, dweight, dweight_dtype, dout, inp, half, n, c, oc));
   }
   if (dbias == nullptr) return absl::OkStatus();
   return visit_floating(half, [&](auto in) {

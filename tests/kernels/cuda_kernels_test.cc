@@ -276,23 +276,32 @@ INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CudaHalfGemm, ::testing::Values(DType::kBF
 // partials reduced in half, land elsewhere, and the test checks that its data tells them apart; it also checks that
 // the half bias took cuBLASLt's epilogue and the fp32 one did not. N = OC = 16 with C = 16384 is a shape cuBLAS may
 // split over K.
+// Integers uniform in [0, below), and quarters uniform in (-bound, bound): exact in fp32, bf16 and fp16 alike.
+std::vector<float> small_integers(int64_t count, uint32_t seed, int below) {
+  std::vector<float> v = random_floats(count, seed, 0.0f, static_cast<float>(below) - 0.001f);
+  for (float& x : v) x = std::floor(x);
+  return v;
+}
+std::vector<float> quarters(int64_t count, uint32_t seed, float bound) {
+  std::vector<float> v = random_floats(count, seed, -bound, bound);
+  for (float& x : v) x = std::round(4 * x) / 4;
+  return v;
+}
+
+// What the two tests below share: a shape cuBLAS may split over K (16 x 16384 x 16), and a small one.
+struct ExactGemmProblem {
+  int64_t n, c, oc;
+  int below;    // the operands' integers
+  float bound;  // the added value's quarters
+};
+constexpr ExactGemmProblem kExactGemmProblems[] = {{16, 16384, 16, 2, 32.0f}, {64, 96, 80, 12, 4.0f}};
+
 TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
   const DType h = half();
-  const auto integers = [](int64_t count, uint32_t seed, int below) {  // uniform in [0, below)
-    std::vector<float> v = random_floats(count, seed, 0.0f, static_cast<float>(below) - 0.001f);
-    for (float& x : v) x = std::floor(x);
-    return v;
-  };
-  struct Problem {
-    int64_t n, c, oc;
-    int below;
-    float bias;
-  };
-  for (const Problem& p : {Problem{16, 16384, 16, 2, 32.0f}, Problem{64, 96, 80, 12, 4.0f}}) {
+  for (const ExactGemmProblem& p : kExactGemmProblems) {
     const int64_t n = p.n, c = p.c, oc = p.oc;
-    const std::vector<float> inp = integers(n * c, 50, p.below), w = integers(oc * c, 51, p.below + 1);
-    std::vector<float> bias = random_floats(oc, 52, -p.bias, p.bias);
-    for (float& b : bias) b = std::round(4 * b) / 4;  // quarters: exact in both halves
+    const std::vector<float> inp = small_integers(n * c, 50, p.below), w = small_integers(oc * c, 51, p.below + 1);
+    const std::vector<float> bias = quarters(oc, 52, p.bound);
     std::vector<uint16_t> want(n * oc), rounded_twice(n * oc);
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t j = 0; j < oc; ++j) {
@@ -309,15 +318,52 @@ TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
       const Tensor out(upload(std::vector<uint16_t>(n * oc), {n, oc}).data(), h, {n, oc}, Device::cuda(0));
       const Tensor g_bias = upload_as(half_values(h, bias), bias_dtype, {oc});
 #if ZERO_HAS_CUDA
-      const int64_t fused_before = cuda::bias_epilogue_gemms_run();
+      const int64_t fused_before = cuda::cublaslt_gemms_run();
 #endif
       const absl::Status s = matmul_forward(out, g_inp, g_w, g_bias);
       ASSERT_TRUE(s.ok()) << s;
 #if ZERO_HAS_CUDA
-      EXPECT_EQ(cuda::bias_epilogue_gemms_run() - fused_before, bias_dtype == h ? 1 : 0) << "GEMMs in the epilogue";
+      EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, bias_dtype == h ? 1 : 0) << "GEMMs in the epilogue";
 #endif
       EXPECT_EQ(download<uint16_t>(out), want) << n << "x" << c << "x" << oc << ", bias " << dtype_name(bias_dtype);
     }
+  }
+}
+
+// A half dweight's += adds the GEMM's fp32 sum to the old value in fp32 and rounds once, in cuBLASLt's epilogue: the
+// same exact integers as above (over K = N rows now: 16384 of them in the first problem), the old values quarters, so
+// the one right answer is round(exact sum + old), which a sum rounded before the add misses on this data.
+TEST_P(CudaHalf, WeightGradientIsAddedToTheExactSumThenRoundedOnce) {
+  const DType h = half();
+  for (const ExactGemmProblem& p : kExactGemmProblems) {
+    const int64_t n = p.c, c = p.n, oc = p.oc;  // the long side as the rows summed over
+    const std::vector<float> inp = small_integers(n * c, 53, p.below), dout = small_integers(n * oc, 54, p.below + 1);
+    const std::vector<float> old = quarters(oc * c, 55, p.bound);
+    std::vector<uint16_t> want(oc * c), rounded_twice(oc * c);
+    for (int64_t j = 0; j < oc; ++j) {
+      for (int64_t k = 0; k < c; ++k) {
+        double sum = 0;  // integers below 2^17: exact, and exact in fp32 with a quarter added
+        for (int64_t r = 0; r < n; ++r) sum += double{dout[r * oc + j]} * inp[r * c + k];
+        const auto sum32 = static_cast<float>(sum);
+        want[j * c + k] = testing::round_to(h, sum32 + old[j * c + k]);
+        rounded_twice[j * c + k] =
+            testing::round_to(h, testing::widen(h, testing::round_to(h, sum32)) + old[j * c + k]);
+      }
+    }
+    ASSERT_NE(rounded_twice, want) << "the data must tell one rounding from two";
+    const Tensor dweight = upload_as(half_values(h, old), h, {oc, c});
+    const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c});
+    const Tensor g_dout = upload_as(half_values(h, dout), h, {n, oc});
+    const Tensor g_w = upload_as(half_values(h, std::vector<float>(oc * c)), h, {oc, c});
+#if ZERO_HAS_CUDA
+    const int64_t fused_before = cuda::cublaslt_gemms_run();
+#endif
+    const absl::Status s = matmul_backward(Tensor(), dweight, Tensor(), g_dout, g_inp, g_w);
+    ASSERT_TRUE(s.ok()) << s;
+#if ZERO_HAS_CUDA
+    EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, 1) << "GEMMs in the epilogue";
+#endif
+    EXPECT_EQ(download<uint16_t>(dweight), want) << n << " rows, " << oc << "x" << c;
   }
 }
 
