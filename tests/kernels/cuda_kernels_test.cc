@@ -296,23 +296,38 @@ struct ExactGemmProblem {
 };
 constexpr ExactGemmProblem kExactGemmProblems[] = {{16, 16384, 16, 2, 32.0f}, {64, 96, 80, 12, 4.0f}};
 
+// What `count` outputs must hold when output i, the exact sum sum_of(i) (integers below 2^17: exact in fp32, and with a
+// quarter added) plus added(i), is rounded to h once; and what they would hold with the sum rounded first, which the
+// test's data must tell apart.
+struct Roundings {
+  std::vector<uint16_t> once, twice;
+};
+Roundings round_sums(DType h, int64_t count, const std::function<double(int64_t)>& sum_of,
+                     const std::function<float(int64_t)>& added) {
+  Roundings r{std::vector<uint16_t>(count), std::vector<uint16_t>(count)};
+  for (int64_t i = 0; i < count; ++i) {
+    const auto sum32 = static_cast<float>(sum_of(i));
+    r.once[i] = testing::round_to(h, sum32 + added(i));
+    r.twice[i] = testing::round_to(h, testing::widen(h, testing::round_to(h, sum32)) + added(i));
+  }
+  EXPECT_NE(r.twice, r.once) << "the data must tell one rounding from two";
+  return r;
+}
+
 TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
   const DType h = half();
   for (const ExactGemmProblem& p : kExactGemmProblems) {
     const int64_t n = p.n, c = p.c, oc = p.oc;
     const std::vector<float> inp = small_integers(n * c, 50, p.below), w = small_integers(oc * c, 51, p.below + 1);
     const std::vector<float> bias = quarters(oc, 52, p.bound);
-    std::vector<uint16_t> want(n * oc), rounded_twice(n * oc);
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t j = 0; j < oc; ++j) {
-        double sum = 0;  // integers below 2^17: exact, and exact in fp32 with a quarter added
-        for (int64_t k = 0; k < c; ++k) sum += double{inp[r * c + k]} * w[j * c + k];
-        const auto sum32 = static_cast<float>(sum);
-        want[r * oc + j] = testing::round_to(h, sum32 + bias[j]);
-        rounded_twice[r * oc + j] = testing::round_to(h, testing::widen(h, testing::round_to(h, sum32)) + bias[j]);
-      }
-    }
-    ASSERT_NE(rounded_twice, want) << "the data must tell one rounding from two";
+    const Roundings want = round_sums(
+        h, n * oc,
+        [&](int64_t i) {  // out[r][j] = inp row r · w row j
+          double sum = 0;
+          for (int64_t k = 0; k < c; ++k) sum += double{inp[i / oc * c + k]} * w[i % oc * c + k];
+          return sum;
+        },
+        [&](int64_t i) { return bias[i % oc]; });
     const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c}), g_w = upload_as(half_values(h, w), h, {oc, c});
     for (const DType bias_dtype : {h, DType::kF32}) {
       const Tensor out(upload(std::vector<uint16_t>(n * oc), {n, oc}).data(), h, {n, oc}, Device::cuda(0));
@@ -325,7 +340,8 @@ TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
 #if ZERO_HAS_CUDA
       EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, bias_dtype == h ? 1 : 0) << "GEMMs in the epilogue";
 #endif
-      EXPECT_EQ(download<uint16_t>(out), want) << n << "x" << c << "x" << oc << ", bias " << dtype_name(bias_dtype);
+      EXPECT_EQ(download<uint16_t>(out), want.once)
+          << n << "x" << c << "x" << oc << ", bias " << dtype_name(bias_dtype);
     }
   }
 }
@@ -339,18 +355,14 @@ TEST_P(CudaHalf, WeightGradientIsAddedToTheExactSumThenRoundedOnce) {
     const int64_t n = p.c, c = p.n, oc = p.oc;  // the long side as the rows summed over
     const std::vector<float> inp = small_integers(n * c, 53, p.below), dout = small_integers(n * oc, 54, p.below + 1);
     const std::vector<float> old = quarters(oc * c, 55, p.bound);
-    std::vector<uint16_t> want(oc * c), rounded_twice(oc * c);
-    for (int64_t j = 0; j < oc; ++j) {
-      for (int64_t k = 0; k < c; ++k) {
-        double sum = 0;  // integers below 2^17: exact, and exact in fp32 with a quarter added
-        for (int64_t r = 0; r < n; ++r) sum += double{dout[r * oc + j]} * inp[r * c + k];
-        const auto sum32 = static_cast<float>(sum);
-        want[j * c + k] = testing::round_to(h, sum32 + old[j * c + k]);
-        rounded_twice[j * c + k] =
-            testing::round_to(h, testing::widen(h, testing::round_to(h, sum32)) + old[j * c + k]);
-      }
-    }
-    ASSERT_NE(rounded_twice, want) << "the data must tell one rounding from two";
+    const Roundings want = round_sums(
+        h, oc * c,
+        [&](int64_t i) {  // dweight[j][k] = dout column j · inp column k
+          double sum = 0;
+          for (int64_t r = 0; r < n; ++r) sum += double{dout[r * oc + i / c]} * inp[r * c + i % c];
+          return sum;
+        },
+        [&](int64_t i) { return old[i]; });
     const Tensor dweight = upload_as(half_values(h, old), h, {oc, c});
     const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c});
     const Tensor g_dout = upload_as(half_values(h, dout), h, {n, oc});
@@ -363,7 +375,7 @@ TEST_P(CudaHalf, WeightGradientIsAddedToTheExactSumThenRoundedOnce) {
 #if ZERO_HAS_CUDA
     EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, 1) << "GEMMs in the epilogue";
 #endif
-    EXPECT_EQ(download<uint16_t>(dweight), want) << n << " rows, " << oc << "x" << c;
+    EXPECT_EQ(download<uint16_t>(dweight), want.once) << n << " rows, " << oc << "x" << c;
   }
 }
 
