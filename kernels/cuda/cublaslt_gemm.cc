@@ -54,6 +54,22 @@ constexpr uint32_t kLtAlignment = 16;
 // The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
 constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
 
+// Whether `algo` keeps the sum in fp32 until the epilogue: no split over K, or its partials reduced in the compute
+// type. The preference asks for that; this checks the answer where the algorithm's configuration can be read, since a
+// split reduced in the output's dtype would round the sum, and add a beta = 1 accumulation's old value, more than once.
+bool sums_in_fp32(const cublasLtMatmulAlgo_t& algo) {
+  int32_t splits = 1;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                           &written) != CUBLAS_STATUS_SUCCESS) {
+    return true;  // unreadable: the preference's mask is all there is to go by
+  }
+  return splits <= 1 || scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+}
+
 // One cuBLASLt GEMM problem on a device: all the heuristic's choice depends on.
 struct LtProblem {
   int device;
@@ -109,7 +125,14 @@ class LtAlgorithms {
       ZERO_RETURN_IF_ERROR(cublas_status(query, "cublasLtMatmulAlgoGetHeuristic"));
     }
     std::optional<cublasLtMatmulHeuristicResult_t> result;
-    if (query == CUBLAS_STATUS_SUCCESS && found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS) result = heuristic;
+    if (query == CUBLAS_STATUS_SUCCESS && found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS) {
+      // Refused before any call rather than at one: the caller's fallback then never follows a queued GEMM.
+      cublasLtMatmulHeuristicResult_t checked{};
+      if (sums_in_fp32(heuristic.algo) &&
+          cublasLtMatmulAlgoCheck(h, desc, a, b, d, d, &heuristic.algo, &checked) == CUBLAS_STATUS_SUCCESS) {
+        result = heuristic;
+      }
+    }
     chosen_.emplace(problem, result);
     return result;
   }

@@ -10,7 +10,7 @@
 namespace zero::kernels::cuda {
 
 // Column-major, as cuBLAS sees row-major tensors (matmul.cu's gemm passes them swapped):
-//   D (m, n) = round(op_a(A) (m, k) · op_b(B) (k, n) [+ bias (m), along D's rows] [+ D])
+//   D (m, n) = round(op_a(A) (m, k) · op_b(B) (k, n) [+ bias (m): entry i added to all of D's row i] [+ D])
 // A and B in `half`, D and the bias in `d_dtype`. The products are summed in fp32 (split-K partials kept fp32), the
 // bias and D's old value added to the sum in fp32 in the epilogue, and D rounded once.
 struct LtGemm {
@@ -28,7 +28,9 @@ struct LtGemm {
 };
 
 // On cuda:`device` (current), its current stream. NotFound, with nothing queued, where a pointer is not 16-byte
-// aligned or cuBLASLt offers no algorithm for the problem: the caller takes its unfused path.
+// aligned, or cuBLASLt offers no algorithm for the problem that keeps its sums in fp32 and passes
+// cublasLtMatmulAlgoCheck, or refuses that algorithm at the call (remembered; cuBLASLt documents such a refusal as
+// one of configuration, before any launch): the caller takes its unfused path.
 absl::Status lt_gemm(int device, DType half, const LtGemm& g);
 
 }  // namespace zero::kernels::cuda

@@ -346,9 +346,10 @@ TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
   }
 }
 
-// A half dweight's += adds the GEMM's fp32 sum to the old value in fp32 and rounds once, in cuBLASLt's epilogue: the
-// same exact integers as above (over K = N rows now: 16384 of them in the first problem), the old values quarters, so
-// the one right answer is round(exact sum + old), which a sum rounded before the add misses on this data.
+// A half dweight's += adds the GEMM's fp32 sum to the old value in fp32 and rounds once, in cuBLASLt's epilogue or,
+// for a dweight it cannot take (not 16-byte aligned), through an fp32 scratch: the same exact integers as above (over
+// K = N rows now: 16384 of them in the first problem), the old values quarters, so the one right answer is
+// round(exact sum + old), which a sum rounded before the add misses on this data.
 TEST_P(CudaHalf, WeightGradientIsAddedToTheExactSumThenRoundedOnce) {
   const DType h = half();
   for (const ExactGemmProblem& p : kExactGemmProblems) {
@@ -363,19 +364,25 @@ TEST_P(CudaHalf, WeightGradientIsAddedToTheExactSumThenRoundedOnce) {
           return sum;
         },
         [&](int64_t i) { return old[i]; });
-    const Tensor dweight = upload_as(half_values(h, old), h, {oc, c});
     const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c});
     const Tensor g_dout = upload_as(half_values(h, dout), h, {n, oc});
     const Tensor g_w = upload_as(half_values(h, std::vector<float>(oc * c)), h, {oc, c});
+    // Aligned, in cuBLASLt's epilogue; one element into its buffer, through the fp32 scratch: the same bits.
+    for (const int64_t offset : {0, 1}) {
+      std::vector<float> shifted(offset, 0.0f);
+      shifted.insert(shifted.end(), old.begin(), old.end());
+      const Tensor buffer = upload_as(half_values(h, shifted), h, {offset + oc * c});
+      const Tensor dweight(static_cast<uint16_t*>(buffer.data()) + offset, h, {oc, c}, Device::cuda(0));
 #if ZERO_HAS_CUDA
-    const int64_t fused_before = cuda::cublaslt_gemms_run();
+      const int64_t fused_before = cuda::cublaslt_gemms_run();
 #endif
-    const absl::Status s = matmul_backward(Tensor(), dweight, Tensor(), g_dout, g_inp, g_w);
-    ASSERT_TRUE(s.ok()) << s;
+      const absl::Status s = matmul_backward(Tensor(), dweight, Tensor(), g_dout, g_inp, g_w);
+      ASSERT_TRUE(s.ok()) << s;
 #if ZERO_HAS_CUDA
-    EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, 1) << "GEMMs in the epilogue";
+      EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, offset == 0 ? 1 : 0) << "GEMMs in the epilogue";
 #endif
-    EXPECT_EQ(download<uint16_t>(dweight), want.once) << n << " rows, " << oc << "x" << c;
+      EXPECT_EQ(download<uint16_t>(dweight), want.once) << n << " rows, " << oc << "x" << c << ", offset " << offset;
+    }
   }
 }
 
