@@ -1,4 +1,4 @@
-// The engine's flat buffer arithmetic (+=, /, *, zero fill) on fp32/bf16/fp16, in fp32 with one rounding per element.
+// The engine's flat buffer arithmetic (+=, /, zero fill) on fp32/bf16/fp16, in fp32 with one rounding per element.
 #include <cstring>
 
 #include "kernels/check.h"
@@ -42,22 +42,6 @@ absl::Status divide_by(const Tensor& x, float divisor) {
   visit_floating(x.dtype(), [&](auto t) {
     detail::map_elements<decltype(t)::value>(
         x, [divisor](float v) { return v / divisor; }, x);
-  });
-  return absl::OkStatus();
-}
-
-absl::Status multiply_by(const Tensor& x, float factor) {
-  ZERO_RETURN_IF_ERROR(detail::check_floating("multiply_by", "x", x));
-  if (x.device().is_sim()) {
-    return launch_on_sim(x.device(), "multiply_by", {writes(x)},
-                         [=](HostTensors& host) { return multiply_by(host(x), factor); });
-  }
-#if ZERO_HAS_CUDA
-  if (x.device().is_cuda()) return cuda::multiply_by(x.device().index, x.data(), x.dtype(), x.numel(), factor);
-#endif
-  visit_floating(x.dtype(), [&](auto t) {
-    detail::map_elements<decltype(t)::value>(
-        x, [factor](float v) { return v * factor; }, x);
   });
   return absl::OkStatus();
 }

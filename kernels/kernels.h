@@ -197,8 +197,6 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
 absl::Status add_into(const Tensor& dst, const Tensor& src);
 // x /= divisor (a division, not a multiplication by 1 / divisor, which rounds differently).
 absl::Status divide_by(const Tensor& x, float divisor);
-// x *= factor.
-absl::Status multiply_by(const Tensor& x, float factor);
 // Every byte of x set to 0; x contiguous, any dtype.
 absl::Status fill_zero(const Tensor& x);
 

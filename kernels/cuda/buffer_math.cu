@@ -1,4 +1,4 @@
-// The engine's flat buffer arithmetic on CUDA, bit for bit the CPU's: +=, / and * in fp32, rounded once; zero fill.
+// The engine's flat buffer arithmetic on CUDA, bit for bit the CPU's: += and / in fp32, rounded once; zero fill.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "runtime/cuda/half.cuh"
@@ -21,12 +21,6 @@ __global__ void divide_by_kernel(void* x, float divisor, int64_t n) {
       n, [&](int64_t first, int64_t count) { map_chunk<T>(x, x, first, count, [&](float v) { return v / divisor; }); });
 }
 
-template <DType T>
-__global__ void multiply_by_kernel(void* x, float factor, int64_t n) {
-  for_each_chunk(
-      n, [&](int64_t first, int64_t count) { map_chunk<T>(x, x, first, count, [&](float v) { return v * factor; }); });
-}
-
 }  // namespace
 
 absl::Status add_into(int device, void* dst, const void* src, DType dtype, int64_t n) {
@@ -38,12 +32,6 @@ absl::Status add_into(int device, void* dst, const void* src, DType dtype, int64
 absl::Status divide_by(int device, void* x, DType dtype, int64_t n, float divisor) {
   return visit_floating(dtype, [&](auto t) {
     return launch_elementwise(device, "divide_by_kernel", divide_by_kernel<decltype(t)::value>, n, x, divisor);
-  });
-}
-
-absl::Status multiply_by(int device, void* x, DType dtype, int64_t n, float factor) {
-  return visit_floating(dtype, [&](auto t) {
-    return launch_elementwise(device, "multiply_by_kernel", multiply_by_kernel<decltype(t)::value>, n, x, factor);
   });
 }
 

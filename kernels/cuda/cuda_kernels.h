@@ -79,11 +79,10 @@ bool set_cudnn_attention(bool enabled);
 absl::Status cast(int device, void* out, DType to, const void* inp, DType from, int64_t n,
                   const StochasticRounding* stochastic);
 
-// dst += src, x /= divisor, x *= factor over n elements of a floating dtype, in fp32 and rounded once to it;
+// dst += src and x /= divisor over n elements of a floating dtype, in fp32 and rounded once to it;
 // fill_zero clears nbytes.
 absl::Status add_into(int device, void* dst, const void* src, DType dtype, int64_t n);
 absl::Status divide_by(int device, void* x, DType dtype, int64_t n, float divisor);
-absl::Status multiply_by(int device, void* x, DType dtype, int64_t n, float factor);
 absl::Status fill_zero(int device, void* x, int64_t nbytes);
 
 }  // namespace zero::kernels::cuda
