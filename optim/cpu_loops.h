@@ -1,4 +1,5 @@
-// CPU plumbing shared by the optimizers: a static OpenMP split over chunks and the half-precision copy.
+// CPU plumbing shared by the optimizers: a static OpenMP split over chunks, the gradients read as fp32 pieces, and the
+// half-precision copy.
 #pragma once
 
 #include <algorithm>
@@ -24,7 +25,7 @@ void for_each_chunk(const ShardLayout& layout, Fn&& fn) {
 
 // fn(g, begin, end) over [chunk.begin, chunk.end) in pieces, g[i - begin] the fp32 gradient of shard element i as
 // scaled_gradient gives it: the shard's own gradients where they are fp32 and nothing scales them, else each piece
-// read into a buffer on the stack (as long as a piece stays in the L1 cache).
+// read into a buffer on the stack, sized to stay in the L1 cache.
 inline constexpr int64_t kGradientPiece = 2048;
 template <typename Fn>
 void for_each_gradient_piece(const GradientRead& grads, const ShardChunk& chunk, Fn&& fn) {

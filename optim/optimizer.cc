@@ -62,11 +62,12 @@ absl::Status Optimizer::check_step(const Tensor& params, const Gradients& grads,
   const int64_t n = layout_->shard_numel();
   ZERO_RETURN_IF_ERROR(check_shard_tensor(params, "params", DType::kF32, n, device_));
   const DType g = grads.values.dtype();
-  ZERO_RETURN_IF_ERROR(
-      check_shard_tensor(grads.values, "grads", g == DType::kBF16 || g == DType::kF16 ? g : DType::kF32, n, device_));
-  if (!(std::isfinite(grads.loss_scale) && grads.loss_scale > 0 && std::isfinite(grads.clip) && grads.clip > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(name(), ": gradients unscaled by ", grads.loss_scale,
-                                                   " and clipped by ", grads.clip, "; both must be finite and > 0"));
+  ZERO_RETURN_IF_ERROR(check_shard_tensor(grads.values, "grads (fp32, bf16 or fp16)",
+                                          g == DType::kBF16 || g == DType::kF16 ? g : DType::kF32, n, device_));
+  if (!(std::isfinite(grads.loss_scale) && grads.loss_scale > 0 && std::isfinite(grads.clip) && grads.clip >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": gradients unscaled by ", grads.loss_scale, " and clipped by ", grads.clip,
+                     "; the loss scale must be finite and > 0, the clip finite and >= 0"));
   }
   if (step < 1) {
     return absl::InvalidArgumentError(absl::StrCat(name(), " step ", step, ": steps count from 1, as torch.optim's"));

@@ -1,6 +1,7 @@
 // ZeroConfig: the checks of its values, and the gradient-bucket rule the engine and the tools share.
 #include "shard/config.h"
 
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -70,12 +71,14 @@ absl::Status ZeroConfig::validate(absl::string_view key_prefix) const {
                             "the shards of stage 3; use stage 3, or offload the optimizer instead"));
   }
   if (!is_floating(precision)) return bad("precision", dtype_name(precision), "use fp32, bf16 or fp16");
+  constexpr double kFloatMax = std::numeric_limits<float>::max();  // the optimizers divide by the scale in fp32
   if (loss_scaling.initial_scale <= 0 || loss_scaling.min_scale <= 0 || loss_scaling.static_scale < 0 ||
-      loss_scaling.window < 1 || loss_scaling.hysteresis < 1) {
+      loss_scaling.window < 1 || loss_scaling.hysteresis < 1 || loss_scaling.initial_scale > kFloatMax ||
+      loss_scaling.static_scale > kFloatMax) {
     return absl::InvalidArgumentError(
         absl::StrCat(key_prefix,
                      "loss_scaling: static_scale must be >= 0 (0 means dynamic), and initial_scale, min_scale, window "
-                     "and hysteresis positive"));
+                     "and hysteresis positive; the scales at most 3.4e38 (a float)"));
   }
   return absl::OkStatus();
 }

@@ -110,6 +110,21 @@ absl::Status through_fp32_scratch(int device, int64_t elems, Product&& product, 
   });
 }
 
+// fn(p), p being dst itself where it is 16-byte aligned, else an aligned stream-ordered copy of its `bytes`, copied
+// back after: a GEMM accumulating into dst then has its algorithm, and so its bits, chosen by the problem alone, not by
+// where dst lies (a stage-0 gradient bucket packs units at offsets that need not be 16-byte aligned, so the same
+// weight gradient lies differently from stage to stage).
+template <typename Fn>
+absl::Status on_aligned(int device, void* dst, size_t bytes, Fn&& fn) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) return fn(dst);
+  return with_scratch(device, bytes, [&](void* copy) {
+    const Stream stream = current_cuda_stream(device);
+    ZERO_RETURN_IF_ERROR(cuda_api().copy_async(copy, dst, bytes, stream));
+    ZERO_RETURN_IF_ERROR(fn(copy));
+    return cuda_api().copy_async(dst, copy, bytes, stream);
+  });
+}
+
 // dst (OC, C) = dout^T (OC, N) · inp (N, C) [+ dst, beta = 1], as gemm's swapped operands: inp and dout in `half`.
 absl::Status weight_gradient(int device, void* dst, DType dst_dtype, float beta, const void* dout, const void* inp,
                              DType half, int64_t n, int64_t c, int64_t oc) {
@@ -173,7 +188,9 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
     ZERO_RETURN_IF_ERROR(gemm(device, tf32, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, 0.0f, dinp, c));
   }
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
-  ZERO_RETURN_IF_ERROR(gemm(device, tf32, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, dweight, c));
+  ZERO_RETURN_IF_ERROR(on_aligned(device, dweight, oc * c * sizeof(float), [&](void* dst) {
+    return gemm(device, tf32, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, 1.0f, static_cast<float*>(dst), c);
+  }));
   if (dbias == nullptr) return absl::OkStatus();
   return add_column_sums<DType::kF32>(device, n, oc, {dbias}, MatrixColumns<DType::kF32>{dout, oc});
 }
@@ -240,11 +257,10 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void
         gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp, dinp_dtype, c));
   }
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C): an fp32 dweight takes the sum through beta = 1.
-  if (dweight_dtype == DType::kF32) {
-    ZERO_RETURN_IF_ERROR(weight_gradient(device, dweight, DType::kF32, 1.0f, dout, inp, half, n, c, oc));
-  } else {
-    ZERO_RETURN_IF_ERROR(accumulate_half_weight_gradient(device, dweight, dweight_dtype, dout, inp, half, n, c, oc));
-  }
+  ZERO_RETURN_IF_ERROR(on_aligned(device, dweight, oc * c * dtype_size(dweight_dtype), [&](void* dst) {
+    if (dweight_dtype == DType::kF32) return weight_gradient(device, dst, DType::kF32, 1.0f, dout, inp, half, n, c, oc);
+    return accumulate_half_weight_gradient(device, dst, dweight_dtype, dout, inp, half, n, c, oc);
+  }));
   if (dbias == nullptr) return absl::OkStatus();
   return visit_floating(half, [&](auto in) {
     return visit_floating(dbias_dtype, [&](auto out) {

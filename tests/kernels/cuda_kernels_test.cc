@@ -269,13 +269,6 @@ INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, CudaHalfGemm, ::testing::Values(DType::kBF
                            return std::string(info.param == DType::kBF16 ? "bf16" : "fp16");
                          });
 
-// A half output's bias is added to the GEMM's fp32 sum, which is rounded once: in cuBLASLt's epilogue (bias in the
-// output's dtype), or unfused (an fp32 bias), with split-K partials kept fp32 either way. Small non-negative integers
-// make every product and partial sum exact in fp32, in any order, so the one right answer is round(exact sum + bias);
-// the sums lie past half's integers (bf16 from 256, fp16 from 2048), where a sum rounded before the bias's add, or
-// partials reduced in half, land elsewhere, and the test checks that its data tells them apart; it also checks that
-// the half bias took cuBLASLt's epilogue and the fp32 one did not. N = OC = 16 with C = 16384 is a shape cuBLAS may
-// split over K.
 // Integers uniform in [0, below), and quarters uniform in (-bound, bound): exact in fp32, bf16 and fp16 alike.
 std::vector<float> small_integers(int64_t count, uint32_t seed, int below) {
   std::vector<float> v = random_floats(count, seed, 0.0f, static_cast<float>(below) - 0.001f);
@@ -314,6 +307,13 @@ Roundings round_sums(DType h, int64_t count, const std::function<double(int64_t)
   return r;
 }
 
+// A half output's bias is added to the GEMM's fp32 sum, which is rounded once: in cuBLASLt's epilogue (bias in the
+// output's dtype), or unfused (an fp32 bias), with split-K partials kept fp32 either way. Small non-negative integers
+// make every product and partial sum exact in fp32, in any order, so the one right answer is round(exact sum + bias);
+// the sums lie past half's integers (bf16 from 256, fp16 from 2048), where a sum rounded before the bias's add, or
+// partials reduced in half, land elsewhere, and the test checks that its data tells them apart; it also checks that
+// the half bias took cuBLASLt's epilogue and the fp32 one did not. N = OC = 16 with C = 16384 is a shape cuBLAS may
+// split over K.
 TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
   const DType h = half();
   for (const ExactGemmProblem& p : kExactGemmProblems) {
@@ -346,10 +346,10 @@ TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
   }
 }
 
-// A half dweight's += adds the GEMM's fp32 sum to the old value in fp32 and rounds once, in cuBLASLt's epilogue or,
-// for a dweight it cannot take (not 16-byte aligned), through an fp32 scratch: the same exact integers as above (over
-// K = N rows now: 16384 of them in the first problem), the old values quarters, so the one right answer is
-// round(exact sum + old), which a sum rounded before the add misses on this data.
+// A half dweight's += adds the GEMM's fp32 sum to the old value in fp32 and rounds once, in cuBLASLt's epilogue (a
+// dweight not 16-byte aligned through an aligned copy): the same exact integers as above (over K = N rows now: 16384
+// of them in the first problem), the old values quarters, so the one right answer is round(exact sum + old), which a
+// sum rounded before the add misses on this data.
 TEST_P(CudaHalf, WeightGradientIsAddedToTheExactSumThenRoundedOnce) {
   const DType h = half();
   for (const ExactGemmProblem& p : kExactGemmProblems) {
@@ -367,7 +367,7 @@ TEST_P(CudaHalf, WeightGradientIsAddedToTheExactSumThenRoundedOnce) {
     const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c});
     const Tensor g_dout = upload_as(half_values(h, dout), h, {n, oc});
     const Tensor g_w = upload_as(half_values(h, std::vector<float>(oc * c)), h, {oc, c});
-    // Aligned, in cuBLASLt's epilogue; one element into its buffer, through the fp32 scratch: the same bits.
+    // Aligned, and one element into its buffer.
     for (const int64_t offset : {0, 1}) {
       std::vector<float> shifted(offset, 0.0f);
       shifted.insert(shifted.end(), old.begin(), old.end());
@@ -379,10 +379,37 @@ TEST_P(CudaHalf, WeightGradientIsAddedToTheExactSumThenRoundedOnce) {
       const absl::Status s = matmul_backward(Tensor(), dweight, Tensor(), g_dout, g_inp, g_w);
       ASSERT_TRUE(s.ok()) << s;
 #if ZERO_HAS_CUDA
-      EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, offset == 0 ? 1 : 0) << "GEMMs in the epilogue";
+      EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, 1) << "GEMMs in the epilogue";
 #endif
       EXPECT_EQ(download<uint16_t>(dweight), want.once) << n << " rows, " << oc << "x" << c << ", offset " << offset;
     }
+  }
+}
+
+// A weight gradient's bits do not depend on where it lies: a stage-0 gradient bucket packs units at offsets that need
+// not be 16-byte aligned, and the stages must agree bitwise. Random data (so a different GEMM algorithm, summing in
+// another order, would show), dweight fp32 or half, one element into its buffer or not.
+TEST_P(CudaHalf, WeightGradientsBitsDoNotDependOnWhereTheyLie) {
+  const DType h = half();
+  const int64_t n = 300, c = 72, oc = 40;
+  const Tensor g_inp = upload_as(random_half(n * c, 56, h), h, {n, c});
+  const Tensor g_dout = upload_as(random_half(n * oc, 57, h), h, {n, oc});
+  const Tensor g_w = upload_as(random_half(oc * c, 58, h), h, {oc, c});
+  for (const DType results : {DType::kF32, h}) {
+    std::vector<std::vector<uint8_t>> bits;
+    for (const int64_t offset : {0, 1}) {
+      std::vector<float> old(offset, 0.0f);
+      const std::vector<float> values = random_floats(oc * c, 59);
+      old.insert(old.end(), values.begin(), values.end());
+      const Tensor buffer = upload_as(half_values(h, old), results, {offset + oc * c});
+      const Tensor dweight(static_cast<uint8_t*>(buffer.data()) + offset * dtype_size(results), results, {oc, c},
+                           Device::cuda(0));
+      ASSERT_TRUE(matmul_backward(Tensor(), dweight, Tensor(), g_dout, g_inp, g_w).ok());
+      bits.push_back(download<uint8_t>(
+          Tensor(dweight.data(), DType::kU8, {static_cast<int64_t>(dweight.nbytes())}, Device::cuda(0))));
+    }
+    EXPECT_EQ(bits[0].size(), static_cast<size_t>(oc * c * dtype_size(results)));
+    EXPECT_EQ(bits[1], bits[0]) << dtype_name(results) << " dweight";
   }
 }
 
@@ -733,8 +760,10 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
     ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
     EXPECT_EQ(gpu->counted, cpu->counted) << n << " rows";
     EXPECT_EQ(gpu->correct, cpu->correct) << n << " rows";
-    // expf vs std::exp (<= 2 ulps; the GPU's online softmax rescales a term by an fp64 exp, negligible), the fp64
-    // sum's order (negligible), and the loss's final rounding.
+    // expf vs std::exp (<= 2 ulps), the fp64 sum's order (negligible), and the loss's final rounding. The GPU's
+    // online softmax takes a term as expf(x - m) · exp(m - max) for its thread's max m at the time: expf's 2 ulps
+    // again, the fp64 factor and product adding ~2^-52 each, so each term is still within ~2 ulps of exp(x - max),
+    // and a sum of positive terms keeps their relative error.
     EXPECT_NEAR(gpu->loss, cpu->loss, 4 * kU32 * std::fabs(cpu->loss)) << n << " rows";
     if (n == 0) continue;
     // Each gradient is p·(scale/sum) [- scale]: a few roundings of values <= scale = 1/counted.
@@ -743,8 +772,6 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
   }
 }
 
-// bf16/fp16 logits on the GPU, in place as GPT-2 runs it, against the CPU's fp32 kernel on the widened logits: the
-// fp32 test's tolerances, the gradient then rounded once.
 // Rows wider than a block's 2048-element stride, so each thread's online softmax rescales its sum as its max grows:
 // random rows, and rows ascending (a new max in every chunk) and descending (never one after the first); the same
 // bounds as above.
@@ -767,6 +794,8 @@ TEST_F(CudaKernels, CrossEntropyOfWideRowsMatchesCpu) {
   expect_near_all(download<float>(g_d), dlogits, 8 * kU32 / static_cast<double>(cpu->counted), "dlogits");
 }
 
+// bf16/fp16 logits on the GPU, in place as GPT-2 runs it, against the CPU's fp32 kernel on the widened logits: the
+// fp32 test's tolerances, the gradient then rounded once.
 TEST_P(CudaHalf, CrossEntropyMatchesCpu) {
   const int64_t n = 1000, padded = 136, vocab = 130;
   const HalfValues logits = random_half(n * padded, 20, half(), -4.0f, 4.0f);

@@ -174,13 +174,20 @@ TEST(Optimizer, StepRejectsIntegerGradientsAndScalesThatAreNotFiniteAndPositive)
   absl::Status s = (*opt)->step(params, Tensor(g.data(), DType::kI32, {4}), 1, 0.1f);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("grads"), absl::string_view::npos) << s;
-  for (const auto& [loss_scale, clip] : std::vector<std::pair<float, float>>{
-           {0.0f, 1.0f}, {std::nanf(""), 1.0f}, {1.0f, -0.5f}, {1.0f, std::numeric_limits<float>::infinity()}}) {
+  for (const auto& [loss_scale, clip] :
+       std::vector<std::pair<float, float>>{{0.0f, 1.0f},
+                                            {std::nanf(""), 1.0f},
+                                            {std::numeric_limits<float>::infinity(), 1.0f},
+                                            {1.0f, -0.5f},
+                                            {1.0f, std::numeric_limits<float>::infinity()}}) {
     s = (*opt)->step(params, Gradients(grads, loss_scale, clip), 1, 0.1f);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << loss_scale << ", " << clip;
-    EXPECT_NE(s.message().find("must be finite and > 0"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("the loss scale must be finite and > 0, the clip finite and >= 0"),
+              absl::string_view::npos)
+        << s;
   }
   EXPECT_TRUE((*opt)->step(params, Gradients(grads, 128.0f, 0.5f), 1, 0.1f).ok());
+  EXPECT_TRUE((*opt)->step(params, Gradients(grads, 1.0f, 0.0f), 1, 0.1f).ok());  // a norm past a float's range
 }
 
 TEST(Optimizer, StepZeroIsRejected) {
