@@ -451,6 +451,18 @@ TEST(DelayedUpdateConfig, NeedsTheOptimizerOnTheHostAndTheParameterShardsOnTheDe
   EXPECT_THAT(std::string(c.validate().message()), HasSubstr("ZeroConfig.delayed_update_after = -2"));
 }
 
+// The optimizers divide the gradients by the loss scale in fp32: a scale past a float's range is refused up front.
+TEST(LossScalingConfig, ScalesBeyondAFloatAreRefused) {
+  ZeroConfig c;
+  c.precision = DType::kF16;
+  EXPECT_TRUE(c.validate().ok()) << c.validate();
+  c.loss_scaling.initial_scale = 1e39;
+  EXPECT_THAT(std::string(c.validate().message()), HasSubstr("the scales at most 3.4e38"));
+  c.loss_scaling.initial_scale = 65536;
+  c.loss_scaling.static_scale = 1e39;
+  EXPECT_THAT(std::string(c.validate().message()), HasSubstr("the scales at most 3.4e38"));
+}
+
 TEST(NoSync, RefusedAtStagesTwoAndThree) {
   ZeroConfig c;
   c.no_sync = true;
