@@ -46,11 +46,6 @@ absl::Status set_attribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPrefer
                        "cublasLtMatmulPreferenceSetAttribute");
 }
 
-// What the cuBLASLt path asks of every pointer, and tells the heuristic: 16 bytes, what its kernels' vector and TMA
-// loads need. Pinned rather than read from the addresses, so the algorithm, and with it the bits, depend on the
-// problem alone and not on where its buffers happen to lie (a gathered unit, a recomputed block).
-constexpr uint32_t kLtAlignment = 16;
-
 // The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
 constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
 

@@ -13,6 +13,11 @@ namespace zero::kernels::cuda {
 //   D (m, n) = round(op_a(A) (m, k) · op_b(B) (k, n) [+ bias (m): entry i added to all of D's row i] [+ D])
 // A and B in `half`, D and the bias in `d_dtype`. The products are summed in fp32 (split-K partials kept fp32), the
 // bias and D's old value added to the sum in fp32 in the epilogue, and D rounded once.
+// What lt_gemm asks of every pointer, and tells the heuristic: 16 bytes, what its kernels' vector and TMA loads need.
+// Pinned rather than read from the addresses, so the algorithm, and with it the bits, depend on the problem alone and
+// not on where its buffers happen to lie (a gathered unit, a recomputed block).
+inline constexpr uint32_t kLtAlignment = 16;
+
 struct LtGemm {
   bool transpose_a = false, transpose_b = false;
   int64_t m = 0, n = 0, k = 0;

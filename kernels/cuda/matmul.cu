@@ -110,13 +110,13 @@ absl::Status through_fp32_scratch(int device, int64_t elems, Product&& product, 
   });
 }
 
-// fn(p), p being dst itself where it is 16-byte aligned, else an aligned stream-ordered copy of its `bytes`, copied
-// back after: a GEMM accumulating into dst then has its algorithm, and so its bits, chosen by the problem alone, not by
-// where dst lies (a stage-0 gradient bucket packs units at offsets that need not be 16-byte aligned, so the same
-// weight gradient lies differently from stage to stage).
+// fn(p), p being dst itself where it is kLtAlignment-aligned, else an aligned stream-ordered copy of its `bytes`,
+// copied back after: a GEMM accumulating into dst then has its algorithm, and so its bits, chosen by the problem
+// alone, not by where dst lies (a stage-0 gradient bucket packs units at offsets that need not be 16-byte aligned, so
+// the same weight gradient lies differently from stage to stage).
 template <typename Fn>
 absl::Status on_aligned(int device, void* dst, size_t bytes, Fn&& fn) {
-  if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) return fn(dst);
+  if (reinterpret_cast<uintptr_t>(dst) % kLtAlignment == 0) return fn(dst);
   return with_scratch(device, bytes, [&](void* copy) {
     const Stream stream = current_cuda_stream(device);
     ZERO_RETURN_IF_ERROR(cuda_api().copy_async(copy, dst, bytes, stream));
