@@ -138,11 +138,6 @@ __device__ __forceinline__ T warp_sum(T x) {
   return x;
 }
 
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-
 __device__ __forceinline__ float widen(float x) { return x; }
 __device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float widen(__half x) { return __half2float(x); }
