@@ -1,5 +1,5 @@
-// matmul_forward / matmul_backward in fp32, bf16 or fp16: GEMMs through OpenBLAS (kernels/blas.h; half operands
-// widened) or cuBLAS, bias and its gradient here.
+// matmul_forward / matmul_backward in fp32, bf16 or fp16, alone or with GELU fused: GEMMs through OpenBLAS
+// (kernels/blas.h; half operands widened) or cuBLAS, bias and its gradient here.
 #include <algorithm>
 #include <vector>
 
@@ -55,6 +55,31 @@ absl::Status check_bias(absl::string_view op, absl::string_view name, const Tens
   return given(bias) ? check_result(op, name, bias, d, device, 1, d.oc) : absl::OkStatus();
 }
 
+// matmul_backward's arguments: dims from inp and weight, dout an operand with them (cuBLAS takes both of one dtype).
+absl::StatusOr<MatmulDims> backward_dims(absl::string_view op, const Tensor& dinp, const Tensor& dweight,
+                                         const Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                                         const Tensor& weight) {
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
+  const Device dev = inp.device();
+  ZERO_RETURN_IF_ERROR(check_matrix(op, "dout", dout, d.operands, dev, d.n, d.oc));
+  ZERO_RETURN_IF_ERROR(check_result(op, "dweight", dweight, d, dev, d.oc, d.c));
+  ZERO_RETURN_IF_ERROR(check_bias(op, "dbias", dbias, d, dev));
+  if (given(dinp)) ZERO_RETURN_IF_ERROR(check_result(op, "dinp", dinp, d, dev, d.n, d.c));
+  return d;
+}
+
+// InvalidArgument where `written`'s bytes overlap `other`'s.
+absl::Status check_apart(absl::string_view op, absl::string_view written_name, const Tensor& written,
+                         absl::string_view other_name, const Tensor& other) {
+  const auto* w = static_cast<const char*>(written.data());
+  const auto* o = static_cast<const char*>(other.data());
+  if (w < o + other.nbytes() && o < w + written.nbytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", written_name, " must not overlap ", other_name, "; give it a buffer of its own"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
@@ -70,7 +95,7 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda() && d.operands != DType::kF32) {
-    return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), inp.data(), weight.data(),
+    return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), nullptr, inp.data(), weight.data(),
                                      bias.data(), bias.dtype(), d.operands, d.n, d.c, d.oc);
   }
   if (inp.device().is_cuda()) {
@@ -108,14 +133,8 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
 
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, Fp32Gemm fp32_gemm) {
-  constexpr absl::string_view op = "matmul_backward";
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, backward_dims("matmul_backward", dinp, dweight, dbias, dout, inp, weight));
   const Device dev = inp.device();
-  // dout is a GEMM operand with weight (then inp): cuBLAS takes both of one dtype.
-  ZERO_RETURN_IF_ERROR(check_matrix(op, "dout", dout, d.operands, dev, d.n, d.oc));
-  ZERO_RETURN_IF_ERROR(check_result(op, "dweight", dweight, d, dev, d.oc, d.c));
-  ZERO_RETURN_IF_ERROR(check_bias(op, "dbias", dbias, d, dev));
-  if (given(dinp)) ZERO_RETURN_IF_ERROR(check_result(op, "dinp", dinp, d, dev, d.n, d.c));
   if (d.n == 0) return absl::OkStatus();
   if (dev.is_sim()) {
     return launch_on_sim(
@@ -126,7 +145,7 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
   }
 #if ZERO_HAS_CUDA
   if (dev.is_cuda() && d.operands != DType::kF32) {
-    return cuda::matmul_backward_half(dev.index, dinp.data(), dinp.dtype(), dweight.data(), dweight.dtype(),
+    return cuda::matmul_backward_half(dev.index, dinp.data(), dinp.dtype(), nullptr, dweight.data(), dweight.dtype(),
                                       dbias.data(), dbias.dtype(), dout.data(), inp.data(), weight.data(), d.operands,
                                       d.n, d.c, d.oc);
   }
@@ -175,6 +194,74 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
     add_column_sums(d.n, d.oc, dbias.data_as<float>(), [&](int64_t r, int64_t c) { return g[r * d.oc + c]; });
   }
   return absl::OkStatus();
+}
+
+absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
+                                 const Tensor& bias, Fp32Gemm fp32_gemm) {
+  constexpr absl::string_view op = "matmul_gelu_forward";
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
+  ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
+  ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, out));
+  ZERO_RETURN_IF_ERROR(check_apart(op, "pre", pre, "out", out));
+  ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
+  if (inp.device().is_sim()) {
+    return launch_on_sim(inp.device(), "matmul_gelu_forward",
+                         {reads(inp), reads(weight), reads(bias), writes(out), writes(pre)}, [=](HostTensors& host) {
+                           return matmul_gelu_forward(host(out), host(pre), host(inp), host(weight), host(bias));
+                         });
+  }
+  if (out.dtype() == DType::kF32) {
+    // fp32 pre is GELU's input unrounded: the two calls give the fused result.
+    ZERO_RETURN_IF_ERROR(matmul_forward(pre, inp, weight, bias, fp32_gemm));
+    return gelu_forward(out, pre);
+  }
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) {
+    return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), pre.data(), inp.data(), weight.data(),
+                                     bias.data(), bias.dtype(), d.operands, d.n, d.c, d.oc);
+  }
+#endif
+  using enum detail::Role;
+  return detail::on_widened({{out, kOut}, {pre, kOut}, {inp, kIn}, {weight, kIn}, {bias, kIn}},
+                            [](const auto& t) { return matmul_gelu_forward(t[0], t[1], t[2], t[3], t[4]); });
+}
+
+absl::Status matmul_backward_through_gelu(const Tensor& dpre, const Tensor& dweight, const Tensor& dbias,
+                                          const Tensor& dout, const Tensor& inp, const Tensor& pre,
+                                          const Tensor& weight, Fp32Gemm fp32_gemm) {
+  constexpr absl::string_view op = "matmul_backward_through_gelu";
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, backward_dims(op, dpre, dweight, dbias, dout, inp, weight));
+  ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, dpre));
+  for (const auto& [name, read] : {std::pair{"pre", &pre}, {"dout", &dout}, {"inp", &inp}}) {
+    ZERO_RETURN_IF_ERROR(check_apart(op, "dpre", dpre, name, *read));
+  }
+  const Device dev = inp.device();
+  if (d.n == 0) return absl::OkStatus();
+  if (dev.is_sim()) {
+    return launch_on_sim(
+        dev, "matmul_backward_through_gelu",
+        {reads(dout), reads(inp), reads(pre), reads(weight), writes(dpre), writes(dweight), writes(dbias)},
+        [=](HostTensors& host) {
+          return matmul_backward_through_gelu(host(dpre), host(dweight), host(dbias), host(dout), host(inp), host(pre),
+                                              host(weight));
+        });
+  }
+  if (dpre.dtype() == DType::kF32) {
+    // fp32 dpre holds the product unrounded: the two calls give the fused result.
+    ZERO_RETURN_IF_ERROR(matmul_backward(dpre, dweight, dbias, dout, inp, weight, fp32_gemm));
+    return gelu_backward(dpre, pre, dpre);
+  }
+#if ZERO_HAS_CUDA
+  if (dev.is_cuda()) {
+    return cuda::matmul_backward_half(dev.index, dpre.data(), dpre.dtype(), pre.data(), dweight.data(), dweight.dtype(),
+                                      dbias.data(), dbias.dtype(), dout.data(), inp.data(), weight.data(), d.operands,
+                                      d.n, d.c, d.oc);
+  }
+#endif
+  using enum detail::Role;
+  return detail::on_widened(
+      {{dpre, kOut}, {dweight, kInOut}, {dbias, kInOut}, {dout, kIn}, {inp, kIn}, {pre, kIn}, {weight, kIn}},
+      [](const auto& t) { return matmul_backward_through_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6]); });
 }
 
 }  // namespace zero::kernels

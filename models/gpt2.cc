@@ -127,9 +127,9 @@ class Gpt2Block final : public Unit {
                                            {{&d4c, wide, dtype}, {&dc, shape, dtype}, {&dx2, shape, dtype}}));
     const Tensor dqkv = d4c.view(0, {shape[0], shape[1], 3 * config_.channels});
     // MLP: y = x2 + c_proj(gelu(c_fc(ln_2(x2)))).
-    ZERO_RETURN_IF_ERROR(kernels::matmul_backward(d4c, g.at("mlp.c_proj.weight"), g.at("mlp.c_proj.bias"), dy,
-                                                  a_.fc_gelu, p.at("mlp.c_proj.weight"), fp32_gemm(ctx)));
-    ZERO_RETURN_IF_ERROR(kernels::gelu_backward(d4c, a_.fc, d4c));
+    ZERO_RETURN_IF_ERROR(kernels::matmul_backward_through_gelu(d4c, g.at("mlp.c_proj.weight"), g.at("mlp.c_proj.bias"),
+                                                               dy, a_.fc_gelu, a_.fc, p.at("mlp.c_proj.weight"),
+                                                               fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::matmul_backward(dc, g.at("mlp.c_fc.weight"), g.at("mlp.c_fc.bias"), d4c, a_.ln2,
                                                   p.at("mlp.c_fc.weight"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::layernorm_backward(dx2, g.at("ln_2.weight"), g.at("ln_2.bias"), dc, a_.x2,
@@ -187,9 +187,8 @@ class Gpt2Block final : public Unit {
         kernels::matmul_forward(a_.x2, a_.atty, p.at("attn.c_proj.weight"), p.at("attn.c_proj.bias"), fp32_gemm(ctx)));
     ZERO_RETURN_IF_ERROR(kernels::residual_layernorm_forward(a_.ln2, a_.ln2_mean, a_.ln2_rstd, a_.x2, x_,
                                                              p.at("ln_2.weight"), p.at("ln_2.bias")));  // x2 += x
-    ZERO_RETURN_IF_ERROR(
-        kernels::matmul_forward(a_.fc, a_.ln2, p.at("mlp.c_fc.weight"), p.at("mlp.c_fc.bias"), fp32_gemm(ctx)));
-    return kernels::gelu_forward(a_.fc_gelu, a_.fc);
+    return kernels::matmul_gelu_forward(a_.fc_gelu, a_.fc, a_.ln2, p.at("mlp.c_fc.weight"), p.at("mlp.c_fc.bias"),
+                                        fp32_gemm(ctx));
   }
 
   const Gpt2Config config_;

@@ -1,5 +1,5 @@
-// Half GEMMs through cuBLASLt with a bias or accumulating epilogue: descriptors, the algorithm chosen once per problem,
-// the call.
+// Half GEMMs through cuBLASLt with a bias, GELU or accumulating epilogue: descriptors, the algorithm chosen once per
+// problem, the call.
 #include "kernels/cuda/cublaslt_gemm.h"
 
 #include <cublasLt.h>
@@ -14,6 +14,7 @@
 #include "kernels/cuda/cublas_handle.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "runtime/cuda/stream_launch.h"
+#include "runtime/status.h"
 
 namespace zero::kernels::cuda {
 namespace {
@@ -49,6 +50,13 @@ absl::Status set_attribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPrefer
 // The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
 constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
 
+// The epilogue's bias and GELU-input pointers, each where it is not null.
+absl::Status set_epilogue_pointers(cublasLtMatmulDesc_t desc, const void* bias, const void* gelu_input) {
+  if (bias != nullptr) ZERO_RETURN_IF_ERROR(set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
+  if (gelu_input == nullptr) return absl::OkStatus();
+  return set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, gelu_input);
+}
+
 // Whether `algo` keeps the sum in fp32 until the epilogue: no split over K, or its partials reduced in the compute
 // type. The preference asks for that; this checks the answer where the algorithm's configuration can be read, since a
 // split reduced in the output's dtype would round the sum, and add a beta = 1 accumulation's old value, more than once.
@@ -71,12 +79,14 @@ struct LtProblem {
   bool transpose_a, transpose_b;
   int64_t m, n, k, lda, ldb, ldd;
   DType half, d_dtype;
-  bool bias, accumulate;
+  bool bias;
+  LtGemm::Gelu gelu;
+  bool accumulate;
   bool operator==(const LtProblem&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const LtProblem& p) {
     return H::combine(std::move(h), p.device, p.transpose_a, p.transpose_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.half,
-                      p.d_dtype, p.bias, p.accumulate);
+                      p.d_dtype, p.bias, p.gelu, p.accumulate);
   }
 };
 
@@ -89,8 +99,8 @@ class LtAlgorithms {
     return *algorithms;
   }
 
-  // desc's bias pointer, where it has one, is replaced for the query by one aligned to 16 bytes exactly: the heuristic
-  // reads the pointer's alignment, and the choice must not depend on where the first caller's bias lay.
+  // desc's bias and GELU input pointers, where it has them, are replaced for the query by one aligned to 16 bytes
+  // exactly: the heuristic reads their alignment, and the choice must not depend on where the first caller's lay.
   absl::StatusOr<std::optional<cublasLtMatmulHeuristicResult_t>> choose(const LtProblem& problem, cublasLtHandle_t h,
                                                                         cublasLtMatmulDesc_t desc,
                                                                         cublasLtMatrixLayout_t a,
@@ -98,10 +108,9 @@ class LtAlgorithms {
                                                                         cublasLtMatrixLayout_t d) {
     absl::MutexLock lock(&mu_);
     if (const auto it = chosen_.find(problem); it != chosen_.end()) return it->second;
-    if (problem.bias) {
-      ZERO_RETURN_IF_ERROR(set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                         reinterpret_cast<const void*>(uintptr_t{kLtAlignment})));
-    }
+    const void* aligned = reinterpret_cast<const void*>(uintptr_t{kLtAlignment});
+    ZERO_RETURN_IF_ERROR(set_epilogue_pointers(desc, problem.bias ? aligned : nullptr,
+                                               problem.gelu != LtGemm::Gelu::kNone ? aligned : nullptr));
     cublasLtMatmulPreference_t raw_pref = nullptr;
     ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref));
     const LtOwned<cublasLtMatmulPreference_t> pref(raw_pref);
@@ -143,6 +152,17 @@ class LtAlgorithms {
   absl::flat_hash_map<LtProblem, std::optional<cublasLtMatmulHeuristicResult_t>> chosen_ ABSL_GUARDED_BY(mu_);
 };
 
+// What g asks the epilogue to do, in cuBLASLt's terms.
+cublasLtEpilogue_t epilogue(const LtGemm& g) {
+  switch (g.gelu) {
+    case LtGemm::Gelu::kForward:
+      return g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case LtGemm::Gelu::kBackward: return CUBLASLT_EPILOGUE_DGELU;
+    case LtGemm::Gelu::kNone: break;
+  }
+  return g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 std::atomic<int64_t> lt_gemms{0};
 
 }  // namespace
@@ -151,7 +171,9 @@ int64_t cublaslt_gemms_run() { return lt_gemms.load(std::memory_order_relaxed); 
 
 // As cublaslt_gemm.h says; every pointer must be 16-byte aligned, as the heuristic was told.
 absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
-  for (const void* p : {g.a, g.b, static_cast<const void*>(g.d), g.bias}) {
+  ZERO_CHECK(g.gelu != LtGemm::Gelu::kBackward || g.bias == nullptr, "lt_gemm: cuBLASLt's DGELU takes no bias");
+  ZERO_CHECK((g.gelu == LtGemm::Gelu::kNone) == (g.gelu_input == nullptr), "lt_gemm: GELU's input goes with GELU");
+  for (const void* p : {g.a, g.b, static_cast<const void*>(g.d), g.bias, static_cast<const void*>(g.gelu_input)}) {
     if (reinterpret_cast<uintptr_t>(p) % kLtAlignment != 0) {
       return absl::NotFoundError("cuBLASLt's GEMM needs 16-byte-aligned tensors");
     }
@@ -163,21 +185,23 @@ absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
   const auto op = [](bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
   ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, op(g.transpose_a)));
   ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, op(g.transpose_b)));
-  if (g.bias != nullptr) {
-    ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS));
-    ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                       static_cast<int32_t>(cuda_data_type(g.d_dtype))));
+  ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue(g)));
+  const auto d_type = static_cast<int32_t>(cuda_data_type(g.d_dtype));
+  if (g.bias != nullptr) ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, d_type));
+  if (g.gelu != LtGemm::Gelu::kNone) {
+    ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, d_type));
+    ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd));
   }
   // A as stored: (m, k), or (k, m) transposed; B likewise (k, n) or (n, k).
   ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda));
   ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb));
   ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(g.d_dtype, g.m, g.n, g.ldd));
-  const LtProblem problem{device, g.transpose_a, g.transpose_b,     g.m,         g.n, g.k, g.lda, g.ldb, g.ldd,
-                          half,   g.d_dtype,     g.bias != nullptr, g.accumulate};
+  const LtProblem problem{device, g.transpose_a, g.transpose_b,     g.m,    g.n,         g.k, g.lda, g.ldb, g.ldd,
+                          half,   g.d_dtype,     g.bias != nullptr, g.gelu, g.accumulate};
   ZERO_ASSIGN_OR_RETURN(const auto algorithm,
                         LtAlgorithms::get().choose(problem, h, desc.get(), a.get(), b.get(), d.get()));
   if (!algorithm.has_value()) return absl::NotFoundError("cuBLASLt offers no GEMM with this epilogue for this shape");
-  if (g.bias != nullptr) ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias));
+  ZERO_RETURN_IF_ERROR(set_epilogue_pointers(desc.get(), g.bias, g.gelu_input));
   const auto matmul = [&](void* workspace) {
     return library_call(current_cuda_stream(device), "cublasLtMatmul", [&](cudaStream_t stream) {
       const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;

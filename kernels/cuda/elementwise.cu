@@ -2,25 +2,12 @@
 // 8-element chunk, computing in fp32 and rounding each stored element once.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gelu.cuh"
 #include "runtime/cuda/half.cuh"
 #include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
 namespace {
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-
-__device__ __forceinline__ float gelu(float v) {
-  return 0.5f * v * (1.0f + tanhf(kGeluScale * (v + kGeluCubic * v * v * v)));
-}
-
-// d gelu(v) / dv
-__device__ __forceinline__ float gelu_slope(float v) {
-  const float th = tanhf(kGeluScale * (v + kGeluCubic * v * v * v));
-  const float sech2 = 1.0f - th * th;  // d tanh(u) / du
-  return 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-}
 
 template <DType T>
 __global__ void gelu_forward_kernel(void* out, const void* inp, int64_t n) {

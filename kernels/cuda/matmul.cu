@@ -1,6 +1,6 @@
 // matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (TF32 on request), bf16/fp16 tensor-core GEMMs with fp32
-// accumulation (a half output's bias and a half dweight's += in cuBLASLt's epilogue), bias and deterministic bias
-// gradient.
+// accumulation (a half output's bias and GELU, a half dinp's GELU backward and a half dweight's += in cuBLASLt's
+// epilogue), bias and deterministic bias gradient.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -10,6 +10,7 @@
 #include "kernels/cuda/cublas_handle.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/gelu.cuh"
 #include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
@@ -86,10 +87,26 @@ __global__ void broadcast_widen_kernel(float* out, const Bias* bias, int64_t n, 
   ZERO_GRID_STRIDE(i, n * oc) out[i] = widen(bias[i % oc]);
 }
 
-// out (N, OC) = round(acc (N, OC) + bias (OC)): the bias added in fp32, then one rounding into Out.
+// The forward epilogue cuBLASLt would have run, on an fp32 product acc (N, OC): s = acc + bias (OC) in fp32, the bias
+// where not null; then out = round(s), or with gelu_pre, gelu_pre = round(s) and out = round(GELU(s)).
 template <typename Out, typename Bias>
-__global__ void add_bias_narrow_kernel(Out* out, const float* acc, const Bias* bias, int64_t n, int64_t oc) {
-  ZERO_GRID_STRIDE(i, n * oc) out[i] = narrow<Out>(acc[i] + widen(bias[i % oc]));
+__global__ void epilogue_narrow_kernel(Out* out, Out* gelu_pre, const float* acc, const Bias* bias, int64_t n,
+                                       int64_t oc) {
+  ZERO_GRID_STRIDE(i, n * oc) {
+    float s = acc[i];
+    if (bias != nullptr) s += widen(bias[i % oc]);
+    if (gelu_pre != nullptr) {
+      gelu_pre[i] = narrow<Out>(s);
+      s = gelu(s);
+    }
+    out[i] = narrow<Out>(s);
+  }
+}
+
+// dinp (n) = round(GELU'(gelu_pre) · acc): cuBLASLt's DGELU epilogue on an fp32 product.
+template <typename Half>
+__global__ void gelu_backward_narrow_kernel(Half* dinp, const float* acc, const Half* gelu_pre, int64_t n) {
+  ZERO_GRID_STRIDE(i, n) dinp[i] = narrow<Half>(gelu_slope(widen(gelu_pre[i])) * acc[i]);
 }
 
 // out (n) = round(out + acc (n)): an fp32 sum added to a half accumulator in fp32, one rounding.
@@ -162,6 +179,41 @@ absl::Status accumulate_half_weight_gradient(int device, void* dweight, DType dw
       });
 }
 
+// dinp (N, C) = round(GELU'(gelu_pre) · dout (N, OC) · weight (OC, C)), the product's fp32 sum multiplied before the
+// one rounding: in cuBLASLt's DGELU epilogue (D (C, N) = weight · dout, as gemm_ex's dinp), or else through an fp32
+// scratch. dinp and gelu_pre in `half`.
+absl::Status input_gradient_through_gelu(int device, void* dinp, const void* gelu_pre, const void* dout,
+                                         const void* weight, DType half, int64_t n, int64_t c, int64_t oc) {
+  const absl::Status fused = lt_gemm(device, half,
+                                     LtGemm{.m = c,
+                                            .n = n,
+                                            .k = oc,
+                                            .a = weight,
+                                            .lda = c,
+                                            .b = dout,
+                                            .ldb = oc,
+                                            .d = dinp,
+                                            .d_dtype = half,
+                                            .ldd = c,
+                                            .gelu = LtGemm::Gelu::kBackward,
+                                            .gelu_input = const_cast<void*>(gelu_pre)});  // read
+  if (!absl::IsNotFound(fused)) return fused;
+  return through_fp32_scratch(
+      device, n * c,
+      [&](float* acc) {
+        return gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, acc, DType::kF32,
+                       c);
+      },
+      [&](const float* acc) {
+        return with_type(half, [&](auto* tag) {
+          using Half = Pointee<decltype(tag)>;
+          return launch_kernel(device, "gelu_backward_narrow_kernel", gelu_backward_narrow_kernel<Half>,
+                               blocks_for(n * c), kThreads, static_cast<Half*>(dinp), acc,
+                               static_cast<const Half*>(gelu_pre), n * c);
+        });
+      });
+}
+
 }  // namespace
 
 absl::Status matmul_forward(int device, float* out, const float* inp, const float* weight, const float* bias, int64_t n,
@@ -195,8 +247,10 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
   return add_column_sums<DType::kF32>(device, n, oc, {dbias}, MatrixColumns<DType::kF32>{dout, oc});
 }
 
-absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const void* inp, const void* weight,
-                                 const void* bias, DType bias_dtype, DType half, int64_t n, int64_t c, int64_t oc) {
+absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* gelu_pre, const void* inp,
+                                 const void* weight, const void* bias, DType bias_dtype, DType half, int64_t n,
+                                 int64_t c, int64_t oc) {
+  ZERO_CHECK(gelu_pre == nullptr || out_dtype == half, "matmul_forward_half: GELU's out and pre in ", dtype_name(half));
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
@@ -204,7 +258,7 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
   const auto product = [&](void* dst, DType dst_dtype, float beta) {
     return gemm_ex(device, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, half, beta, dst, dst_dtype, oc);
   };
-  if (bias == nullptr) return product(out, out_dtype, 0.0f);
+  if (bias == nullptr && gelu_pre == nullptr) return product(out, out_dtype, 0.0f);
   return with_type(bias_dtype, [&](auto* bias_tag) -> absl::Status {
     using Bias = Pointee<decltype(bias_tag)>;
     const Bias* b = static_cast<const Bias*>(bias);
@@ -214,23 +268,26 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
                                          blocks_for(n * oc), kThreads, static_cast<float*>(out), b, n, oc));
       return product(out, DType::kF32, 1.0f);
     }
-    // Half out: cuBLASLt's epilogue where the bias has out's dtype and cuBLASLt has an algorithm; else the
-    // products into an fp32 scratch, the bias added in fp32, one rounding into out.
-    if (bias_dtype == out_dtype) {
+    // Half out: cuBLASLt's epilogue where a bias has out's dtype and cuBLASLt has an algorithm; else the products
+    // into an fp32 scratch, and the same epilogue after it.
+    if (bias == nullptr || bias_dtype == out_dtype) {
       // As product's gemm_ex: D (OC, N) = weight^T · inp, the bias along D's rows.
-      const absl::Status fused = lt_gemm(device, half,
-                                         LtGemm{.transpose_a = true,
-                                                .m = oc,
-                                                .n = n,
-                                                .k = c,
-                                                .a = weight,
-                                                .lda = c,
-                                                .b = inp,
-                                                .ldb = c,
-                                                .d = out,
-                                                .d_dtype = out_dtype,
-                                                .ldd = oc,
-                                                .bias = bias});
+      const absl::Status fused =
+          lt_gemm(device, half,
+                  LtGemm{.transpose_a = true,
+                         .m = oc,
+                         .n = n,
+                         .k = c,
+                         .a = weight,
+                         .lda = c,
+                         .b = inp,
+                         .ldb = c,
+                         .d = out,
+                         .d_dtype = out_dtype,
+                         .ldd = oc,
+                         .bias = bias,
+                         .gelu = gelu_pre != nullptr ? LtGemm::Gelu::kForward : LtGemm::Gelu::kNone,
+                         .gelu_input = gelu_pre});
       if (!absl::IsNotFound(fused)) return fused;
     }
     return through_fp32_scratch(
@@ -238,20 +295,25 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, const v
         [&](const float* acc) {
           return with_type(out_dtype, [&](auto* out_tag) {
             using Out = Pointee<decltype(out_tag)>;
-            return launch_kernel(device, "add_bias_narrow_kernel", add_bias_narrow_kernel<Out, Bias>,
-                                 blocks_for(n * oc), kThreads, static_cast<Out*>(out), acc, b, n, oc);
+            return launch_kernel(device, "epilogue_narrow_kernel", epilogue_narrow_kernel<Out, Bias>,
+                                 blocks_for(n * oc), kThreads, static_cast<Out*>(out), static_cast<Out*>(gelu_pre), acc,
+                                 b, n, oc);
           });
         });
   });
 }
 
-absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, void* dweight, DType dweight_dtype,
-                                  void* dbias, DType dbias_dtype, const void* dout, const void* inp, const void* weight,
-                                  DType half, int64_t n, int64_t c, int64_t oc) {
+absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, const void* gelu_pre, void* dweight,
+                                  DType dweight_dtype, void* dbias, DType dbias_dtype, const void* dout,
+                                  const void* inp, const void* weight, DType half, int64_t n, int64_t c, int64_t oc) {
+  ZERO_CHECK(gelu_pre == nullptr || (dinp != nullptr && dinp_dtype == half),
+             "matmul_backward_half: GELU's dinp and pre in ", dtype_name(half));
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  if (dinp != nullptr) {
+  if (gelu_pre != nullptr) {
+    ZERO_RETURN_IF_ERROR(input_gradient_through_gelu(device, dinp, gelu_pre, dout, weight, half, n, c, oc));
+  } else if (dinp != nullptr) {
     // dinp (N, C) = dout (N, OC) · weight (OC, C)
     ZERO_RETURN_IF_ERROR(
         gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp, dinp_dtype, c));

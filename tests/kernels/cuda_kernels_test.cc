@@ -654,6 +654,67 @@ TEST_P(CudaHalf, GeluAndResidualMatchCpu) {
   }
 }
 
+// GELU fused into the GEMMs in bf16/fp16 on the GPU, against the CPU's fp32 calls on the same values: cuBLASLt's
+// epilogue where every tensor is 16-byte aligned (counted), the unfused path where GELU's results lie one element in.
+// cuBLASLt does not document its GELU's arithmetic and may take the hardware's tanh.approx.f32 (PTX ISA: relative error
+// at most 2^-11), so the two tanh values may differ by 2^-11 + 9u (9u: tanhf's and tanh_rational's own). Forward's out
+// then differs by 0.5|x| times that at the GELU input x, backward's GELU' by (0.5 + |x| sqrt(2/pi) (1 + 3·0.044715
+// x^2)) times it, scaled by |dout · weight|; both on top of the GEMM's tolerance through GELU (|GELU'| <= 1.13), and
+// each half result's one rounding (expect_result). The weights are small (|w| <= 1/4), so GELU's inputs lie where it
+// bends.
+TEST_P(CudaHalf, GeluInTheGemmEpilogueMatchesCpu) {
+  const DType h = half();
+  const int64_t n = 64, c = 96, oc = 128;
+  const HalfValues inp = random_half(n * c, 61, h), w = random_half(oc * c, 62, h, -0.25f, 0.25f);
+  const HalfValues b = random_half(oc, 63, h), dout = random_half(n * oc, 64, h);
+  const HalfValues pre_in = random_half(n * c, 65, h, -3.0f, 3.0f);  // the backward's GELU input
+  // On the CPU in fp32: s = inp · w^T + b, out = GELU(s); acc = dout · w, dpre = GELU'(pre_in) · acc.
+  std::vector<float> inp_c = inp.wide, w_c = w.wide, b_c = b.wide, dout_c = dout.wide, pre_c = pre_in.wide;
+  std::vector<float> sum(n * oc), out(n * oc), acc(n * c), dpre(n * c), dw_unused(oc * c);
+  ASSERT_TRUE(matmul_forward(view(sum, {n, oc}), view(inp_c, {n, c}), view(w_c, {oc, c}), view(b_c, {oc})).ok());
+  ASSERT_TRUE(gelu_forward(view(out, {n, oc}), view(sum, {n, oc})).ok());
+  ASSERT_TRUE(matmul_backward(view(acc, {n, c}), view(dw_unused, {oc, c}), Tensor(), view(dout_c, {n, oc}),
+                              view(inp_c, {n, c}), view(w_c, {oc, c}))
+                  .ok());
+  ASSERT_TRUE(gelu_backward(view(dpre, {n, c}), view(pre_c, {n, c}), view(acc, {n, c})).ok());
+  const double tanh_diff = std::ldexp(1.0, -11) + 9 * kU32;
+  double out_tol = 1.13 * (gemm_tolerance(c) + kU32), dpre_tol = 1.13 * gemm_tolerance(oc);
+  double worst_out = 0, worst_dpre = 0;
+  for (const float x : sum) worst_out = std::max(worst_out, 0.5 * std::fabs(x) * tanh_diff);
+  for (int64_t i = 0; i < n * c; ++i) {
+    const double x = std::fabs(pre_c[i]), slope_diff = (0.5 + x * 0.7979 * (1 + 0.134145 * x * x)) * tanh_diff;
+    worst_dpre = std::max(worst_dpre, slope_diff * std::fabs(acc[i]));
+  }
+  out_tol += worst_out;
+  dpre_tol += worst_dpre;
+
+  for (const int64_t offset : {0, 1}) {
+    SCOPED_TRACE(offset == 0 ? "aligned: cuBLASLt's epilogue" : "one element in: unfused");
+    const auto zeros_placed = [&](Shape shape) {  // `offset` elements into their buffer
+      const int64_t count = offset + shape_numel(shape);
+      const Tensor buffer = upload_as(HalfValues{std::vector<uint16_t>(count), std::vector<float>(count)}, h, {count});
+      return Tensor(static_cast<uint16_t*>(buffer.data()) + offset, h, std::move(shape), Device::cuda(0));
+    };
+    const Tensor g_out = zeros_placed({n, oc}), g_pre = zeros_placed({n, oc}), g_dpre = zeros_placed({n, c});
+    const Tensor g_inp = upload_as(inp, h, {n, c}), g_w = upload_as(w, h, {oc, c});
+    // An fp32 dweight: its += takes cuBLAS, so the count below is GELU's GEMMs alone.
+    const Tensor g_dw = upload(std::vector<float>(oc * c), {oc, c});
+#if ZERO_HAS_CUDA
+    const int64_t fused_before = cuda::cublaslt_gemms_run();
+#endif
+    absl::Status st = matmul_gelu_forward(g_out, g_pre, g_inp, g_w, upload_as(b, h, {oc}));
+    st.Update(matmul_backward_through_gelu(g_dpre, g_dw, Tensor(), upload_as(dout, h, {n, oc}), g_inp,
+                                           upload_as(pre_in, h, {n, c}), g_w));
+    ASSERT_TRUE(st.ok()) << st;
+#if ZERO_HAS_CUDA
+    EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, offset == 0 ? 2 : 0) << "GEMMs in the epilogue";
+#endif
+    expect_result(g_pre, sum, gemm_tolerance(c) + kU32, "pre");
+    expect_result(g_out, out, out_tol, "out");
+    expect_result(g_dpre, dpre, dpre_tol, "dpre");
+  }
+}
+
 // LayerNorm in bf16/fp16 on the GPU, forward with the residual fused and backward with its gradient, against the
 // CPU's fp32 kernels on the same values (the fused add in fp32 on the CPU is the rounded one on the GPU: the CPU adds
 // the residual in half first, as the GPU's kernel stores it). Tolerances as for fp32, then rounded once.

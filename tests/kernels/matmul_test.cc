@@ -177,6 +177,50 @@ TEST(Matmul, ConcurrentCallersMatchSingleThreadedBitForBit) {
   }
 }
 
+// GELU fused after the GEMM, and GELU's backward into dinp's GEMM: in fp32, the separate calls' bits, nothing being
+// rounded between them.
+TEST(Matmul, WithGeluFusedGivesTheSeparateCallsBitsInFp32) {
+  const int64_t n = 70, c = 48, oc = 40;
+  Problem p(n, c, oc, 40);
+  std::vector<float> pre_in = random_floats(n * c, 44, -3.0f, 3.0f);  // the backward's GELU input, where GELU' varies
+  std::vector<float> out(n * oc), pre(n * oc), out2(n * oc), pre2(n * oc);
+  ASSERT_TRUE(matmul_gelu_forward(view(out, {n, oc}), view(pre, {n, oc}), view(p.inp, {n, c}), view(p.w, {oc, c}),
+                                  view(p.b, {oc}))
+                  .ok());
+  ASSERT_TRUE(matmul_forward(view(pre2, {n, oc}), view(p.inp, {n, c}), view(p.w, {oc, c}), view(p.b, {oc})).ok());
+  ASSERT_TRUE(gelu_forward(view(out2, {n, oc}), view(pre2, {n, oc})).ok());
+  EXPECT_TRUE(same_bits(pre, pre2));
+  EXPECT_TRUE(same_bits(out, out2));
+
+  Grads fused{{}, std::vector<float>(n * c), std::vector<float>(oc * c), std::vector<float>(oc)};
+  Grads separate = fused;
+  ASSERT_TRUE(matmul_backward_through_gelu(view(fused.dinp, {n, c}), view(fused.dw, {oc, c}), view(fused.db, {oc}),
+                                           view(p.dout, {n, oc}), view(p.inp, {n, c}), view(pre_in, {n, c}),
+                                           view(p.w, {oc, c}))
+                  .ok());
+  ASSERT_TRUE(matmul_backward(view(separate.dinp, {n, c}), view(separate.dw, {oc, c}), view(separate.db, {oc}),
+                              view(p.dout, {n, oc}), view(p.inp, {n, c}), view(p.w, {oc, c}))
+                  .ok());
+  ASSERT_TRUE(gelu_backward(view(separate.dinp, {n, c}), view(pre_in, {n, c}), view(separate.dinp, {n, c})).ok());
+  EXPECT_TRUE(same_bits(fused.dinp, separate.dinp));
+  EXPECT_TRUE(same_bits(fused.dw, separate.dw));
+  EXPECT_TRUE(same_bits(fused.db, separate.db));
+}
+
+TEST(Matmul, WithGeluFusedRefusesAResultOverlappingWhatItReadsOrWrites) {
+  const int64_t n = 4, c = 8, oc = 8;
+  std::vector<float> inp = random_floats(n * c, 1), w = random_floats(oc * c, 2), buffer(2 * n * oc);
+  absl::Status s = matmul_gelu_forward(view(buffer, {n, oc}), Tensor(buffer.data() + 1, DType::kF32, {n, oc}),
+                                       view(inp, {n, c}), view(w, {oc, c}), Tensor());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("pre must not overlap out"), absl::string_view::npos) << s;
+  std::vector<float> dout = random_floats(n * oc, 3), dw(oc * c), pre = random_floats(n * c, 4);
+  s = matmul_backward_through_gelu(view(pre, {n, c}), view(dw, {oc, c}), Tensor(), view(dout, {n, oc}),
+                                   view(inp, {n, c}), view(pre, {n, c}), view(w, {oc, c}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("dpre must not overlap pre"), absl::string_view::npos) << s;
+}
+
 // bf16 and fp16 operands on the CPU: the fp32 GEMM on their widened values, every half result (out, dinp, dweight,
 // dbias) rounded once; with fp32 results, the fp32 GEMM's own bits.
 class MatmulInHalf : public ::testing::TestWithParam<DType> {};
@@ -198,6 +242,54 @@ TEST_P(MatmulInHalf, GivesTheFp32BitsRounded) {
   expect_half_gives_the_fp32_bits_rounded(
       half, {{dinp, {n, c}, true}, {dw, {oc, c}, true}, {db, {oc}, true}, {dout, {n, oc}}, {inp, {n, c}}, {w, {oc, c}}},
       [](const auto& t) { return matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); });
+}
+
+// With GELU fused, a half call gives the fp32 call's bits rounded once: pre and out each from the unrounded sum, dpre
+// from the unrounded product. The separate half calls round the sum (product) before GELU (its backward) and, on this
+// data, land elsewhere.
+TEST_P(MatmulInHalf, WithGeluFusedGivesTheFp32BitsRoundedOnce) {
+  const DType half = GetParam();
+  const int64_t n = 70, c = 48, oc = 40;
+  const std::vector<float> inp = random_floats(n * c, 1), w = random_floats(oc * c, 2), b = random_floats(oc, 3);
+  const std::vector<float> dout = random_floats(n * oc, 4), pre_in = random_floats(n * c, 5, -3.0f, 3.0f);
+  const std::vector<float> zeros_out(n * oc), zeros_in(n * c), dw = random_floats(oc * c, 7), db = random_floats(oc, 8);
+  SCOPED_TRACE(dtype_name(half));
+  const auto forward = [](const auto& t) { return matmul_gelu_forward(t[0], t[1], t[2], t[3], t[4]); };
+  const auto backward = [](const auto& t) {
+    return matmul_backward_through_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6]);
+  };
+  using testing::expect_half_gives_the_fp32_bits_rounded;
+  expect_half_gives_the_fp32_bits_rounded(
+      half, {{zeros_out, {n, oc}}, {zeros_out, {n, oc}}, {inp, {n, c}}, {w, {oc, c}}, {b, {oc}}}, forward);
+  expect_half_gives_the_fp32_bits_rounded(
+      half,
+      {{zeros_in, {n, c}}, {dw, {oc, c}}, {db, {oc}}, {dout, {n, oc}}, {inp, {n, c}}, {pre_in, {n, c}}, {w, {oc, c}}},
+      backward);
+
+  // The same half inputs through the separate calls.
+  const auto bits = [&](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = testing::round_to(half, v[i]);
+    return h;
+  };
+  std::vector<uint16_t> h_inp = bits(inp), h_w = bits(w), h_b = bits(b), h_dout = bits(dout), h_pre_in = bits(pre_in);
+  const auto t = [&](std::vector<uint16_t>& v, Shape shape) { return Tensor(v.data(), half, std::move(shape)); };
+  std::vector<uint16_t> out(n * oc), pre(n * oc), out2(n * oc), pre2(n * oc), dpre(n * c), dpre2(n * c);
+  std::vector<float> dw32(oc * c), db32(oc);  // fp32 parameter gradients: not compared here
+  ASSERT_TRUE(
+      matmul_gelu_forward(t(out, {n, oc}), t(pre, {n, oc}), t(h_inp, {n, c}), t(h_w, {oc, c}), t(h_b, {oc})).ok());
+  ASSERT_TRUE(matmul_forward(t(pre2, {n, oc}), t(h_inp, {n, c}), t(h_w, {oc, c}), t(h_b, {oc})).ok());
+  ASSERT_TRUE(gelu_forward(t(out2, {n, oc}), t(pre2, {n, oc})).ok());
+  EXPECT_EQ(pre, pre2) << "pre is the sum rounded once either way";
+  EXPECT_NE(out, out2) << "GELU of the rounded sum";
+  ASSERT_TRUE(matmul_backward_through_gelu(t(dpre, {n, c}), view(dw32, {oc, c}), view(db32, {oc}), t(h_dout, {n, oc}),
+                                           t(h_inp, {n, c}), t(h_pre_in, {n, c}), t(h_w, {oc, c}))
+                  .ok());
+  ASSERT_TRUE(matmul_backward(t(dpre2, {n, c}), view(dw32, {oc, c}), view(db32, {oc}), t(h_dout, {n, oc}),
+                              t(h_inp, {n, c}), t(h_w, {oc, c}))
+                  .ok());
+  ASSERT_TRUE(gelu_backward(t(dpre2, {n, c}), t(h_pre_in, {n, c}), t(dpre2, {n, c})).ok());
+  EXPECT_NE(dpre, dpre2) << "GELU's backward of the rounded product";
 }
 
 INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, MatmulInHalf, ::testing::Values(DType::kBF16, DType::kF16),

@@ -98,6 +98,25 @@ TEST(SimKernels, MatmulEqualsCpuBitwise) {
   });
 }
 
+TEST(SimKernels, MatmulWithGeluFusedEqualsCpuBitwise) {
+  const int64_t n = 40, c = 96, oc = 80;
+  for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const auto values = [&](Shape shape, uint32_t seed) {
+      return t == DType::kF32 ? floats(std::move(shape), seed) : halves(t, std::move(shape), seed);
+    };
+    expect_sim_equals_cpu(
+        {values({n, c}, 17), values({oc, c}, 18), values({oc}, 19), values({n, oc}, 20), zeros({n, oc}, t),
+         zeros({n, oc}, t), values({n, c}, 21), zeros({n, c}, t), values({oc, c}, 22), values({oc}, 23)},
+        [](const std::vector<Tensor>& a) {  // inp, weight, bias, dout, out, pre, inp's pre, dpre,
+                                            // dweight, dbias
+          absl::Status s = matmul_gelu_forward(a[4], a[5], a[0], a[1], a[2]);
+          s.Update(matmul_backward_through_gelu(a[7], a[8], a[9], a[3], a[0], a[6], a[1]));
+          return s;
+        });
+  }
+}
+
 TEST(SimKernels, GeluAndResidualEqualCpuBitwise) {
   const int64_t n = 20000;  // more than one block of the CPU loops
   expect_sim_equals_cpu({floats({n}, 7, -5.0f, 5.0f), floats({n}, 8), zeros({n}), zeros({n}), floats({n}, 9)},
