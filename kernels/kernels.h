@@ -66,15 +66,15 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
 
 // matmul_forward with GELU after it, as cuBLASLt's epilogue fuses them (c_fc in GPT-2's MLP): pre (N, OC) = inp ·
 // weight^T + bias, out (N, OC) = GELU(pre) (gelu_forward's). out and pre one dtype: fp32, or the operands' bf16/fp16,
-// where each is rounded once from the same fp32 value, so out is GELU of pre before its rounding, not after. pre,
-// which must not overlap out, is what matmul_backward_through_gelu reads back.
+// where each is rounded once from the same fp32 value, so out is GELU of pre before its rounding, not after. out and
+// pre must not overlap each other, inp or weight; pre is what matmul_backward_through_gelu reads back.
 absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
                                  const Tensor& bias, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 
 // matmul_backward of a layer whose inp is GELU(pre), with GELU's backward in dinp's epilogue (c_proj in GPT-2's MLP):
 // dpre (N, C) = GELU'(pre) * (dout (N, OC) · weight (OC, C)) (written, gelu_backward's GELU'), the product's fp32 sum
 // multiplied before dpre's one rounding; dweight and dbias as matmul_backward. dpre and pre one dtype: fp32, or the
-// operands'. dpre must not overlap pre, dout or inp.
+// operands'. dpre must not overlap pre, dout, inp or weight.
 absl::Status matmul_backward_through_gelu(const Tensor& dpre, const Tensor& dweight, const Tensor& dbias,
                                           const Tensor& dout, const Tensor& inp, const Tensor& pre,
                                           const Tensor& weight, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);

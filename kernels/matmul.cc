@@ -203,6 +203,10 @@ absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Ten
   ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, out));
   ZERO_RETURN_IF_ERROR(check_apart(op, "pre", pre, "out", out));
+  for (const auto& [name, read] : {std::pair{"inp", &inp}, {"weight", &weight}}) {
+    ZERO_RETURN_IF_ERROR(check_apart(op, "out", out, name, *read));
+    ZERO_RETURN_IF_ERROR(check_apart(op, "pre", pre, name, *read));
+  }
   ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
   if (inp.device().is_sim()) {
     return launch_on_sim(inp.device(), "matmul_gelu_forward",
@@ -232,7 +236,7 @@ absl::Status matmul_backward_through_gelu(const Tensor& dpre, const Tensor& dwei
   constexpr absl::string_view op = "matmul_backward_through_gelu";
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, backward_dims(op, dpre, dweight, dbias, dout, inp, weight));
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, dpre));
-  for (const auto& [name, read] : {std::pair{"pre", &pre}, {"dout", &dout}, {"inp", &inp}}) {
+  for (const auto& [name, read] : {std::pair{"pre", &pre}, {"dout", &dout}, {"inp", &inp}, {"weight", &weight}}) {
     ZERO_RETURN_IF_ERROR(check_apart(op, "dpre", dpre, name, *read));
   }
   const Device dev = inp.device();

@@ -178,6 +178,9 @@ absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
       return absl::NotFoundError("cuBLASLt's GEMM needs 16-byte-aligned tensors");
     }
   }
+  if (g.gelu != LtGemm::Gelu::kNone && g.ldd % 8 != 0) {
+    return absl::NotFoundError("cuBLASLt's GELU epilogue needs a leading dimension divisible by 8");
+  }
   ZERO_ASSIGN_OR_RETURN(const cublasLtHandle_t h, cublaslt_handle(device));
   cublasLtMatmulDesc_t raw_desc = nullptr;
   ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
