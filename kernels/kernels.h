@@ -210,7 +210,8 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
 
 // dst += src; dst and src the same dtype and numel (shapes may differ).
 absl::Status add_into(const Tensor& dst, const Tensor& src);
-// x /= divisor (a division, not a multiplication by 1 / divisor, which rounds differently).
+// x /= divisor (a division, not a multiplication by 1 / divisor, which rounds differently). Dividing by 1 touches
+// nothing: x keeps every bit, a signaling NaN's included.
 absl::Status divide_by(const Tensor& x, float divisor);
 // Every byte of x set to 0; x contiguous, any dtype.
 absl::Status fill_zero(const Tensor& x);

@@ -84,6 +84,20 @@ TEST(BufferMath, DivideByDiffersFromMultiplyingByTheReciprocal) {
   EXPECT_NE(divided, multiplied);
 }
 
+// The engine divides the gradients by ranks x accumulation steps, 1 on one rank: no pass then. A division would quiet
+// a signaling NaN; x keeps its bits instead, in every dtype.
+TEST(BufferMath, DividingByOneLeavesEveryBitAsItWas) {
+  const std::vector<uint32_t> fp32 = {0x7f800001u, 0x3fc00000u};  // a signaling NaN, 1.5
+  const std::vector<uint16_t> half = {0x7f81u, 0x7c01u};           // signaling NaNs: bf16's, fp16's
+  std::vector<uint32_t> x32 = fp32;
+  std::vector<uint16_t> x16 = half;
+  ASSERT_TRUE(divide_by(Tensor(x32.data(), DType::kF32, {2}), 1.0f).ok());
+  ASSERT_TRUE(divide_by(Tensor(x16.data(), DType::kBF16, {1}), 1.0f).ok());
+  ASSERT_TRUE(divide_by(Tensor(x16.data() + 1, DType::kF16, {1}), 1.0f).ok());
+  EXPECT_EQ(x32, fp32);
+  EXPECT_EQ(x16, half);
+}
+
 TEST(BufferMath, NanAndInfinityPropagate) {
   std::vector<float> x = {1.0f, std::numeric_limits<float>::infinity(), 2.0f};
   std::vector<float> nan = {std::numeric_limits<float>::quiet_NaN(), 1.0f, 1.0f};
