@@ -563,7 +563,7 @@ TEST_F(ZeroTrainTest, PlotPathWithoutAMetricsFileIsRefusedBeforeTraining) {
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_THAT(run.output,
               HasSubstr("plot_path = loss.png: the curve is drawn from the metrics file: set metrics_path"));
-  const RunResult empty = run_zero_train("--plot_metrics=");  // an unset shell variable: no 900-step default run
+  const RunResult empty = run_zero_train("--plot_metrics=");  // an unset shell variable: no 1800-step default run
   EXPECT_EQ(empty.exit_code, 2);
   EXPECT_THAT(empty.output, HasSubstr("--plot_metrics needs a metrics file"));
 }
