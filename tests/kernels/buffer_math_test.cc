@@ -88,7 +88,7 @@ TEST(BufferMath, DivideByDiffersFromMultiplyingByTheReciprocal) {
 // a signaling NaN; x keeps its bits instead, in every dtype.
 TEST(BufferMath, DividingByOneLeavesEveryBitAsItWas) {
   const std::vector<uint32_t> fp32 = {0x7f800001u, 0x3fc00000u};  // a signaling NaN, 1.5
-  const std::vector<uint16_t> half = {0x7f81u, 0x7c01u};           // signaling NaNs: bf16's, fp16's
+  const std::vector<uint16_t> half = {0x7f81u, 0x7c01u};          // signaling NaNs: bf16's, fp16's
   std::vector<uint32_t> x32 = fp32;
   std::vector<uint16_t> x16 = half;
   ASSERT_TRUE(divide_by(Tensor(x32.data(), DType::kF32, {2}), 1.0f).ok());
