@@ -4,13 +4,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_handle.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gelu.cuh"
+#include "runtime/cuda/half.cuh"
 #include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
@@ -66,20 +65,9 @@ absl::Status gemm_ex(int device, cublasOperation_t op_b, cublasOperation_t op_a,
   });
 }
 
-// Calls f with a null T* for the C++ type T that `t` names (fp32, bf16 or fp16): the launchers below
-// dispatch on runtime dtypes with it.
-template <typename F>
-absl::Status with_type(DType t, F&& f) {
-  switch (t) {
-    case DType::kF32: return f(static_cast<float*>(nullptr));
-    case DType::kBF16: return f(static_cast<__nv_bfloat16*>(nullptr));
-    case DType::kF16: return f(static_cast<__half*>(nullptr));
-    default: return absl::InternalError(absl::StrCat("matmul: no CUDA GEMM for ", dtype_name(t)));
-  }
-}
-
-template <typename P>
-using Pointee = std::remove_pointer_t<P>;
+// The CUDA element type of the floating dtype a visit_floating constant names.
+template <typename DTypeTag>
+using Element = DeviceElement<DTypeTag::value>;
 
 // out (N, OC) row r = bias (OC) widened to fp32.
 template <typename Bias>
@@ -171,8 +159,8 @@ absl::Status accumulate_half_weight_gradient(int device, void* dweight, DType dw
       device, oc * c,
       [&](float* acc) { return weight_gradient(device, acc, DType::kF32, 0.0f, dout, inp, half, n, c, oc); },
       [&](const float* acc) {
-        return with_type(dweight_dtype, [&](auto* out_tag) {
-          using Out = Pointee<decltype(out_tag)>;
+        return visit_floating(dweight_dtype, [&](auto out_type) {
+          using Out = Element<decltype(out_type)>;
           return launch_kernel(device, "accumulate_narrow_kernel", accumulate_narrow_kernel<Out>, blocks_for(oc * c),
                                kThreads, static_cast<Out*>(dweight), acc, oc * c);
         });
@@ -205,8 +193,8 @@ absl::Status input_gradient_through_gelu(int device, void* dinp, const void* gel
                        c);
       },
       [&](const float* acc) {
-        return with_type(half, [&](auto* tag) {
-          using Half = Pointee<decltype(tag)>;
+        return visit_floating(half, [&](auto half_type) {
+          using Half = Element<decltype(half_type)>;
           return launch_kernel(device, "gelu_backward_narrow_kernel", gelu_backward_narrow_kernel<Half>,
                                blocks_for(n * c), kThreads, static_cast<Half*>(dinp), acc,
                                static_cast<const Half*>(gelu_pre), n * c);
@@ -259,8 +247,8 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* g
     return gemm_ex(device, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, half, beta, dst, dst_dtype, oc);
   };
   if (bias == nullptr && gelu_pre == nullptr) return product(out, out_dtype, 0.0f);
-  return with_type(bias_dtype, [&](auto* bias_tag) -> absl::Status {
-    using Bias = Pointee<decltype(bias_tag)>;
+  return visit_floating(bias_dtype, [&](auto bias_type) -> absl::Status {
+    using Bias = Element<decltype(bias_type)>;
     const Bias* b = static_cast<const Bias*>(bias);
     if (out_dtype == DType::kF32) {
       // fp32 out: bias broadcast, then the GEMM adds the products to it in fp32 (beta = 1).
@@ -293,8 +281,8 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* g
     return through_fp32_scratch(
         device, n * oc, [&](float* acc) { return product(acc, DType::kF32, 0.0f); },
         [&](const float* acc) {
-          return with_type(out_dtype, [&](auto* out_tag) {
-            using Out = Pointee<decltype(out_tag)>;
+          return visit_floating(out_dtype, [&](auto out_type) {
+            using Out = Element<decltype(out_type)>;
             return launch_kernel(device, "epilogue_narrow_kernel", epilogue_narrow_kernel<Out, Bias>,
                                  blocks_for(n * oc), kThreads, static_cast<Out*>(out), static_cast<Out*>(gelu_pre), acc,
                                  b, n, oc);
