@@ -207,7 +207,7 @@ TEST(Matmul, WithGeluFusedGivesTheSeparateCallsBitsInFp32) {
   EXPECT_TRUE(same_bits(fused.db, separate.db));
 }
 
-TEST(Matmul, WithGeluFusedRefusesAResultOverlappingWhatItReadsOrWrites) {
+TEST(Matmul, WithGeluFusedRefusesAMissingResultOrOneOverlappingWhatItReadsOrWrites) {
   const int64_t n = 4, c = 8, oc = 8;
   std::vector<float> inp = random_floats(n * c, 1), w = random_floats(oc * c, 2), buffer(2 * n * oc);
   absl::Status s = matmul_gelu_forward(view(buffer, {n, oc}), Tensor(buffer.data() + 1, DType::kF32, {n, oc}),
@@ -219,6 +219,10 @@ TEST(Matmul, WithGeluFusedRefusesAResultOverlappingWhatItReadsOrWrites) {
                                    view(inp, {n, c}), view(pre, {n, c}), view(w, {oc, c}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("dpre must not overlap pre"), absl::string_view::npos) << s;
+  s = matmul_backward_through_gelu(Tensor(), view(dw, {oc, c}), Tensor(), view(dout, {n, oc}), view(inp, {n, c}),
+                                   view(pre, {n, c}), view(w, {oc, c}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("dpre is its result"), absl::string_view::npos) << s;
 }
 
 // bf16 and fp16 operands on the CPU: the fp32 GEMM on their widened values, every half result (out, dinp, dweight,
