@@ -4,9 +4,12 @@
 
 #include <cublasLt.h>
 
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 #include "absl/container/flat_hash_map.h"
@@ -49,6 +52,8 @@ absl::Status set_attribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPrefer
 
 // The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
 constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
+// How many of the heuristic's algorithms, best first, are tried for one that keeps its sums in fp32.
+constexpr int kLtCandidates = 8;
 
 // The epilogue's bias and GELU-input pointers, each where it is not null.
 absl::Status set_epilogue_pointers(cublasLtMatmulDesc_t desc, const void* bias, const void* gelu_input) {
@@ -90,6 +95,23 @@ struct LtProblem {
   }
 };
 
+// What `problem`'s epilogue does, for a log line.
+const char* epilogue_name(const LtProblem& problem) {
+  switch (problem.gelu) {
+    case LtGemm::Gelu::kForward: return problem.bias ? "bias and GELU" : "GELU";
+    case LtGemm::Gelu::kBackward: return "GELU backward";
+    case LtGemm::Gelu::kNone: break;
+  }
+  return problem.bias ? "bias" : problem.accumulate ? "accumulating" : "plain";
+}
+
+// Says once per problem, on stderr, that its epilogue runs unfused (slower, its bits the scratch path's), and why.
+void log_unfused(const LtProblem& p, const char* why) {
+  std::fprintf(stderr, "zero: %s GEMM %lldx%lldx%lld with a %s epilogue runs unfused: %s\n",
+               std::string(dtype_name(p.half)).c_str(), static_cast<long long>(p.m), static_cast<long long>(p.n),
+               static_cast<long long>(p.k), epilogue_name(p), why);
+}
+
 // The heuristic's best algorithm per problem, asked once per process; none where cuBLASLt offers none, or refused
 // the one it offered.
 class LtAlgorithms {
@@ -122,21 +144,24 @@ class LtAlgorithms {
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
       ZERO_RETURN_IF_ERROR(set_attribute(pref.get(), attribute, kLtAlignment));
     }
-    cublasLtMatmulHeuristicResult_t heuristic{};
+    std::array<cublasLtMatmulHeuristicResult_t, kLtCandidates> heuristics{};
     int found = 0;
-    const cublasStatus_t query = cublasLtMatmulAlgoGetHeuristic(h, desc, a, b, d, d, pref.get(), 1, &heuristic, &found);
+    const cublasStatus_t query =
+        cublasLtMatmulAlgoGetHeuristic(h, desc, a, b, d, d, pref.get(), kLtCandidates, heuristics.data(), &found);
     if (query != CUBLAS_STATUS_NOT_SUPPORTED) {
       ZERO_RETURN_IF_ERROR(cublas_status(query, "cublasLtMatmulAlgoGetHeuristic"));
     }
+    // The heuristic's best that keeps its sums in fp32 and passes cublasLtMatmulAlgoCheck: refused before any call
+    // rather than at one, so the caller's fallback never follows a queued GEMM.
     std::optional<cublasLtMatmulHeuristicResult_t> result;
-    if (query == CUBLAS_STATUS_SUCCESS && found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS) {
-      // Refused before any call rather than at one: the caller's fallback then never follows a queued GEMM.
+    for (int i = 0; query == CUBLAS_STATUS_SUCCESS && i < found && !result.has_value(); ++i) {
       cublasLtMatmulHeuristicResult_t checked{};
-      if (sums_in_fp32(heuristic.algo) &&
-          cublasLtMatmulAlgoCheck(h, desc, a, b, d, d, &heuristic.algo, &checked) == CUBLAS_STATUS_SUCCESS) {
-        result = heuristic;
+      if (heuristics[i].state == CUBLAS_STATUS_SUCCESS && sums_in_fp32(heuristics[i].algo) &&
+          cublasLtMatmulAlgoCheck(h, desc, a, b, d, d, &heuristics[i].algo, &checked) == CUBLAS_STATUS_SUCCESS) {
+        result = heuristics[i];
       }
     }
+    if (!result.has_value()) log_unfused(problem, "cuBLASLt offers no algorithm for it");
     chosen_.emplace(problem, result);
     return result;
   }
@@ -144,6 +169,7 @@ class LtAlgorithms {
   // cuBLASLt refused `problem`'s algorithm at the call: the unfused path from now on.
   void refused(const LtProblem& problem) {
     absl::MutexLock lock(&mu_);
+    log_unfused(problem, "cuBLASLt refused its algorithm at the call");
     chosen_[problem] = std::nullopt;
   }
 

@@ -40,9 +40,9 @@ struct LtGemm {
 
 // On cuda:`device` (current), its current stream. NotFound, with nothing queued, where a pointer is not 16-byte
 // aligned, GELU's leading dimension is not a multiple of 8 (cuBLASLt's rule for it), or cuBLASLt offers no algorithm
-// for the problem that keeps its sums in fp32 and passes cublasLtMatmulAlgoCheck, or refuses that algorithm at the call
-// (remembered; cuBLASLt documents such a refusal as one of configuration, before any launch): the caller takes its
-// unfused path.
+// for the problem, among its heuristic's best 8, that keeps its sums in fp32 and passes cublasLtMatmulAlgoCheck, or
+// refuses that algorithm at the call (remembered; cuBLASLt documents such a refusal as one of configuration, before any
+// launch): the caller takes its unfused path. The last two are said once per problem on stderr.
 absl::Status lt_gemm(int device, DType half, const LtGemm& g);
 
 }  // namespace zero::kernels::cuda
