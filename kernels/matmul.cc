@@ -234,8 +234,10 @@ absl::Status matmul_backward_through_gelu(const Tensor& dpre, const Tensor& dwei
                                           const Tensor& dout, const Tensor& inp, const Tensor& pre,
                                           const Tensor& weight, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_backward_through_gelu";
-  if (!given(dpre)) return absl::InvalidArgumentError(absl::StrCat(op, ": dpre is its result; give it a tensor"));
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, backward_dims(op, dpre, dweight, dbias, dout, inp, weight));
+  if (d.n > 0 && !given(dpre)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": dpre is its result; give it a tensor"));
+  }
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, dpre));
   for (const auto& [name, read] : {std::pair{"pre", &pre}, {"dout", &dout}, {"inp", &inp}, {"weight", &weight}}) {
     ZERO_RETURN_IF_ERROR(check_apart(op, "dpre", dpre, name, *read));

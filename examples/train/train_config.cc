@@ -766,7 +766,7 @@ bool overrides_set(const std::vector<std::string>& overrides, absl::string_view 
   });
 }
 
-// The embedded default's 20-step warmup is sized for its 900 steps: a shorter run (--steps=8 to try it)
+// The embedded default's 20-step warmup is sized for its 1800 steps: a shorter run (--steps=8 to try it)
 // warms up for a tenth of itself instead, where a fixed 20 would outlast the decay. A warmup the user set
 // is theirs, and one that does not fit stays an error.
 void fit_default_warmup_to_the_run(const std::vector<std::string>& overrides, TrainConfig& c) {

@@ -161,7 +161,9 @@ class LtAlgorithms {
         result = heuristics[i];
       }
     }
-    if (!result.has_value()) log_unfused(problem, "cuBLASLt offers no algorithm for it");
+    if (!result.has_value()) {
+      log_unfused(problem, "none of the heuristic's best 8 keeps its sums in fp32 and passes cublasLtMatmulAlgoCheck");
+    }
     chosen_.emplace(problem, result);
     return result;
   }
@@ -169,8 +171,9 @@ class LtAlgorithms {
   // cuBLASLt refused `problem`'s algorithm at the call: the unfused path from now on.
   void refused(const LtProblem& problem) {
     absl::MutexLock lock(&mu_);
-    log_unfused(problem, "cuBLASLt refused its algorithm at the call");
-    chosen_[problem] = std::nullopt;
+    std::optional<cublasLtMatmulHeuristicResult_t>& chosen = chosen_[problem];
+    if (chosen.has_value()) log_unfused(problem, "cuBLASLt refused its algorithm at the call");  // once, of threads
+    chosen = std::nullopt;
   }
 
  private:

@@ -247,7 +247,7 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* g
     return gemm_ex(device, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, half, beta, dst, dst_dtype, oc);
   };
   if (bias == nullptr && gelu_pre == nullptr) return product(out, out_dtype, 0.0f);
-  return visit_floating(bias_dtype, [&](auto bias_type) -> absl::Status {
+  return visit_floating(bias != nullptr ? bias_dtype : DType::kF32, [&](auto bias_type) -> absl::Status {
     using Bias = Element<decltype(bias_type)>;
     const Bias* b = static_cast<const Bias*>(bias);
     if (out_dtype == DType::kF32) {

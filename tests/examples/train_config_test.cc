@@ -315,7 +315,7 @@ TEST(TrainConfigTest, TheEmbeddedDefaultsWarmupShrinksToATenthOfAShortRun) {
   EXPECT_EQ(parse_ok(default_config_json()).scheduler.warmup_num_steps, 20);
   const absl::StatusOr<TrainConfig> whole = parse_default_config({});
   ASSERT_TRUE(whole.ok()) << whole.status();
-  EXPECT_EQ(whole->scheduler.warmup_num_steps, 20);  // 900 steps: a tenth is more than the default's 20
+  EXPECT_EQ(whole->scheduler.warmup_num_steps, 20);  // 1800 steps: a tenth is more than the default's 20
   const absl::StatusOr<TrainConfig> short_run = parse_default_config({"steps=8"});
   ASSERT_TRUE(short_run.ok()) << short_run.status();
   EXPECT_EQ(short_run->scheduler.warmup_num_steps, 0);  // DeepSpeed's floor of 2 steps, then the cosine
