@@ -207,6 +207,9 @@ absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
       return absl::NotFoundError("cuBLASLt's GEMM needs 16-byte-aligned tensors");
     }
   }
+  if (g.bias != nullptr && g.bias_dtype != g.d_dtype) {
+    return absl::NotFoundError("cuBLASLt's bias epilogue here takes the bias in the output's dtype");
+  }
   if (g.gelu != LtGemm::Gelu::kNone && g.ldd % 8 != 0) {
     return absl::NotFoundError("cuBLASLt's GELU epilogue needs a leading dimension divisible by 8");
   }

@@ -32,17 +32,19 @@ struct LtGemm {
   void* d = nullptr;
   DType d_dtype = DType::kF32;
   int64_t ldd = 0;
-  const void* bias = nullptr;  // null: none
+  const void* bias = nullptr;      // null: none
+  DType bias_dtype = DType::kF32;  // the epilogue takes d_dtype's only
   enum class Gelu { kNone, kForward, kBackward } gelu = Gelu::kNone;
   void* gelu_input = nullptr;  // kForward: written; kBackward: read; ld = ldd
   bool accumulate = false;     // D += rather than D =
 };
 
 // On cuda:`device` (current), its current stream. NotFound, with nothing queued, where a pointer is not 16-byte
-// aligned, GELU's leading dimension is not a multiple of 8 (cuBLASLt's rule for it), or cuBLASLt offers no algorithm
-// for the problem, among its heuristic's best 8, that keeps its sums in fp32 and passes cublasLtMatmulAlgoCheck, or
-// refuses that algorithm at the call (remembered; cuBLASLt documents such a refusal as one of configuration, before any
-// launch): the caller takes its unfused path. The last two are said once per problem on stderr.
+// aligned, a bias is not in d_dtype, GELU's leading dimension is not a multiple of 8 (cuBLASLt's rule for it), or
+// cuBLASLt offers no algorithm for the problem, among its heuristic's best 8, that keeps its sums in fp32 and passes
+// cublasLtMatmulAlgoCheck, or refuses that algorithm at the call (remembered; cuBLASLt documents such a refusal as one
+// of configuration, before any launch): the caller takes its unfused path. The last two are said once per problem on
+// stderr.
 absl::Status lt_gemm(int device, DType half, const LtGemm& g);
 
 }  // namespace zero::kernels::cuda

@@ -103,10 +103,12 @@ __global__ void accumulate_narrow_kernel(Out* out, const float* acc, int64_t n) 
   ZERO_GRID_STRIDE(i, n) out[i] = narrow<Out>(widen(out[i]) + acc[i]);
 }
 
-// product(acc) into an fp32 scratch of `elems` (with_scratch), then finish(acc): how a half result gets a GEMM's
-// fp32 sum and something more with one rounding.
+// g with its epilogue in cuBLASLt; where lt_gemm takes it not (NotFound), the same unfused: product(acc), g's GEMM
+// alone, into an fp32 scratch of `elems` (with_scratch), then finish(acc), its epilogue with the one rounding.
 template <typename Product, typename Finish>
-absl::Status through_fp32_scratch(int device, int64_t elems, Product&& product, Finish&& finish) {
+absl::Status in_epilogue_or_unfused(int device, DType half, const LtGemm& g, int64_t elems, Product&& product,
+                                    Finish&& finish) {
+  if (const absl::Status fused = lt_gemm(device, half, g); !absl::IsNotFound(fused)) return fused;
   return with_scratch(device, elems * sizeof(float), [&](void* scratch) {
     float* acc = static_cast<float*>(scratch);
     absl::Status s = product(acc);
@@ -141,23 +143,21 @@ absl::Status weight_gradient(int device, void* dst, DType dst_dtype, float beta,
 // one ulp off that on an H200 (cuBLAS 13), rounding twice.
 absl::Status accumulate_half_weight_gradient(int device, void* dweight, DType dweight_dtype, const void* dout,
                                              const void* inp, DType half, int64_t n, int64_t c, int64_t oc) {
-  const absl::Status fused = lt_gemm(device, half,
-                                     LtGemm{.transpose_b = true,
-                                            .m = c,
-                                            .n = oc,
-                                            .k = n,
-                                            .a = inp,
-                                            .lda = c,
-                                            .b = dout,
-                                            .ldb = oc,
-                                            .d = dweight,
-                                            .d_dtype = dweight_dtype,
-                                            .ldd = c,
-                                            .accumulate = true});
-  if (!absl::IsNotFound(fused)) return fused;
-  return through_fp32_scratch(
-      device, oc * c,
-      [&](float* acc) { return weight_gradient(device, acc, DType::kF32, 0.0f, dout, inp, half, n, c, oc); },
+  return in_epilogue_or_unfused(
+      device, half,
+      LtGemm{.transpose_b = true,
+             .m = c,
+             .n = oc,
+             .k = n,
+             .a = inp,
+             .lda = c,
+             .b = dout,
+             .ldb = oc,
+             .d = dweight,
+             .d_dtype = dweight_dtype,
+             .ldd = c,
+             .accumulate = true},
+      oc * c, [&](float* acc) { return weight_gradient(device, acc, DType::kF32, 0.0f, dout, inp, half, n, c, oc); },
       [&](const float* acc) {
         return visit_floating(dweight_dtype, [&](auto out_type) {
           using Out = Element<decltype(out_type)>;
@@ -172,22 +172,21 @@ absl::Status accumulate_half_weight_gradient(int device, void* dweight, DType dw
 // scratch. dinp and gelu_pre in `half`.
 absl::Status input_gradient_through_gelu(int device, void* dinp, const void* gelu_pre, const void* dout,
                                          const void* weight, DType half, int64_t n, int64_t c, int64_t oc) {
-  const absl::Status fused = lt_gemm(device, half,
-                                     LtGemm{.m = c,
-                                            .n = n,
-                                            .k = oc,
-                                            .a = weight,
-                                            .lda = c,
-                                            .b = dout,
-                                            .ldb = oc,
-                                            .d = dinp,
-                                            .d_dtype = half,
-                                            .ldd = c,
-                                            .gelu = LtGemm::Gelu::kBackward,
-                                            .gelu_input = const_cast<void*>(gelu_pre)});  // read
-  if (!absl::IsNotFound(fused)) return fused;
-  return through_fp32_scratch(
-      device, n * c,
+  return in_epilogue_or_unfused(
+      device, half,
+      LtGemm{.m = c,
+             .n = n,
+             .k = oc,
+             .a = weight,
+             .lda = c,
+             .b = dout,
+             .ldb = oc,
+             .d = dinp,
+             .d_dtype = half,
+             .ldd = c,
+             .gelu = LtGemm::Gelu::kBackward,
+             .gelu_input = const_cast<void*>(gelu_pre)},  // read
+      n * c,
       [&](float* acc) {
         return gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, acc, DType::kF32,
                        c);
@@ -256,30 +255,25 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* g
                                          blocks_for(n * oc), kThreads, static_cast<float*>(out), b, n, oc));
       return product(out, DType::kF32, 1.0f);
     }
-    // Half out: cuBLASLt's epilogue where a bias has out's dtype and cuBLASLt has an algorithm; else the products
-    // into an fp32 scratch, and the same epilogue after it.
-    if (bias == nullptr || bias_dtype == out_dtype) {
-      // As product's gemm_ex: D (OC, N) = weight^T · inp, the bias along D's rows.
-      const absl::Status fused =
-          lt_gemm(device, half,
-                  LtGemm{.transpose_a = true,
-                         .m = oc,
-                         .n = n,
-                         .k = c,
-                         .a = weight,
-                         .lda = c,
-                         .b = inp,
-                         .ldb = c,
-                         .d = out,
-                         .d_dtype = out_dtype,
-                         .ldd = oc,
-                         .bias = bias,
-                         .gelu = gelu_pre != nullptr ? LtGemm::Gelu::kForward : LtGemm::Gelu::kNone,
-                         .gelu_input = gelu_pre});
-      if (!absl::IsNotFound(fused)) return fused;
-    }
-    return through_fp32_scratch(
-        device, n * oc, [&](float* acc) { return product(acc, DType::kF32, 0.0f); },
+    // Half out: as product's gemm_ex, D (OC, N) = weight^T · inp, the bias along D's rows.
+    return in_epilogue_or_unfused(
+        device, half,
+        LtGemm{.transpose_a = true,
+               .m = oc,
+               .n = n,
+               .k = c,
+               .a = weight,
+               .lda = c,
+               .b = inp,
+               .ldb = c,
+               .d = out,
+               .d_dtype = out_dtype,
+               .ldd = oc,
+               .bias = bias,
+               .bias_dtype = bias_dtype,
+               .gelu = gelu_pre != nullptr ? LtGemm::Gelu::kForward : LtGemm::Gelu::kNone,
+               .gelu_input = gelu_pre},
+        n * oc, [&](float* acc) { return product(acc, DType::kF32, 0.0f); },
         [&](const float* acc) {
           return visit_floating(out_dtype, [&](auto out_type) {
             using Out = Element<decltype(out_type)>;
