@@ -155,22 +155,27 @@ __device__ __forceinline__ T narrow(float x) {
 }
 
 // ---- Column sums: out[s] (cols) += sum over rows of term s, in fp64 and a fixed order ----
-// Like runtime/parallel.h's add_column_sums, with no atomics: the same bits on every run on a GPU model. A term gives
-// kSums sums per element, so that one read of a matrix feeds several (LayerNorm's dweight and dbias):
+// Like runtime/parallel.h's add_column_sums, with no floating-point atomics: the same bits on every run on a GPU model.
+// A term gives kSums sums per element, so that one read of a matrix feeds several (LayerNorm's dweight and dbias):
 // term(r, first, count, chunks) sets chunks[s] to sum s's terms at row r, columns [first, first + count) (count <=
 // kChunk, the rest 0).
 //
-// Pass 1: block (x, y) takes columns [kSumCols x, kSumCols (x + 1)) of rows [y block_rows, (y + 1) block_rows). Thread
-// (lane, group) owns the chunk of kChunk columns at kSumCols x + kChunk lane and the block's rows group, group +
-// kSumGroups, ...; the groups' sums are then added in a fixed tree. Alone in its column (one row block) the block
-// adds the result to out; else it stores it into partial[s][y][col], and pass 2 adds the row blocks' partials.
+// One launch. Block (x, y) takes columns [kSumCols x, kSumCols (x + 1)) of rows [y block_rows, (y + 1) block_rows).
+// Thread (lane, group) owns the chunk of kChunk columns at kSumCols x + kChunk lane and the block's rows group, group +
+// kSumGroups, ..., which it adds in order, loading kSumRowsAtOnce of them before adding any (so that enough bytes are
+// in flight to keep the memory busy); the groups' sums are then added in a fixed tree. Alone in its column (one row
+// block) the block adds the result to out; else it stores it into partial[s][y][col], and the last of the column's
+// row blocks to finish (counted in arrivals[x]) adds the partials in order (add_partials).
 inline constexpr int kSumLanes = 4;  // chunks across: a warp reads 8 rows' 64 contiguous bytes of a bf16 matrix
 inline constexpr int kSumCols = kSumLanes * kChunk;
 inline constexpr int kSumGroups = kThreads / kSumLanes;
-// Pass 1's blocks per SM, resident together (__launch_bounds__) and what its grid is sized to: 4 for one sum (64
-// registers a thread), 3 for two, whose 16 fp64 accumulators would spill at 64.
+// Blocks per SM, resident together (__launch_bounds__) and what the grid is sized to, and rows a thread loads before
+// adding them: 4 blocks of 4 rows for one sum (64 registers a thread), 3 blocks of 1 row for two, whose 16 fp64
+// accumulators would spill at 64 registers, and the terms of a second row at 80.
 template <int kSums>
 inline constexpr int kSumBlocksPerSm = kSums == 1 ? 4 : 3;
+template <int kSums>
+inline constexpr int kSumRowsAtOnce = kSums == 1 ? 4 : 1;
 
 template <int kSums>
 struct ColumnOutputs {
@@ -183,13 +188,40 @@ __device__ __forceinline__ void add_column_total(void* out, int64_t col, double 
   store_float<Out>(out, col, load_float<Out>(out, col) + static_cast<float>(total));
 }
 
+// acc[s][e] += chunks[s].x[e].
+template <int kSums>
+__device__ __forceinline__ void add_chunks(double (&acc)[kSums][kChunk], const Chunk (&chunks)[kSums]) {
+  for (int s = 0; s < kSums; ++s) {
+    for (int e = 0; e < kChunk; ++e) acc[s][e] += chunks[s].x[e];
+  }
+}
+
+// The last row block of column block x: a warp per (sum, column) of the block's, lane l adding row blocks l, l + 32,
+// ... in order and the lanes then added in warp_sum's fixed tree. The partials are read from L2 (__ldcg), where the
+// other blocks' stores are, past this SM's L1.
+template <DType Out, int kSums>
+__device__ void add_partials(int64_t cols, const double* partial, ColumnOutputs<kSums> out) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t blocks = gridDim.y;
+  for (int w = threadIdx.x / kWarp; w < kSums * kSumCols; w += kThreads / kWarp) {
+    const int s = w / kSumCols;
+    const int64_t col = blockIdx.x * int64_t{kSumCols} + w % kSumCols;
+    if (col >= cols) continue;
+    double total = 0.0;
+    for (int64_t b = lane; b < blocks; b += kWarp) total += __ldcg(&partial[(s * blocks + b) * cols + col]);
+    total = warp_sum(total);
+    if (lane == 0) add_column_total<Out>(out.out[s], col, total);
+  }
+}
+
 template <DType Out, typename Term>
 __global__ void __launch_bounds__(kThreads, kSumBlocksPerSm<Term::kSums>)
     column_sums_kernel(int64_t rows, int64_t cols, int64_t block_rows, Term term, ColumnOutputs<Term::kSums> out,
-                       double* partial) {
+                       double* partial, unsigned* arrivals) {
   constexpr int kSums = Term::kSums;
   // Thread t's sums at [s][e][t], so a warp's 32 threads touch 32 consecutive doubles: no bank conflicts.
   __shared__ double groups[kSums][kChunk][kThreads];
+  __shared__ bool last;
   const int lane = threadIdx.x % kSumLanes, group = threadIdx.x / kSumLanes;
   const int64_t first_col = blockIdx.x * int64_t{kSumCols} + lane * kChunk;
   const int64_t count = first_col < cols ? chunk_count(first_col, cols) : 0;
@@ -197,12 +229,17 @@ __global__ void __launch_bounds__(kThreads, kSumBlocksPerSm<Term::kSums>)
   const int64_t end_row = first_row + block_rows < rows ? first_row + block_rows : rows;
   double acc[kSums][kChunk] = {};
   if (count > 0) {
-    for (int64_t r = first_row + group; r < end_row; r += kSumGroups) {
+    constexpr int kAtOnce = kSumRowsAtOnce<kSums>;
+    int64_t r = first_row + group;
+    for (; r + (kAtOnce - 1) * kSumGroups < end_row; r += kAtOnce * kSumGroups) {
+      Chunk terms[kAtOnce][kSums];
+      for (int u = 0; u < kAtOnce; ++u) term(r + u * kSumGroups, first_col, count, terms[u]);
+      for (int u = 0; u < kAtOnce; ++u) add_chunks(acc, terms[u]);
+    }
+    for (; r < end_row; r += kSumGroups) {
       Chunk terms[kSums];
       term(r, first_col, count, terms);
-      for (int s = 0; s < kSums; ++s) {
-        for (int e = 0; e < kChunk; ++e) acc[s][e] += terms[s].x[e];
-      }
+      add_chunks(acc, terms);
     }
   }
   for (int s = 0; s < kSums; ++s) {
@@ -217,33 +254,24 @@ __global__ void __launch_bounds__(kThreads, kSumBlocksPerSm<Term::kSums>)
     }
     __syncthreads();
   }
-  // Group 0 holds the block's sums: thread t < kSums kSumCols writes sum t / kSumCols of column t % kSumCols.
+  // Group 0 holds the block's sums: thread t < kSums kSumCols has sum t / kSumCols of column t % kSumCols.
   static_assert(kSums * kSumCols <= kThreads);
-  if (threadIdx.x >= kSums * kSumCols) return;
   const int s = threadIdx.x / kSumCols, within = threadIdx.x % kSumCols;
   const int64_t col = blockIdx.x * int64_t{kSumCols} + within;
-  if (col >= cols) return;
-  const double total = groups[s][within % kChunk][within / kChunk];
-  if (partial == nullptr) {
-    add_column_total<Out>(out.out[s], col, total);
-  } else {
-    partial[(s * int64_t{gridDim.y} + blockIdx.y) * cols + col] = total;
+  const bool mine = threadIdx.x < kSums * kSumCols && col < cols;
+  const double total = mine ? groups[s][within % kChunk][within / kChunk] : 0.0;
+  if (gridDim.y == 1) {
+    if (mine) add_column_total<Out>(out.out[s], col, total);
+    return;
   }
-}
-
-// Pass 2: a warp per (sum, column), in a grid-stride loop, adds its row blocks' partials, lane l taking blocks l, l +
-// 32, ... in order and the lanes then added in warp_sum's fixed tree.
-template <DType Out, int kSums>
-__global__ void add_partial_sums_kernel(int64_t blocks, int64_t cols, const double* partial, ColumnOutputs<kSums> out) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarp;
-  for (int64_t w = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp; w < kSums * cols; w += warps) {
-    const int64_t s = w / cols, col = w % cols;
-    double total = 0.0;
-    for (int64_t b = lane; b < blocks; b += kWarp) total += partial[(s * blocks + b) * cols + col];
-    total = warp_sum(total);
-    if (lane == 0) add_column_total<Out>(out.out[s], col, total);
-  }
+  if (mine) partial[(s * int64_t{gridDim.y} + blockIdx.y) * cols + col] = total;
+  __threadfence();  // the partial visible device-wide before this block counts itself in
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&arrivals[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // ordered after the count that found every other block in
+  add_partials<Out, kSums>(cols, partial, out);
 }
 
 // The plain column sum's term: row r of a row-major (rows, cols) matrix of T, widened.
@@ -259,7 +287,7 @@ struct MatrixColumns {
 
 // out[s] (cols), each of dtype Out, += the column sums of term's sum s over rows, on cuda:`device`'s current stream;
 // `device` is current. Row blocks enough to fill the GPU (kSumBlocksPerSm a multiprocessor); their partials, where
-// there are several, live in a stream-ordered scratch.
+// there are several, and the column blocks' arrival counts live in a stream-ordered scratch.
 template <DType Out, typename Term>
 absl::Status add_column_sums(int device, int64_t rows, int64_t cols, ColumnOutputs<Term::kSums> out, Term term) {
   constexpr int kSums = Term::kSums;
@@ -273,17 +301,16 @@ absl::Status add_column_sums(int device, int64_t rows, int64_t cols, ColumnOutpu
   const int64_t block_rows = (rows + wanted - 1) / wanted;
   const int64_t row_blocks = (rows + block_rows - 1) / block_rows;
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks));
-  if (row_blocks == 1) {
+  const auto launch = [&](double* partial, unsigned* arrivals) {
     return launch_kernel(device, "column_sums_kernel", column_sums_kernel<Out, Term>, grid, kThreads, rows, cols,
-                         block_rows, term, out, static_cast<double*>(nullptr));
-  }
-  return with_scratch(device, kSums * row_blocks * cols * sizeof(double), [&](void* scratch) {
-    double* partial = static_cast<double*>(scratch);
-    ZERO_RETURN_IF_ERROR(launch_kernel(device, "column_sums_kernel", column_sums_kernel<Out, Term>, grid, kThreads,
-                                       rows, cols, block_rows, term, out, partial));
-    return launch_kernel(device, "add_partial_sums_kernel", add_partial_sums_kernel<Out, kSums>,
-                         blocks_for(kSums * cols * kWarp), kThreads, row_blocks, cols,
-                         static_cast<const double*>(partial), out);
+                         block_rows, term, out, partial, arrivals);
+  };
+  if (row_blocks == 1) return launch(nullptr, nullptr);
+  const size_t partial_bytes = kSums * row_blocks * cols * sizeof(double);
+  return with_scratch(device, partial_bytes + col_blocks * sizeof(unsigned), [&](void* scratch) {
+    unsigned* arrivals = reinterpret_cast<unsigned*>(static_cast<char*>(scratch) + partial_bytes);
+    ZERO_RETURN_IF_ERROR(zero_on_current_stream(device, arrivals, col_blocks * sizeof(unsigned)));
+    return launch(static_cast<double*>(scratch), arrivals);
   });
 }
 
