@@ -132,6 +132,14 @@ absl::Status sim_reduce_in_rank_order(Device device, std::span<const void* const
 absl::Status reduce_in_rank_order(Device device, std::span<const void* const> inputs, void* out, int64_t count,
                                   DType dtype, ReduceOp op) {
   if (inputs.empty()) return absl::InvalidArgumentError("reduce_in_rank_order: no inputs");
+  const BlockFn block = block_fn_for(dtype, op);
+  if (block == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot ", reduce_op_name(op), "-reduce ", dtype_name(dtype)));
+  }
+  // One input reduces to its own values (widened and rounded back exactly; avg divides by 1): a copy, nothing in place,
+  // so a one-rank group's allreduce and reduce-scatter cost no pass over the gradients. A NaN keeps its payload, as
+  // NCCL's one-rank collectives keep it, where the rounding would have quieted it (bf16) or made it canonical (fp16).
+  if (inputs.size() == 1) return queue_copy_bytes(device, out, inputs[0], count * dtype_size(dtype));
   if (device.is_sim()) return sim_reduce_in_rank_order(device, inputs, out, count, dtype, op);
   if (device.is_cuda()) {
 #ifdef ZERO_HAS_CUDA
@@ -139,10 +147,6 @@ absl::Status reduce_in_rank_order(Device device, std::span<const void* const> in
 #else
     return absl::FailedPreconditionError("reduction on CUDA memory in a build without CUDA");
 #endif
-  }
-  const BlockFn block = block_fn_for(dtype, op);
-  if (block == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot ", reduce_op_name(op), "-reduce ", dtype_name(dtype)));
   }
   for (int64_t begin = 0; begin < count; begin += kBlock) block(inputs, out, begin, std::min(kBlock, count - begin));
   return absl::OkStatus();

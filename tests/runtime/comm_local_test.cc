@@ -172,6 +172,24 @@ TEST(LocalBackend, BarrierThenCollectiveNeverLooksLikeDivergence) {
 
 TEST(LocalBackend, MaxPropagatesNaN) { expect_passes(2, check_max_propagates_nan); }
 
+// One rank's reductions are its own values, bit for bit: nothing to do in place, a copy out of place. A signaling NaN
+// payload survives, which a widen-and-round pass would have made fp16's canonical 0x7e00.
+TEST(LocalBackend, OneRanksReductionsLeaveItsValuesAsTheyAre) {
+  const std::vector<uint16_t> values = {0x3c00, 0x7d01, 0x8001, 0xfbff};  // 1, a signaling NaN, -2^-24, -65504
+  expect_all_ok(run_local_ranks(1, [&](Communicator& comm) {
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      std::vector<uint16_t> buffer = values, out(values.size(), 0);
+      ZERO_RETURN_IF_ERROR(comm.allreduce(Tensor(buffer.data(), DType::kF16, {4}), op).wait());
+      EXPECT_EQ(buffer, values) << reduce_op_name(op);
+      ZERO_RETURN_IF_ERROR(
+          comm.reduce_scatter(Tensor(buffer.data(), DType::kF16, {4}), Tensor(out.data(), DType::kF16, {4}), op)
+              .wait());
+      EXPECT_EQ(out, values) << reduce_op_name(op);
+    }
+    return absl::OkStatus();
+  }));
+}
+
 // --- Failures: every rank ends with an error, never a hang ---
 
 TEST(LocalFailures, RankThatThrowsMidCollectiveFailsEveryPeer) {
