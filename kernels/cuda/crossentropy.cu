@@ -85,7 +85,8 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
     const Chunk x = load_chunk<T>(row, v, count);
     const float before = local.value;
     for (int e = 0; e < kChunk; ++e) {  // constant bounds keep the chunk in registers
-      if (e < count) local = max_at(local, MaxAt{x.x[e], v + e});
+      // max_at's choice: a thread sees its indices ascending, so only a strictly larger value (never a NaN) wins.
+      if (e < count && x.x[e] > local.value) local = MaxAt{x.x[e], v + e};
     }
     if (local.value > before) local_sum *= exp(static_cast<double>(before) - local.value);
     for (int e = 0; e < kChunk; ++e) {
@@ -126,17 +127,18 @@ __global__ void sum_rows_kernel(const double* row_loss, const int32_t* row_corre
   if (threadIdx.x == 0) *sums = LossSums{loss, correct};
 }
 
-// The shared memory a block stages its logits row in (row_bytes, each row starting 16-byte aligned), or 0 where the
-// rows are not so aligned or two blocks' rows would not fit an SM together: staged, an SM's blocks hold their rows
-// instead of the many loads in flight that keep the memory busy, so one block alone would leave it idle.
-absl::StatusOr<size_t> row_staging_bytes(int device, const void* logits, int64_t row_bytes) {
-  int per_block = 0, per_sm = 0;
-  ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  ZERO_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  const int64_t static_bytes = kThreads * int64_t{sizeof(MaxAt) + sizeof(double)};
-  const bool aligned = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && row_bytes % 16 == 0;
-  const bool fits = row_bytes + static_bytes <= per_block && 2 * (row_bytes + static_bytes) <= per_sm;
-  return aligned && fits ? static_cast<size_t>(row_bytes) : 0;
+// The dynamic shared memory a block of `kernel` stages its logits row in (row_bytes, each row starting 16-byte
+// aligned), or 0 where the rows are not so aligned or fewer than two such blocks fit an SM (its shared memory, the
+// driver's reserve per block and the registers counted): staged, an SM's blocks hold their rows instead of the many
+// loads in flight that keep the memory busy, so one block alone would leave it idle.
+template <typename Kernel>
+absl::StatusOr<size_t> row_staging_bytes(int device, Kernel kernel, const void* logits, int64_t row_bytes) {
+  if (reinterpret_cast<uintptr_t>(logits) % 16 != 0 || row_bytes % 16 != 0) return 0;
+  ZERO_RETURN_IF_ERROR(allow_all_dynamic_shared(device, kernel));
+  int blocks_per_sm = 0;
+  ZERO_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, static_cast<size_t>(row_bytes)));
+  return blocks_per_sm >= 2 ? static_cast<size_t>(row_bytes) : 0;
 }
 
 }  // namespace
@@ -153,7 +155,8 @@ absl::Status crossentropy_forward_backward(int device, LossSums* sums, void* dlo
     int32_t* row_correct = reinterpret_cast<int32_t*>(row_loss + n);
     ZERO_RETURN_IF_ERROR(visit_floating(dtype, [&](auto type) -> absl::Status {
       const auto kernel = crossentropy_kernel<decltype(type)::value>;
-      ZERO_ASSIGN_OR_RETURN(const size_t staged_bytes, row_staging_bytes(device, logits, padded * dtype_size(dtype)));
+      ZERO_ASSIGN_OR_RETURN(const size_t staged_bytes,
+                            row_staging_bytes(device, kernel, logits, padded * int64_t{dtype_size(dtype)}));
       return launch_kernel_with_shared(device, "crossentropy_kernel", kernel, static_cast<unsigned>(n), kThreads,
                                        staged_bytes, dlogits, logits, targets, vocab, padded, scale, row_loss,
                                        row_correct, staged_bytes > 0);

@@ -101,8 +101,9 @@ TEST_P(CudaMatmul, MatchesCpu) {
   expect_near_all(download<float>(g_db), db, gemm_tolerance(n), "dbias");  // fp64 sums: far tighter in fact
 }
 
-// The bias gradient's column sums where threads add many rows each and pass 2 adds more partials than a warp has
-// lanes (200000 rows of 40 columns: on 132 SMs, 264 row blocks whose threads add 12 rows each), and over thousands
+// The bias gradient's column sums where threads add many rows each, four at a time and then the rest, and the last
+// row block adds more partials than a warp has lanes (200000 rows of 40 columns: on 132 SMs, 264 row blocks whose
+// threads add 11 or 12 rows each), and over thousands
 // of columns in a few row blocks (805 x 3005, a partial last chunk of columns): both sides round an fp64 sum of the
 // same terms, so they differ by at most an ulp of the sum
 // (|sum| < 4·sqrt(n) for n terms uniform in [-1, 1]: seven standard deviations) and one of the result, each at most
@@ -879,24 +880,28 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
 
 // Rows wider than a block's 2048-element stride, so each thread's online softmax rescales its sum as its max grows:
 // random rows, and rows ascending (a new max in every chunk) and descending (never one after the first); the same
-// bounds as above.
+// bounds as above. Rows of 5008 fp32 logits, and of 11264 (44 KiB, staged in shared memory beside the kernel's static
+// 6 KiB: past the 48 KiB a launch may take without opting in).
 TEST_F(CudaKernels, CrossEntropyOfWideRowsMatchesCpu) {
-  const int64_t n = 48, vocab = 5003, padded = 5008;
-  std::vector<float> logits = random_floats(n * padded, 64, -4.0f, 4.0f), dlogits(n * padded);
-  for (int64_t v = 0; v < vocab; ++v) {
-    logits[v] = -4.0f + 8.0f * static_cast<float>(v) / vocab;          // row 0 ascending
-    logits[padded + v] = 4.0f - 8.0f * static_cast<float>(v) / vocab;  // row 1 descending
+  for (const int64_t padded : {5008, 11264}) {
+    SCOPED_TRACE(absl::StrCat("rows of ", padded));
+    const int64_t n = 48, vocab = padded - 5;
+    std::vector<float> logits = random_floats(n * padded, 64, -4.0f, 4.0f), dlogits(n * padded);
+    for (int64_t v = 0; v < vocab; ++v) {
+      logits[v] = -4.0f + 8.0f * static_cast<float>(v) / vocab;          // row 0 ascending
+      logits[padded + v] = 4.0f - 8.0f * static_cast<float>(v) / vocab;  // row 1 descending
+    }
+    std::vector<int32_t> targets(n);
+    for (int64_t r = 0; r < n; ++r) targets[r] = static_cast<int32_t>((r * 997) % vocab);
+    const Tensor g_d = upload(dlogits, {n, padded});
+    auto cpu =
+        crossentropy_forward_backward(view(dlogits, {n, padded}), view(logits, {n, padded}), view(targets, {n}), vocab);
+    auto gpu = crossentropy_forward_backward(g_d, upload(logits, {n, padded}), upload(targets, {n}), vocab);
+    ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
+    EXPECT_EQ(gpu->correct, cpu->correct);
+    EXPECT_NEAR(gpu->loss, cpu->loss, 4 * kU32 * std::fabs(cpu->loss));
+    expect_near_all(download<float>(g_d), dlogits, 8 * kU32 / static_cast<double>(cpu->counted), "dlogits");
   }
-  std::vector<int32_t> targets(n);
-  for (int64_t r = 0; r < n; ++r) targets[r] = static_cast<int32_t>((r * 997) % vocab);
-  const Tensor g_d = upload(dlogits, {n, padded});
-  auto cpu =
-      crossentropy_forward_backward(view(dlogits, {n, padded}), view(logits, {n, padded}), view(targets, {n}), vocab);
-  auto gpu = crossentropy_forward_backward(g_d, upload(logits, {n, padded}), upload(targets, {n}), vocab);
-  ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
-  EXPECT_EQ(gpu->correct, cpu->correct);
-  EXPECT_NEAR(gpu->loss, cpu->loss, 4 * kU32 * std::fabs(cpu->loss));
-  expect_near_all(download<float>(g_d), dlogits, 8 * kU32 / static_cast<double>(cpu->counted), "dlogits");
 }
 
 // bf16/fp16 logits on the GPU, in place as GPT-2 runs it, against the CPU's fp32 kernel on the widened logits: the
