@@ -9,8 +9,9 @@ namespace zero {
 
 GradientReducer::GradientReducer(const RankContext& rank, const ZeroConfig& config, GradientsFinal on_final)
     : rank_(rank), units_(rank.units), allreduce_(StagePolicy(config.stage).updates_everything()),
-      accumulation_steps_(config.accumulation_steps), no_sync_(config.no_sync), places_(units_.size()),
-      on_final_(std::move(on_final)) {
+      accumulation_steps_(config.accumulation_steps),
+      direct_(allreduce_ && rank.comm.world_size() == 1 && accumulation_steps_ == 1), no_sync_(config.no_sync),
+      places_(units_.size()), on_final_(std::move(on_final)) {
   std::vector<int64_t> padded_numels;
   for (const UnitState& u : units_) padded_numels.push_back(u.layout.padded_numel);
   for (std::vector<int>& members : config.gradient_buckets(padded_numels)) {
@@ -32,12 +33,13 @@ GradientReducer::~GradientReducer() {
 }
 
 void GradientReducer::begin_micro_batch(bool last_of_step) {
-  reducing_ = !no_sync_ || last_of_step;
+  reducing_ = !direct_ && (!no_sync_ || last_of_step);
   last_of_step_ = last_of_step;
 }
 
 absl::StatusOr<ParamViews> GradientReducer::grad_views(int i) {
-  // (P) per unit: its bucket's staging, or under no_sync the held gradients (stages 0-1 hold all of them).
+  // (P) per unit: its bucket's staging, or, not reducing (no_sync, or direct_), the held gradients (stages 0-1 hold
+  // all of them).
   return unit_views(units_, i, [&](int owner) -> absl::StatusOr<Tensor> {
     if (reducing_) return staging_of(owner);
     return units_[owner].held_grads(rank_.dtype);
@@ -70,6 +72,7 @@ absl::Status GradientReducer::zero_grads() {
 }
 
 int64_t GradientReducer::most_live_numel() const {
+  if (direct_) return 0;
   std::vector<int64_t> sizes;
   for (const Bucket& b : buckets_) sizes.push_back(b.numel);
   return sum_of_largest(std::move(sizes), 2);

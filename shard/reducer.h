@@ -20,7 +20,9 @@ namespace zero {
 // (ZeroConfig::gradient_buckets). One reduction stays in flight behind the compute; older ones are
 // finished: waited for, added into the gradients the unit holds (all of them, or this rank's slice),
 // and their staging freed. Under no_sync (stages 0-1) micro-batches but the last add into the held
-// gradients directly, and the last one's staging starts from them.
+// gradients directly, and the last one's staging starts from them. One rank holding all its gradients, one
+// micro-batch a step, has nothing to scale or reduce: its backward adds into the held gradients directly, as
+// under no_sync, with no staging (as DDP skips its buckets on one process).
 //
 // Every rank must make the same calls: each reduction is a collective. Used from the compute thread
 // only.
@@ -72,6 +74,7 @@ class GradientReducer {
   std::vector<UnitState>& units_;  // rank_.units
   const bool allreduce_;           // StagePolicy::updates_everything
   const int accumulation_steps_;
+  const bool direct_;  // one rank holding all its gradients, one micro-batch a step: nothing is staged or reduced
   const bool no_sync_;
   std::vector<Bucket> buckets_;
   std::vector<Place> places_;  // per unit

@@ -947,7 +947,7 @@ absl::StatusOr<std::vector<std::string>> run_holding_on_sim(ZeroConfig zero, int
   const Task task = mlp_task();
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> mlp, task.make_model());
   testing::HookedModel model(*mlp, {.on_start = [&](const std::string& event) {
-    if (event != release_on || !held.armed()) return;
+    if (event != release_on || !held.awaits_release()) return;
     log.add(event);
     held.release();
   }});
@@ -958,13 +958,14 @@ absl::StatusOr<std::vector<std::string>> run_holding_on_sim(ZeroConfig zero, int
   ZERO_ASSIGN_OR_RETURN(const Batch batch, on_device.place(rows.batch()));
   for (int step = 0; step < steps; ++step) {
     if (step == hold_from_step) held.arm();
-    ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 0.01f).status());
+    ZERO_RETURN_IF_ERROR(engine->train_step(std::vector<Batch>(zero.accumulation_steps, batch), 0.01f).status());
   }
   return log.events();
 }
 
 TEST(SimOverlap, Stage0BucketAllreduceRunsWhileTheNextUnitComputesItsBackward) {
-  const ZeroConfig zero{.stage = 0, .bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1};  // a bucket per unit
+  // A bucket per unit; two micro-batches a step, each reduced (one rank with one would have nothing to reduce).
+  const ZeroConfig zero{.stage = 0, .bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1, .accumulation_steps = 2};
   const auto first_allreduce = [](const Collective& c) { return c.op == CollectiveOp::kAllreduce; };
   const absl::StatusOr<std::vector<std::string>> events =
       run_holding_on_sim(zero, 1, 0, first_allreduce, "backward fc0");

@@ -23,9 +23,9 @@ void HeldBackend::arm() {
   armed_ = true;
 }
 
-bool HeldBackend::armed() {
+bool HeldBackend::awaits_release() {
   std::lock_guard lock(mu_);
-  return armed_;
+  return armed_ && !released_;
 }
 
 void HeldBackend::release() {

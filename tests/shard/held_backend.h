@@ -40,7 +40,7 @@ class HeldBackend final : public Backend {
   bool supports(Device device) const override { return device.is_cpu() || device.is_sim(); }
 
   void arm();
-  bool armed();
+  bool awaits_release();  // armed and not yet released
   void release();
 
   absl::Status prepare(const Collective& c) override;

@@ -25,7 +25,8 @@ using ::testing::ElementsAre;
 using testing::EventLog;
 using testing::HeldBackend;
 
-// Trains `steps` steps of the toy model (input, hidden_0, hidden_1, head) on one rank whose backend holds
+// Trains `steps` steps of the toy model (input, hidden_0, hidden_1, head; accumulation_steps micro-batches of the
+// same rows each) on one rank whose backend holds
 // the first collective `hold` picks from step `hold_from_step` on, until the event `release_on` starts;
 // returns the held collective's events and `release_on`'s from then on, in order.
 absl::StatusOr<std::vector<std::string>> run_holding(ZeroConfig zero, int steps, int hold_from_step,
@@ -41,7 +42,7 @@ absl::StatusOr<std::vector<std::string>> run_holding(ZeroConfig zero, int steps,
   const testing::ToyConfig config{.hidden_layers = 2};
   testing::ToyModel toy(config);
   testing::HookedModel model(toy, {.on_start = [&](const std::string& event) {
-                               if (event != release_on || !held.armed()) return;
+                               if (event != release_on || !held.awaits_release()) return;
                                log.add(event);
                                held.release();
                              }});
@@ -51,7 +52,7 @@ absl::StatusOr<std::vector<std::string>> run_holding(ZeroConfig zero, int steps,
   const Batch batch = data.batch(config.features);
   for (int step = 0; step < steps; ++step) {
     if (step == hold_from_step) held.arm();
-    ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 0.01f).status());
+    ZERO_RETURN_IF_ERROR(engine->train_step(std::vector<Batch>(zero.accumulation_steps, batch), 0.01f).status());
   }
   return log.events();
 }
@@ -59,7 +60,8 @@ absl::StatusOr<std::vector<std::string>> run_holding(ZeroConfig zero, int steps,
 TEST(Overlap, Stage0BucketAllreduceRunsWhileTheNextUnitComputesItsBackward) {
   // One unit per bucket: the head's gradient is allreduced as soon as its backward wrote it, and the
   // engine goes on to hidden_1's backward; it waits for that reduction only after launching the next.
-  const ZeroConfig zero{.stage = 0, .bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1};
+  // Two micro-batches a step, each reduced: one rank with one micro-batch would have nothing to reduce.
+  const ZeroConfig zero{.stage = 0, .bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1, .accumulation_steps = 2};
   const auto first_allreduce = [](const Collective& c) { return c.op == CollectiveOp::kAllreduce; };
   absl::StatusOr<std::vector<std::string>> events = run_holding(zero, 1, 0, first_allreduce, "backward hidden_1");
   ASSERT_TRUE(events.ok()) << events.status();
