@@ -71,9 +71,8 @@ absl::StatusOr<MatmulDims> backward_dims(absl::string_view op, const Tensor& din
 // InvalidArgument where `written`'s bytes overlap `other`'s.
 absl::Status check_apart(absl::string_view op, absl::string_view written_name, const Tensor& written,
                          absl::string_view other_name, const Tensor& other) {
-  const auto* w = static_cast<const char*>(written.data());
-  const auto* o = static_cast<const char*>(other.data());
-  if (w < o + other.nbytes() && o < w + written.nbytes()) {
+  if (bytes_overlap(written.data(), static_cast<int64_t>(written.nbytes()), other.data(),
+                    static_cast<int64_t>(other.nbytes()))) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": ", written_name, " must not overlap ", other_name, "; give it a buffer of its own"));
   }

@@ -24,6 +24,12 @@ Shape contiguous_strides(const Shape& shape) {
 
 std::string shape_string(const Shape& shape) { return absl::StrCat("(", absl::StrJoin(shape, ", "), ")"); }
 
+bool bytes_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto* pa = static_cast<const char*>(a);
+  const auto* pb = static_cast<const char*>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
 Tensor::Tensor(void* data, DType dtype, Shape shape, Device device)
     : Tensor(data, dtype, shape, contiguous_strides(shape), device) {}
 

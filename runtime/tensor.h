@@ -16,6 +16,9 @@ int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
 std::string shape_string(const Shape& shape);
 
+// Whether bytes [a, a + a_bytes) and [b, b + b_bytes) share a byte (an empty range shares none).
+bool bytes_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes);
+
 class Tensor {
  public:
   Tensor() = default;

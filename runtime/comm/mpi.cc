@@ -30,12 +30,6 @@ constexpr int64_t kDefaultPieceBytes = int64_t{64} << 20;
 const char* at_bytes(const void* base, int64_t offset) { return static_cast<const char*>(base) + offset; }
 char* at_bytes(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
 
-bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const char* pa = static_cast<const char*>(a);
-  const char* pb = static_cast<const char*>(b);
-  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
-}
-
 absl::Status mpi_status(int rc, absl::string_view call) {
   if (rc == MPI_SUCCESS) return absl::OkStatus();
   char text[MPI_MAX_ERROR_STRING];
@@ -195,7 +189,7 @@ class MpiBackend final : public Backend {
       case CollectiveOp::kGather: {
         const bool all = c.op == CollectiveOp::kAllgather;
         // MPI forbids a send buffer inside the receive buffer (an in-place gather): send a copy instead.
-        const bool stage = (all || is_root) && overlaps(c.send, chunk, c.recv, n * chunk);
+        const bool stage = (all || is_root) && bytes_overlap(c.send, chunk, c.recv, n * chunk);
         ZERO_ASSIGN_OR_RETURN(Buffer staged, scratch(stage ? len : 0));
         const void* source = at_bytes(c.send, offset);
         if (stage) ZERO_RETURN_IF_ERROR(queue_copy_bytes(c.device, staged.data(), source, len));
@@ -207,7 +201,7 @@ class MpiBackend final : public Backend {
       }
       case CollectiveOp::kScatter: {
         // The root's own piece may land inside its send buffer (an in-place scatter): receive into a copy.
-        const bool stage = is_root && overlaps(c.send, n * chunk, c.recv, chunk);
+        const bool stage = is_root && bytes_overlap(c.send, n * chunk, c.recv, chunk);
         ZERO_ASSIGN_OR_RETURN(Buffer staged, scratch(stage ? len : 0));
         void* target = stage ? staged.data() : at_bytes(c.recv, offset);
         const void* source = is_root ? at_bytes(c.send, offset) : nullptr;

@@ -37,6 +37,15 @@ TEST(Tensor, ViewOffsetsCountElementsOfItsDtype) {
   EXPECT_EQ(half.view(3, {5}).data(), static_cast<void*>(flat.data() + 3));
 }
 
+TEST(Tensor, ByteRangesOverlapWhereTheyShareAByte) {
+  char buffer[16];
+  EXPECT_TRUE(bytes_overlap(buffer, 8, buffer + 7, 8));
+  EXPECT_TRUE(bytes_overlap(buffer + 4, 2, buffer, 16));  // one inside the other
+  EXPECT_FALSE(bytes_overlap(buffer, 8, buffer + 8, 8));  // adjacent
+  EXPECT_FALSE(bytes_overlap(buffer + 8, 8, buffer, 8));
+  EXPECT_FALSE(bytes_overlap(buffer + 4, 0, buffer, 16));  // an empty range shares nothing
+}
+
 TEST(Tensor, StridedTensorIsNotContiguous) {
   std::vector<float> data(6);
   Tensor transposed(data.data(), DType::kF32, {3, 2}, {1, 3}, Device::cpu());
