@@ -17,37 +17,62 @@ __device__ __forceinline__ void for_each_row_chunk(int lane, int64_t c, F&& f) {
   for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) f(i, chunk_count(i, c));
 }
 
+// f(k, i, count) for the lane's k-th chunk of a row of c elements (its chunks lane, lane + 32, ..., common.cuh), the
+// chunk at element i holding count of them. kHeld > 0 (a row of at most kWarp kChunk kHeld elements): a loop the
+// compiler unrolls, so that an array indexed by k stays in registers; 0: a loop over any c.
+template <int kHeld, typename F>
+__device__ __forceinline__ void for_each_lane_chunk(int lane, int64_t c, F&& f) {
+  if constexpr (kHeld > 0) {
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k) {
+      const int64_t i = (int64_t{lane} + int64_t{k} * kWarp) * kChunk;
+      if (i < c) f(k, i, chunk_count(i, c));
+    }
+  } else {
+    int k = 0;
+    for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) { f(k++, i, count); });
+  }
+}
+
 // Two-pass mean and biased variance of one row, as the CPU version (not Welford), after inp += residual where one
 // is given (each lane rounds its sum as stored and goes on with that). Lane l owns the row's chunks l, l + 32, ...
-// (common.cuh), in every dtype the same. Every tensor but mean and rstd in T.
-template <DType T>
+// (common.cuh), in every dtype the same. Every tensor but mean and rstd in T. kHeld > 0: the lane keeps its chunks
+// in registers after the first read (rows of at most kWarp kChunk kHeld elements); 0: each pass reads them again.
+template <DType T, int kHeld>
 __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, void* inp, const void* residual,
                                          const void* weight, const void* bias, int64_t n, int64_t c) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
   const int64_t first = row * c;
+  Chunk held[kHeld > 0 ? kHeld : 1] = {};
+  // The lane's k-th chunk, at element i, as pass 1 left it.
+  const auto x_at = [&](int k, int64_t i, int64_t count) {
+    if constexpr (kHeld > 0) return held[k];
+    return load_chunk<T>(inp, first + i, count);
+  };
   float sum = 0.0f;
-  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
+  for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
     Chunk x = load_chunk<T>(inp, first + i, count);
     if (residual != nullptr) {
       const Chunk r = load_chunk<T>(residual, first + i, count);
       for (int e = 0; e < kChunk; ++e) x.x[e] = rounded<T>(x.x[e] + r.x[e]);
       store_chunk<T>(inp, first + i, count, x);
     }
+    if constexpr (kHeld > 0) held[k] = x;
     for (const float v : x.x) sum += v;  // past the row's end, zeros
   });
   const float m = warp_sum(sum) / static_cast<float>(c);
   float sq = 0.0f;
-  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
-    const Chunk x = load_chunk<T>(inp, first + i, count);
+  for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
+    const Chunk x = x_at(k, i, count);
     for (int e = 0; e < kChunk; ++e) {  // a constant bound keeps the chunk in registers
       if (e < count) sq += (x.x[e] - m) * (x.x[e] - m);
     }
   });
   const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(c) + kLayerNormEps);
-  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
-    Chunk x = load_chunk<T>(inp, first + i, count);
+  for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
+    Chunk x = x_at(k, i, count);
     const Chunk w = load_chunk<T>(weight, i, count), b = load_chunk<T>(bias, i, count);
     for (int e = 0; e < kChunk; ++e) x.x[e] = (x.x[e] - m) * s * w.x[e] + b.x[e];
     store_chunk<T>(out, first + i, count, x);
@@ -121,9 +146,15 @@ absl::Status layernorm_forward(int device, void* out, float* mean, float* rstd, 
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
+  // Chunks a lane holds: GPT-2's C of 768 takes 3 of 4, its XL's 1600 7 of 8; wider rows are read in each pass.
+  const int64_t lane_chunks = (c + kWarp * kChunk - 1) / (kWarp * kChunk);
   return visit_floating(dtype, [&](auto t) {
-    return launch_kernel(device, "layernorm_forward_kernel", layernorm_forward_kernel<decltype(t)::value>,
-                         row_blocks(n), kThreads, out, mean, rstd, inp, residual, weight, bias, n, c);
+    constexpr DType T = decltype(t)::value;
+    const auto kernel = lane_chunks <= 4   ? layernorm_forward_kernel<T, 4>
+                        : lane_chunks <= 8 ? layernorm_forward_kernel<T, 8>
+                                           : layernorm_forward_kernel<T, 0>;
+    return launch_kernel(device, "layernorm_forward_kernel", kernel, row_blocks(n), kThreads, out, mean, rstd, inp,
+                         residual, weight, bias, n, c);
   });
 }
 
