@@ -85,7 +85,9 @@ __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, vo
 
 // dinp = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight, per row, + dresidual where
 // given: added in fp32 and stored rounded once. Lane l owns the row's chunks l, l + 32, ..., as in the forward.
-template <DType T>
+// kHeld > 0: the lane keeps dnorm and inp in registers after the first read (rows of at most kWarp kChunk kHeld
+// elements); 0: the second pass reads dout, weight and inp again.
+template <DType T, int kHeld>
 __global__ void layernorm_backward_kernel(void* dinp, const void* dout, const void* inp, const void* weight,
                                           const float* mean, const float* rstd, const void* dresidual, int64_t n,
                                           int64_t c) {
@@ -94,26 +96,40 @@ __global__ void layernorm_backward_kernel(void* dinp, const void* dout, const vo
   if (row >= n) return;
   const int64_t first = row * c;
   const float mu = mean[row], rs = rstd[row];
-  float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
-  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
-    const Chunk g = load_chunk<T>(dout, first + i, count), x = load_chunk<T>(inp, first + i, count);
+  Chunk held_dnorm[kHeld > 0 ? kHeld : 1] = {}, held_x[kHeld > 0 ? kHeld : 1] = {};
+  // The lane's k-th chunk, at element i, of dout * weight and of inp.
+  const auto dnorm_at = [&](int k, int64_t i, int64_t count) {
+    if constexpr (kHeld > 0) return held_dnorm[k];
+    Chunk d = load_chunk<T>(dout, first + i, count);
     const Chunk w = load_chunk<T>(weight, i, count);
+    for (int e = 0; e < kChunk; ++e) d.x[e] *= w.x[e];
+    return d;
+  };
+  const auto x_at = [&](int k, int64_t i, int64_t count) {
+    if constexpr (kHeld > 0) return held_x[k];
+    return load_chunk<T>(inp, first + i, count);
+  };
+  float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
+  for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
+    Chunk dnorm = load_chunk<T>(dout, first + i, count);
+    const Chunk x = load_chunk<T>(inp, first + i, count), w = load_chunk<T>(weight, i, count);
+    for (int e = 0; e < kChunk; ++e) dnorm.x[e] *= w.x[e];
+    if constexpr (kHeld > 0) held_dnorm[k] = dnorm, held_x[k] = x;
     for (int e = 0; e < kChunk; ++e) {
       if (e >= count) continue;
-      const float dnorm = g.x[e] * w.x[e];
-      dnorm_sum += dnorm;
-      dnorm_xhat_sum += dnorm * (x.x[e] - mu) * rs;
+      dnorm_sum += dnorm.x[e];
+      dnorm_xhat_sum += dnorm.x[e] * (x.x[e] - mu) * rs;
     }
   });
   const float dnorm_mean = warp_sum(dnorm_sum) / static_cast<float>(c);
   const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / static_cast<float>(c);
-  for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) {
-    const Chunk g = load_chunk<T>(dout, first + i, count), w = load_chunk<T>(weight, i, count);
-    Chunk d = load_chunk<T>(inp, first + i, count);
+  for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
+    const Chunk dnorm = dnorm_at(k, i, count);
+    Chunk d = x_at(k, i, count);
     const Chunk r = dresidual != nullptr ? load_chunk<T>(dresidual, first + i, count) : Chunk{};
     for (int e = 0; e < kChunk; ++e) {
       const float xhat = (d.x[e] - mu) * rs;
-      const float v = (g.x[e] * w.x[e] - dnorm_mean - xhat * dnorm_xhat_mean) * rs;
+      const float v = (dnorm.x[e] - dnorm_mean - xhat * dnorm_xhat_mean) * rs;
       d.x[e] = dresidual != nullptr ? v + r.x[e] : v;
     }
     store_chunk<T>(dinp, first + i, count, d);
@@ -166,8 +182,10 @@ absl::Status layernorm_backward(int device, void* dinp, void* dweight, void* dbi
   if (n == 0) return absl::OkStatus();
   return visit_floating(dtype, [&](auto t) -> absl::Status {
     constexpr DType T = decltype(t)::value;
-    ZERO_RETURN_IF_ERROR(launch_kernel(device, "layernorm_backward_kernel", layernorm_backward_kernel<T>, row_blocks(n),
-                                       kThreads, dinp, dout, inp, weight, mean, rstd, dresidual, n, c));
+    // Twice the forward's registers a chunk: a lane holds 4 chunks of each (rows up to 1024), or reads them again.
+    const auto kernel = c <= 4 * kWarp * kChunk ? layernorm_backward_kernel<T, 4> : layernorm_backward_kernel<T, 0>;
+    ZERO_RETURN_IF_ERROR(launch_kernel(device, "layernorm_backward_kernel", kernel, row_blocks(n), kThreads, dinp, dout,
+                                       inp, weight, mean, rstd, dresidual, n, c));
     return add_column_sums<T>(device, n, c, {dweight, dbias}, DoutTimesXhatAndDout<T>{dout, inp, mean, rstd, c});
   });
 }
