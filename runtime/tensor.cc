@@ -1,5 +1,7 @@
 #include "runtime/tensor.h"
 
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/status.h"
@@ -25,9 +27,9 @@ Shape contiguous_strides(const Shape& shape) {
 std::string shape_string(const Shape& shape) { return absl::StrCat("(", absl::StrJoin(shape, ", "), ")"); }
 
 bool bytes_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const auto* pa = static_cast<const char*>(a);
-  const auto* pb = static_cast<const char*>(b);
-  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);  // unrelated pointers compare
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + static_cast<uintptr_t>(b_bytes) &&
+         pb < pa + static_cast<uintptr_t>(a_bytes);
 }
 
 Tensor::Tensor(void* data, DType dtype, Shape shape, Device device)

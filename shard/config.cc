@@ -83,6 +83,10 @@ absl::Status ZeroConfig::validate(absl::string_view key_prefix) const {
   return absl::OkStatus();
 }
 
+bool ZeroConfig::stages_gradients(int world_size) const {
+  return !(StagePolicy(stage).updates_everything() && world_size == 1 && accumulation_steps == 1);
+}
+
 std::vector<std::vector<int>> ZeroConfig::gradient_buckets(const std::vector<int64_t>& padded_numels) const {
   // Backward order is reverse unit order. A bucket spans units only where every rank updates everything:
   // a reduce-scatter of one unit per bucket gives each rank a contiguous slice of it.

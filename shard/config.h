@@ -125,6 +125,9 @@ struct ZeroConfig {
   // order, each the indices of its units in backward order: stage 0 packs consecutive units up to the
   // caps above, stages 1-3 take one unit per bucket. The engine's buckets (Engine::plan_buckets).
   std::vector<std::vector<int>> gradient_buckets(const std::vector<int64_t>& padded_numels) const;
+  // Whether gradients go through those buckets on `world_size` ranks: not where one rank holds them all (stage 0)
+  // and takes one micro-batch a step, with nothing to scale or reduce; its backward adds where they are held.
+  bool stages_gradients(int world_size) const;
 };
 
 }  // namespace zero

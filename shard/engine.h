@@ -14,8 +14,9 @@
 // shard/reducer.h; fp16 loss scaling, shard/loss_scaler.h; NVMe offload, shard/offload.h; bytes and
 // phase times, shard/meter.h; checkpoints, shard/checkpoint.cc. This file orders them into a step.
 //
-// Every stage reduces every micro-batch (stages 0-1 under no_sync: only the last) and adds the reduced
-// gradient into what it holds, scaling each rank's gradient by 1/(N·accumulation_steps) first; with the
+// Every stage reduces every micro-batch (stages 0-1 under no_sync: only the last; stage 0 on one rank with one
+// micro-batch a step none, adding into its held gradients directly) and adds the reduced gradient into what it
+// holds, scaling each rank's gradient by 1/(N·accumulation_steps) first; with the
 // local backend's rank-order reductions and partition-independent optimizers, stages 0-3 produce
 // bit-identical parameters.
 //

@@ -9,9 +9,8 @@ namespace zero {
 
 GradientReducer::GradientReducer(const RankContext& rank, const ZeroConfig& config, GradientsFinal on_final)
     : rank_(rank), units_(rank.units), allreduce_(StagePolicy(config.stage).updates_everything()),
-      accumulation_steps_(config.accumulation_steps),
-      direct_(allreduce_ && rank.comm.world_size() == 1 && accumulation_steps_ == 1), no_sync_(config.no_sync),
-      places_(units_.size()), on_final_(std::move(on_final)) {
+      accumulation_steps_(config.accumulation_steps), direct_(!config.stages_gradients(rank.comm.world_size())),
+      no_sync_(config.no_sync), places_(units_.size()), on_final_(std::move(on_final)) {
   std::vector<int64_t> padded_numels;
   for (const UnitState& u : units_) padded_numels.push_back(u.layout.padded_numel);
   for (std::vector<int>& members : config.gradient_buckets(padded_numels)) {
@@ -47,7 +46,8 @@ absl::StatusOr<ParamViews> GradientReducer::grad_views(int i) {
 }
 
 absl::Status GradientReducer::backward_done(int i) {
-  if (!reducing_) return absl::OkStatus();
+  // Direct, unit i's gradient is final: the units whose tied parameters it owns come after it, so their backward ran.
+  if (!reducing_) return direct_ && on_final_ ? on_final_(i) : absl::OkStatus();
   ZERO_RETURN_IF_ERROR(staging_of(i).status());  // a unit that sat out joins its bucket with zeros
   Bucket& b = buckets_[places_[i].bucket];
   if (--b.remaining > 0) return absl::OkStatus();

@@ -28,8 +28,9 @@ namespace zero {
 // only.
 class GradientReducer {
  public:
-  // Called with a unit's index once the step's last reduction of its gradient is added into the held gradients
-  // (queued on the device): from then on they hold the step's gradient.
+  // Called with a unit's index once the step's last reduction of its gradient is added into the held gradients,
+  // or, adding there directly, once its backward is done (queued on the device): from then on they hold the step's
+  // gradient.
   using GradientsFinal = std::function<absl::Status(int unit)>;
 
   GradientReducer(const RankContext& rank, const ZeroConfig& config, GradientsFinal on_final = nullptr);
@@ -74,7 +75,7 @@ class GradientReducer {
   std::vector<UnitState>& units_;  // rank_.units
   const bool allreduce_;           // StagePolicy::updates_everything
   const int accumulation_steps_;
-  const bool direct_;  // one rank holding all its gradients, one micro-batch a step: nothing is staged or reduced
+  const bool direct_;  // !ZeroConfig::stages_gradients: the backward adds into the held gradients
   const bool no_sync_;
   std::vector<Bucket> buckets_;
   std::vector<Place> places_;  // per unit

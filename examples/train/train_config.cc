@@ -946,7 +946,8 @@ absl::StatusOr<ZeroConfig> engine_config(const TrainConfig& c, const BatchPlan& 
                                          [](const UnitSize& a, const UnitSize& b) { return a.numel < b.numel; });
   const bool gathers = StagePolicy(z.stage).partitions_params();
   const int64_t gathered_bytes = gathers ? gathered->numel * element_bytes : 0;
-  const int64_t bucket_bytes = largest_bucket_numel(units, config, world_size) * element_bytes;
+  const int64_t bucket_bytes =
+      config.stages_gradients(world_size) ? largest_bucket_numel(units, config, world_size) * element_bytes : 0;
   const int64_t needed = states.on_device() + gathered_bytes + bucket_bytes;  // what the budget bounds
   const int64_t budget = c.memory_budget_mib << 20;
   if (needed <= budget) return config;

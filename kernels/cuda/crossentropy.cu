@@ -85,8 +85,7 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
     const Chunk x = load_chunk<T>(row, v, count);
     const float before = local.value;
     for (int e = 0; e < kChunk; ++e) {  // constant bounds keep the chunk in registers
-      // max_at's choice: a thread sees its indices ascending, so only a strictly larger value (never a NaN) wins.
-      if (e < count && x.x[e] > local.value) local = MaxAt{x.x[e], v + e};
+      if (e < count) local = max_at(local, MaxAt{x.x[e], v + e});
     }
     if (local.value > before) local_sum *= exp(static_cast<double>(before) - local.value);
     for (int e = 0; e < kChunk; ++e) {

@@ -602,16 +602,17 @@ TEST_F(ZeroTrainTest, BudgetBelowStatesAndTheLargestBucketIsRefusedBeforeAnyRank
 }
 
 // On a device the budget bounds the device's memory: GPT-2 L4 C256 (3.2M parameters) at stage 0 on one rank needs
-// 61.14 MiB of it before any activation, 12 of its 16 bytes per parameter for AdamW's state; with the optimizer in
-// host memory its params, grads and bucket, 36.7 MiB, leave room for the activations of two sequences in 60 MiB.
+// 48.91 MiB of it before any activation, 16 bytes a parameter (4 each for params and grads, 8 for AdamW's state; one
+// rank with one micro-batch stages no gradient bucket); with the optimizer in host memory its params and grads,
+// 24.5 MiB, leave room for the activations of two sequences in 48 MiB.
 TEST_F(ZeroTrainTest, TheOptimizerInHostMemoryTrainsWithinADeviceBudgetItsStatesOnTheDeviceExceed) {
   const std::string args =
       "--device=sim --ranks=1 --zero_optimization.stage=0 --model.channels=256 --model.num_layers=4 --steps=3 "
       "--scheduler.type=none --eval_interval=0 --train_micro_batch_size_per_gpu=2 --train_batch_size=2 "
-      "--memory_budget_mib=60";
+      "--memory_budget_mib=48";
   const RunResult on_device = run_zero_train(args);
   EXPECT_EQ(on_device.exit_code, 2) << on_device.output;
-  EXPECT_THAT(on_device.output, StartsWith("zero-train: memory_budget_mib = 60: a rank needs 61.14 MiB before any "
+  EXPECT_THAT(on_device.output, StartsWith("zero-train: memory_budget_mib = 48: a rank needs 48.91 MiB before any "
                                            "activation at stage 0 on 1 ranks"));
   const RunResult offloaded = run_zero_train(args + " --zero_optimization.offload_optimizer.device=cpu");
   ASSERT_EQ(offloaded.exit_code, 0) << offloaded.output;
