@@ -330,54 +330,56 @@ TEST(PhaseTimes, NothingIsTimedUnlessAskedFor) {
   }
 }
 
+// Rank 0's allreduces in one toy step of `zero.accumulation_steps` micro-batches on `ranks` local ranks, and the
+// most bucket staging (comm_buffers) it held at once.
+struct ToyStepCounts {
+  int64_t allreduces = 0;
+  int64_t staged_bytes = 0;
+};
+absl::StatusOr<ToyStepCounts> toy_step_counts(int ranks, const ZeroConfig& zero) {
+  ToyStepCounts counts;
+  const absl::Status status = root_cause(run_local_ranks(ranks, [&](Communicator& comm) -> absl::Status {
+    Allocator allocator;
+    ToyModel model(ToyConfig{});
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                          Engine::create(model, comm, allocator, testing::adamw_factory(), zero));
+    testing::ToyData data = testing::toy_rows(ToyConfig{}, 0, 4);
+    const Batch batch = data.batch(ToyConfig{}.features);
+    comm.reset_stats();
+    ZERO_RETURN_IF_ERROR(engine->train_step(std::vector<Batch>(zero.accumulation_steps, batch), 0.1f).status());
+    if (comm.rank() == 0) {
+      counts = {.allreduces = comm.stats().of(CollectiveOp::kAllreduce).calls,
+                .staged_bytes = allocator.stats().peak_of(MemoryCategory::kCommBuffers)};
+    }
+    return absl::OkStatus();
+  }));
+  if (!status.ok()) return status;
+  return counts;
+}
+
 TEST(EngineBuckets, StageZeroCapsCountBytesOfTheTrainingDtype) {
   // The toy's units in backward order hold 7, 182, 182 and 104 elements. With 1000-byte caps, fp32 needs
   // three buckets ({head, hidden_1}, {hidden_0}, {input}); bf16's 950 bytes fit one. Each bucket is one
   // allreduce, beside the step's two metric allreduces (the loss in fp32, the counts as integers). Two ranks: one
   // alone has nothing to reduce, and buckets none.
   for (const auto& [precision, buckets] : {std::pair{DType::kF32, 3}, std::pair{DType::kBF16, 1}}) {
-    std::atomic<int64_t> allreduces = 0;
-    const absl::Status status = root_cause(run_local_ranks(2, [&](Communicator& comm) -> absl::Status {
-      Allocator allocator;
-      ToyModel model(ToyConfig{});
-      ZeroConfig zero{.bucket_cap_bytes = 1000, .first_bucket_cap_bytes = 1000, .precision = precision};
-      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                            Engine::create(model, comm, allocator, testing::adamw_factory(), zero));
-      testing::ToyData data = testing::toy_rows(ToyConfig{}, 0, 4);
-      const Batch batch = data.batch(ToyConfig{}.features);
-      comm.reset_stats();
-      ZERO_RETURN_IF_ERROR(engine->train_step({&batch, 1}, 0.1f).status());
-      if (comm.rank() == 0) allreduces = comm.stats().of(CollectiveOp::kAllreduce).calls;
-      return absl::OkStatus();
-    }));
-    ASSERT_TRUE(status.ok()) << status;
-    EXPECT_EQ(allreduces, buckets + 2) << dtype_name(precision);
+    const absl::StatusOr<ToyStepCounts> counts =
+        toy_step_counts(2, {.bucket_cap_bytes = 1000, .first_bucket_cap_bytes = 1000, .precision = precision});
+    ASSERT_TRUE(counts.ok()) << counts.status();
+    EXPECT_EQ(counts->allreduces, buckets + 2) << dtype_name(precision);
   }
 }
 
 TEST(EngineBuckets, OneRankWithOneMicroBatchReducesAndStagesNothing) {
   // Stage 0 on one rank, one micro-batch a step: the backward adds into the held gradients directly, so the only
   // allreduces are the step's two metric ones and no bucket staging is ever allocated; with two micro-batches each
-  // is scaled and reduced through its buckets again.
+  // is scaled and reduced through its four buckets again.
   for (const auto& [accumulation, allreduces] : {std::pair{1, 2}, std::pair{2, 2 * 4 + 2}}) {
-    int64_t calls = 0, staged_bytes = 0;
-    const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
-      Allocator allocator;
-      ToyModel model(ToyConfig{});
-      ZeroConfig zero{.bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1, .accumulation_steps = accumulation};
-      ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                            Engine::create(model, comm, allocator, testing::adamw_factory(), zero));
-      testing::ToyData data = testing::toy_rows(ToyConfig{}, 0, 4);
-      const Batch batch = data.batch(ToyConfig{}.features);
-      comm.reset_stats();
-      ZERO_RETURN_IF_ERROR(engine->train_step(std::vector<Batch>(accumulation, batch), 0.1f).status());
-      calls = comm.stats().of(CollectiveOp::kAllreduce).calls;
-      staged_bytes = allocator.stats().peak_of(MemoryCategory::kCommBuffers);
-      return absl::OkStatus();
-    }));
-    ASSERT_TRUE(status.ok()) << status;
-    EXPECT_EQ(calls, allreduces) << accumulation << " micro-batches";
-    EXPECT_EQ(staged_bytes > 0, accumulation > 1) << accumulation << " micro-batches";
+    const absl::StatusOr<ToyStepCounts> counts =
+        toy_step_counts(1, {.bucket_cap_bytes = 1, .first_bucket_cap_bytes = 1, .accumulation_steps = accumulation});
+    ASSERT_TRUE(counts.ok()) << counts.status();
+    EXPECT_EQ(counts->allreduces, allreduces) << accumulation << " micro-batches";
+    EXPECT_EQ(counts->staged_bytes > 0, accumulation > 1) << accumulation << " micro-batches";
   }
 }
 
