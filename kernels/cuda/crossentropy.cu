@@ -22,6 +22,21 @@ __device__ MaxAt max_at(MaxAt a, MaxAt b) {
   return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
 }
 
+// max_at folded over a chunk's first `count` values, at indices v, v + 1, ... (m's index below v, or past every
+// index): the chunk's largest value first, one fmaxf an element (a NaN never wins, as in max_at), then, only where it
+// beats m, the first element holding it, with its own value (a -0 where +0 ties it, as the fold keeps).
+__device__ MaxAt max_at_chunk(MaxAt m, const Chunk& x, int64_t v, int64_t count) {
+  float largest = x.x[0];
+  for (int e = 1; e < kChunk; ++e) {  // constant bounds keep the chunk in registers
+    if (e < count) largest = fmaxf(largest, x.x[e]);
+  }
+  if (!(largest > m.value || (largest == m.value && v < m.index))) return m;
+  for (int e = 0; e < kChunk; ++e) {
+    if (e < count && x.x[e] == largest) return MaxAt{x.x[e], v + e};
+  }
+  return m;  // not reached: some element holds the largest
+}
+
 // A fixed-shape tree over the block's kThreads partials: the same order on every run. Ends synchronized.
 template <typename T, typename Combine>
 __device__ T block_reduce(T x, T* shared, Combine combine) {
@@ -84,9 +99,7 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
     const int64_t count = chunk_count(v, vocab);
     const Chunk x = load_chunk<T>(row, v, count);
     const float before = local.value;
-    for (int e = 0; e < kChunk; ++e) {  // constant bounds keep the chunk in registers
-      if (e < count) local = max_at(local, MaxAt{x.x[e], v + e});
-    }
+    local = max_at_chunk(local, x, v, count);
     if (local.value > before) local_sum *= exp(static_cast<double>(before) - local.value);
     for (int e = 0; e < kChunk; ++e) {
       if (e < count) local_sum += expf(x.x[e] - local.value);
@@ -154,8 +167,9 @@ absl::Status crossentropy_forward_backward(int device, LossSums* sums, void* dlo
     int32_t* row_correct = reinterpret_cast<int32_t*>(row_loss + n);
     ZERO_RETURN_IF_ERROR(visit_floating(dtype, [&](auto type) -> absl::Status {
       const auto kernel = crossentropy_kernel<decltype(type)::value>;
-      ZERO_ASSIGN_OR_RETURN(const size_t staged_bytes,
-                            row_staging_bytes(device, kernel, logits, padded * int64_t{dtype_size(dtype)}));
+      ZERO_ASSIGN_OR_RETURN(
+          const size_t staged_bytes,
+          row_staging_bytes(device, kernel, logits, padded * static_cast<int64_t>(dtype_size(dtype))));
       return launch_kernel_with_shared(device, "crossentropy_kernel", kernel, static_cast<unsigned>(n), kThreads,
                                        staged_bytes, dlogits, logits, targets, vocab, padded, scale, row_loss,
                                        row_correct, staged_bytes > 0);
