@@ -6,36 +6,12 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/max_at.h"
 #include "runtime/cuda/half.cuh"
 #include "runtime/dtype_dispatch.h"
 
 namespace zero::kernels::cuda {
 namespace {
-
-struct MaxAt {
-  float value;
-  int64_t index;
-};
-
-// The larger value; on ties the lower index, as the CPU's first-maximum scan.
-__device__ MaxAt max_at(MaxAt a, MaxAt b) {
-  return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
-}
-
-// max_at folded over a chunk's first `count` values, at indices v, v + 1, ... (m's index below v, or past every
-// index): the chunk's largest value first, one fmaxf an element (a NaN never wins, as in max_at), then, only where it
-// beats m, the first element holding it, with its own value (a -0 where +0 ties it, as the fold keeps).
-__device__ MaxAt max_at_chunk(MaxAt m, const Chunk& x, int64_t v, int64_t count) {
-  float largest = x.x[0];
-  for (int e = 1; e < kChunk; ++e) {  // constant bounds keep the chunk in registers
-    if (e < count) largest = fmaxf(largest, x.x[e]);
-  }
-  if (!(largest > m.value || (largest == m.value && v < m.index))) return m;
-  for (int e = 0; e < kChunk; ++e) {
-    if (e < count && x.x[e] == largest) return MaxAt{x.x[e], v + e};
-  }
-  return m;  // not reached: some element holds the largest
-}
 
 // A fixed-shape tree over the block's kThreads partials: the same order on every run. Ends synchronized.
 template <typename T, typename Combine>
@@ -99,7 +75,7 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
     const int64_t count = chunk_count(v, vocab);
     const Chunk x = load_chunk<T>(row, v, count);
     const float before = local.value;
-    local = max_at_chunk(local, x, v, count);
+    local = max_at_chunk(local, x.x, v, count);
     if (local.value > before) local_sum *= exp(static_cast<double>(before) - local.value);
     for (int e = 0; e < kChunk; ++e) {
       if (e < count) local_sum += expf(x.x[e] - local.value);

@@ -1,5 +1,8 @@
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -7,6 +10,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
+#include "kernels/max_at.h"
 #include "runtime/cpu_threads.h"
 #include "runtime/status.h"
 
@@ -16,6 +20,35 @@ namespace {
 using testing::kU32;
 using testing::random_floats;
 using testing::view;
+
+// The CUDA cross-entropy's argmax folds a chunk at a time: max_at_chunk must make max_at's choices element by
+// element, from the scan's start (-FLT_MAX at an index past the row), over rows of NaNs, infinities, signed zeros,
+// -FLT_MAX and ties, and chunks cut short at a row's end. The state after every chunk is compared, value bits
+// included.
+TEST(MaxAtChunk, ChoosesAsMaxAtElementByElement) {
+  const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -FLT_MAX, -INFINITY, INFINITY, NAN, 0.5f};
+  std::mt19937 rng(7);
+  const auto same = [](MaxAt a, MaxAt b) {
+    return a.index == b.index &&
+           (std::memcmp(&a.value, &b.value, sizeof(float)) == 0 || (std::isnan(a.value) && std::isnan(b.value)));
+  };
+  for (int row = 0; row < 20000; ++row) {
+    const int64_t vocab = 1000;
+    MaxAt one_by_one{-FLT_MAX, vocab}, by_chunk{-FLT_MAX, vocab};
+    const int chunks = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < chunks; ++k) {
+      float x[8] = {};
+      const int count = k == chunks - 1 ? 1 + static_cast<int>(rng() % 8) : 8;
+      for (int e = 0; e < count; ++e) x[e] = pool[rng() % std::size(pool)];
+      const int64_t v = 8 * k;
+      for (int e = 0; e < count; ++e) one_by_one = max_at(one_by_one, MaxAt{x[e], v + e});
+      by_chunk = max_at_chunk(by_chunk, x, v, count);
+      ASSERT_TRUE(same(by_chunk, one_by_one))
+          << "row " << row << ", chunk " << k << ": " << by_chunk.value << " at " << by_chunk.index << ", not "
+          << one_by_one.value << " at " << one_by_one.index;
+    }
+  }
+}
 
 constexpr int64_t kN = 6, kV = 7, kVp = 9;
 
