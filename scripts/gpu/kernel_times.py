@@ -6,7 +6,10 @@ as the profiled program's own output, are skipped) and prints each kernel's tota
 kernels' time, its calls and its mean time per call, largest first. Kernels are named without their
 argument lists and anonymous namespaces; launches of one kernel with different grids are added together.
 
-usage: kernel_times.py [--top N] NCU_CSV
+With --base, an earlier run's summary (a commit before, the same GPU and batch) beside it: each kernel's time
+then, and the change, ranked by today's time, kernels gone since then listed after.
+
+usage: kernel_times.py [--top N] [--base EARLIER_NCU_CSV] NCU_CSV
 """
 import argparse
 import collections
@@ -38,23 +41,56 @@ def kernel_times(lines):
     return times
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--top", type=int, default=25, help="kernels to list (the rest are summed in one line)")
-    p.add_argument("ncu_csv")
-    args = p.parse_args()
-    with open(args.ncu_csv, newline="") as f:
-        times = kernel_times(f)
+def read_times(path):
+    with open(path, newline="") as f:
+        return kernel_times(f)
+
+
+def print_ranked(times, top):
     ranked = sorted(times.items(), key=lambda kv: -kv[1][0])
     total = sum(ns for ns, _ in times.values())
     print(f"{total / 1e6:.2f} ms in {sum(n for _, n in times.values())} kernel calls")
     print(f"{'ms':>9} {'share':>6} {'calls':>6} {'us/call':>9}  kernel")
-    for name, (ns, calls) in ranked[:args.top]:
+    for name, (ns, calls) in ranked[:top]:
         print(f"{ns / 1e6:9.2f} {ns / total:6.1%} {calls:6d} {ns / calls / 1e3:9.1f}  {name}")
-    rest = ranked[args.top:]
+    rest = ranked[top:]
     if rest:
         ns = sum(t for _, (t, _) in rest)
         print(f"{ns / 1e6:9.2f} {ns / total:6.1%} {sum(c for _, (_, c) in rest):6d} {'':>9}  {len(rest)} others")
+
+
+def print_against(times, base, top):
+    """Each kernel's ms now and in `base`, and the change; then the kernels `base` had and this run has not."""
+    def ms(table, name):
+        return table.get(name, [0.0, 0])[0] / 1e6
+
+    total, was = sum(ns for ns, _ in times.values()) / 1e6, sum(ns for ns, _ in base.values()) / 1e6
+    print(f"{total:.2f} ms in {sum(n for _, n in times.values())} kernel calls, "
+          f"{was:.2f} ms before ({total - was:+.2f} ms)")
+    print(f"{'ms':>9} {'before':>9} {'change':>9}  kernel")
+    ranked = sorted(times, key=lambda name: -times[name][0])
+    gone = sorted((name for name in base if name not in times), key=lambda name: -base[name][0])
+    shown = ranked[:top] + gone
+    for name in shown:
+        now, then = ms(times, name), ms(base, name)
+        print(f"{now:9.2f} {then:9.2f} {now - then:+9.2f}  {name}{'' if name in times else '  (gone)'}")
+    rest = ranked[top:]
+    if rest:
+        now, then = sum(ms(times, n) for n in rest), sum(ms(base, n) for n in rest)
+        print(f"{now:9.2f} {then:9.2f} {now - then:+9.2f}  {len(rest)} others")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--top", type=int, default=25, help="kernels to list (the rest are summed in one line)")
+    p.add_argument("--base", help="an earlier run's ncu summary to set beside this one")
+    p.add_argument("ncu_csv")
+    args = p.parse_args()
+    times = read_times(args.ncu_csv)
+    if args.base:
+        print_against(times, read_times(args.base), args.top)
+    else:
+        print_ranked(times, args.top)
 
 
 if __name__ == "__main__":

@@ -126,6 +126,26 @@ class KernelTimesTest(unittest.TestCase):
         self.assertRegex(lines[3], r"0\.01 +25\.0% +4 +1\.5  kernels::sums_kernel<kernels::Term>$")
         self.assertRegex(one.stdout.splitlines()[-1], r"0\.01 +25\.0% +4 +1 others$")
 
+    def test_a_base_run_is_set_beside_each_kernel_and_the_kernels_gone_since_are_listed(self):
+        # Before: the sums 3 x 1 us, attention 2 x 19 us and a bias kernel 5 us (46 us); now the file above (24 us).
+        base = self.NCU.replace('"(96, 1, 1)","0","9.0","1"', '"(96, 1, 1)","0","9.0","0"').replace(
+            '"9,000.00"', '"19,000.00"') + (
+            '"1","zero-bench","h","void kernels::bias_kernel(float *)","(256, 1, 1)","(8, 1, 1)","0","9.0","1",'
+            '"Command line profiler metrics","gpu__time_duration.sum","ns","1","1","5,000.00"\n')
+        with tempfile.TemporaryDirectory() as d:
+            now_path, base_path = os.path.join(d, "now.csv"), os.path.join(d, "base.csv")
+            with open(now_path, "w") as f:
+                f.write(self.NCU)
+            with open(base_path, "w") as f:
+                f.write(base)
+            r = run("kernel_times.py", "--top=1", "--base", base_path, now_path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "0.02 ms in 6 kernel calls, 0.05 ms before (-0.02 ms)")
+        self.assertRegex(lines[2], r"^ +0\.02 +0\.04 +-0\.02  kernels::attention_forward_kernel$")
+        self.assertRegex(lines[3], r"^ +0\.00 +0\.01 +-0\.01  kernels::bias_kernel  \(gone\)$")
+        self.assertRegex(lines[4], r"^ +0\.01 +0\.00 +\+0\.00  1 others$")
+
     def test_input_without_a_summary_fails_saying_so(self):
         with tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
             f.write("==PROF== no kernels were profiled\n")
