@@ -10,29 +10,33 @@ namespace {
 
 constexpr int kRowsPerBlock = kThreads / kWarp;
 
-// f(i, count) for each chunk of a row of c elements that lane owns: chunks lane, lane + 32, ... (common.cuh), the
-// chunk at element i holding count of them.
-template <typename F>
-__device__ __forceinline__ void for_each_row_chunk(int lane, int64_t c, F&& f) {
-  for (int64_t i = int64_t{lane} * kChunk; i < c; i += kWarp * kChunk) f(i, chunk_count(i, c));
-}
-
 // f(k, i, count) for the lane's k-th chunk of a row of c elements (its chunks lane, lane + 32, ..., common.cuh), the
 // chunk at element i holding count of them. kHeld > 0 (a row of at most kWarp kChunk kHeld elements): a loop the
 // compiler unrolls, so that an array indexed by k stays in registers; 0: a loop over any c.
 template <int kHeld, typename F>
 __device__ __forceinline__ void for_each_lane_chunk(int lane, int64_t c, F&& f) {
-  if constexpr (kHeld > 0) {
 #pragma unroll
-    for (int k = 0; k < kHeld; ++k) {
-      const int64_t i = (int64_t{lane} + int64_t{k} * kWarp) * kChunk;
-      if (i < c) f(k, i, chunk_count(i, c));
-    }
-  } else {
-    int k = 0;
-    for_each_row_chunk(lane, c, [&](int64_t i, int64_t count) { f(k++, i, count); });
+  for (int k = 0; kHeld == 0 || k < kHeld; ++k) {
+    const int64_t i = (int64_t{lane} + int64_t{k} * kWarp) * kChunk;
+    if (i >= c) break;
+    f(k, i, chunk_count(i, c));
   }
 }
+
+// The chunks a lane keeps in registers (one, unused, where kHeld is 0).
+template <int kHeld>
+using LaneChunks = Chunk[kHeld > 0 ? kHeld : 1];
+
+// The lane's k-th chunk, at element `at` of a T buffer p: held[k] where the lane keeps its chunks, else read again.
+template <DType T, int kHeld>
+__device__ __forceinline__ Chunk held_or_read(const LaneChunks<kHeld>& held, int k, const void* p, int64_t at,
+                                              int64_t count) {
+  if constexpr (kHeld > 0) return held[k];
+  return load_chunk<T>(p, at, count);
+}
+
+// Chunks of a row of c elements a lane owns at most: GPT-2's C of 768 takes 3, its XL's 1600 7.
+int64_t lane_chunks(int64_t c) { return (c + kWarp * kChunk - 1) / (kWarp * kChunk); }
 
 // Two-pass mean and biased variance of one row, as the CPU version (not Welford), after inp += residual where one
 // is given (each lane rounds its sum as stored and goes on with that). Lane l owns the row's chunks l, l + 32, ...
@@ -45,12 +49,7 @@ __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, vo
   const int lane = threadIdx.x % kWarp;
   if (row >= n) return;
   const int64_t first = row * c;
-  Chunk held[kHeld > 0 ? kHeld : 1] = {};
-  // The lane's k-th chunk, at element i, as pass 1 left it.
-  const auto x_at = [&](int k, int64_t i, int64_t count) {
-    if constexpr (kHeld > 0) return held[k];
-    return load_chunk<T>(inp, first + i, count);
-  };
+  LaneChunks<kHeld> held = {};  // the lane's chunks as pass 1 left them
   float sum = 0.0f;
   for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
     Chunk x = load_chunk<T>(inp, first + i, count);
@@ -65,14 +64,14 @@ __global__ void layernorm_forward_kernel(void* out, float* mean, float* rstd, vo
   const float m = warp_sum(sum) / static_cast<float>(c);
   float sq = 0.0f;
   for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
-    const Chunk x = x_at(k, i, count);
+    const Chunk x = held_or_read<T, kHeld>(held, k, inp, first + i, count);
     for (int e = 0; e < kChunk; ++e) {  // a constant bound keeps the chunk in registers
       if (e < count) sq += (x.x[e] - m) * (x.x[e] - m);
     }
   });
   const float s = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(c) + kLayerNormEps);
   for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
-    Chunk x = x_at(k, i, count);
+    Chunk x = held_or_read<T, kHeld>(held, k, inp, first + i, count);
     const Chunk w = load_chunk<T>(weight, i, count), b = load_chunk<T>(bias, i, count);
     for (int e = 0; e < kChunk; ++e) x.x[e] = (x.x[e] - m) * s * w.x[e] + b.x[e];
     store_chunk<T>(out, first + i, count, x);
@@ -96,18 +95,15 @@ __global__ void layernorm_backward_kernel(void* dinp, const void* dout, const vo
   if (row >= n) return;
   const int64_t first = row * c;
   const float mu = mean[row], rs = rstd[row];
-  Chunk held_dnorm[kHeld > 0 ? kHeld : 1] = {}, held_x[kHeld > 0 ? kHeld : 1] = {};
-  // The lane's k-th chunk, at element i, of dout * weight and of inp.
+  LaneChunks<kHeld> held_dnorm = {}, held_x = {};  // the lane's dout * weight and inp, as pass 1 read them
+  // The lane's k-th chunk, at element i, of dout * weight.
   const auto dnorm_at = [&](int k, int64_t i, int64_t count) {
-    if constexpr (kHeld > 0) return held_dnorm[k];
-    Chunk d = load_chunk<T>(dout, first + i, count);
-    const Chunk w = load_chunk<T>(weight, i, count);
-    for (int e = 0; e < kChunk; ++e) d.x[e] *= w.x[e];
+    Chunk d = held_or_read<T, kHeld>(held_dnorm, k, dout, first + i, count);
+    if constexpr (kHeld == 0) {
+      const Chunk w = load_chunk<T>(weight, i, count);
+      for (int e = 0; e < kChunk; ++e) d.x[e] *= w.x[e];
+    }
     return d;
-  };
-  const auto x_at = [&](int k, int64_t i, int64_t count) {
-    if constexpr (kHeld > 0) return held_x[k];
-    return load_chunk<T>(inp, first + i, count);
   };
   float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
   for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
@@ -125,7 +121,7 @@ __global__ void layernorm_backward_kernel(void* dinp, const void* dout, const vo
   const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / static_cast<float>(c);
   for_each_lane_chunk<kHeld>(lane, c, [&](int k, int64_t i, int64_t count) {
     const Chunk dnorm = dnorm_at(k, i, count);
-    Chunk d = x_at(k, i, count);
+    Chunk d = held_or_read<T, kHeld>(held_x, k, inp, first + i, count);
     const Chunk r = dresidual != nullptr ? load_chunk<T>(dresidual, first + i, count) : Chunk{};
     for (int e = 0; e < kChunk; ++e) {
       const float xhat = (d.x[e] - mu) * rs;
@@ -162,13 +158,12 @@ absl::Status layernorm_forward(int device, void* out, float* mean, float* rstd, 
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
-  // Chunks a lane holds: GPT-2's C of 768 takes 3 of 4, its XL's 1600 7 of 8; wider rows are read in each pass.
-  const int64_t lane_chunks = (c + kWarp * kChunk - 1) / (kWarp * kChunk);
+  // A lane holds up to 8 chunks; wider rows are read in each pass.
   return visit_floating(dtype, [&](auto t) {
     constexpr DType T = decltype(t)::value;
-    const auto kernel = lane_chunks <= 4   ? layernorm_forward_kernel<T, 4>
-                        : lane_chunks <= 8 ? layernorm_forward_kernel<T, 8>
-                                           : layernorm_forward_kernel<T, 0>;
+    const auto kernel = lane_chunks(c) <= 4   ? layernorm_forward_kernel<T, 4>
+                        : lane_chunks(c) <= 8 ? layernorm_forward_kernel<T, 8>
+                                              : layernorm_forward_kernel<T, 0>;
     return launch_kernel(device, "layernorm_forward_kernel", kernel, row_blocks(n), kThreads, out, mean, rstd, inp,
                          residual, weight, bias, n, c);
   });
@@ -183,7 +178,7 @@ absl::Status layernorm_backward(int device, void* dinp, void* dweight, void* dbi
   return visit_floating(dtype, [&](auto t) -> absl::Status {
     constexpr DType T = decltype(t)::value;
     // Twice the forward's registers a chunk: a lane holds 4 chunks of each (rows up to 1024), or reads them again.
-    const auto kernel = c <= 4 * kWarp * kChunk ? layernorm_backward_kernel<T, 4> : layernorm_backward_kernel<T, 0>;
+    const auto kernel = lane_chunks(c) <= 4 ? layernorm_backward_kernel<T, 4> : layernorm_backward_kernel<T, 0>;
     ZERO_RETURN_IF_ERROR(launch_kernel(device, "layernorm_backward_kernel", kernel, row_blocks(n), kThreads, dinp, dout,
                                        inp, weight, mean, rstd, dresidual, n, c));
     return add_column_sums<T>(device, n, c, {dweight, dbias}, DoutTimesXhatAndDout<T>{dout, inp, mean, rstd, c});
