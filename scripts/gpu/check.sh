@@ -10,14 +10,14 @@
 #   train  the main job on the GPU (4 local ranks sharing it, also with the optimizer offloaded to the host; the
 #          nccl backend, one rank) and on the CPU; losses compared; the CPU run's export loaded by transformers'
 #          from_pretrained
-#   bench  GPT-2 124M, bf16, sequence 1024: zero (its attention through cuDNN, then through its tiled kernels)
-#          against PyTorch (eager and torch.compile) on the same GPU, with MFU
+#   bench  GPT-2 124M, bf16, sequence 1024, batches 8 and 64: zero (its attention through cuDNN; at the first
+#          batch through its tiled kernels too) against PyTorch (eager and torch.compile) on the same GPU, with MFU
 #   stages zero-bench stages (GPT-2 124M, 4 local ranks sharing the GPU) and comm on the GPU
 #   profile  where the bench's step spends its GPU time: ncu's kernel durations, ranked
 # Every command has a time limit, so each phase ends inside 9 minutes (the device's 10 per command).
 # Environment: ZERO_CUDA_ARCH (default 90), NCCL_ROOT (default: the nvidia-nccl wheel's folder, else the
-# toolkit's), CUDNN_ROOT (likewise, the nvidia-cudnn wheel's), ZERO_GPU_BATCH (bench: sequences per step, default 8),
-# ZERO_GPU_TARGETS (build: the targets, default all).
+# toolkit's), CUDNN_ROOT (likewise, the nvidia-cudnn wheel's), ZERO_GPU_BATCH (bench: the batches, sequences per
+# step, default "8 64"; profile: the first), ZERO_GPU_TARGETS (build: the targets, default all).
 set -eEuo pipefail  # -E: the ERR trap below fires inside the phase functions too
 cd "$(dirname "$0")/../.."
 
@@ -172,39 +172,63 @@ phase_train() {
 
 phase_bench() {
   ensure_built
-  local batch=${ZERO_GPU_BATCH:-8} gpu
+  local batch gpu cudnn="1 0"
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   echo "GPU: $gpu; python3: $(python3 -c 'import torch; print("torch", torch.__version__)')"
-  # bf16 end to end; attention through cuDNN, then through the tiled kernels it replaces (ZERO_CUDNN_ATTENTION=0).
-  local zero_csvs=() cudnn label
-  for cudnn in 1 0; do
+  bench_deadline=$((SECONDS + 510))
+  for batch in $(bench_batches); do
+    bench_batch "$batch" "$gpu" "$cudnn"
+    cudnn=1  # the tiled kernels' row at the first batch alone: what cuDNN's attention is worth
+  done
+}
+
+# The bench's batches, sequences per step: ZERO_GPU_BATCH's list, else 8 (where per-step costs such as the
+# optimizer show) and llm.c's 64, the batch its GPT-2 124M MFU is quoted at.
+bench_batches() {
+  echo "${ZERO_GPU_BATCH:-8 64}"
+}
+
+# timeout, cut to what is left of the bench's 510 s, so the phase ends inside its 9 minutes at any batches.
+bench_timeout() {
+  local limit=$1 left=$((bench_deadline - SECONDS))
+  shift
+  [ "$left" -gt 0 ] || { echo "the bench's 510 s ran out before: $*" >&2; return 124; }
+  timeout $((limit < left ? limit : left)) "$@"
+}
+
+# One batch: zero in bf16 end to end, its attention through cuDNN (1) and/or through the tiled kernels cuDNN
+# replaces (0, ZERO_CUDNN_ATTENTION=0), beside PyTorch eager and torch.compile, with MFU.
+bench_batch() {
+  local batch=$1 gpu=$2 zero_csvs=() torch_csvs=() cudnn label run mode
+  for cudnn in $3; do
     label="bf16, cuDNN attention"
     [ "$cudnn" = 1 ] || label="bf16, tiled attention"
+    run="$build/zero_gpt2_b${batch}_cudnn_$cudnn"
     echo "== zero: GPT-2 124M, $label, B=$batch, T=1024, one rank (stage 0)"
-    ZERO_CUDNN_ATTENTION=$cudnn timeout 90 "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 \
-      --ranks=1 --stages=0 --batch="$batch" --seq=1024 --warmup=2 --iters=10 --csv="$build/zero_gpt2_cudnn_$cudnn.csv" \
-      2>"$build/zero_gpt2_cudnn_$cudnn.err" || { cat "$build/zero_gpt2_cudnn_$cudnn.err" >&2; return 1; }
-    cat "$build/zero_gpt2_cudnn_$cudnn.err" >&2
+    ZERO_CUDNN_ATTENTION=$cudnn bench_timeout 90 "$build/bin/zero-bench" stages --model=d12 --device=cuda \
+      --dtype=bf16 --ranks=1 --stages=0 --batch="$batch" --seq=1024 --warmup=2 --iters=10 --csv="$run.csv" \
+      2>"$run.err" || { cat "$run.err" >&2; return 1; }
+    cat "$run.err" >&2
     # A refusal would time the tiled kernels under cuDNN's label.
-    if grep -q "cuDNN attention refused" "$build/zero_gpt2_cudnn_$cudnn.err"; then
+    if grep -q "cuDNN attention refused" "$run.err"; then
       echo "cuDNN refused GPT-2 124M's attention (above): no cuDNN row" >&2
       return 1
     fi
-    zero_csvs+=(--zero "$label=$build/zero_gpt2_cudnn_$cudnn.csv")
+    zero_csvs+=(--zero "$label=$run.csv")
   done
-  local torch_csvs=()
-  rm -f "$build"/torch_*.csv
   for mode in eager compile; do
-    echo "== PyTorch ($mode): the same model and step"
-    # A baseline that fails is reported and left out; zero's figures and the other baseline still count.
-    if timeout 180 python3 benchmarks/torch_gpt2.py --mode="$mode" --batch="$batch" --seq=1024 \
-      --csv="$build/torch_$mode.csv"; then
-      torch_csvs+=("$build/torch_$mode.csv")
+    run="$build/torch_b${batch}_$mode.csv"
+    rm -f "$run"
+    echo "== PyTorch ($mode): the same model and step, B=$batch"
+    # A baseline that fails (eager may run out of memory at B=64) is reported and left out; zero's figures and
+    # the other baseline still count.
+    if bench_timeout 180 python3 benchmarks/torch_gpt2.py --mode="$mode" --batch="$batch" --seq=1024 --csv="$run"; then
+      torch_csvs+=("$run")
     else
       echo "PyTorch $mode failed (exit $?): no $mode row"
     fi
   done
-  [ ${#torch_csvs[@]} -gt 0 ] || { echo "no PyTorch baseline ran" >&2; return 1; }
+  [ ${#torch_csvs[@]} -gt 0 ] || { echo "no PyTorch baseline ran at B=$batch" >&2; return 1; }
   python3 scripts/gpu/bench_report.py --gpu="$gpu" "${zero_csvs[@]}" "${torch_csvs[@]}"
 }
 
@@ -220,11 +244,13 @@ phase_stages() {
 
 phase_profile() {
   ensure_built
-  echo "== ncu: one GPT-2 124M bf16 step (B=${ZERO_GPU_BATCH:-8}, T=1024, setup included)"
+  local batch
+  batch=$(bench_batches | awk '{print $1}')
+  echo "== ncu: one GPT-2 124M bf16 step (B=$batch, T=1024, setup included)"
   # Device time per kernel, the clocks left as they are (ncu's own control would pin them lower).
   timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
     "$build/bin/zero-bench" stages --model=d12 --device=cuda --dtype=bf16 --ranks=1 --stages=0 \
-    --batch="${ZERO_GPU_BATCH:-8}" --seq=1024 --warmup=0 --iters=1 >"$out/ncu.csv"
+    --batch="$batch" --seq=1024 --warmup=0 --iters=1 >"$out/ncu.csv"
   python3 scripts/gpu/kernel_times.py "$out/ncu.csv"
 }
 
