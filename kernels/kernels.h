@@ -71,6 +71,13 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
 absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
                                  const Tensor& bias, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 
+// matmul_forward with a residual added to its sum, as cuBLASLt's epilogue adds a C matrix (c_proj in GPT-2's MLP, the
+// block's output): out (N, OC) = inp · weight^T + bias + residual (N, OC). In fp32, matmul_forward then
+// residual_forward(out, out, residual), to the bit; out and residual in the operands' bf16/fp16, the fp32 call's value
+// rounded once, where those two calls round the sum before the add. out must not overlap residual, inp or weight.
+absl::Status matmul_residual_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                     const Tensor& residual, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
+
 // matmul_backward of a layer whose inp is GELU(pre), with GELU's backward in dinp's epilogue (c_proj in GPT-2's MLP):
 // dpre (N, C) = GELU'(pre) * (dout (N, OC) · weight (OC, C)) (written, gelu_backward's GELU'), the product's fp32 sum
 // multiplied before dpre's one rounding; dweight and dbias as matmul_backward. dpre and pre one dtype: fp32, or the

@@ -1,5 +1,5 @@
-// matmul_forward / matmul_backward in fp32, bf16 or fp16, alone or with GELU fused: GEMMs through OpenBLAS
-// (kernels/blas.h; half operands widened) or cuBLAS, bias and its gradient here.
+// matmul_forward / matmul_backward in fp32, bf16 or fp16, alone or with GELU or a residual fused: GEMMs through
+// OpenBLAS (kernels/blas.h; half operands widened) or cuBLAS, bias and its gradient here.
 #include <algorithm>
 #include <vector>
 
@@ -94,8 +94,8 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda() && d.operands != DType::kF32) {
-    return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), nullptr, inp.data(), weight.data(),
-                                     bias.data(), bias.dtype(), d.operands, d.n, d.c, d.oc);
+    return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), nullptr, nullptr, inp.data(),
+                                     weight.data(), bias.data(), bias.dtype(), d.operands, d.n, d.c, d.oc);
   }
   if (inp.device().is_cuda()) {
     return cuda::matmul_forward(inp.device().index, out.data_as<float>(), inp.data_as<float>(), weight.data_as<float>(),
@@ -220,13 +220,46 @@ absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Ten
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
-    return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), pre.data(), inp.data(), weight.data(),
-                                     bias.data(), bias.dtype(), d.operands, d.n, d.c, d.oc);
+    return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), pre.data(), nullptr, inp.data(),
+                                     weight.data(), bias.data(), bias.dtype(), d.operands, d.n, d.c, d.oc);
   }
 #endif
   using enum detail::Role;
   return detail::on_widened({{out, kOut}, {pre, kOut}, {inp, kIn}, {weight, kIn}, {bias, kIn}},
                             [](const auto& t) { return matmul_gelu_forward(t[0], t[1], t[2], t[3], t[4]); });
+}
+
+absl::Status matmul_residual_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                     const Tensor& residual, Fp32Gemm fp32_gemm) {
+  constexpr absl::string_view op = "matmul_residual_forward";
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
+  ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
+  ZERO_RETURN_IF_ERROR(detail::check_like(op, "residual", residual, out));
+  for (const auto& [name, read] : {std::pair{"residual", &residual}, {"inp", &inp}, {"weight", &weight}}) {
+    ZERO_RETURN_IF_ERROR(check_apart(op, "out", out, name, *read));
+  }
+  ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
+  if (inp.device().is_sim()) {
+    return launch_on_sim(
+        inp.device(), "matmul_residual_forward", {reads(inp), reads(weight), reads(bias), reads(residual), writes(out)},
+        [=](HostTensors& host) {
+          return matmul_residual_forward(host(out), host(inp), host(weight), host(bias), host(residual));
+        });
+  }
+  if (out.dtype() == DType::kF32) {
+    // fp32 out holds the sum as fp32 rounds it either way: the two calls give the fused result.
+    ZERO_RETURN_IF_ERROR(matmul_forward(out, inp, weight, bias, fp32_gemm));
+    return residual_forward(out, out, residual);
+  }
+#if ZERO_HAS_CUDA
+  if (inp.device().is_cuda()) {
+    return cuda::matmul_forward_half(inp.device().index, out.data(), out.dtype(), nullptr, residual.data(), inp.data(),
+                                     weight.data(), bias.data(), bias.dtype(), d.operands, d.n, d.c, d.oc);
+  }
+#endif
+  using enum detail::Role;
+  return detail::on_widened({{out, kOut}, {inp, kIn}, {weight, kIn}, {bias, kIn}, {residual, kIn}},
+                            [](const auto& t) { return matmul_residual_forward(t[0], t[1], t[2], t[3], t[4]); });
 }
 
 absl::Status matmul_backward_through_gelu(const Tensor& dpre, const Tensor& dweight, const Tensor& dbias,

@@ -100,10 +100,9 @@ class Gpt2Block final : public Unit {
     ZERO_ASSIGN_OR_RETURN(out_buffer_, allocate_tensors(ctx.allocator, MemoryCategory::kActivations, ctx.device,
                                                         {{&out_, x.shape(), x.dtype()}}));
     ZERO_RETURN_IF_ERROR(compute_activations(ctx, p));
-    // y (B, T, C) = x2 + fc_gelu · mlp.c_proj^T + b
-    ZERO_RETURN_IF_ERROR(
-        kernels::matmul_forward(out_, a_.fc_gelu, p.at("mlp.c_proj.weight"), p.at("mlp.c_proj.bias"), fp32_gemm(ctx)));
-    ZERO_RETURN_IF_ERROR(kernels::residual_forward(out_, a_.x2, out_));
+    // y (B, T, C) = x2 + fc_gelu · mlp.c_proj^T + b, the residual added before the one rounding
+    ZERO_RETURN_IF_ERROR(kernels::matmul_residual_forward(out_, a_.fc_gelu, p.at("mlp.c_proj.weight"),
+                                                          p.at("mlp.c_proj.bias"), a_.x2, fp32_gemm(ctx)));
     if (recompute_) saved_.reset();
     return out_;
   }

@@ -1,4 +1,4 @@
-// Half GEMMs through cuBLASLt with a bias, GELU or accumulating epilogue: descriptors, the algorithm chosen once per
+// Half GEMMs through cuBLASLt with a bias, GELU or added-matrix epilogue: descriptors, the algorithm chosen once per
 // problem, the call.
 #include "kernels/cuda/cublaslt_gemm.h"
 
@@ -64,7 +64,7 @@ absl::Status set_epilogue_pointers(cublasLtMatmulDesc_t desc, const void* bias, 
 
 // Whether `algo` keeps the sum in fp32 until the epilogue: no split over K, or its partials reduced in the compute
 // type. The preference asks for that; this checks the answer where the algorithm's configuration can be read, since a
-// split reduced in the output's dtype would round the sum, and add a beta = 1 accumulation's old value, more than once.
+// split reduced in the output's dtype would round the sum, and add a beta = 1 C matrix, more than once.
 bool sums_in_fp32(const cublasLtMatmulAlgo_t& algo) {
   int32_t splits = 1;
   uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -86,12 +86,12 @@ struct LtProblem {
   DType half, d_dtype;
   bool bias;
   LtGemm::Gelu gelu;
-  bool accumulate;
+  bool adds_c;  // beta = 1
   bool operator==(const LtProblem&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const LtProblem& p) {
     return H::combine(std::move(h), p.device, p.transpose_a, p.transpose_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.half,
-                      p.d_dtype, p.bias, p.gelu, p.accumulate);
+                      p.d_dtype, p.bias, p.gelu, p.adds_c);
   }
 };
 
@@ -102,7 +102,8 @@ const char* epilogue_name(const LtProblem& problem) {
     case LtGemm::Gelu::kBackward: return "GELU backward";
     case LtGemm::Gelu::kNone: break;
   }
-  return problem.bias ? "bias" : problem.accumulate ? "accumulating" : "plain";
+  if (problem.bias) return problem.adds_c ? "bias and added-matrix" : "bias";
+  return problem.adds_c ? "added-matrix" : "plain";
 }
 
 // Says once per problem, on stderr, that its epilogue runs unfused (slower, its bits the scratch path's), and why.
@@ -202,7 +203,7 @@ int64_t cublaslt_gemms_run() { return lt_gemms.load(std::memory_order_relaxed); 
 absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
   ZERO_CHECK(g.gelu != LtGemm::Gelu::kBackward || g.bias == nullptr, "lt_gemm: cuBLASLt's DGELU takes no bias");
   ZERO_CHECK((g.gelu == LtGemm::Gelu::kNone) == (g.gelu_input == nullptr), "lt_gemm: GELU's input goes with GELU");
-  for (const void* p : {g.a, g.b, static_cast<const void*>(g.d), g.bias, static_cast<const void*>(g.gelu_input)}) {
+  for (const void* p : {g.a, g.b, g.c, static_cast<const void*>(g.d), g.bias, static_cast<const void*>(g.gelu_input)}) {
     if (reinterpret_cast<uintptr_t>(p) % kLtAlignment != 0) {
       return absl::NotFoundError("cuBLASLt's GEMM needs 16-byte-aligned tensors");
     }
@@ -231,19 +232,19 @@ absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
   ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda));
   ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb));
   ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(g.d_dtype, g.m, g.n, g.ldd));
-  const LtProblem problem{device, g.transpose_a, g.transpose_b,     g.m,    g.n,         g.k, g.lda, g.ldb, g.ldd,
-                          half,   g.d_dtype,     g.bias != nullptr, g.gelu, g.accumulate};
+  const LtProblem problem{device, g.transpose_a, g.transpose_b,     g.m,    g.n,           g.k, g.lda, g.ldb, g.ldd,
+                          half,   g.d_dtype,     g.bias != nullptr, g.gelu, g.c != nullptr};
   ZERO_ASSIGN_OR_RETURN(const auto algorithm,
                         LtAlgorithms::get().choose(problem, h, desc.get(), a.get(), b.get(), d.get()));
   if (!algorithm.has_value()) return absl::NotFoundError("cuBLASLt offers no GEMM with this epilogue for this shape");
   ZERO_RETURN_IF_ERROR(set_epilogue_pointers(desc.get(), g.bias, g.gelu_input));
   const auto matmul = [&](void* workspace) {
     return library_call(current_cuda_stream(device), "cublasLtMatmul", [&](cudaStream_t stream) {
-      const float alpha = 1.0f, beta = g.accumulate ? 1.0f : 0.0f;
-      // C is D: beta = 1 adds D's old value in the epilogue.
+      const float alpha = 1.0f, beta = g.c != nullptr ? 1.0f : 0.0f;
+      // C laid out as D (D itself without one: beta = 0 leaves it unread).
       const cublasStatus_t status =
-          cublasLtMatmul(h, desc.get(), &alpha, g.a, a.get(), g.b, b.get(), &beta, g.d, d.get(), g.d, d.get(),
-                         &algorithm->algo, workspace, algorithm->workspaceSize, stream);
+          cublasLtMatmul(h, desc.get(), &alpha, g.a, a.get(), g.b, b.get(), &beta, g.c != nullptr ? g.c : g.d, d.get(),
+                         g.d, d.get(), &algorithm->algo, workspace, algorithm->workspaceSize, stream);
       if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
         LtAlgorithms::get().refused(problem);
         return absl::NotFoundError("cuBLASLt refused its own algorithm");

@@ -1,6 +1,6 @@
-// Half GEMMs through cuBLASLt, where its epilogue adds a bias or the destination's old value, or applies GELU or
-// GELU's backward, before the one rounding: host code (cuBLASLt needs no kernel of ours), beside matmul.cu, which takes
-// them where it can.
+// Half GEMMs through cuBLASLt, where its epilogue adds a bias and a matrix C (the destination's old value, or a
+// residual), or applies GELU or GELU's backward, before the one rounding: host code (cuBLASLt needs no kernel of ours),
+// beside matmul.cu, which takes them where it can.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +11,12 @@
 namespace zero::kernels::cuda {
 
 // Column-major, as cuBLAS sees row-major tensors (matmul.cu's gemm passes them swapped):
-//   S (m, n) = op_a(A) (m, k) · op_b(B) (k, n) [+ bias (m): entry i added to all of S's row i] [+ D]
+//   S (m, n) = op_a(A) (m, k) · op_b(B) (k, n) [+ C (m, n)] [+ bias (m): entry i added to all of S's row i]
 //   D (m, n) = round(S), or with `gelu`: kForward  D = round(GELU(S)), gelu_input (m, n) = round(S) written;
 //                                        kBackward D = round(GELU'(gelu_input) · S), gelu_input read (no bias)
-// A and B in `half`; D, the bias and gelu_input in `d_dtype`, gelu_input laid out as D. The products are summed in
-// fp32 (split-K partials kept fp32), the bias and D's old value added to the sum in fp32 in the epilogue, GELU (tanh
-// approximation) applied to the fp32 sum, and each matrix written rounded once.
+// A and B in `half`; D, C, the bias and gelu_input in `d_dtype`, C and gelu_input laid out as D. The products are
+// summed in fp32 (split-K partials kept fp32), C and then the bias added to the sum in fp32 in the epilogue, GELU
+// (tanh approximation) applied to the fp32 sum, and each matrix written rounded once.
 // What lt_gemm asks of every pointer, and tells the heuristic: 16 bytes, what its kernels' vector and TMA loads need.
 // Pinned rather than read from the addresses, so the algorithm, and with it the bits, depend on the problem alone and
 // not on where its buffers happen to lie (a gathered unit, a recomputed block).
@@ -36,7 +36,7 @@ struct LtGemm {
   DType bias_dtype = DType::kF32;  // the epilogue takes d_dtype's only
   enum class Gelu { kNone, kForward, kBackward } gelu = Gelu::kNone;
   void* gelu_input = nullptr;  // kForward: written; kBackward: read; ld = ldd
-  bool accumulate = false;     // D += rather than D =
+  const void* c = nullptr;     // null: none; d itself: D += rather than D =; else another matrix (a residual)
 };
 
 // On cuda:`device` (current), its current stream. NotFound, with nothing queued, where a pointer is not 16-byte

@@ -28,16 +28,17 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
 // half destination is rounded once (nearest even). A NaN that cuBLASLt's epilogue writes (a half out's bias, a half
 // dweight's +=) is the hardware's canonical one, not the CPU's payload-keeping rounding.
 // gelu_pre, where not null, fuses GELU as kernels.h's matmul_gelu_forward and matmul_backward_through_gelu do: out
-// (forward) or dinp (backward) then is in `half`, and gelu_pre, in `half` too, is written (forward) or read.
-absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* gelu_pre, const void* inp,
-                                 const void* weight, const void* bias, DType bias_dtype, DType half, int64_t n,
-                                 int64_t c, int64_t oc);
+// (forward) or dinp (backward) then is in `half`, and gelu_pre, in `half` too, is written (forward) or read. residual
+// (N, OC), where not null, is added as matmul_residual_forward adds it, out and residual then in `half`.
+absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* gelu_pre, const void* residual,
+                                 const void* inp, const void* weight, const void* bias, DType bias_dtype, DType half,
+                                 int64_t n, int64_t c, int64_t oc);
 absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, const void* gelu_pre, void* dweight,
                                   DType dweight_dtype, void* dbias, DType dbias_dtype, const void* dout,
                                   const void* inp, const void* weight, DType half, int64_t n, int64_t c, int64_t oc);
-// How many half GEMMs this process has run through cuBLASLt's epilogues (cublaslt_gemm.h: a half out's bias and GELU,
-// a half dinp's GELU backward, a half dweight's +=; the rest took the unfused path): for tests and profiles to tell
-// which ran.
+// How many half GEMMs this process has run through cuBLASLt's epilogues (cublaslt_gemm.h: a half out's bias, residual
+// and GELU, a half dinp's GELU backward, a half dweight's +=; the rest took the unfused path): for tests and profiles
+// to tell which ran.
 int64_t cublaslt_gemms_run();
 
 // Every tensor of these in `dtype` (fp32, bf16 or fp16), computed in fp32 and each written element rounded once.

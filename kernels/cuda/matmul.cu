@@ -1,6 +1,6 @@
 // matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (TF32 on request), bf16/fp16 tensor-core GEMMs with fp32
-// accumulation (a half output's bias and GELU, a half dinp's GELU backward and a half dweight's += in cuBLASLt's
-// epilogue), bias and deterministic bias gradient.
+// accumulation (a half output's bias, residual and GELU, a half dinp's GELU backward and a half dweight's += in
+// cuBLASLt's epilogue), bias and deterministic bias gradient.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -75,13 +75,15 @@ __global__ void broadcast_widen_kernel(float* out, const Bias* bias, int64_t n, 
   ZERO_GRID_STRIDE(i, n * oc) out[i] = widen(bias[i % oc]);
 }
 
-// The forward epilogue cuBLASLt would have run, on an fp32 product acc (N, OC): s = acc + bias (OC) in fp32, the bias
-// where not null; then out = round(s), or with gelu_pre, gelu_pre = round(s) and out = round(GELU(s)).
+// The forward epilogue cuBLASLt would have run, on an fp32 product acc (N, OC): s = acc + residual (N, OC) + bias
+// (OC) in fp32, the residual and bias where not null; then out = round(s), or with gelu_pre, gelu_pre = round(s) and
+// out = round(GELU(s)).
 template <typename Out, typename Bias>
-__global__ void epilogue_narrow_kernel(Out* out, Out* gelu_pre, const float* acc, const Bias* bias, int64_t n,
-                                       int64_t oc) {
+__global__ void epilogue_narrow_kernel(Out* out, Out* gelu_pre, const float* acc, const Out* residual, const Bias* bias,
+                                       int64_t n, int64_t oc) {
   ZERO_GRID_STRIDE(i, n * oc) {
     float s = acc[i];
+    if (residual != nullptr) s += widen(residual[i]);
     if (bias != nullptr) s += widen(bias[i % oc]);
     if (gelu_pre != nullptr) {
       gelu_pre[i] = narrow<Out>(s);
@@ -156,7 +158,7 @@ absl::Status accumulate_half_weight_gradient(int device, void* dweight, DType dw
              .d = dweight,
              .d_dtype = dweight_dtype,
              .ldd = c,
-             .accumulate = true},
+             .c = dweight},
       oc * c, [&](float* acc) { return weight_gradient(device, acc, DType::kF32, 0.0f, dout, inp, half, n, c, oc); },
       [&](const float* acc) {
         return visit_floating(dweight_dtype, [&](auto out_type) {
@@ -234,10 +236,11 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
   return add_column_sums<DType::kF32>(device, n, oc, {dbias}, MatrixColumns<DType::kF32>{dout, oc});
 }
 
-absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* gelu_pre, const void* inp,
-                                 const void* weight, const void* bias, DType bias_dtype, DType half, int64_t n,
-                                 int64_t c, int64_t oc) {
-  ZERO_CHECK(gelu_pre == nullptr || out_dtype == half, "matmul_forward_half: GELU's out and pre in ", dtype_name(half));
+absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* gelu_pre, const void* residual,
+                                 const void* inp, const void* weight, const void* bias, DType bias_dtype, DType half,
+                                 int64_t n, int64_t c, int64_t oc) {
+  ZERO_CHECK((gelu_pre == nullptr && residual == nullptr) || out_dtype == half,
+             "matmul_forward_half: GELU's out and pre, or the residual and out, in ", dtype_name(half));
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
@@ -245,7 +248,7 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* g
   const auto product = [&](void* dst, DType dst_dtype, float beta) {
     return gemm_ex(device, CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, half, beta, dst, dst_dtype, oc);
   };
-  if (bias == nullptr && gelu_pre == nullptr) return product(out, out_dtype, 0.0f);
+  if (bias == nullptr && gelu_pre == nullptr && residual == nullptr) return product(out, out_dtype, 0.0f);
   return visit_floating(bias != nullptr ? bias_dtype : DType::kF32, [&](auto bias_type) -> absl::Status {
     using Bias = Element<decltype(bias_type)>;
     const Bias* b = static_cast<const Bias*>(bias);
@@ -255,7 +258,7 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* g
                                          blocks_for(n * oc), kThreads, static_cast<float*>(out), b, n, oc));
       return product(out, DType::kF32, 1.0f);
     }
-    // Half out: as product's gemm_ex, D (OC, N) = weight^T · inp, the bias along D's rows.
+    // Half out: as product's gemm_ex, D (OC, N) = weight^T · inp [+ C, the residual], the bias along D's rows.
     return in_epilogue_or_unfused(
         device, half,
         LtGemm{.transpose_a = true,
@@ -272,14 +275,15 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* g
                .bias = bias,
                .bias_dtype = bias_dtype,
                .gelu = gelu_pre != nullptr ? LtGemm::Gelu::kForward : LtGemm::Gelu::kNone,
-               .gelu_input = gelu_pre},
+               .gelu_input = gelu_pre,
+               .c = residual},
         n * oc, [&](float* acc) { return product(acc, DType::kF32, 0.0f); },
         [&](const float* acc) {
           return visit_floating(out_dtype, [&](auto out_type) {
             using Out = Element<decltype(out_type)>;
             return launch_kernel(device, "epilogue_narrow_kernel", epilogue_narrow_kernel<Out, Bias>,
                                  blocks_for(n * oc), kThreads, static_cast<Out*>(out), static_cast<Out*>(gelu_pre), acc,
-                                 b, n, oc);
+                                 static_cast<const Out*>(residual), b, n, oc);
           });
         });
   });

@@ -310,6 +310,13 @@ Roundings round_sums(DType h, int64_t count, const std::function<double(int64_t)
   return r;
 }
 
+// Entry i of out (N, OC) = inp (N, C) · w (OC, C)^T, in fp64: inp row i / OC · w row i % OC.
+double exact_out(const std::vector<float>& inp, const std::vector<float>& w, int64_t c, int64_t oc, int64_t i) {
+  double sum = 0;
+  for (int64_t k = 0; k < c; ++k) sum += double{inp[i / oc * c + k]} * w[i % oc * c + k];
+  return sum;
+}
+
 // A half output's bias is added to the GEMM's fp32 sum, which is rounded once: in cuBLASLt's epilogue (bias in the
 // output's dtype), or unfused (an fp32 bias), with split-K partials kept fp32 either way. Small non-negative integers
 // make every product and partial sum exact in fp32, in any order, so the one right answer is round(exact sum + bias);
@@ -324,13 +331,7 @@ TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
     const std::vector<float> inp = small_integers(n * c, 50, p.below), w = small_integers(oc * c, 51, p.below + 1);
     const std::vector<float> bias = quarters(oc, 52, p.bound);
     const Roundings want = round_sums(
-        h, n * oc,
-        [&](int64_t i) {  // out[r][j] = inp row r · w row j
-          double sum = 0;
-          for (int64_t k = 0; k < c; ++k) sum += double{inp[i / oc * c + k]} * w[i % oc * c + k];
-          return sum;
-        },
-        [&](int64_t i) { return bias[i % oc]; });
+        h, n * oc, [&](int64_t i) { return exact_out(inp, w, c, oc, i); }, [&](int64_t i) { return bias[i % oc]; });
     const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c}), g_w = upload_as(half_values(h, w), h, {oc, c});
     for (const DType bias_dtype : {h, DType::kF32}) {
       const Tensor out(upload(std::vector<uint16_t>(n * oc), {n, oc}).data(), h, {n, oc}, Device::cuda(0));
@@ -345,6 +346,38 @@ TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
 #endif
       EXPECT_EQ(download<uint16_t>(out), want.once)
           << n << "x" << c << "x" << oc << ", bias " << dtype_name(bias_dtype);
+    }
+  }
+}
+
+// The residual fused into the GEMM (matmul_residual_forward) is added to the same exact sums, with the bias, before the
+// one rounding: through cuBLASLt's C matrix (a half bias), or unfused (an fp32 bias), the residual left as it was.
+TEST_P(CudaHalf, GemmResidualIsAddedToTheExactSumThenRoundedOnce) {
+  const DType h = half();
+  for (const ExactGemmProblem& p : kExactGemmProblems) {
+    const int64_t n = p.n, c = p.c, oc = p.oc;
+    const std::vector<float> inp = small_integers(n * c, 55, p.below), w = small_integers(oc * c, 56, p.below + 1);
+    const std::vector<float> bias = quarters(oc, 57, p.bound), residual = quarters(n * oc, 58, p.bound);
+    const Roundings want = round_sums(
+        h, n * oc, [&](int64_t i) { return exact_out(inp, w, c, oc, i); },
+        [&](int64_t i) { return bias[i % oc] + residual[i]; });  // quarters: exact in fp32
+    const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c}), g_w = upload_as(half_values(h, w), h, {oc, c});
+    const HalfValues residual_h = half_values(h, residual);
+    const Tensor g_residual = upload_as(residual_h, h, {n, oc});
+    for (const DType bias_dtype : {h, DType::kF32}) {
+      const Tensor out(upload(std::vector<uint16_t>(n * oc), {n, oc}).data(), h, {n, oc}, Device::cuda(0));
+#if ZERO_HAS_CUDA
+      const int64_t fused_before = cuda::cublaslt_gemms_run();
+#endif
+      const absl::Status s =
+          matmul_residual_forward(out, g_inp, g_w, upload_as(half_values(h, bias), bias_dtype, {oc}), g_residual);
+      ASSERT_TRUE(s.ok()) << s;
+#if ZERO_HAS_CUDA
+      EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, bias_dtype == h ? 1 : 0) << "GEMMs in the epilogue";
+#endif
+      EXPECT_EQ(download<uint16_t>(out), want.once)
+          << n << "x" << c << "x" << oc << ", bias " << dtype_name(bias_dtype);
+      EXPECT_EQ(download<uint16_t>(g_residual), residual_h.bits) << "the residual is only read";
     }
   }
 }
@@ -868,7 +901,8 @@ TEST_F(CudaKernels, EmbeddingMatchesCpuBitwise) {
 // 16 rows, and 1000 (more than the sums' block has threads, so each sums a run of rows); no rows at all. Rows of 136
 // fp32 logits are copied into shared memory first, rows of 133 (532 bytes, not a multiple of 16) read where they lie.
 TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
-  for (const auto [n, padded] : {std::pair<int64_t, int64_t>{16, 136}, {1000, 136}, {0, 136}, {16, 133}, {1000, 133}}) {
+  for (const auto& [n, padded] :
+       {std::pair<int64_t, int64_t>{16, 136}, {1000, 136}, {0, 136}, {16, 133}, {1000, 133}}) {
     const int64_t vocab = 130;
     std::vector<float> logits = random_floats(n * padded, 20, -4.0f, 4.0f), dlogits(n * padded);
     std::vector<int32_t> targets(n);

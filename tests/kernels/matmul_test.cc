@@ -225,9 +225,41 @@ TEST(Matmul, WithGeluFusedRefusesAMissingResultOrOneOverlappingWhatItReadsOrWrit
   EXPECT_NE(s.message().find("dpre is its result"), absl::string_view::npos) << s;
 }
 
+// The residual fused into the GEMM: in fp32 the separate calls' bits (matmul_forward, then residual_forward), which
+// the fp32 path is today; out must lie apart from everything it reads.
+TEST(Matmul, WithResidualFusedGivesTheSeparateCallsBitsInFp32) {
+  const int64_t n = 70, c = 48, oc = 40;
+  Problem p(n, c, oc, 50);
+  std::vector<float> residual = random_floats(n * oc, 54);
+  std::vector<float> fused(n * oc), separate(n * oc);
+  ASSERT_TRUE(matmul_residual_forward(view(fused, {n, oc}), view(p.inp, {n, c}), view(p.w, {oc, c}), view(p.b, {oc}),
+                                      view(residual, {n, oc}))
+                  .ok());
+  ASSERT_TRUE(matmul_forward(view(separate, {n, oc}), view(p.inp, {n, c}), view(p.w, {oc, c}), view(p.b, {oc})).ok());
+  ASSERT_TRUE(residual_forward(view(separate, {n, oc}), view(separate, {n, oc}), view(residual, {n, oc})).ok());
+  EXPECT_TRUE(same_bits(fused, separate));
+
+  std::vector<float> in_place = residual;  // out aliasing the residual would be overwritten before it is read
+  const absl::Status s = matmul_residual_forward(view(in_place, {n, oc}), view(p.inp, {n, c}), view(p.w, {oc, c}),
+                                                 view(p.b, {oc}), view(in_place, {n, oc}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("out must not overlap residual"), absl::string_view::npos) << s;
+  const absl::Status missing =
+      matmul_residual_forward(view(fused, {n, oc}), view(p.inp, {n, c}), view(p.w, {oc, c}), view(p.b, {oc}), Tensor());
+  EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument) << missing;
+  EXPECT_NE(missing.message().find("residual must have shape"), absl::string_view::npos) << missing;
+}
+
 // bf16 and fp16 operands on the CPU: the fp32 GEMM on their widened values, every half result (out, dinp, dweight,
 // dbias) rounded once; with fp32 results, the fp32 GEMM's own bits.
 class MatmulInHalf : public ::testing::TestWithParam<DType> {};
+
+// v's values rounded to `half`, as bits.
+std::vector<uint16_t> rounded(DType half, const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = testing::round_to(half, v[i]);
+  return h;
+}
 
 TEST_P(MatmulInHalf, GivesTheFp32BitsRounded) {
   const DType half = GetParam();
@@ -271,11 +303,7 @@ TEST_P(MatmulInHalf, WithGeluFusedGivesTheFp32BitsRoundedOnce) {
       backward);
 
   // The same half inputs through the separate calls.
-  const auto bits = [&](const std::vector<float>& v) {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = testing::round_to(half, v[i]);
-    return h;
-  };
+  const auto bits = [&](const std::vector<float>& v) { return rounded(half, v); };
   std::vector<uint16_t> h_inp = bits(inp), h_w = bits(w), h_b = bits(b), h_dout = bits(dout), h_pre_in = bits(pre_in);
   const auto t = [&](std::vector<uint16_t>& v, Shape shape) { return Tensor(v.data(), half, std::move(shape)); };
   std::vector<uint16_t> out(n * oc), pre(n * oc), out2(n * oc), pre2(n * oc), dpre(n * c), dpre2(n * c);
@@ -294,6 +322,30 @@ TEST_P(MatmulInHalf, WithGeluFusedGivesTheFp32BitsRoundedOnce) {
                   .ok());
   ASSERT_TRUE(gelu_backward(t(dpre2, {n, c}), t(h_pre_in, {n, c}), t(dpre2, {n, c})).ok());
   EXPECT_NE(dpre, dpre2) << "GELU's backward of the rounded product";
+}
+
+// With the residual fused, a half call gives the fp32 call's bits rounded once: the sum plus the residual, where
+// matmul_forward then residual_forward round the sum first and, on this data, land elsewhere.
+TEST_P(MatmulInHalf, WithResidualFusedGivesTheFp32BitsRoundedOnce) {
+  const DType half = GetParam();
+  const int64_t n = 70, c = 48, oc = 40;
+  const std::vector<float> inp = random_floats(n * c, 1), w = random_floats(oc * c, 2), b = random_floats(oc, 3);
+  const std::vector<float> residual = random_floats(n * oc, 4), zeros(n * oc);
+  SCOPED_TRACE(dtype_name(half));
+  testing::expect_half_gives_the_fp32_bits_rounded(
+      half, {{zeros, {n, oc}}, {inp, {n, c}}, {w, {oc, c}}, {b, {oc}}, {residual, {n, oc}}},
+      [](const auto& t) { return matmul_residual_forward(t[0], t[1], t[2], t[3], t[4]); });
+
+  const auto bits = [&](const std::vector<float>& v) { return rounded(half, v); };
+  std::vector<uint16_t> h_inp = bits(inp), h_w = bits(w), h_b = bits(b), h_residual = bits(residual);
+  const auto t = [&](std::vector<uint16_t>& v, Shape shape) { return Tensor(v.data(), half, std::move(shape)); };
+  std::vector<uint16_t> fused(n * oc), separate(n * oc);
+  ASSERT_TRUE(matmul_residual_forward(t(fused, {n, oc}), t(h_inp, {n, c}), t(h_w, {oc, c}), t(h_b, {oc}),
+                                      t(h_residual, {n, oc}))
+                  .ok());
+  ASSERT_TRUE(matmul_forward(t(separate, {n, oc}), t(h_inp, {n, c}), t(h_w, {oc, c}), t(h_b, {oc})).ok());
+  ASSERT_TRUE(residual_forward(t(separate, {n, oc}), t(separate, {n, oc}), t(h_residual, {n, oc})).ok());
+  EXPECT_NE(fused, separate) << "the sum rounded before the residual's add";
 }
 
 INSTANTIATE_TEST_SUITE_P(Bf16AndFp16, MatmulInHalf, ::testing::Values(DType::kBF16, DType::kF16),

@@ -48,6 +48,10 @@ Arg halves(DType half, Shape shape, uint32_t seed, float lo = -1.0f, float hi = 
   for (size_t i = 0; i < v.size(); ++i) bits[i] = testing::round_to(half, v[i]);
   return arg(bits, std::move(shape), half);
 }
+// Random values in `dtype`: fp32, or rounded to bf16/fp16.
+Arg floats_in(DType dtype, Shape shape, uint32_t seed) {
+  return dtype == DType::kF32 ? floats(std::move(shape), seed) : halves(dtype, std::move(shape), seed);
+}
 Arg zeros(Shape shape, DType dtype = DType::kF32) {
   return {dtype, shape, std::vector<uint8_t>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype))};
 }
@@ -102,9 +106,7 @@ TEST(SimKernels, MatmulWithGeluFusedEqualsCpuBitwise) {
   const int64_t n = 40, c = 96, oc = 80;
   for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(dtype_name(t));
-    const auto values = [&](Shape shape, uint32_t seed) {
-      return t == DType::kF32 ? floats(std::move(shape), seed) : halves(t, std::move(shape), seed);
-    };
+    const auto values = [&](Shape shape, uint32_t seed) { return floats_in(t, std::move(shape), seed); };
     expect_sim_equals_cpu(
         {values({n, c}, 17), values({oc, c}, 18), values({oc}, 19), values({n, oc}, 20), zeros({n, oc}, t),
          zeros({n, oc}, t), values({n, c}, 21), zeros({n, c}, t), values({oc, c}, 22), values({oc}, 23)},
@@ -113,6 +115,19 @@ TEST(SimKernels, MatmulWithGeluFusedEqualsCpuBitwise) {
           absl::Status s = matmul_gelu_forward(a[4], a[5], a[0], a[1], a[2]);
           s.Update(matmul_backward_through_gelu(a[7], a[8], a[9], a[3], a[0], a[6], a[1]));
           return s;
+        });
+  }
+}
+
+TEST(SimKernels, MatmulWithResidualFusedEqualsCpuBitwise) {
+  const int64_t n = 40, c = 96, oc = 80;
+  for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const auto values = [&](Shape shape, uint32_t seed) { return floats_in(t, std::move(shape), seed); };
+    expect_sim_equals_cpu(
+        {values({n, c}, 24), values({oc, c}, 25), values({oc}, 26), values({n, oc}, 27), zeros({n, oc}, t)},
+        [](const std::vector<Tensor>& a) {  // inp, weight, bias, residual, out
+          return matmul_residual_forward(a[4], a[0], a[1], a[2], a[3]);
         });
   }
 }
