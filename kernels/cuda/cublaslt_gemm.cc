@@ -78,6 +78,23 @@ bool sums_in_fp32(const cublasLtMatmulAlgo_t& algo) {
   return splits <= 1 || scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
 }
 
+// Whether `algo` may write D apart from C (cublasLt.h's OUT_OF_PLACE_RESULT_SUPPORT); unreadable: left to the call,
+// whose refusal takes the unfused path.
+bool writes_apart_from_c(const cublasLtMatmulAlgo_t& algo) {
+  int32_t support = 1;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &support, sizeof(support),
+                                        &written) != CUBLAS_STATUS_SUCCESS) {
+    return true;
+  }
+  return support != 0;
+}
+
+// The C matrix an epilogue adds (beta = 1): none, D's old value (C is D), or one apart from D (a residual), which
+// needs an algorithm that writes out of place.
+enum class AddedC : uint8_t { kNone, kOldD, kApart };
+AddedC added_c(const LtGemm& g) { return g.c == nullptr ? AddedC::kNone : g.c == g.d ? AddedC::kOldD : AddedC::kApart; }
+
 // One cuBLASLt GEMM problem on a device: all the heuristic's choice depends on.
 struct LtProblem {
   int device;
@@ -86,12 +103,12 @@ struct LtProblem {
   DType half, d_dtype;
   bool bias;
   LtGemm::Gelu gelu;
-  bool adds_c;  // beta = 1
+  AddedC c;
   bool operator==(const LtProblem&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const LtProblem& p) {
     return H::combine(std::move(h), p.device, p.transpose_a, p.transpose_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.half,
-                      p.d_dtype, p.bias, p.gelu, p.adds_c);
+                      p.d_dtype, p.bias, p.gelu, p.c);
   }
 };
 
@@ -102,8 +119,12 @@ const char* epilogue_name(const LtProblem& problem) {
     case LtGemm::Gelu::kBackward: return "GELU backward";
     case LtGemm::Gelu::kNone: break;
   }
-  if (problem.bias) return problem.adds_c ? "bias and added-matrix" : "bias";
-  return problem.adds_c ? "added-matrix" : "plain";
+  switch (problem.c) {
+    case AddedC::kOldD: return problem.bias ? "bias and accumulating" : "accumulating";
+    case AddedC::kApart: return problem.bias ? "bias and added-matrix" : "added-matrix";
+    case AddedC::kNone: break;
+  }
+  return problem.bias ? "bias" : "plain";
 }
 
 // Says once per problem, on stderr, that its epilogue runs unfused (slower, its bits the scratch path's), and why.
@@ -152,18 +173,22 @@ class LtAlgorithms {
     if (query != CUBLAS_STATUS_NOT_SUPPORTED) {
       ZERO_RETURN_IF_ERROR(cublas_status(query, "cublasLtMatmulAlgoGetHeuristic"));
     }
-    // The heuristic's best that keeps its sums in fp32 and passes cublasLtMatmulAlgoCheck: refused before any call
-    // rather than at one, so the caller's fallback never follows a queued GEMM.
+    // The heuristic's best that keeps its sums in fp32, writes D apart from C where the problem asks (a residual), and
+    // passes cublasLtMatmulAlgoCheck: refused before any call rather than at one, so the caller's fallback never
+    // follows a queued GEMM.
     std::optional<cublasLtMatmulHeuristicResult_t> result;
     for (int i = 0; query == CUBLAS_STATUS_SUCCESS && i < found && !result.has_value(); ++i) {
       cublasLtMatmulHeuristicResult_t checked{};
       if (heuristics[i].state == CUBLAS_STATUS_SUCCESS && sums_in_fp32(heuristics[i].algo) &&
+          (problem.c != AddedC::kApart || writes_apart_from_c(heuristics[i].algo)) &&
           cublasLtMatmulAlgoCheck(h, desc, a, b, d, d, &heuristics[i].algo, &checked) == CUBLAS_STATUS_SUCCESS) {
         result = heuristics[i];
       }
     }
     if (!result.has_value()) {
-      log_unfused(problem, "none of the heuristic's best 8 keeps its sums in fp32 and passes cublasLtMatmulAlgoCheck");
+      log_unfused(problem,
+                  "none of the heuristic's best 8 keeps its sums in fp32, writes D apart from C where asked and "
+                  "passes cublasLtMatmulAlgoCheck");
     }
     chosen_.emplace(problem, result);
     return result;
@@ -232,8 +257,8 @@ absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
   ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda));
   ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb));
   ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(g.d_dtype, g.m, g.n, g.ldd));
-  const LtProblem problem{device, g.transpose_a, g.transpose_b,     g.m,    g.n,           g.k, g.lda, g.ldb, g.ldd,
-                          half,   g.d_dtype,     g.bias != nullptr, g.gelu, g.c != nullptr};
+  const LtProblem problem{device, g.transpose_a, g.transpose_b,     g.m,    g.n,       g.k, g.lda, g.ldb, g.ldd,
+                          half,   g.d_dtype,     g.bias != nullptr, g.gelu, added_c(g)};
   ZERO_ASSIGN_OR_RETURN(const auto algorithm,
                         LtAlgorithms::get().choose(problem, h, desc.get(), a.get(), b.get(), d.get()));
   if (!algorithm.has_value()) return absl::NotFoundError("cuBLASLt offers no GEMM with this epilogue for this shape");

@@ -11,12 +11,13 @@
 namespace zero::kernels::cuda {
 
 // Column-major, as cuBLAS sees row-major tensors (matmul.cu's gemm passes them swapped):
-//   S (m, n) = op_a(A) (m, k) · op_b(B) (k, n) [+ C (m, n)] [+ bias (m): entry i added to all of S's row i]
+//   S (m, n) = op_a(A) (m, k) · op_b(B) (k, n) [+ bias (m): entry i added to all of S's row i] [+ C (m, n)]
 //   D (m, n) = round(S), or with `gelu`: kForward  D = round(GELU(S)), gelu_input (m, n) = round(S) written;
 //                                        kBackward D = round(GELU'(gelu_input) · S), gelu_input read (no bias)
 // A and B in `half`; D, C, the bias and gelu_input in `d_dtype`, C and gelu_input laid out as D. The products are
-// summed in fp32 (split-K partials kept fp32), C and then the bias added to the sum in fp32 in the epilogue, GELU
-// (tanh approximation) applied to the fp32 sum, and each matrix written rounded once.
+// summed in fp32 (split-K partials kept fp32), C and the bias added to the sum in fp32 in the epilogue (in the order
+// cuBLASLt takes, which it does not document), GELU (tanh approximation) applied to the fp32 sum, and each matrix
+// written rounded once.
 // What lt_gemm asks of every pointer, and tells the heuristic: 16 bytes, what its kernels' vector and TMA loads need.
 // Pinned rather than read from the addresses, so the algorithm, and with it the bits, depend on the problem alone and
 // not on where its buffers happen to lie (a gathered unit, a recomputed block).
@@ -41,10 +42,10 @@ struct LtGemm {
 
 // On cuda:`device` (current), its current stream. NotFound, with nothing queued, where a pointer is not 16-byte
 // aligned, a bias is not in d_dtype, GELU's leading dimension is not a multiple of 8 (cuBLASLt's rule for it), or
-// cuBLASLt offers no algorithm for the problem, among its heuristic's best 8, that keeps its sums in fp32 and passes
-// cublasLtMatmulAlgoCheck, or refuses that algorithm at the call (remembered; cuBLASLt documents such a refusal as one
-// of configuration, before any launch): the caller takes its unfused path. The last two are said once per problem on
-// stderr.
+// cuBLASLt offers no algorithm for the problem, among its heuristic's best 8, that keeps its sums in fp32, can write D
+// apart from a C that lies apart, and passes cublasLtMatmulAlgoCheck, or refuses that algorithm at the call
+// (remembered; cuBLASLt documents such a refusal as one of configuration, before any launch): the caller takes its
+// unfused path. The last two are said once per problem on stderr.
 absl::Status lt_gemm(int device, DType half, const LtGemm& g);
 
 }  // namespace zero::kernels::cuda

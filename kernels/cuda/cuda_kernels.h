@@ -25,8 +25,8 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
                              const float* weight, int64_t n, int64_t c, int64_t oc, bool tf32);
 // The same on tensor cores: inp, weight and dout in `half` (bf16 or fp16), products summed in fp32; out, bias,
 // dinp, dweight, dbias each fp32 or `half` as its dtype says. Bias and gradient adds happen in fp32 and a
-// half destination is rounded once (nearest even). A NaN that cuBLASLt's epilogue writes (a half out's bias, a half
-// dweight's +=) is the hardware's canonical one, not the CPU's payload-keeping rounding.
+// half destination is rounded once (nearest even). A NaN that cuBLASLt's epilogue writes (a half out's bias or
+// residual, a half dweight's +=) is the hardware's canonical one, not the CPU's payload-keeping rounding.
 // gelu_pre, where not null, fuses GELU as kernels.h's matmul_gelu_forward and matmul_backward_through_gelu do: out
 // (forward) or dinp (backward) then is in `half`, and gelu_pre, in `half` too, is written (forward) or read. residual
 // (N, OC), where not null, is added as matmul_residual_forward adds it, out and residual then in `half`.

@@ -75,16 +75,16 @@ __global__ void broadcast_widen_kernel(float* out, const Bias* bias, int64_t n, 
   ZERO_GRID_STRIDE(i, n * oc) out[i] = widen(bias[i % oc]);
 }
 
-// The forward epilogue cuBLASLt would have run, on an fp32 product acc (N, OC): s = acc + residual (N, OC) + bias
-// (OC) in fp32, the residual and bias where not null; then out = round(s), or with gelu_pre, gelu_pre = round(s) and
-// out = round(GELU(s)).
+// The forward epilogue cuBLASLt would have run, on an fp32 product acc (N, OC): s = acc + bias (OC) + residual (N, OC)
+// in fp32, in the CPU's order (matmul_forward, then residual_forward), the bias and residual where not null; then
+// out = round(s), or with gelu_pre, gelu_pre = round(s) and out = round(GELU(s)).
 template <typename Out, typename Bias>
 __global__ void epilogue_narrow_kernel(Out* out, Out* gelu_pre, const float* acc, const Out* residual, const Bias* bias,
                                        int64_t n, int64_t oc) {
   ZERO_GRID_STRIDE(i, n * oc) {
     float s = acc[i];
-    if (residual != nullptr) s += widen(residual[i]);
     if (bias != nullptr) s += widen(bias[i % oc]);
+    if (residual != nullptr) s += widen(residual[i]);
     if (gelu_pre != nullptr) {
       gelu_pre[i] = narrow<Out>(s);
       s = gelu(s);

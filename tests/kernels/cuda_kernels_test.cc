@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -317,67 +318,54 @@ double exact_out(const std::vector<float>& inp, const std::vector<float>& w, int
   return sum;
 }
 
-// A half output's bias is added to the GEMM's fp32 sum, which is rounded once: in cuBLASLt's epilogue (bias in the
-// output's dtype), or unfused (an fp32 bias), with split-K partials kept fp32 either way. Small non-negative integers
-// make every product and partial sum exact in fp32, in any order, so the one right answer is round(exact sum + bias);
-// the sums lie past half's integers (bf16 from 256, fp16 from 2048), where a sum rounded before the bias's add, or
-// partials reduced in half, land elsewhere, and the test checks that its data tells them apart; it also checks that
-// the half bias took cuBLASLt's epilogue and the fp32 one did not. N = OC = 16 with C = 16384 is a shape cuBLAS may
-// split over K.
-TEST_P(CudaHalf, GemmBiasIsAddedToTheExactSumThenRoundedOnce) {
+// A half output's bias, and with matmul_residual_forward a residual, are added to the GEMM's fp32 sum, which is
+// rounded once: in cuBLASLt's epilogue (bias in the output's dtype; the residual as its C matrix, apart from D), or
+// unfused (an fp32 bias, a residual not 16-byte aligned), with split-K partials kept fp32 either way. Small
+// non-negative integers make every product and partial sum exact in fp32, in any order, so the one right answer is
+// round(exact sum + bias + residual) (quarters: their sum is exact too); the sums lie past half's integers (bf16 from
+// 256, fp16 from 2048), where a sum rounded before the adds, or partials reduced in half, land elsewhere, and the test
+// checks that its data tells them apart; it also checks which cases took cuBLASLt's epilogue, and that the residual
+// is only read. N = OC = 16 with C = 16384 is a shape cuBLAS may split over K.
+TEST_P(CudaHalf, GemmBiasAndResidualAreAddedToTheExactSumThenRoundedOnce) {
   const DType h = half();
+  struct Case {
+    std::optional<DType> bias;  // none: no bias
+    bool residual, residual_misaligned;
+    int64_t in_epilogue;  // GEMMs through cuBLASLt's epilogue
+  };
+  const Case cases[] = {{h, false, false, 1},          {DType::kF32, false, false, 0}, {h, true, false, 1},
+                        {DType::kF32, true, false, 0}, {std::nullopt, true, false, 1}, {h, true, true, 0}};
   for (const ExactGemmProblem& p : kExactGemmProblems) {
     const int64_t n = p.n, c = p.c, oc = p.oc;
     const std::vector<float> inp = small_integers(n * c, 50, p.below), w = small_integers(oc * c, 51, p.below + 1);
-    const std::vector<float> bias = quarters(oc, 52, p.bound);
-    const Roundings want = round_sums(
-        h, n * oc, [&](int64_t i) { return exact_out(inp, w, c, oc, i); }, [&](int64_t i) { return bias[i % oc]; });
-    const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c}), g_w = upload_as(half_values(h, w), h, {oc, c});
-    for (const DType bias_dtype : {h, DType::kF32}) {
-      const Tensor out(upload(std::vector<uint16_t>(n * oc), {n, oc}).data(), h, {n, oc}, Device::cuda(0));
-      const Tensor g_bias = upload_as(half_values(h, bias), bias_dtype, {oc});
-#if ZERO_HAS_CUDA
-      const int64_t fused_before = cuda::cublaslt_gemms_run();
-#endif
-      const absl::Status s = matmul_forward(out, g_inp, g_w, g_bias);
-      ASSERT_TRUE(s.ok()) << s;
-#if ZERO_HAS_CUDA
-      EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, bias_dtype == h ? 1 : 0) << "GEMMs in the epilogue";
-#endif
-      EXPECT_EQ(download<uint16_t>(out), want.once)
-          << n << "x" << c << "x" << oc << ", bias " << dtype_name(bias_dtype);
-    }
-  }
-}
-
-// The residual fused into the GEMM (matmul_residual_forward) is added to the same exact sums, with the bias, before the
-// one rounding: through cuBLASLt's C matrix (a half bias), or unfused (an fp32 bias), the residual left as it was.
-TEST_P(CudaHalf, GemmResidualIsAddedToTheExactSumThenRoundedOnce) {
-  const DType h = half();
-  for (const ExactGemmProblem& p : kExactGemmProblems) {
-    const int64_t n = p.n, c = p.c, oc = p.oc;
-    const std::vector<float> inp = small_integers(n * c, 55, p.below), w = small_integers(oc * c, 56, p.below + 1);
-    const std::vector<float> bias = quarters(oc, 57, p.bound), residual = quarters(n * oc, 58, p.bound);
-    const Roundings want = round_sums(
-        h, n * oc, [&](int64_t i) { return exact_out(inp, w, c, oc, i); },
-        [&](int64_t i) { return bias[i % oc] + residual[i]; });  // quarters: exact in fp32
+    const std::vector<float> bias = quarters(oc, 52, p.bound), residual = quarters(n * oc, 58, p.bound);
     const Tensor g_inp = upload_as(half_values(h, inp), h, {n, c}), g_w = upload_as(half_values(h, w), h, {oc, c});
     const HalfValues residual_h = half_values(h, residual);
-    const Tensor g_residual = upload_as(residual_h, h, {n, oc});
-    for (const DType bias_dtype : {h, DType::kF32}) {
+    for (const Case& k : cases) {
+      SCOPED_TRACE(absl::StrCat(n, "x", c, "x", oc, ", bias ", k.bias ? dtype_name(*k.bias) : "none",
+                                k.residual ? ", residual" : "", k.residual_misaligned ? " one element in" : ""));
+      const Roundings want = round_sums(
+          h, n * oc, [&](int64_t i) { return exact_out(inp, w, c, oc, i); },
+          [&](int64_t i) { return (k.bias ? bias[i % oc] : 0.0f) + (k.residual ? residual[i] : 0.0f); });
       const Tensor out(upload(std::vector<uint16_t>(n * oc), {n, oc}).data(), h, {n, oc}, Device::cuda(0));
+      const Tensor g_bias = k.bias ? upload_as(half_values(h, bias), *k.bias, {oc}) : Tensor();
+      // The residual `residual_misaligned` elements into its buffer.
+      std::vector<uint16_t> placed(k.residual_misaligned ? 1 : 0);
+      placed.insert(placed.end(), residual_h.bits.begin(), residual_h.bits.end());
+      const Tensor buffer = upload(placed, {static_cast<int64_t>(placed.size())});
+      const Tensor g_residual(static_cast<uint16_t*>(buffer.data()) + (k.residual_misaligned ? 1 : 0), h, {n, oc},
+                              Device::cuda(0));
 #if ZERO_HAS_CUDA
       const int64_t fused_before = cuda::cublaslt_gemms_run();
 #endif
-      const absl::Status s =
-          matmul_residual_forward(out, g_inp, g_w, upload_as(half_values(h, bias), bias_dtype, {oc}), g_residual);
+      const absl::Status s = k.residual ? matmul_residual_forward(out, g_inp, g_w, g_bias, g_residual)
+                                        : matmul_forward(out, g_inp, g_w, g_bias);
       ASSERT_TRUE(s.ok()) << s;
 #if ZERO_HAS_CUDA
-      EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, bias_dtype == h ? 1 : 0) << "GEMMs in the epilogue";
+      EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, k.in_epilogue) << "GEMMs in the epilogue";
 #endif
-      EXPECT_EQ(download<uint16_t>(out), want.once)
-          << n << "x" << c << "x" << oc << ", bias " << dtype_name(bias_dtype);
-      EXPECT_EQ(download<uint16_t>(g_residual), residual_h.bits) << "the residual is only read";
+      EXPECT_EQ(download<uint16_t>(out), want.once);
+      EXPECT_EQ(download<uint16_t>(buffer), placed) << "the residual is only read";
     }
   }
 }
