@@ -249,8 +249,9 @@ absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
   ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue(g)));
   const auto d_type = static_cast<int32_t>(cuda_data_type(g.d_dtype));
   if (g.bias != nullptr) ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, d_type));
+  // GELU's input takes D's type by default (cublasLt.h), which is gelu_input's: setting it, even to that, is what
+  // cublasLtMatmul may answer CUBLAS_STATUS_INVALID_VALUE to on a combination it does not support.
   if (g.gelu != LtGemm::Gelu::kNone) {
-    ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, d_type));
     ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd));
   }
   // A as stored: (m, k), or (k, m) transposed; B likewise (k, n) or (n, k).
