@@ -52,6 +52,7 @@ enum class Fp32Gemm { kExact, kTf32 };
 // cores; the CPU, and the simulated device that runs its code: the fp32 GEMM on their widened values); out and bias
 // may each be fp32 or that dtype. The bias is added in fp32 and a half out is rounded once, to nearest even. The CPU
 // and CUDA differ in how the fp32 sums run (order, and the tensor cores' own accumulation), not in what is summed.
+// out must not overlap inp, weight or bias.
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                             Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 
@@ -60,21 +61,22 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
 // dbias (OC) += sum over N of dout                      (Tensor(): no bias)
 // Mixed precision as matmul_forward: with bf16/fp16 inp and weight, dout is in that dtype too, and dinp,
 // dweight, dbias may each be fp32 or that dtype; sums and += run in fp32 (dbias: fp64) and a half
-// destination is rounded once.
+// destination is rounded once. No result may overlap another, dout, inp or weight.
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 
 // matmul_forward with GELU after it, as cuBLASLt's epilogue fuses them (c_fc in GPT-2's MLP): pre (N, OC) = inp ·
 // weight^T + bias, out (N, OC) = GELU(pre) (gelu_forward's). out and pre one dtype: fp32, or the operands' bf16/fp16,
 // where each is rounded once from the same fp32 value, so out is GELU of pre before its rounding, not after. out and
-// pre must not overlap each other, inp or weight; pre is what matmul_backward_through_gelu reads back.
+// pre must not overlap each other, inp, weight or bias; pre is what matmul_backward_through_gelu reads back.
 absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
                                  const Tensor& bias, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 
 // matmul_forward with a residual added to its sum, as cuBLASLt's epilogue adds a C matrix (c_proj in GPT-2's MLP, the
 // block's output): out (N, OC) = inp · weight^T + bias + residual (N, OC). In fp32, matmul_forward then
 // residual_forward(out, out, residual), to the bit; out and residual in the operands' bf16/fp16, the fp32 call's value
-// rounded once, where those two calls round the sum before the add. out must not overlap residual, inp or weight.
+// rounded once, where those two calls round the sum before the add. out must not overlap residual, inp, weight or
+// bias.
 absl::Status matmul_residual_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                      const Tensor& residual, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 

@@ -1,6 +1,8 @@
 // matmul_forward / matmul_backward in fp32, bf16 or fp16, alone or with GELU or a residual fused: GEMMs through
 // OpenBLAS (kernels/blas.h; half operands widened) or cuBLAS, bias and its gradient here.
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -55,38 +57,57 @@ absl::Status check_bias(absl::string_view op, absl::string_view name, const Tens
   return given(bias) ? check_result(op, name, bias, d, device, 1, d.oc) : absl::OkStatus();
 }
 
-// matmul_backward's arguments: dims from inp and weight, dout an operand with them (cuBLAS takes both of one dtype).
-absl::StatusOr<MatmulDims> backward_dims(absl::string_view op, const Tensor& dinp, const Tensor& dweight,
-                                         const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                                         const Tensor& weight) {
+// A tensor argument and its name.
+using Named = std::pair<absl::string_view, const Tensor*>;
+
+// InvalidArgument where `written`'s bytes overlap any of `others'` (an undefined tensor overlaps nothing).
+absl::Status check_apart(absl::string_view op, absl::string_view written_name, const Tensor& written,
+                         std::initializer_list<Named> others) {
+  for (const auto& [name, other] : others) {
+    if (bytes_overlap(written.data(), static_cast<int64_t>(written.nbytes()), other->data(),
+                      static_cast<int64_t>(other->nbytes()))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": ", written_name, " must not overlap ", name, "; give it a buffer of its own"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A forward's arguments: dims from inp and weight, out (N, OC) a result, the optional bias, out apart from all three.
+absl::StatusOr<MatmulDims> forward_dims(absl::string_view op, const Tensor& out, const Tensor& inp,
+                                        const Tensor& weight, const Tensor& bias) {
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
+  ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
+  ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
+  ZERO_RETURN_IF_ERROR(check_apart(op, "out", out, {{"inp", &inp}, {"weight", &weight}, {"bias", &bias}}));
+  return d;
+}
+
+// matmul_backward's arguments: dims from inp and weight, dout an operand with them (cuBLAS takes both of one dtype),
+// each result apart from the others and from what is read. dinp_name: what the caller calls dinp.
+absl::StatusOr<MatmulDims> backward_dims(absl::string_view op, absl::string_view dinp_name, const Tensor& dinp,
+                                         const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                         const Tensor& inp, const Tensor& weight) {
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
   const Device dev = inp.device();
   ZERO_RETURN_IF_ERROR(check_matrix(op, "dout", dout, d.operands, dev, d.n, d.oc));
   ZERO_RETURN_IF_ERROR(check_result(op, "dweight", dweight, d, dev, d.oc, d.c));
   ZERO_RETURN_IF_ERROR(check_bias(op, "dbias", dbias, d, dev));
-  if (given(dinp)) ZERO_RETURN_IF_ERROR(check_result(op, "dinp", dinp, d, dev, d.n, d.c));
+  if (given(dinp)) ZERO_RETURN_IF_ERROR(check_result(op, dinp_name, dinp, d, dev, d.n, d.c));
+  const std::initializer_list<Named> reads = {{"dout", &dout}, {"inp", &inp}, {"weight", &weight}};
+  ZERO_RETURN_IF_ERROR(check_apart(op, dinp_name, dinp, reads));
+  ZERO_RETURN_IF_ERROR(check_apart(op, dinp_name, dinp, {{"dweight", &dweight}, {"dbias", &dbias}}));
+  ZERO_RETURN_IF_ERROR(check_apart(op, "dweight", dweight, reads));
+  ZERO_RETURN_IF_ERROR(check_apart(op, "dweight", dweight, {{"dbias", &dbias}}));
+  ZERO_RETURN_IF_ERROR(check_apart(op, "dbias", dbias, reads));
   return d;
-}
-
-// InvalidArgument where `written`'s bytes overlap `other`'s.
-absl::Status check_apart(absl::string_view op, absl::string_view written_name, const Tensor& written,
-                         absl::string_view other_name, const Tensor& other) {
-  if (bytes_overlap(written.data(), static_cast<int64_t>(written.nbytes()), other.data(),
-                    static_cast<int64_t>(other.nbytes()))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", written_name, " must not overlap ", other_name, "; give it a buffer of its own"));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                             Fp32Gemm fp32_gemm) {
-  constexpr absl::string_view op = "matmul_forward";
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
-  ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
-  ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, forward_dims("matmul_forward", out, inp, weight, bias));
   if (inp.device().is_sim()) {
     return launch_on_sim(
         inp.device(), "matmul_forward", {reads(inp), reads(weight), reads(bias), writes(out)},
@@ -132,7 +153,8 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
 
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, Fp32Gemm fp32_gemm) {
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, backward_dims("matmul_backward", dinp, dweight, dbias, dout, inp, weight));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d,
+                        backward_dims("matmul_backward", "dinp", dinp, dweight, dbias, dout, inp, weight));
   const Device dev = inp.device();
   if (d.n == 0) return absl::OkStatus();
   if (dev.is_sim()) {
@@ -198,15 +220,10 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
 absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
                                  const Tensor& bias, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_gelu_forward";
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
-  ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, forward_dims(op, out, inp, weight, bias));
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, out));
-  ZERO_RETURN_IF_ERROR(check_apart(op, "pre", pre, "out", out));
-  for (const auto& [name, read] : {std::pair{"inp", &inp}, {"weight", &weight}}) {
-    ZERO_RETURN_IF_ERROR(check_apart(op, "out", out, name, *read));
-    ZERO_RETURN_IF_ERROR(check_apart(op, "pre", pre, name, *read));
-  }
-  ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
+  ZERO_RETURN_IF_ERROR(
+      check_apart(op, "pre", pre, {{"out", &out}, {"inp", &inp}, {"weight", &weight}, {"bias", &bias}}));
   if (inp.device().is_sim()) {
     return launch_on_sim(inp.device(), "matmul_gelu_forward",
                          {reads(inp), reads(weight), reads(bias), writes(out), writes(pre)}, [=](HostTensors& host) {
@@ -232,13 +249,9 @@ absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Ten
 absl::Status matmul_residual_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                      const Tensor& residual, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_residual_forward";
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
-  ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, forward_dims(op, out, inp, weight, bias));
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "residual", residual, out));
-  for (const auto& [name, read] : {std::pair{"residual", &residual}, {"inp", &inp}, {"weight", &weight}}) {
-    ZERO_RETURN_IF_ERROR(check_apart(op, "out", out, name, *read));
-  }
-  ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
+  ZERO_RETURN_IF_ERROR(check_apart(op, "out", out, {{"residual", &residual}}));
   if (inp.device().is_sim()) {
     return launch_on_sim(
         inp.device(), "matmul_residual_forward", {reads(inp), reads(weight), reads(bias), reads(residual), writes(out)},
@@ -266,14 +279,12 @@ absl::Status matmul_backward_through_gelu(const Tensor& dpre, const Tensor& dwei
                                           const Tensor& dout, const Tensor& inp, const Tensor& pre,
                                           const Tensor& weight, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_backward_through_gelu";
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, backward_dims(op, dpre, dweight, dbias, dout, inp, weight));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, backward_dims(op, "dpre", dpre, dweight, dbias, dout, inp, weight));
   if (d.n > 0 && !given(dpre)) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": dpre is its result; give it a tensor"));
   }
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, dpre));
-  for (const auto& [name, read] : {std::pair{"pre", &pre}, {"dout", &dout}, {"inp", &inp}, {"weight", &weight}}) {
-    ZERO_RETURN_IF_ERROR(check_apart(op, "dpre", dpre, name, *read));
-  }
+  ZERO_RETURN_IF_ERROR(check_apart(op, "dpre", dpre, {{"pre", &pre}}));
   const Device dev = inp.device();
   if (d.n == 0) return absl::OkStatus();
   if (dev.is_sim()) {

@@ -136,6 +136,28 @@ TEST(Matmul, ShapeMismatchIsInvalidArgument) {
   EXPECT_NE(s.message().find("out"), absl::string_view::npos) << s;
 }
 
+// A GEMM cannot write where it reads, nor two results into one buffer: each is refused naming both.
+TEST(Matmul, AResultOverlappingWhatItReadsOrAnotherResultIsRefused) {
+  const int64_t n = 4, c = 8, oc = 8;  // inp (n, c) and out (n, oc) the same size, so either fits the other's buffer
+  std::vector<float> inp = random_floats(n * c, 1), w = random_floats(oc * c, 2), dout = random_floats(n * oc, 3);
+  std::vector<float> dw(oc * c), db(oc), dinp(n * c);
+  const auto expect_refused = [](const absl::Status& s, absl::string_view says) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(says), absl::string_view::npos) << s;
+  };
+  expect_refused(matmul_forward(view(inp, {n, oc}), view(inp, {n, c}), view(w, {oc, c}), Tensor()),
+                 "out must not overlap inp");
+  expect_refused(matmul_backward(view(dout, {n, c}), view(dw, {oc, c}), view(db, {oc}), view(dout, {n, oc}),
+                                 view(inp, {n, c}), view(w, {oc, c})),
+                 "dinp must not overlap dout");
+  expect_refused(matmul_backward(view(dinp, {n, c}), view(w, {oc, c}), view(db, {oc}), view(dout, {n, oc}),
+                                 view(inp, {n, c}), view(w, {oc, c})),
+                 "dweight must not overlap weight");
+  expect_refused(matmul_backward(view(dinp, {n, c}), view(dw, {oc, c}), Tensor(dw.data(), DType::kF32, {oc}),
+                                 view(dout, {n, oc}), view(inp, {n, c}), view(w, {oc, c})),
+                 "dweight must not overlap dbias");
+}
+
 TEST(Matmul, ResultsDoNotDependOnKernelThreads) {
   Problem p(300, 64, 400, 14);
   set_cpu_threads(1);
