@@ -284,7 +284,9 @@ absl::Status matmul_backward_through_gelu(const Tensor& dpre, const Tensor& dwei
     return absl::InvalidArgumentError(absl::StrCat(op, ": dpre is its result; give it a tensor"));
   }
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, dpre));
-  ZERO_RETURN_IF_ERROR(check_apart(op, "dpre", dpre, {{"pre", &pre}}));
+  for (const auto& [name, written] : {Named{"dpre", &dpre}, {"dweight", &dweight}, {"dbias", &dbias}}) {
+    ZERO_RETURN_IF_ERROR(check_apart(op, name, *written, {{"pre", &pre}}));
+  }
   const Device dev = inp.device();
   if (d.n == 0) return absl::OkStatus();
   if (dev.is_sim()) {

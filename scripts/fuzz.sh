@@ -2,8 +2,8 @@
 # Fuzzes what reads files and flags: builds tests/fuzz with clang, AddressSanitizer and UndefinedBehaviorSanitizer
 # into build-fuzz/ (CUDA and MPI off), then runs each target, a core each, for FUZZ_SECONDS (default 15) over its committed
 # corpus (tests/fuzz/corpus/<target>/, read only; new inputs go to build-fuzz/corpus/). A crash, a leak, a
-# sanitizer report or an input slower than 10 s fails it, and the input is saved in build-fuzz/ to reproduce:
-#   build-fuzz/bin/<target> <input>
+# sanitizer report or an input slower than 10 s fails it, and the input is saved in build-fuzz/ as
+# <target>-crash-... (or -leak-, -timeout-) to reproduce: build-fuzz/bin/<target> <input>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,8 +26,9 @@ fuzz_target() {
   local target=$1
   mkdir -p "build-fuzz/corpus/$target"
   if ! (cd build-fuzz && "bin/$target" -max_total_time="${FUZZ_SECONDS:-15}" -timeout=10 -rss_limit_mb=4096 \
-    -print_final_stats=1 "corpus/$target" "../tests/fuzz/corpus/$target" >"$target.log" 2>&1); then
-    tail -n 60 "build-fuzz/$target.log"
+    -artifact_prefix="$target-" -print_final_stats=1 "corpus/$target" "../tests/fuzz/corpus/$target" \
+    >"$target.log" 2>&1); then
+    tail -n 60 "build-fuzz/$target.log" | sed "s/^/$target: /"  # prefixed: the other targets print meanwhile
     echo "fuzz: $target failed (log build-fuzz/$target.log)" >&2
     return 1
   fi
@@ -36,4 +37,4 @@ fuzz_target() {
 }
 export -f fuzz_target
 # A core each (libFuzzer runs one process): nproc targets at once, each still fuzzed for its full time.
-printf '%s\n' "${targets[@]}" | xargs -P "$(nproc)" -I{} bash -c 'fuzz_target {}'
+printf '%s\n' "${targets[@]}" | xargs -P "$(nproc)" -I{} bash -c 'fuzz_target "$1"' _ {}

@@ -245,6 +245,11 @@ TEST(Matmul, WithGeluFusedRefusesAMissingResultOrOneOverlappingWhatItReadsOrWrit
                                    view(pre, {n, c}), view(w, {oc, c}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("dpre is its result"), absl::string_view::npos) << s;
+  std::vector<float> dpre(n * c), pre_in_dw = random_floats(oc * c, 5);  // pre laid over dweight's first rows
+  s = matmul_backward_through_gelu(view(dpre, {n, c}), view(pre_in_dw, {oc, c}), Tensor(), view(dout, {n, oc}),
+                                   view(inp, {n, c}), Tensor(pre_in_dw.data(), DType::kF32, {n, c}), view(w, {oc, c}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("dweight must not overlap pre"), absl::string_view::npos) << s;
 }
 
 // The residual fused into the GEMM: in fp32 the separate calls' bits (matmul_forward, then residual_forward), which
