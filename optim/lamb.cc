@@ -8,6 +8,7 @@
 #include "optim/adam_coeffs.h"
 #include "optim/cpu_loops.h"
 #include "optim/optimizers.h"
+#include "optim/trust_ratio.h"
 #include "runtime/status.h"
 #if ZERO_HAS_CUDA
 #include "optim/cuda/optim_kernels.h"
@@ -18,17 +19,11 @@ namespace {
 
 static_assert(kMaxChunkElements <= SquareBins::kMaxBinnedValues, "a chunk's squares must fit one set of bins");
 
-class Lamb final : public Optimizer {
+class Lamb final : public TrustRatioOptimizer {
  public:
   Lamb(const LambOptions& options, ShardLayout layout, Device device)
-      : Optimizer(std::move(layout), device), options_(options) {}
+      : TrustRatioOptimizer(std::move(layout), device), options_(options) {}
   absl::string_view name() const override { return "LAMB"; }
-  bool communicates() const override { return true; }
-
-  absl::Status allocate_bins(Allocator& allocator) {
-    ZERO_ASSIGN_OR_RETURN(bins_, optim::allocate_square_bins(layout(), allocator, device()));
-    return absl::OkStatus();
-  }
 
  private:
   // Pass 1 updates the moments and sums ||p||^2 and ||u||^2 exactly; after the allreduce, pass 2
@@ -80,31 +75,17 @@ class Lamb final : public Optimizer {
       return optim::lamb_sums_cuda(device().index, layout(), coeffs, a, state_data(0), state_data(1), bins_);
     }
 #endif
-    auto sums = std::make_shared<ChunkSquareSums>(layout().chunks().size());
-    const PassAccess access{.params = Use::kRead, .state = Use::kWrite};
-    ZERO_RETURN_IF_ERROR(run_cpu_pass(
-        "lamb square sums", a, access,
-        [coeffs, sums](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state) {
-          float* __restrict m = state[0];
-          float* __restrict v = state[1];
-          const float* __restrict p = s.params;
-          optim::for_each_chunk(layout, [&](int64_t k, const ShardChunk& ch) {
-            const optim::LambCoeffs c = coeffs[layout.params()[ch.param].group];
-            SquareBins p_sq, u_sq;
-            optim::for_each_gradient_piece(s.grads, ch, [&](const float* __restrict g, int64_t b, int64_t e) {
-              for (int64_t i = b; i < e; ++i) {
-                optim::adam_moments(g[i - b], m[i], v[i], c.adam);
-                p_sq.add(p[i]);
-                u_sq.add(optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));
-              }
-            });
-            (*sums)[k][0].add(p_sq);
-            (*sums)[k][1].add(u_sq);
-          });
-          return absl::OkStatus();
+    return cpu_square_sums(
+        "lamb square sums", a, Use::kWrite,
+        [coeffs](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state, const ShardChunk& ch) {
+          const optim::LambCoeffs c = coeffs[layout.params()[ch.param].group];
+          return [c, m = state[0], v = state[1], p = s.params](int64_t i, float g, SquareBins& p_sq, SquareBins& u_sq) {
+            optim::adam_moments(g, m[i], v[i], c.adam);
+            p_sq.add(p[i]);
+            u_sq.add(optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));
+          };
         },
-        wait));
-    return [sums]() -> absl::StatusOr<ChunkSquareSums> { return *sums; };
+        wait);
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LambCoeffs>& coeffs,
@@ -133,7 +114,6 @@ class Lamb final : public Optimizer {
   }
 
   LambOptions options_;
-  optim::SquareBinsScratch bins_;
 };
 
 }  // namespace

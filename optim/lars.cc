@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "optim/cpu_loops.h"
 #include "optim/optimizers.h"
+#include "optim/trust_ratio.h"
 #include "runtime/status.h"
 #if ZERO_HAS_CUDA
 #include "optim/cuda/optim_kernels.h"
@@ -13,17 +14,11 @@
 namespace zero {
 namespace {
 
-class Lars final : public Optimizer {
+class Lars final : public TrustRatioOptimizer {
  public:
   Lars(const LarsOptions& options, ShardLayout layout, Device device)
-      : Optimizer(std::move(layout), device), options_(options) {}
+      : TrustRatioOptimizer(std::move(layout), device), options_(options) {}
   absl::string_view name() const override { return "LARS"; }
-  bool communicates() const override { return true; }
-
-  absl::Status allocate_bins(Allocator& allocator) {
-    ZERO_ASSIGN_OR_RETURN(bins_, optim::allocate_square_bins(layout(), allocator, device()));
-    return absl::OkStatus();
-  }
 
  private:
   absl::Status update(const StepArgs& a) override {
@@ -53,27 +48,15 @@ class Lars final : public Optimizer {
 #if ZERO_HAS_CUDA
     if (device().is_cuda()) return optim::lars_sums_cuda(device().index, layout(), coeffs(), a, bins_);
 #endif
-    auto sums = std::make_shared<ChunkSquareSums>(layout().chunks().size());
-    const PassAccess access{.params = Use::kRead, .state = Use::kNone};
-    ZERO_RETURN_IF_ERROR(run_cpu_pass(
-        "lars square sums", a, access,
-        [sums](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>&) {
-          const float* __restrict p = s.params;
-          optim::for_each_chunk(layout, [&](int64_t k, const ShardChunk& ch) {
-            SquareBins p_sq, g_sq;
-            optim::for_each_gradient_piece(s.grads, ch, [&](const float* __restrict g, int64_t b, int64_t e) {
-              for (int64_t i = b; i < e; ++i) {
-                p_sq.add(p[i]);
-                g_sq.add(g[i - b]);
-              }
-            });
-            (*sums)[k][0].add(p_sq);
-            (*sums)[k][1].add(g_sq);
-          });
-          return absl::OkStatus();
+    return cpu_square_sums(
+        "lars square sums", a, Use::kNone,
+        [](const ShardLayout&, const StepArgs& s, const std::vector<float*>&, const ShardChunk&) {
+          return [p = s.params](int64_t i, float g, SquareBins& p_sq, SquareBins& g_sq) {
+            p_sq.add(p[i]);
+            g_sq.add(g);
+          };
         },
-        wait));
-    return [sums]() -> absl::StatusOr<ChunkSquareSums> { return *sums; };
+        wait);
   }
 
   absl::Status apply(const StepArgs& a, const std::vector<optim::LarsCoeffs>& coeffs,
@@ -102,7 +85,6 @@ class Lars final : public Optimizer {
   }
 
   LarsOptions options_;
-  optim::SquareBinsScratch bins_;
 };
 
 }  // namespace
