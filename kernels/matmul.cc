@@ -1,5 +1,6 @@
 // matmul_forward / matmul_backward in fp32, bf16 or fp16, alone or with GELU or a residual fused: GEMMs through
-// OpenBLAS (kernels/blas.h; half operands widened) or cuBLAS, bias and its gradient here.
+// OpenBLAS (kernels/blas.h; half operands widened) or cuBLAS/cuBLASLt (kernels/cuda/matmul.cu), bias and its gradient
+// here.
 #include <algorithm>
 #include <initializer_list>
 #include <utility>
@@ -73,9 +74,10 @@ absl::Status check_apart(absl::string_view op, absl::string_view written_name, c
   return absl::OkStatus();
 }
 
-// A forward's arguments: dims from inp and weight, out (N, OC) a result, the optional bias, out apart from all three.
-absl::StatusOr<MatmulDims> forward_dims(absl::string_view op, const Tensor& out, const Tensor& inp,
-                                        const Tensor& weight, const Tensor& bias) {
+// A forward's arguments, checked, and its dims: dims from inp and weight, out (N, OC) a result, the optional bias, out
+// apart from all three.
+absl::StatusOr<MatmulDims> check_forward_args(absl::string_view op, const Tensor& out, const Tensor& inp,
+                                              const Tensor& weight, const Tensor& bias) {
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
   ZERO_RETURN_IF_ERROR(check_result(op, "out", out, d, inp.device(), d.n, d.oc));
   ZERO_RETURN_IF_ERROR(check_bias(op, "bias", bias, d, inp.device()));
@@ -83,23 +85,24 @@ absl::StatusOr<MatmulDims> forward_dims(absl::string_view op, const Tensor& out,
   return d;
 }
 
-// matmul_backward's arguments: dims from inp and weight, dout an operand with them (cuBLAS takes both of one dtype),
-// each result apart from the others and from what is read. dinp_name: what the caller calls dinp.
-absl::StatusOr<MatmulDims> backward_dims(absl::string_view op, absl::string_view dinp_name, const Tensor& dinp,
-                                         const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                                         const Tensor& inp, const Tensor& weight) {
+// matmul_backward's arguments, checked, and its dims: dims from inp and weight, dout an operand with them (cuBLAS
+// takes both of one dtype), each result apart from the others and from what is read (dout, inp, weight and `pre`,
+// GELU's input, where given). dinp_name: what the caller calls dinp.
+absl::StatusOr<MatmulDims> check_backward_args(absl::string_view op, absl::string_view dinp_name, const Tensor& dinp,
+                                               const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                                               const Tensor& inp, const Tensor& weight, const Tensor& pre = Tensor()) {
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, matmul_dims(op, inp, weight));
   const Device dev = inp.device();
   ZERO_RETURN_IF_ERROR(check_matrix(op, "dout", dout, d.operands, dev, d.n, d.oc));
   ZERO_RETURN_IF_ERROR(check_result(op, "dweight", dweight, d, dev, d.oc, d.c));
   ZERO_RETURN_IF_ERROR(check_bias(op, "dbias", dbias, d, dev));
   if (given(dinp)) ZERO_RETURN_IF_ERROR(check_result(op, dinp_name, dinp, d, dev, d.n, d.c));
-  const std::initializer_list<Named> reads = {{"dout", &dout}, {"inp", &inp}, {"weight", &weight}};
-  ZERO_RETURN_IF_ERROR(check_apart(op, dinp_name, dinp, reads));
+  for (const auto& [name, written] : {Named{dinp_name, &dinp}, {"dweight", &dweight}, {"dbias", &dbias}}) {
+    ZERO_RETURN_IF_ERROR(
+        check_apart(op, name, *written, {{"dout", &dout}, {"inp", &inp}, {"weight", &weight}, {"pre", &pre}}));
+  }
   ZERO_RETURN_IF_ERROR(check_apart(op, dinp_name, dinp, {{"dweight", &dweight}, {"dbias", &dbias}}));
-  ZERO_RETURN_IF_ERROR(check_apart(op, "dweight", dweight, reads));
   ZERO_RETURN_IF_ERROR(check_apart(op, "dweight", dweight, {{"dbias", &dbias}}));
-  ZERO_RETURN_IF_ERROR(check_apart(op, "dbias", dbias, reads));
   return d;
 }
 
@@ -107,7 +110,7 @@ absl::StatusOr<MatmulDims> backward_dims(absl::string_view op, absl::string_view
 
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                             Fp32Gemm fp32_gemm) {
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, forward_dims("matmul_forward", out, inp, weight, bias));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, check_forward_args("matmul_forward", out, inp, weight, bias));
   if (inp.device().is_sim()) {
     return launch_on_sim(
         inp.device(), "matmul_forward", {reads(inp), reads(weight), reads(bias), writes(out)},
@@ -154,7 +157,7 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight, Fp32Gemm fp32_gemm) {
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d,
-                        backward_dims("matmul_backward", "dinp", dinp, dweight, dbias, dout, inp, weight));
+                        check_backward_args("matmul_backward", "dinp", dinp, dweight, dbias, dout, inp, weight));
   const Device dev = inp.device();
   if (d.n == 0) return absl::OkStatus();
   if (dev.is_sim()) {
@@ -220,7 +223,7 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
 absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
                                  const Tensor& bias, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_gelu_forward";
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, forward_dims(op, out, inp, weight, bias));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, check_forward_args(op, out, inp, weight, bias));
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, out));
   ZERO_RETURN_IF_ERROR(
       check_apart(op, "pre", pre, {{"out", &out}, {"inp", &inp}, {"weight", &weight}, {"bias", &bias}}));
@@ -249,7 +252,7 @@ absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Ten
 absl::Status matmul_residual_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                      const Tensor& residual, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_residual_forward";
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, forward_dims(op, out, inp, weight, bias));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, check_forward_args(op, out, inp, weight, bias));
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "residual", residual, out));
   ZERO_RETURN_IF_ERROR(check_apart(op, "out", out, {{"residual", &residual}}));
   if (inp.device().is_sim()) {
@@ -279,14 +282,12 @@ absl::Status matmul_backward_through_gelu(const Tensor& dpre, const Tensor& dwei
                                           const Tensor& dout, const Tensor& inp, const Tensor& pre,
                                           const Tensor& weight, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_backward_through_gelu";
-  ZERO_ASSIGN_OR_RETURN(const MatmulDims d, backward_dims(op, "dpre", dpre, dweight, dbias, dout, inp, weight));
+  ZERO_ASSIGN_OR_RETURN(const MatmulDims d,
+                        check_backward_args(op, "dpre", dpre, dweight, dbias, dout, inp, weight, pre));
   if (d.n > 0 && !given(dpre)) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": dpre is its result; give it a tensor"));
   }
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, dpre));
-  for (const auto& [name, written] : {Named{"dpre", &dpre}, {"dweight", &dweight}, {"dbias", &dbias}}) {
-    ZERO_RETURN_IF_ERROR(check_apart(op, name, *written, {{"pre", &pre}}));
-  }
   const Device dev = inp.device();
   if (d.n == 0) return absl::OkStatus();
   if (dev.is_sim()) {

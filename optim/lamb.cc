@@ -17,8 +17,6 @@
 namespace zero {
 namespace {
 
-static_assert(kMaxChunkElements <= SquareBins::kMaxBinnedValues, "a chunk's squares must fit one set of bins");
-
 class Lamb final : public TrustRatioOptimizer {
  public:
   Lamb(const LambOptions& options, ShardLayout layout, Device device)
@@ -75,11 +73,12 @@ class Lamb final : public TrustRatioOptimizer {
       return optim::lamb_sums_cuda(device().index, layout(), coeffs, a, state_data(0), state_data(1), bins_);
     }
 #endif
-    return cpu_square_sums(
+    return cpu_norm_pass(
         "lamb square sums", a, Use::kWrite,
         [coeffs](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& state, const ShardChunk& ch) {
           const optim::LambCoeffs c = coeffs[layout.params()[ch.param].group];
-          return [c, m = state[0], v = state[1], p = s.params](int64_t i, float g, SquareBins& p_sq, SquareBins& u_sq) {
+          return [c, m = state[0], v = state[1], p = static_cast<const float*>(s.params)](
+                     int64_t i, float g, SquareBins& p_sq, SquareBins& u_sq) {
             optim::adam_moments(g, m[i], v[i], c.adam);
             p_sq.add(p[i]);
             u_sq.add(optim::lamb_direction(p[i], m[i], v[i], c.weight_decay, c.adam));

@@ -48,10 +48,10 @@ class Lars final : public TrustRatioOptimizer {
 #if ZERO_HAS_CUDA
     if (device().is_cuda()) return optim::lars_sums_cuda(device().index, layout(), coeffs(), a, bins_);
 #endif
-    return cpu_square_sums(
+    return cpu_norm_pass(
         "lars square sums", a, Use::kNone,
         [](const ShardLayout&, const StepArgs& s, const std::vector<float*>&, const ShardChunk&) {
-          return [p = s.params](int64_t i, float g, SquareBins& p_sq, SquareBins& g_sq) {
+          return [p = static_cast<const float*>(s.params)](int64_t i, float g, SquareBins& p_sq, SquareBins& g_sq) {
             p_sq.add(p[i]);
             g_sq.add(g);
           };

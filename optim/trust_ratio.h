@@ -1,5 +1,5 @@
-// What LAMB and LARS share: a step scaled per whole parameter by a ratio of two norms, the square bins their norm
-// pass fills on CUDA, and that pass's CPU loop.
+// Base of LAMB and LARS: optimizers that communicate whole-parameter norms, own the CUDA square bins of their norm
+// pass, and share its CPU loop.
 #pragma once
 
 #include <memory>
@@ -13,6 +13,8 @@
 #include "runtime/status.h"
 
 namespace zero {
+
+static_assert(kMaxChunkElements <= SquareBins::kMaxBinnedValues, "a chunk's squares must fit one set of bins");
 
 class TrustRatioOptimizer : public Optimizer {
  public:
@@ -28,14 +30,16 @@ class TrustRatioOptimizer : public Optimizer {
 
   // The norm pass on the CPU and the simulated device (run_cpu_pass `name`, reading params and using the state as
   // `state` says): per chunk, squares(layout, args, state buffers, chunk) gives element(i, g, first, second), which
-  // adds shard element i's two squared quantities (g its fp32 gradient) to the chunk's bins.
+  // adds shard element i's two squared quantities (g its fp32 gradient) to the chunk's bins. squares runs later on a
+  // simulated device and on several OpenMP threads at once: it captures by value, never `this`.
   template <typename Squares>
-  absl::StatusOr<ChunkSumsReader> cpu_square_sums(std::string name, const StepArgs& a, Use state, Squares squares,
-                                                  bool wait) const {
+  absl::StatusOr<ChunkSumsReader> cpu_norm_pass(std::string name, const StepArgs& a, Use state, Squares squares,
+                                                bool wait) const {
     auto sums = std::make_shared<ChunkSquareSums>(layout().chunks().size());
     ZERO_RETURN_IF_ERROR(run_cpu_pass(
         std::move(name), a, {.params = Use::kRead, .state = state},
-        [sums, squares](const ShardLayout& layout, const StepArgs& s, const std::vector<float*>& buffers) {
+        [sums, squares = std::move(squares)](const ShardLayout& layout, const StepArgs& s,
+                                             const std::vector<float*>& buffers) {
           optim::for_each_chunk(layout, [&](int64_t k, const ShardChunk& ch) {
             const auto element = squares(layout, s, buffers, ch);
             SquareBins first, second;

@@ -52,7 +52,7 @@ absl::Status set_attribute(cublasLtMatmulPreference_t pref, cublasLtMatmulPrefer
 
 // The workspace a cuBLASLt GEMM may take, as llm.c and PyTorch give it; stream-ordered scratch for the call.
 constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
-// How many of the heuristic's algorithms, best first, are tried for one that keeps its sums in fp32.
+// How many of the heuristic's algorithms, best first, are tried for one that suits (LtAlgorithms::choose).
 constexpr int kLtCandidates = 8;
 
 // The epilogue's bias and GELU-input pointers, each where it is not null.
@@ -247,8 +247,10 @@ absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
   ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, op(g.transpose_a)));
   ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, op(g.transpose_b)));
   ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue(g)));
-  const auto d_type = static_cast<int32_t>(cuda_data_type(g.d_dtype));
-  if (g.bias != nullptr) ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, d_type));
+  // The bias in D's type, which is also the default: set, as llm.c sets it and as it ran on an H200 at 273a0b2.
+  const auto bias_type = static_cast<int32_t>(cuda_data_type(g.d_dtype));
+  if (g.bias != nullptr)
+    ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
   // GELU's input takes D's type by default (cublasLt.h), which is gelu_input's: setting it, even to that, is what
   // cublasLtMatmul may answer CUBLAS_STATUS_INVALID_VALUE to on a combination it does not support.
   if (g.gelu != LtGemm::Gelu::kNone) {

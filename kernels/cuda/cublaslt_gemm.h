@@ -10,7 +10,12 @@
 
 namespace zero::kernels::cuda {
 
-// Column-major, as cuBLAS sees row-major tensors (matmul.cu's gemm passes them swapped):
+// What lt_gemm asks of every pointer, and tells the heuristic: 16 bytes, what its kernels' vector and TMA loads need.
+// Pinned rather than read from the addresses, so the algorithm, and with it the bits, depend on the problem alone and
+// not on where its buffers happen to lie (a gathered unit, a recomputed block).
+inline constexpr uint32_t kLtAlignment = 16;
+
+// One GEMM and its epilogue. Column-major, as cuBLAS sees row-major tensors (matmul.cu's gemm passes them swapped):
 //   S (m, n) = op_a(A) (m, k) · op_b(B) (k, n) [+ bias (m): entry i added to all of S's row i] [+ C (m, n)]
 //   D (m, n) = round(S), or with `gelu`: kForward  D = round(GELU(S)), gelu_input (m, n) = round(S) written;
 //                                        kBackward D = round(GELU'(gelu_input) · S), gelu_input read (no bias)
@@ -18,11 +23,6 @@ namespace zero::kernels::cuda {
 // summed in fp32 (split-K partials kept fp32), C and the bias added to the sum in fp32 in the epilogue (in the order
 // cuBLASLt takes, which it does not document), GELU (tanh approximation) applied to the fp32 sum, and each matrix
 // written rounded once.
-// What lt_gemm asks of every pointer, and tells the heuristic: 16 bytes, what its kernels' vector and TMA loads need.
-// Pinned rather than read from the addresses, so the algorithm, and with it the bits, depend on the problem alone and
-// not on where its buffers happen to lie (a gathered unit, a recomputed block).
-inline constexpr uint32_t kLtAlignment = 16;
-
 struct LtGemm {
   bool transpose_a = false, transpose_b = false;
   int64_t m = 0, n = 0, k = 0;

@@ -105,7 +105,7 @@ __global__ void accumulate_narrow_kernel(Out* out, const float* acc, int64_t n) 
   ZERO_GRID_STRIDE(i, n) out[i] = narrow<Out>(widen(out[i]) + acc[i]);
 }
 
-// g with its epilogue in cuBLASLt; where lt_gemm takes it not (NotFound), the same unfused: product(acc), g's GEMM
+// g with its epilogue in cuBLASLt; where lt_gemm refuses it (NotFound), the same unfused: product(acc), g's GEMM
 // alone, into an fp32 scratch of `elems` (with_scratch), then finish(acc), its epilogue with the one rounding.
 template <typename Product, typename Finish>
 absl::Status in_epilogue_or_unfused(int device, DType half, const LtGemm& g, int64_t elems, Product&& product,
@@ -132,6 +132,12 @@ absl::Status on_aligned(int device, void* dst, size_t bytes, Fn&& fn) {
     ZERO_RETURN_IF_ERROR(fn(copy));
     return cuda_api().copy_async(dst, copy, bytes, stream);
   });
+}
+
+// dst (N, C) = dout (N, OC) · weight (OC, C), as gemm's swapped operands: weight and dout in `half`.
+absl::Status input_gradient(int device, void* dst, DType dst_dtype, const void* dout, const void* weight, DType half,
+                            int64_t n, int64_t c, int64_t oc) {
+  return gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dst, dst_dtype, c);
 }
 
 // dst (OC, C) = dout^T (OC, N) · inp (N, C) [+ dst, beta = 1], as gemm's swapped operands: inp and dout in `half`.
@@ -188,11 +194,7 @@ absl::Status input_gradient_through_gelu(int device, void* dinp, const void* gel
              .ldd = c,
              .gelu = LtGemm::Gelu::kBackward,
              .gelu_input = const_cast<void*>(gelu_pre)},  // read
-      n * c,
-      [&](float* acc) {
-        return gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, acc, DType::kF32,
-                       c);
-      },
+      n * c, [&](float* acc) { return input_gradient(device, acc, DType::kF32, dout, weight, half, n, c, oc); },
       [&](const float* acc) {
         return visit_floating(half, [&](auto half_type) {
           using Half = Element<decltype(half_type)>;
@@ -300,9 +302,7 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, cons
   if (gelu_pre != nullptr) {
     ZERO_RETURN_IF_ERROR(input_gradient_through_gelu(device, dinp, gelu_pre, dout, weight, half, n, c, oc));
   } else if (dinp != nullptr) {
-    // dinp (N, C) = dout (N, OC) · weight (OC, C)
-    ZERO_RETURN_IF_ERROR(
-        gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, half, 0.0f, dinp, dinp_dtype, c));
+    ZERO_RETURN_IF_ERROR(input_gradient(device, dinp, dinp_dtype, dout, weight, half, n, c, oc));
   }
   // dweight (OC, C) += dout^T (OC, N) · inp (N, C): an fp32 dweight takes the sum through beta = 1.
   ZERO_RETURN_IF_ERROR(on_aligned(device, dweight, oc * c * dtype_size(dweight_dtype), [&](void* dst) {

@@ -171,7 +171,7 @@ __global__ void adam_kernel(Table<AdamCoeffs> t, float* p, GradientRead g, float
       });
 }
 
-// The same operations, in the same order, as the CPU loops of lamb.cc and lars.cc.
+// The same operations, in the same order, as the CPU norm passes of lamb.cc and lars.cc (optim/trust_ratio.h).
 __global__ void lamb_sums_kernel(Table<LambCoeffs> t, unsigned long long* bins, int64_t first_chunk, const float* p,
                                  GradientRead g, float* m, float* v) {
   bin_squares(t, bins, first_chunk, [&](int64_t i, const LambCoeffs& c) {
