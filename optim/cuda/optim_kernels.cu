@@ -11,7 +11,6 @@
 #include "runtime/cuda/launch.cuh"
 #include "runtime/device_memory.h"
 #include "runtime/dtype_dispatch.h"
-#include "runtime/parallel.h"
 #include "runtime/rounding.h"
 #include "runtime/status.h"
 
@@ -405,7 +404,9 @@ absl::StatusOr<SquareSum> exact_square_sum_cuda(int device, std::span<const Tens
                                                 int64_t chunks_per_read) {
   CudaDeviceGuard guard;
   ZERO_RETURN_IF_ERROR(guard.set(device));
-  const auto chunks_of = [](const Tensor& x) { return ceil_div(x.numel(), SquareBins::kMaxBinnedValues); };
+  const auto chunks_of = [](const Tensor& x) {
+    return (x.numel() + SquareBins::kMaxBinnedValues - 1) / SquareBins::kMaxBinnedValues;
+  };
   int64_t total = 0;
   for (const Tensor& x : xs) total += chunks_of(x);
   SquareSum sum;
