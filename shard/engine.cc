@@ -412,7 +412,10 @@ bool Engine::delays_this_update() const {
 absl::Status Engine::start_delayed_update(const UpdateArgs& args) {
   ZERO_RETURN_IF_ERROR(host_offload_->stream_remaining_gradients());
   delayed_ = std::make_unique<DelayedUpdate>();
-  delayed_->updated.assign(units_.size(), false);
+  {
+    absl::MutexLock lock(&delayed_->mu);  // no other thread has it yet; the lock is what its annotation asks
+    delayed_->updated.assign(units_.size(), false);
+  }
   delayed_->step = args.step;
   if (!update_worker_) update_worker_ = std::make_unique<CpuStream>("zero-update");
   update_worker_->submit([this, args, d = delayed_.get(), threads = cpu_threads()] {

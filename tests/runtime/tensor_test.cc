@@ -38,7 +38,7 @@ TEST(Tensor, ViewOffsetsCountElementsOfItsDtype) {
 }
 
 TEST(Tensor, ByteRangesOverlapWhereTheyShareAByte) {
-  char buffer[16];
+  char buffer[16] = {};
   EXPECT_TRUE(bytes_overlap(buffer, 8, buffer + 7, 8));
   EXPECT_TRUE(bytes_overlap(buffer + 4, 2, buffer, 16));  // one inside the other
   EXPECT_FALSE(bytes_overlap(buffer, 8, buffer + 8, 8));  // adjacent
