@@ -109,7 +109,7 @@ absl::StatusOr<MatmulDims> check_backward_args(absl::string_view op, absl::strin
 }  // namespace
 
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
-                            [[maybe_unused]] Fp32Gemm fp32_gemm) {  // CUDA's alone
+                            [[maybe_unused]] Fp32Gemm fp32_gemm) {  // read on CUDA alone
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d, check_forward_args("matmul_forward", out, inp, weight, bias));
   if (inp.device().is_sim()) {
     return launch_on_sim(
@@ -156,7 +156,7 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
 
 absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                              const Tensor& inp, const Tensor& weight,
-                             [[maybe_unused]] Fp32Gemm fp32_gemm) {  // CUDA's alone
+                             [[maybe_unused]] Fp32Gemm fp32_gemm) {  // read on CUDA alone
   ZERO_ASSIGN_OR_RETURN(const MatmulDims d,
                         check_backward_args("matmul_backward", "dinp", dinp, dweight, dbias, dout, inp, weight));
   const Device dev = inp.device();
@@ -224,7 +224,8 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
 absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
                                  const Tensor& bias, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_gelu_forward";
-  ZERO_ASSIGN_OR_RETURN([[maybe_unused]] const MatmulDims d, check_forward_args(op, out, inp, weight, bias));  // CUDA's
+  ZERO_ASSIGN_OR_RETURN([[maybe_unused]] const MatmulDims d,
+                        check_forward_args(op, out, inp, weight, bias));  // d: CUDA
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, out));
   ZERO_RETURN_IF_ERROR(
       check_apart(op, "pre", pre, {{"out", &out}, {"inp", &inp}, {"weight", &weight}, {"bias", &bias}}));
@@ -253,7 +254,8 @@ absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Ten
 absl::Status matmul_residual_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                      const Tensor& residual, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_residual_forward";
-  ZERO_ASSIGN_OR_RETURN([[maybe_unused]] const MatmulDims d, check_forward_args(op, out, inp, weight, bias));  // CUDA's
+  ZERO_ASSIGN_OR_RETURN([[maybe_unused]] const MatmulDims d,
+                        check_forward_args(op, out, inp, weight, bias));  // d: CUDA
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "residual", residual, out));
   ZERO_RETURN_IF_ERROR(check_apart(op, "out", out, {{"residual", &residual}}));
   if (inp.device().is_sim()) {
