@@ -224,8 +224,8 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
 absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
                                  const Tensor& bias, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_gelu_forward";
-  ZERO_ASSIGN_OR_RETURN([[maybe_unused]] const MatmulDims d,
-                        check_forward_args(op, out, inp, weight, bias));  // d: CUDA
+  // d is read on CUDA alone.
+  ZERO_ASSIGN_OR_RETURN([[maybe_unused]] const MatmulDims d, check_forward_args(op, out, inp, weight, bias));
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "pre", pre, out));
   ZERO_RETURN_IF_ERROR(
       check_apart(op, "pre", pre, {{"out", &out}, {"inp", &inp}, {"weight", &weight}, {"bias", &bias}}));
@@ -254,8 +254,8 @@ absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Ten
 absl::Status matmul_residual_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                      const Tensor& residual, Fp32Gemm fp32_gemm) {
   constexpr absl::string_view op = "matmul_residual_forward";
-  ZERO_ASSIGN_OR_RETURN([[maybe_unused]] const MatmulDims d,
-                        check_forward_args(op, out, inp, weight, bias));  // d: CUDA
+  // d is read on CUDA alone.
+  ZERO_ASSIGN_OR_RETURN([[maybe_unused]] const MatmulDims d, check_forward_args(op, out, inp, weight, bias));
   ZERO_RETURN_IF_ERROR(detail::check_like(op, "residual", residual, out));
   ZERO_RETURN_IF_ERROR(check_apart(op, "out", out, {{"residual", &residual}}));
   if (inp.device().is_sim()) {
