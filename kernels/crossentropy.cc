@@ -82,6 +82,80 @@ ZERO_VECTOR_CLONES RowSums row_forward_backward(const float* x, float* d, int64_
   return {std::log(sum) - (static_cast<double>(target_logit) - max), argmax == target ? 1 : 0};
 }
 
+constexpr absl::string_view kOp = "crossentropy_forward_backward";
+
+// The arguments' dtypes, shapes and devices, the sums' alignment, and vocab within the logits' padded width.
+absl::Status check_args(const Tensor& sums, const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                        int64_t vocab) {
+  const int64_t n = detail::num_rows(logits), padded = detail::last_dim(logits);
+  const Device dev = logits.device();
+  ZERO_RETURN_IF_ERROR(detail::check_floating(kOp, "logits", logits));
+  if (dlogits.data() != nullptr) {
+    ZERO_RETURN_IF_ERROR(detail::check_matrix(kOp, "dlogits", dlogits, logits.dtype(), dev, n, padded));
+  }
+  ZERO_RETURN_IF_ERROR(detail::check_numel(kOp, "targets", targets, DType::kI32, dev, n));
+  ZERO_RETURN_IF_ERROR(detail::check_numel(kOp, "sums", sums, DType::kU8, dev, sizeof(LossSums)));
+  if (reinterpret_cast<uintptr_t>(sums.data()) % alignof(LossSums) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": sums at 0x",
+                                                   absl::Hex(reinterpret_cast<uintptr_t>(sums.data())), " must be ",
+                                                   alignof(LossSums), "-byte aligned"));
+  }
+  ZERO_RETURN_IF_ERROR(detail::check_backend(kOp, dev));
+  if (vocab < 1 || vocab > padded) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));
+  }
+  return absl::OkStatus();
+}
+
+// How many of the n targets count (are not kIgnoreIndex); InvalidArgument naming the first outside [0, vocab).
+absl::StatusOr<int64_t> counted_targets(const int32_t* targets, int64_t n, int64_t vocab) {
+  int64_t counted = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (targets[r] == kIgnoreIndex) continue;
+    if (targets[r] < 0 || targets[r] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": target ", targets[r], " at ", r, " outside [0, ", vocab, ") and not ", kIgnoreIndex));
+    }
+    ++counted;
+  }
+  return counted;
+}
+
+// The rows on the CPU, blocks of kRowBlock in parallel and their sums added in order; dlogits written where it is
+// not null. A bf16/fp16 row is widened into `row` and computed there in fp32, its gradient rounded once into dlogits;
+// an fp32 row is computed in place, `row` holding its gradient only where none is asked for (computed, dropped).
+RowSums cpu_rows(const Tensor& dlogits, const Tensor& logits, const int32_t* targets, int64_t vocab, float scale) {
+  const int64_t n = detail::num_rows(logits), padded = detail::last_dim(logits);
+  const bool gradient = dlogits.data() != nullptr;
+  return visit_floating(logits.dtype(), [&](auto type) {
+    constexpr DType T = decltype(type)::value;
+    return ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
+      RowSums s;
+      std::vector<float> row(T == DType::kF32 && gradient ? 0 : padded);
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* x = row.data();
+        float* d = row.data();
+        if constexpr (T == DType::kF32) {
+          x = logits.data_as<float>() + r * padded;
+          if (gradient) d = dlogits.data_as<float>() + r * padded;
+        } else {
+          for (int64_t v = 0; v < padded; ++v) row[v] = load_as_float(logits.data(), T, r * padded + v);
+        }
+        if (targets[r] == kIgnoreIndex) {
+          std::fill(d, d + padded, 0.0f);
+        } else {
+          s += row_forward_backward(x, d, vocab, padded, targets[r], scale);
+        }
+        if (T != DType::kF32 && gradient) {
+          for (int64_t v = 0; v < padded; ++v) store_from_float(dlogits.data(), T, r * padded + v, row[v]);
+        }
+      }
+      return s;
+    });
+  });
+}
+
 }  // namespace
 
 CrossEntropyResult loss_of(const LossSums& sums, int64_t counted) {
@@ -92,35 +166,12 @@ CrossEntropyResult loss_of(const LossSums& sums, int64_t counted) {
 absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, const Tensor& dlogits,
                                                            const Tensor& logits, const Tensor& targets, int64_t vocab,
                                                            const Tensor& host_targets, float loss_scale) {
-  constexpr absl::string_view op = "crossentropy_forward_backward";
-  const int64_t n = detail::num_rows(logits), padded = detail::last_dim(logits);
-  const Device dev = logits.device();
-  ZERO_RETURN_IF_ERROR(detail::check_floating(op, "logits", logits));
-  const bool gradient = dlogits.data() != nullptr;  // else the loss alone, with the same bits
-  if (gradient) ZERO_RETURN_IF_ERROR(detail::check_matrix(op, "dlogits", dlogits, logits.dtype(), dev, n, padded));
-  ZERO_RETURN_IF_ERROR(detail::check_numel(op, "targets", targets, DType::kI32, dev, n));
-  ZERO_RETURN_IF_ERROR(detail::check_numel(op, "sums", sums, DType::kU8, dev, sizeof(LossSums)));
-  if (reinterpret_cast<uintptr_t>(sums.data()) % alignof(LossSums) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": sums at 0x",
-                                                   absl::Hex(reinterpret_cast<uintptr_t>(sums.data())), " must be ",
-                                                   alignof(LossSums), "-byte aligned"));
-  }
-  ZERO_RETURN_IF_ERROR(detail::check_backend(op, dev));
-  if (vocab < 1 || vocab > padded) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": vocab ", vocab, " outside [1, ", padded, "] (logits' last dim)"));
-  }
+  ZERO_RETURN_IF_ERROR(check_args(sums, dlogits, logits, targets, vocab));
   std::vector<int32_t> host_copy;
   ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, int32_on_host(targets, host_targets, host_copy));
-  int64_t counted = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    if (tgt[r] == kIgnoreIndex) continue;
-    if (tgt[r] < 0 || tgt[r] >= vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": target ", tgt[r], " at ", r, " outside [0, ", vocab, ") and not ", kIgnoreIndex));
-    }
-    ++counted;
-  }
+  ZERO_ASSIGN_OR_RETURN(const int64_t counted, counted_targets(tgt, detail::num_rows(logits), vocab));
+  const Device dev = logits.device();
+  const bool gradient = dlogits.data() != nullptr;  // else the loss alone, with the same bits
   if (dev.is_sim()) {  // the targets were checked on the host above, as for CUDA; the sums stay on the device
     std::vector<Access> accesses = {reads(logits), reads(targets), writes(sums)};
     if (gradient) accesses.push_back(writes(dlogits));
@@ -136,40 +187,13 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
   const float scale = counted > 0 ? loss_scale / static_cast<float>(counted) : 0.0f;
 #if ZERO_HAS_CUDA
   if (dev.is_cuda()) {
-    ZERO_RETURN_IF_ERROR(cuda::crossentropy_forward_backward(dev.index, static_cast<LossSums*>(sums.data()),
-                                                             dlogits.data(), logits.data(), logits.dtype(),
-                                                             targets.data_as<int32_t>(), n, vocab, padded, scale));
+    ZERO_RETURN_IF_ERROR(cuda::crossentropy_forward_backward(
+        dev.index, static_cast<LossSums*>(sums.data()), dlogits.data(), logits.data(), logits.dtype(),
+        targets.data_as<int32_t>(), detail::num_rows(logits), vocab, detail::last_dim(logits), scale));
     return counted;
   }
 #endif
-  const RowSums row_sums = visit_floating(logits.dtype(), [&](auto type) {
-    constexpr DType T = decltype(type)::value;
-    return ordered_block_sum<RowSums>(n, kRowBlock, [&](int64_t r0, int64_t r1) {
-      RowSums s;
-      // A bf16/fp16 row is widened into `row` and computed there in fp32, its gradient rounded once into dlogits; an
-      // fp32 row is computed in place, `row` holding its gradient only where none is asked for (computed, dropped).
-      std::vector<float> row(T == DType::kF32 && gradient ? 0 : padded);
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* x = row.data();
-        float* d = row.data();
-        if constexpr (T == DType::kF32) {
-          x = logits.data_as<float>() + r * padded;
-          if (gradient) d = dlogits.data_as<float>() + r * padded;
-        } else {
-          for (int64_t v = 0; v < padded; ++v) row[v] = load_as_float(logits.data(), T, r * padded + v);
-        }
-        if (tgt[r] == kIgnoreIndex) {
-          std::fill(d, d + padded, 0.0f);
-        } else {
-          s += row_forward_backward(x, d, vocab, padded, tgt[r], scale);
-        }
-        if (T != DType::kF32 && gradient) {
-          for (int64_t v = 0; v < padded; ++v) store_from_float(dlogits.data(), T, r * padded + v, row[v]);
-        }
-      }
-      return s;
-    });
-  });
+  const RowSums row_sums = cpu_rows(dlogits, logits, tgt, vocab, scale);
   *static_cast<LossSums*>(sums.data()) = LossSums{row_sums.loss, row_sums.correct};
   return counted;
 }

@@ -218,14 +218,9 @@ cublasLtEpilogue_t epilogue(const LtGemm& g) {
   return g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-std::atomic<int64_t> lt_gemms{0};
-
-}  // namespace
-
-int64_t cublaslt_gemms_run() { return lt_gemms.load(std::memory_order_relaxed); }
-
-// As cublaslt_gemm.h says; every pointer must be 16-byte aligned, as the heuristic was told.
-absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
+// Why cuBLASLt cannot take g (NotFound: the caller's unfused path), as cublaslt_gemm.h lists; every pointer must be
+// 16-byte aligned, as the heuristic is told.
+absl::Status check_fusable(const LtGemm& g) {
   ZERO_CHECK(g.gelu != LtGemm::Gelu::kBackward || g.bias == nullptr, "lt_gemm: cuBLASLt's DGELU takes no bias");
   ZERO_CHECK((g.gelu == LtGemm::Gelu::kNone) == (g.gelu_input == nullptr), "lt_gemm: GELU's input goes with GELU");
   for (const void* p : {g.a, g.b, g.c, static_cast<const void*>(g.d), g.bias, static_cast<const void*>(g.gelu_input)}) {
@@ -239,23 +234,43 @@ absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
   if (g.gelu != LtGemm::Gelu::kNone && g.ldd % 8 != 0) {
     return absl::NotFoundError("cuBLASLt's GELU epilogue needs a leading dimension divisible by 8");
   }
-  ZERO_ASSIGN_OR_RETURN(const cublasLtHandle_t h, cublaslt_handle(device));
+  return absl::OkStatus();
+}
+
+// g's operation: fp32 compute and scale, the transposes, the epilogue and its bias type and GELU leading dimension
+// (the epilogue's pointers are set apart, since the heuristic is asked with stand-ins).
+absl::StatusOr<LtOwned<cublasLtMatmulDesc_t>> matmul_desc(const LtGemm& g) {
   cublasLtMatmulDesc_t raw_desc = nullptr;
   ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const LtOwned<cublasLtMatmulDesc_t> desc(raw_desc);
+  LtOwned<cublasLtMatmulDesc_t> desc(raw_desc);
   const auto op = [](bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
   ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, op(g.transpose_a)));
   ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, op(g.transpose_b)));
   ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue(g)));
   // The bias in D's type, which is also the default: set, as llm.c sets it and as it ran on an H200 at 273a0b2.
   const auto bias_type = static_cast<int32_t>(cuda_data_type(g.d_dtype));
-  if (g.bias != nullptr)
+  if (g.bias != nullptr) {
     ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
+  }
   // GELU's input takes D's type by default (cublasLt.h), which is gelu_input's: setting it, even to that, is what
   // cublasLtMatmul may answer CUBLAS_STATUS_INVALID_VALUE to on a combination it does not support.
   if (g.gelu != LtGemm::Gelu::kNone) {
     ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd));
   }
+  return desc;
+}
+
+std::atomic<int64_t> lt_gemms{0};
+
+}  // namespace
+
+int64_t cublaslt_gemms_run() { return lt_gemms.load(std::memory_order_relaxed); }
+
+// As cublaslt_gemm.h says.
+absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
+  ZERO_RETURN_IF_ERROR(check_fusable(g));
+  ZERO_ASSIGN_OR_RETURN(const cublasLtHandle_t h, cublaslt_handle(device));
+  ZERO_ASSIGN_OR_RETURN(const LtOwned<cublasLtMatmulDesc_t> desc, matmul_desc(g));
   // A as stored: (m, k), or (k, m) transposed; B likewise (k, n) or (n, k).
   ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda));
   ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb));
