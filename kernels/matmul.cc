@@ -106,6 +106,68 @@ absl::StatusOr<MatmulDims> check_backward_args(absl::string_view op, absl::strin
   return d;
 }
 
+// The fp32 forward on the CPU: the bias copied into out, then the GEMM adds to it.
+void cpu_forward(const MatmulDims& d, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  float* o = out.data_as<float>();
+  if (given(bias)) {
+    const float* b = bias.data_as<float>();
+    for_blocks(d.n, kRowBlock, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::copy(b, b + d.oc, o + r * d.oc);
+    });
+  }
+  // out (N, OC) = inp (N, C) · weight^T (C, OC) [+ out holding the bias]
+  detail::tiled_sgemm({.trans_a = false,
+                       .trans_b = true,
+                       .m = d.n,
+                       .n = d.oc,
+                       .k = d.c,
+                       .a = inp.data_as<float>(),
+                       .lda = d.c,
+                       .b = weight.data_as<float>(),
+                       .ldb = d.c,
+                       .beta = given(bias) ? 1.0f : 0.0f,
+                       .c = o,
+                       .ldc = d.oc});
+}
+
+// The fp32 backward on the CPU: dinp = dout · weight where given, dweight += dout^T · inp, dbias += dout's column sums
+// where given.
+void cpu_backward(const MatmulDims& d, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                  const Tensor& dout, const Tensor& inp, const Tensor& weight) {
+  const float* g = dout.data_as<float>();
+  if (given(dinp)) {
+    // dinp (N, C) = dout (N, OC) · weight (OC, C)
+    detail::tiled_sgemm({.trans_a = false,
+                         .trans_b = false,
+                         .m = d.n,
+                         .n = d.c,
+                         .k = d.oc,
+                         .a = g,
+                         .lda = d.oc,
+                         .b = weight.data_as<float>(),
+                         .ldb = d.c,
+                         .beta = 0.0f,
+                         .c = dinp.data_as<float>(),
+                         .ldc = d.c});
+  }
+  // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
+  detail::tiled_sgemm({.trans_a = true,
+                       .trans_b = false,
+                       .m = d.oc,
+                       .n = d.c,
+                       .k = d.n,
+                       .a = g,
+                       .lda = d.oc,
+                       .b = inp.data_as<float>(),
+                       .ldb = d.c,
+                       .beta = 1.0f,
+                       .c = dweight.data_as<float>(),
+                       .ldc = d.c});
+  if (given(dbias)) {
+    add_column_sums(d.n, d.oc, dbias.data_as<float>(), [&](int64_t r, int64_t c) { return g[r * d.oc + c]; });
+  }
+}
+
 }  // namespace
 
 absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
@@ -131,26 +193,7 @@ absl::Status matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& 
     return detail::on_widened({{out, kOut}, {inp, kIn}, {weight, kIn}, {bias, kIn}},
                               [](const auto& t) { return matmul_forward(t[0], t[1], t[2], t[3]); });
   }
-  float* o = out.data_as<float>();
-  if (given(bias)) {
-    const float* b = bias.data_as<float>();
-    for_blocks(d.n, kRowBlock, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) std::copy(b, b + d.oc, o + r * d.oc);
-    });
-  }
-  // out (N, OC) = inp (N, C) · weight^T (C, OC) [+ out holding the bias]
-  detail::tiled_sgemm({.trans_a = false,
-                       .trans_b = true,
-                       .m = d.n,
-                       .n = d.oc,
-                       .k = d.c,
-                       .a = inp.data_as<float>(),
-                       .lda = d.c,
-                       .b = weight.data_as<float>(),
-                       .ldb = d.c,
-                       .beta = given(bias) ? 1.0f : 0.0f,
-                       .c = o,
-                       .ldc = d.oc});
+  cpu_forward(d, out, inp, weight, bias);
   return absl::OkStatus();
 }
 
@@ -186,38 +229,7 @@ absl::Status matmul_backward(const Tensor& dinp, const Tensor& dweight, const Te
         {{dinp, kOut}, {dweight, kInOut}, {dbias, kInOut}, {dout, kIn}, {inp, kIn}, {weight, kIn}},
         [](const auto& t) { return matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); });
   }
-  const float* g = dout.data_as<float>();
-  if (given(dinp)) {
-    // dinp (N, C) = dout (N, OC) · weight (OC, C)
-    detail::tiled_sgemm({.trans_a = false,
-                         .trans_b = false,
-                         .m = d.n,
-                         .n = d.c,
-                         .k = d.oc,
-                         .a = g,
-                         .lda = d.oc,
-                         .b = weight.data_as<float>(),
-                         .ldb = d.c,
-                         .beta = 0.0f,
-                         .c = dinp.data_as<float>(),
-                         .ldc = d.c});
-  }
-  // dweight (OC, C) += dout^T (OC, N) · inp (N, C)
-  detail::tiled_sgemm({.trans_a = true,
-                       .trans_b = false,
-                       .m = d.oc,
-                       .n = d.c,
-                       .k = d.n,
-                       .a = g,
-                       .lda = d.oc,
-                       .b = inp.data_as<float>(),
-                       .ldb = d.c,
-                       .beta = 1.0f,
-                       .c = dweight.data_as<float>(),
-                       .ldc = d.c});
-  if (given(dbias)) {
-    add_column_sums(d.n, d.oc, dbias.data_as<float>(), [&](int64_t r, int64_t c) { return g[r * d.oc + c]; });
-  }
+  cpu_backward(d, dinp, dweight, dbias, dout, inp, weight);
   return absl::OkStatus();
 }
 
