@@ -39,4 +39,13 @@ ZERO_HD MaxAt max_at_chunk(MaxAt m, const float (&x)[N], int64_t v, int64_t coun
   return m;  // not reached: some element holds the largest
 }
 
+// The CPU's argmax (crossentropy.cc: std::max folded from x[0], then the first column holding the result) from
+// `best`, max_at's scan of the row's vocab columns from {-FLT_MAX, vocab}, and the row's x[0]: column 0 where x[0] is
+// a NaN (the fold keeps it, and no column equals it) or where no column beat the scan's start (all -inf or NaN, x[0]
+// then the fold's -inf).
+ZERO_HD int64_t argmax_as_cpu(MaxAt best, float first, int64_t vocab) {
+  const bool first_is_nan = first != first;
+  return first_is_nan || best.index == vocab ? 0 : best.index;
+}
+
 }  // namespace zero::kernels

@@ -39,14 +39,14 @@ __device__ void stage_row(void* staged, const void* row, int64_t bytes) {
 }
 
 // Row r: d = scale * (softmax(x) - onehot(target)) over [0, vocab), 0 over the padding; row_loss[r] =
-// -log p(target), row_correct[r] = argmax == target. Ignored rows get a zero gradient and no loss. Thread t owns the
-// row's chunks t, t + kThreads, ... (common.cuh), in every dtype the same. Two reads of the row: the first finds its
-// max and sum of exps together (online softmax, Milakov & Gimelshein 2018: a thread's sum is rescaled in fp64 when
-// its max grows, then the threads' sums are rescaled to the row's max and added in a fixed tree); the second writes
-// d, each element rounded once to T, the exp computed again against the row's max, so d may alias x (the thread that
-// writes a chunk has read it last, after the block's barriers). d null: the loss alone. With `staged`, the row is
-// first copied into the block's dynamic shared memory and both reads are from there, so global memory sees it read
-// once; the values, and so the bits, are the same.
+// -log p(target), row_correct[r] = argmax == target (the CPU's argmax, NaNs and infinities included). Ignored rows get
+// a zero gradient and no loss. Thread t owns the row's chunks t, t + kThreads, ... (common.cuh), in every dtype the
+// same. Two reads of the row: the first finds its max and sum of exps together (online softmax, Milakov & Gimelshein
+// 2018: a thread's sum is rescaled in fp64 when its max grows, then the threads' sums are rescaled to the row's max and
+// added in a fixed tree); the second writes d, each element rounded once to T, the exp computed again against the row's
+// max, so d may alias x (the thread that writes a chunk has read it last, after the block's barriers). d null: the loss
+// alone. With `staged`, the row is first copied into the block's dynamic shared memory and both reads are from there,
+// so global memory sees it read once; the values, and so the bits, are the same.
 template <DType T>
 __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int32_t* targets, int64_t vocab,
                                     int64_t padded, float scale, double* row_loss, int32_t* row_correct, bool staged) {
@@ -63,7 +63,8 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
     if (threadIdx.x == 0) row_loss[r] = 0.0, row_correct[r] = 0;
     return;
   }
-  const float target_logit = load_float<T>(logits, first + target);
+  // Read before any thread writes d, which may alias the logits.
+  const float target_logit = load_float<T>(logits, first + target), first_logit = load_float<T>(logits, first);
   const void* row = static_cast<const DeviceElement<T>*>(logits) + first;  // x[v] is row[v]
   if (staged) {
     stage_row(staged_row, row, padded * int64_t{sizeof(DeviceElement<T>)});
@@ -95,7 +96,7 @@ __global__ void crossentropy_kernel(void* dlogits, const void* logits, const int
   }
   if (threadIdx.x == 0) {
     row_loss[r] = log(sum) - (static_cast<double>(target_logit) - best.value);
-    row_correct[r] = best.index == target ? 1 : 0;
+    row_correct[r] = argmax_as_cpu(best, first_logit, vocab) == target ? 1 : 0;
   }
 }
 

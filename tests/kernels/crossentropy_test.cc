@@ -21,12 +21,15 @@ using testing::kU32;
 using testing::random_floats;
 using testing::view;
 
+// Logits the argmax must agree on: NaNs, infinities, signed zeros, -FLT_MAX and ties.
+constexpr float kLogitPool[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -FLT_MAX, -INFINITY, INFINITY, NAN, 0.5f};
+
 // The CUDA cross-entropy's argmax folds a chunk at a time: max_at_chunk must make max_at's choices element by
 // element, from the scan's start (-FLT_MAX at an index past the row), over rows of NaNs, infinities, signed zeros,
 // -FLT_MAX and ties, and chunks cut short at a row's end. The state after every chunk is compared, value bits
 // included.
 TEST(MaxAtChunk, ChoosesAsMaxAtElementByElement) {
-  const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -FLT_MAX, -INFINITY, INFINITY, NAN, 0.5f};
+  const float(&pool)[10] = kLogitPool;
   std::mt19937 rng(7);
   const auto same = [](MaxAt a, MaxAt b) {
     return a.index == b.index &&
@@ -47,6 +50,34 @@ TEST(MaxAtChunk, ChoosesAsMaxAtElementByElement) {
           << "row " << row << ", chunk " << k << ": " << by_chunk.value << " at " << by_chunk.index << ", not "
           << one_by_one.value << " at " << one_by_one.index;
     }
+  }
+}
+
+// The CUDA cross-entropy's argmax (max_at_chunk's scan of the row from {-FLT_MAX, vocab}, whose block-wide tree of
+// max_at chooses as the scan, then argmax_as_cpu) is the CPU kernel's, which counts the row correct with that column as
+// its target: rows of 1 to 20 logits from the pool, a quarter of them of -inf and NaN alone.
+TEST(MaxAtChunk, WithArgmaxAsCpuGivesTheCpusArgmax) {
+  const float extremes[] = {-INFINITY, NAN};
+  std::mt19937 rng(11);
+  for (int row = 0; row < 4000; ++row) {
+    const int64_t vocab = 1 + static_cast<int64_t>(rng() % 20);
+    const bool only_extremes = rng() % 4 == 0;
+    std::vector<float> x(vocab);
+    for (float& v : x) v = only_extremes ? extremes[rng() % 2] : kLogitPool[rng() % std::size(kLogitPool)];
+    MaxAt best{-FLT_MAX, vocab};
+    for (int64_t v = 0; v < vocab; v += 8) {
+      float chunk[8] = {};
+      const int64_t count = std::min<int64_t>(8, vocab - v);
+      std::copy_n(x.begin() + v, count, chunk);
+      best = max_at_chunk(best, chunk, v, count);
+    }
+    std::vector<int32_t> target = {static_cast<int32_t>(argmax_as_cpu(best, x[0], vocab))};
+    std::vector<float> dlogits(vocab);
+    absl::StatusOr<CrossEntropyResult> r =
+        crossentropy_forward_backward(view(dlogits, {1, vocab}), view(x, {1, vocab}), view(target, {1}), vocab);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->correct, 1) << "row " << row << " of " << vocab << ": the scan chose column " << target[0]
+                             << ", x[0] = " << x[0];
   }
 }
 

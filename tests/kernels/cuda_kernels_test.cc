@@ -915,6 +915,26 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
   }
 }
 
+// Rows the CPU's argmax takes column 0 of, as the GPU's must: a NaN first logit (the CPU's fold keeps it) beside a
+// larger one, a row of -inf, and a row of -inf and NaN; and a NaN past the first column, which no argmax takes. Each
+// row's target is the CPU's argmax, so both count all four.
+TEST_F(CudaKernels, CrossEntropyCountsTheCpusArgmaxOverNanAndInfiniteRows) {
+  const int64_t n = 4, vocab = 130, padded = 136;
+  std::vector<float> logits = random_floats(n * padded, 21, -4.0f, 4.0f), dlogits(n * padded);
+  logits[0] = NAN, logits[5] = 9.0f;
+  std::fill_n(logits.begin() + padded, vocab, -INFINITY);
+  for (int64_t v = 0; v < vocab; ++v) logits[2 * padded + v] = v % 2 == 0 ? -INFINITY : NAN;
+  logits[3 * padded + 7] = NAN, logits[3 * padded + 3] = 9.0f;
+  std::vector<int32_t> targets = {0, 0, 0, 3};
+  const Tensor g_d = upload(dlogits, {n, padded});
+  auto cpu =
+      crossentropy_forward_backward(view(dlogits, {n, padded}), view(logits, {n, padded}), view(targets, {n}), vocab);
+  auto gpu = crossentropy_forward_backward(g_d, upload(logits, {n, padded}), upload(targets, {n}), vocab);
+  ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
+  EXPECT_EQ(cpu->correct, 4);
+  EXPECT_EQ(gpu->correct, cpu->correct);
+}
+
 // Rows wider than a block's 2048-element stride, so each thread's online softmax rescales its sum as its max grows:
 // random rows, and rows ascending (a new max in every chunk) and descending (never one after the first); the same
 // bounds as above. Rows of 5008 fp32 logits, and of 11264 (44 KiB, staged in shared memory beside the kernel's static
