@@ -53,25 +53,30 @@ TEST(MaxAtChunk, ChoosesAsMaxAtElementByElement) {
   }
 }
 
-// The CUDA cross-entropy's argmax (max_at_chunk's scan of the row from {-FLT_MAX, vocab}, whose block-wide tree of
-// max_at chooses as the scan, then argmax_as_cpu) is the CPU kernel's, which counts the row correct with that column as
-// its target: rows of 1 to 20 logits from the pool, a quarter of them of -inf and NaN alone.
-TEST(MaxAtChunk, WithArgmaxAsCpuGivesTheCpusArgmax) {
+// The CUDA cross-entropy's argmax is the CPU kernel's, which counts the row correct with that column as its target.
+// The GPU's thread t scans its chunks of 8 (kChunk) at t, t + kThreads, ... from {-FLT_MAX, vocab} with
+// max_at_chunk, a fixed tree of max_at (element i with i + half) combines the threads, and argmax_as_cpu ends it; here
+// the rows are at most 200 long, so each chunk is a thread's alone, and 32 leaves of the tree stand for its 256 (the
+// rest hold the start, which never wins). Rows of 1 to 200 logits from the pool, a quarter of -inf and NaN alone.
+TEST(MaxAtChunk, ThreadsTreeAndArgmaxAsCpuGiveTheCpusArgmax) {
   const float extremes[] = {-INFINITY, NAN};
   std::mt19937 rng(11);
   for (int row = 0; row < 4000; ++row) {
-    const int64_t vocab = 1 + static_cast<int64_t>(rng() % 20);
+    const int64_t vocab = 1 + static_cast<int64_t>(rng() % (row % 2 == 0 ? 20 : 200));
     const bool only_extremes = rng() % 4 == 0;
     std::vector<float> x(vocab);
     for (float& v : x) v = only_extremes ? extremes[rng() % 2] : kLogitPool[rng() % std::size(kLogitPool)];
-    MaxAt best{-FLT_MAX, vocab};
+    std::vector<MaxAt> threads(32, MaxAt{-FLT_MAX, vocab});
     for (int64_t v = 0; v < vocab; v += 8) {
       float chunk[8] = {};
       const int64_t count = std::min<int64_t>(8, vocab - v);
       std::copy_n(x.begin() + v, count, chunk);
-      best = max_at_chunk(best, chunk, v, count);
+      threads[v / 8] = max_at_chunk(threads[v / 8], chunk, v, count);
     }
-    std::vector<int32_t> target = {static_cast<int32_t>(argmax_as_cpu(best, x[0], vocab))};
+    for (size_t half = threads.size() / 2; half > 0; half /= 2) {
+      for (size_t t = 0; t < half; ++t) threads[t] = max_at(threads[t], threads[t + half]);
+    }
+    std::vector<int32_t> target = {static_cast<int32_t>(argmax_as_cpu(threads[0], x[0], vocab))};
     std::vector<float> dlogits(vocab);
     absl::StatusOr<CrossEntropyResult> r =
         crossentropy_forward_backward(view(dlogits, {1, vocab}), view(x, {1, vocab}), view(target, {1}), vocab);

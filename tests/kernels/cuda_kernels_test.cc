@@ -915,26 +915,6 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
   }
 }
 
-// Rows the CPU's argmax takes column 0 of, as the GPU's must: a NaN first logit (the CPU's fold keeps it) beside a
-// larger one, a row of -inf, and a row of -inf and NaN; and a NaN past the first column, which no argmax takes. Each
-// row's target is the CPU's argmax, so both count all four.
-TEST_F(CudaKernels, CrossEntropyCountsTheCpusArgmaxOverNanAndInfiniteRows) {
-  const int64_t n = 4, vocab = 130, padded = 136;
-  std::vector<float> logits = random_floats(n * padded, 21, -4.0f, 4.0f), dlogits(n * padded);
-  logits[0] = NAN, logits[5] = 9.0f;
-  std::fill_n(logits.begin() + padded, vocab, -INFINITY);
-  for (int64_t v = 0; v < vocab; ++v) logits[2 * padded + v] = v % 2 == 0 ? -INFINITY : NAN;
-  logits[3 * padded + 7] = NAN, logits[3 * padded + 3] = 9.0f;
-  std::vector<int32_t> targets = {0, 0, 0, 3};
-  const Tensor g_d = upload(dlogits, {n, padded});
-  auto cpu =
-      crossentropy_forward_backward(view(dlogits, {n, padded}), view(logits, {n, padded}), view(targets, {n}), vocab);
-  auto gpu = crossentropy_forward_backward(g_d, upload(logits, {n, padded}), upload(targets, {n}), vocab);
-  ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
-  EXPECT_EQ(cpu->correct, 4);
-  EXPECT_EQ(gpu->correct, cpu->correct);
-}
-
 // Rows wider than a block's 2048-element stride, so each thread's online softmax rescales its sum as its max grows:
 // random rows, and rows ascending (a new max in every chunk) and descending (never one after the first); the same
 // bounds as above. Rows of 5008 fp32 logits, and of 11264 (44 KiB, staged in shared memory beside the kernel's static
@@ -979,6 +959,34 @@ TEST_P(CudaHalf, CrossEntropyMatchesCpu) {
   EXPECT_EQ(gpu->correct, cpu->correct);
   EXPECT_NEAR(gpu->loss, cpu->loss, 4 * kU32 * std::fabs(cpu->loss));
   expect_result(g_logits, dlogits, 8 * kU32 / static_cast<double>(cpu->counted), "dlogits");
+}
+
+// Rows the CPU's argmax takes column 0 of, as the GPU's must: a NaN first logit (the CPU's fold keeps it) beside a
+// larger one, a row of -inf, and a row of -inf and NaN; and a NaN past the first column, which no argmax takes. Each
+// row's target is the CPU's argmax, so both count all four: in fp32 and half(), with rows staged in shared memory
+// (136 logits) and read where they lie (133: not a multiple of 16 bytes).
+TEST_P(CudaHalf, CrossEntropyCountsTheCpusArgmaxOverNanAndInfiniteRows) {
+  const int64_t n = 4, vocab = 130;
+  for (const DType dtype : {DType::kF32, half()}) {
+    for (const int64_t padded : {136, 133}) {
+      SCOPED_TRACE(absl::StrCat(dtype_name(dtype), " rows of ", padded));
+      std::vector<float> values = random_floats(n * padded, 21, -4.0f, 4.0f), dlogits(n * padded);
+      values[0] = NAN, values[5] = 9.0f;
+      std::fill_n(values.begin() + padded, vocab, -INFINITY);
+      for (int64_t v = 0; v < vocab; ++v) values[2 * padded + v] = v % 2 == 0 ? -INFINITY : NAN;
+      values[3 * padded + 7] = NAN, values[3 * padded + 3] = 9.0f;
+      const HalfValues logits = half_values(half(), values);  // .wide: exact in half() and fp32 alike
+      std::vector<float> cpu_logits = logits.wide;
+      std::vector<int32_t> targets = {0, 0, 0, 3};
+      auto cpu = crossentropy_forward_backward(view(dlogits, {n, padded}), view(cpu_logits, {n, padded}),
+                                               view(targets, {n}), vocab);
+      const Tensor g_logits = upload_as(logits, dtype, {n, padded});
+      auto gpu = crossentropy_forward_backward(g_logits, g_logits, upload(targets, {n}), vocab);
+      ASSERT_TRUE(cpu.ok() && gpu.ok()) << cpu.status() << gpu.status();
+      EXPECT_EQ(cpu->correct, 4);
+      EXPECT_EQ(gpu->correct, cpu->correct);
+    }
+  }
 }
 
 // Shapes for the tiled kernels (64 query or key rows a block, 32 streamed, head dims padded to 64, 128 or 256): one
