@@ -169,7 +169,8 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
   ZERO_RETURN_IF_ERROR(check_args(sums, dlogits, logits, targets, vocab));
   std::vector<int32_t> host_copy;
   ZERO_ASSIGN_OR_RETURN(const int32_t* tgt, int32_on_host(targets, host_targets, host_copy));
-  ZERO_ASSIGN_OR_RETURN(const int64_t counted, counted_targets(tgt, detail::num_rows(logits), vocab));
+  const int64_t n = detail::num_rows(logits);
+  ZERO_ASSIGN_OR_RETURN(const int64_t counted, counted_targets(tgt, n, vocab));
   const Device dev = logits.device();
   const bool gradient = dlogits.data() != nullptr;  // else the loss alone, with the same bits
   if (dev.is_sim()) {  // the targets were checked on the host above, as for CUDA; the sums stay on the device
@@ -189,7 +190,7 @@ absl::StatusOr<int64_t> crossentropy_forward_backward_into(const Tensor& sums, c
   if (dev.is_cuda()) {
     ZERO_RETURN_IF_ERROR(cuda::crossentropy_forward_backward(
         dev.index, static_cast<LossSums*>(sums.data()), dlogits.data(), logits.data(), logits.dtype(),
-        targets.data_as<int32_t>(), detail::num_rows(logits), vocab, detail::last_dim(logits), scale));
+        targets.data_as<int32_t>(), n, vocab, detail::last_dim(logits), scale));
     return counted;
   }
 #endif
