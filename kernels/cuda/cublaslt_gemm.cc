@@ -56,15 +56,15 @@ constexpr uint64_t kLtWorkspaceBytes = uint64_t{32} << 20;
 constexpr int kLtCandidates = 8;
 
 // The epilogue's bias and GELU-input pointers, each where it is not null.
-absl::Status set_epilogue_pointers(cublasLtMatmulDesc_t desc, const void* bias, const void* gelu_input) {
+absl::Status set_epilogue_pointers(cublasLtMatmulDesc_t desc, const void* bias, const void* gelu_pre) {
   if (bias != nullptr) ZERO_RETURN_IF_ERROR(set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias));
-  if (gelu_input == nullptr) return absl::OkStatus();
-  return set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, gelu_input);
+  if (gelu_pre == nullptr) return absl::OkStatus();
+  return set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, gelu_pre);
 }
 
 // Whether `algo` keeps the sum in fp32 until the epilogue: no split over K, or its partials reduced in the compute
 // type. The preference asks for that; this checks the answer where the algorithm's configuration can be read, since a
-// split reduced in the output's dtype would round the sum, and add a beta = 1 C matrix, more than once.
+// split reduced in the output's dtype would round the sum, and add a C matrix, more than once.
 bool sums_in_fp32(const cublasLtMatmulAlgo_t& algo) {
   int32_t splits = 1;
   uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -90,11 +90,6 @@ bool writes_apart_from_c(const cublasLtMatmulAlgo_t& algo) {
   return support != 0;
 }
 
-// The C matrix an epilogue adds (beta = 1): none, D's old value (C is D), or one apart from D (a residual), which
-// needs an algorithm that writes out of place.
-enum class AddedC : uint8_t { kNone, kOldD, kApart };
-AddedC added_c(const LtGemm& g) { return g.c == nullptr ? AddedC::kNone : g.c == g.d ? AddedC::kOldD : AddedC::kApart; }
-
 // One cuBLASLt GEMM problem on a device: all the heuristic's choice depends on.
 struct LtProblem {
   int device;
@@ -102,8 +97,8 @@ struct LtProblem {
   int64_t m, n, k, lda, ldb, ldd;
   DType half, d_dtype;
   bool bias;
-  LtGemm::Gelu gelu;
-  AddedC c;
+  bool gelu;
+  bool c;  // a C matrix added, apart from D
   bool operator==(const LtProblem&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const LtProblem& p) {
@@ -114,16 +109,8 @@ struct LtProblem {
 
 // What `problem`'s epilogue does, for a log line.
 const char* epilogue_name(const LtProblem& problem) {
-  switch (problem.gelu) {
-    case LtGemm::Gelu::kForward: return problem.bias ? "bias and GELU" : "GELU";
-    case LtGemm::Gelu::kBackward: return "GELU backward";
-    case LtGemm::Gelu::kNone: break;
-  }
-  switch (problem.c) {
-    case AddedC::kOldD: return problem.bias ? "bias and accumulating" : "accumulating";
-    case AddedC::kApart: return problem.bias ? "bias and added-matrix" : "added-matrix";
-    case AddedC::kNone: break;
-  }
+  if (problem.gelu) return problem.bias ? "bias and GELU" : "GELU";
+  if (problem.c) return problem.bias ? "bias and added-matrix" : "added-matrix";
   return problem.bias ? "bias" : "plain";
 }
 
@@ -153,8 +140,8 @@ class LtAlgorithms {
     absl::MutexLock lock(&mu_);
     if (const auto it = chosen_.find(problem); it != chosen_.end()) return it->second;
     const void* aligned = reinterpret_cast<const void*>(uintptr_t{kLtAlignment});
-    ZERO_RETURN_IF_ERROR(set_epilogue_pointers(desc, problem.bias ? aligned : nullptr,
-                                               problem.gelu != LtGemm::Gelu::kNone ? aligned : nullptr));
+    ZERO_RETURN_IF_ERROR(
+        set_epilogue_pointers(desc, problem.bias ? aligned : nullptr, problem.gelu ? aligned : nullptr));
     cublasLtMatmulPreference_t raw_pref = nullptr;
     ZERO_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_pref));
     const LtOwned<cublasLtMatmulPreference_t> pref(raw_pref);
@@ -173,21 +160,21 @@ class LtAlgorithms {
     if (query != CUBLAS_STATUS_NOT_SUPPORTED) {
       ZERO_RETURN_IF_ERROR(cublas_status(query, "cublasLtMatmulAlgoGetHeuristic"));
     }
-    // The heuristic's best that keeps its sums in fp32, writes D apart from C where the problem asks (a residual), and
+    // The heuristic's best that keeps its sums in fp32, writes D apart from C where the problem has one, and
     // passes cublasLtMatmulAlgoCheck: refused before any call rather than at one, so the caller's fallback never
     // follows a queued GEMM.
     std::optional<cublasLtMatmulHeuristicResult_t> result;
     for (int i = 0; query == CUBLAS_STATUS_SUCCESS && i < found && !result.has_value(); ++i) {
       cublasLtMatmulHeuristicResult_t checked{};
       if (heuristics[i].state == CUBLAS_STATUS_SUCCESS && sums_in_fp32(heuristics[i].algo) &&
-          (problem.c != AddedC::kApart || writes_apart_from_c(heuristics[i].algo)) &&
+          (!problem.c || writes_apart_from_c(heuristics[i].algo)) &&
           cublasLtMatmulAlgoCheck(h, desc, a, b, d, d, &heuristics[i].algo, &checked) == CUBLAS_STATUS_SUCCESS) {
         result = heuristics[i];
       }
     }
     if (!result.has_value()) {
       log_unfused(problem,
-                  "none of the heuristic's best 8 keeps its sums in fp32, writes D apart from C where asked and "
+                  "none of the heuristic's best 8 keeps its sums in fp32, writes D apart from C where there is one and "
                   "passes cublasLtMatmulAlgoCheck");
     }
     chosen_.emplace(problem, result);
@@ -209,11 +196,8 @@ class LtAlgorithms {
 
 // What g asks the epilogue to do, in cuBLASLt's terms.
 cublasLtEpilogue_t epilogue(const LtGemm& g) {
-  switch (g.gelu) {
-    case LtGemm::Gelu::kForward:
-      return g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    case LtGemm::Gelu::kBackward: return CUBLASLT_EPILOGUE_DGELU;
-    case LtGemm::Gelu::kNone: break;
+  if (g.gelu_pre != nullptr) {
+    return g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   }
   return g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -221,9 +205,8 @@ cublasLtEpilogue_t epilogue(const LtGemm& g) {
 // Why cuBLASLt cannot take g (NotFound: the caller's unfused path), as cublaslt_gemm.h lists; every pointer must be
 // 16-byte aligned, as the heuristic is told.
 absl::Status check_fusable(const LtGemm& g) {
-  ZERO_CHECK(g.gelu != LtGemm::Gelu::kBackward || g.bias == nullptr, "lt_gemm: cuBLASLt's DGELU takes no bias");
-  ZERO_CHECK((g.gelu == LtGemm::Gelu::kNone) == (g.gelu_input == nullptr), "lt_gemm: GELU's input goes with GELU");
-  for (const void* p : {g.a, g.b, g.c, static_cast<const void*>(g.d), g.bias, static_cast<const void*>(g.gelu_input)}) {
+  ZERO_CHECK(g.c == nullptr || g.c != g.d, "lt_gemm: C lies apart from D");
+  for (const void* p : {g.a, g.b, g.c, static_cast<const void*>(g.d), g.bias, static_cast<const void*>(g.gelu_pre)}) {
     if (reinterpret_cast<uintptr_t>(p) % kLtAlignment != 0) {
       return absl::NotFoundError("cuBLASLt's GEMM needs 16-byte-aligned tensors");
     }
@@ -231,7 +214,7 @@ absl::Status check_fusable(const LtGemm& g) {
   if (g.bias != nullptr && g.bias_dtype != g.d_dtype) {
     return absl::NotFoundError("cuBLASLt's bias epilogue here takes the bias in the output's dtype");
   }
-  if (g.gelu != LtGemm::Gelu::kNone && g.ldd % 8 != 0) {
+  if (g.gelu_pre != nullptr && g.ldd % 8 != 0) {
     return absl::NotFoundError("cuBLASLt's GELU epilogue needs a leading dimension divisible by 8");
   }
   return absl::OkStatus();
@@ -252,9 +235,9 @@ absl::StatusOr<LtOwned<cublasLtMatmulDesc_t>> matmul_desc(const LtGemm& g) {
   if (g.bias != nullptr) {
     ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
   }
-  // GELU's input takes D's type by default (cublasLt.h), which is gelu_input's: setting it, even to that, is what
+  // The pre-activation takes D's type by default (cublasLt.h), which is gelu_pre's: setting it, even to that, is what
   // cublasLtMatmul may answer CUBLAS_STATUS_INVALID_VALUE to on a combination it does not support.
-  if (g.gelu != LtGemm::Gelu::kNone) {
+  if (g.gelu_pre != nullptr) {
     ZERO_RETURN_IF_ERROR(set_attribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldd));
   }
   return desc;
@@ -275,12 +258,13 @@ absl::Status lt_gemm(int device, DType half, const LtGemm& g) {
   ZERO_ASSIGN_OR_RETURN(const auto a, lt_layout(half, g.transpose_a ? g.k : g.m, g.transpose_a ? g.m : g.k, g.lda));
   ZERO_ASSIGN_OR_RETURN(const auto b, lt_layout(half, g.transpose_b ? g.n : g.k, g.transpose_b ? g.k : g.n, g.ldb));
   ZERO_ASSIGN_OR_RETURN(const auto d, lt_layout(g.d_dtype, g.m, g.n, g.ldd));
-  const LtProblem problem{device, g.transpose_a, g.transpose_b,     g.m,    g.n,       g.k, g.lda, g.ldb, g.ldd,
-                          half,   g.d_dtype,     g.bias != nullptr, g.gelu, added_c(g)};
+  const LtProblem problem{
+      device,    g.transpose_a,     g.transpose_b,         g.m,           g.n, g.k, g.lda, g.ldb, g.ldd, half,
+      g.d_dtype, g.bias != nullptr, g.gelu_pre != nullptr, g.c != nullptr};
   ZERO_ASSIGN_OR_RETURN(const auto algorithm,
                         LtAlgorithms::get().choose(problem, h, desc.get(), a.get(), b.get(), d.get()));
   if (!algorithm.has_value()) return absl::NotFoundError("cuBLASLt offers no GEMM with this epilogue for this shape");
-  ZERO_RETURN_IF_ERROR(set_epilogue_pointers(desc.get(), g.bias, g.gelu_input));
+  ZERO_RETURN_IF_ERROR(set_epilogue_pointers(desc.get(), g.bias, g.gelu_pre));
   const auto matmul = [&](void* workspace) {
     return library_call(current_cuda_stream(device), "cublasLtMatmul", [&](cudaStream_t stream) {
       const float alpha = 1.0f, beta = g.c != nullptr ? 1.0f : 0.0f;

@@ -17,9 +17,8 @@ inline constexpr uint32_t kLtAlignment = 16;
 
 // One GEMM and its epilogue. Column-major, as cuBLAS sees row-major tensors (matmul.cu's gemm passes them swapped):
 //   S (m, n) = op_a(A) (m, k) · op_b(B) (k, n) [+ bias (m): entry i added to all of S's row i] [+ C (m, n)]
-//   D (m, n) = round(S), or with `gelu`: kForward  D = round(GELU(S)), gelu_input (m, n) = round(S) written;
-//                                        kBackward D = round(GELU'(gelu_input) · S), gelu_input read (no bias)
-// A and B in `half`; D, C, the bias and gelu_input in `d_dtype`, C and gelu_input laid out as D. The products are
+//   D (m, n) = round(S), or with gelu_pre: D = round(GELU(S)) and gelu_pre (m, n) = round(S)
+// A and B in `half`; D, C, the bias and gelu_pre in `d_dtype`, C and gelu_pre laid out as D. The products are
 // summed in fp32 (split-K partials kept fp32), C and the bias added to the sum in fp32 in the epilogue (in the order
 // cuBLASLt takes, which it does not document), GELU (tanh approximation) applied to the fp32 sum, and each matrix
 // written rounded once.
@@ -35,9 +34,8 @@ struct LtGemm {
   int64_t ldd = 0;
   const void* bias = nullptr;      // null: none
   DType bias_dtype = DType::kF32;  // the epilogue takes d_dtype's only
-  enum class Gelu { kNone, kForward, kBackward } gelu = Gelu::kNone;
-  void* gelu_input = nullptr;  // kForward: written; kBackward: read; ld = ldd
-  const void* c = nullptr;     // null: none; d itself: D += rather than D =; else another matrix (a residual)
+  void* gelu_pre = nullptr;        // null: no GELU; else written, ld = ldd
+  const void* c = nullptr;         // null: none; else a matrix apart from d (a residual)
 };
 
 // On cuda:`device` (current), its current stream. NotFound, with nothing queued, where a pointer is not 16-byte

@@ -25,8 +25,8 @@ absl::Status matmul_backward(int device, float* dinp, float* dweight, float* dbi
                              const float* weight, int64_t n, int64_t c, int64_t oc, bool tf32);
 // The same on tensor cores: inp, weight and dout in `half` (bf16 or fp16), products summed in fp32; out, bias,
 // dinp, dweight, dbias each fp32 or `half` as its dtype says. Bias and gradient adds happen in fp32 and a
-// half destination is rounded once (nearest even). A NaN that cuBLASLt's epilogue writes (a half out's bias or
-// residual, a half dweight's +=) is the hardware's canonical one, not the CPU's payload-keeping rounding.
+// half destination is rounded once (nearest even). A NaN that cuBLASLt's epilogue writes (a half out's bias,
+// residual or GELU) is the hardware's canonical one, not the CPU's payload-keeping rounding.
 // gelu_pre, where not null, fuses GELU as kernels.h's matmul_gelu_forward and matmul_backward_through_gelu do: out
 // (forward) or dinp (backward) then is in `half`, and gelu_pre, in `half` too, is written (forward) or read. residual
 // (N, OC), where not null, is added as matmul_residual_forward adds it, out and residual then in `half`.
@@ -37,8 +37,7 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, cons
                                   DType dweight_dtype, void* dbias, DType dbias_dtype, const void* dout,
                                   const void* inp, const void* weight, DType half, int64_t n, int64_t c, int64_t oc);
 // How many half GEMMs this process has run through cuBLASLt's epilogues (cublaslt_gemm.h: a half out's bias, residual
-// and GELU, a half dinp's GELU backward, a half dweight's +=; the rest took the unfused path): for tests and profiles
-// to tell which ran.
+// and GELU; the rest took the unfused path): for tests and profiles to tell which ran.
 int64_t cublaslt_gemms_run();
 
 // Every tensor of these in `dtype` (fp32, bf16 or fp16), computed in fp32 and each written element rounded once.

@@ -1,8 +1,10 @@
 // matmul forward/backward on CUDA: fp32 cuBLAS GEMMs (TF32 on request), bf16/fp16 tensor-core GEMMs with fp32
-// accumulation (a half output's bias, residual and GELU, a half dinp's GELU backward and a half dweight's += in
-// cuBLASLt's epilogue), bias and deterministic bias gradient.
+// accumulation (a half output's bias, residual and GELU in cuBLASLt's epilogue; a half dinp's GELU backward and a half
+// dweight's += on an fp32 product), bias and deterministic bias gradient.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <utility>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cublas_handle.h"
@@ -105,18 +107,24 @@ __global__ void accumulate_narrow_kernel(Out* out, const float* acc, int64_t n) 
   ZERO_GRID_STRIDE(i, n) out[i] = narrow<Out>(widen(out[i]) + acc[i]);
 }
 
-// g with its epilogue in cuBLASLt; where lt_gemm refuses it (NotFound), the same unfused: product(acc), g's GEMM
-// alone, into an fp32 scratch of `elems` (with_scratch), then finish(acc), its epilogue with the one rounding.
+// product(acc), a GEMM alone, into an fp32 scratch of `elems` (with_scratch), then finish(acc), its epilogue with the
+// one rounding.
 template <typename Product, typename Finish>
-absl::Status in_epilogue_or_unfused(int device, DType half, const LtGemm& g, int64_t elems, Product&& product,
-                                    Finish&& finish) {
-  if (const absl::Status fused = lt_gemm(device, half, g); !absl::IsNotFound(fused)) return fused;
+absl::Status unfused(int device, int64_t elems, Product&& product, Finish&& finish) {
   return with_scratch(device, elems * sizeof(float), [&](void* scratch) {
     float* acc = static_cast<float*>(scratch);
     absl::Status s = product(acc);
     if (s.ok()) s.Update(finish(acc));
     return s;
   });
+}
+
+// g with its epilogue in cuBLASLt; where lt_gemm refuses it (NotFound), the same unfused.
+template <typename Product, typename Finish>
+absl::Status in_epilogue_or_unfused(int device, DType half, const LtGemm& g, int64_t elems, Product&& product,
+                                    Finish&& finish) {
+  if (const absl::Status fused = lt_gemm(device, half, g); !absl::IsNotFound(fused)) return fused;
+  return unfused(device, elems, std::forward<Product>(product), std::forward<Finish>(finish));
 }
 
 // fn(p), p being dst itself where it is kLtAlignment-aligned, else an aligned stream-ordered copy of its `bytes`,
@@ -146,26 +154,14 @@ absl::Status weight_gradient(int device, void* dst, DType dst_dtype, float beta,
   return gemm_ex(device, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, half, beta, dst, dst_dtype, c);
 }
 
-// A half dweight (OC, C) += dout^T · inp, the sum added to dweight in fp32 and rounded once: in cuBLASLt's epilogue
-// (D (C, OC) = inp · dout^T + D), or else through an fp32 scratch. cuBLAS's own beta = 1 into a half C was seen up to
-// one ulp off that on an H200 (cuBLAS 13), rounding twice.
+// A half dweight (OC, C) += dout^T · inp, the sum added to dweight in fp32 and rounded once, through an fp32 scratch.
+// On an H200 (cuBLAS 13) a beta = 1 into a half C rounded twice, up to one ulp off: cuBLAS's own, and cuBLASLt's
+// epilogue with C as D on a 96-row problem that it did not split over K.
 absl::Status accumulate_half_weight_gradient(int device, void* dweight, DType dweight_dtype, const void* dout,
                                              const void* inp, DType half, int64_t n, int64_t c, int64_t oc) {
-  return in_epilogue_or_unfused(
-      device, half,
-      LtGemm{.transpose_b = true,
-             .m = c,
-             .n = oc,
-             .k = n,
-             .a = inp,
-             .lda = c,
-             .b = dout,
-             .ldb = oc,
-             .d = dweight,
-             .d_dtype = dweight_dtype,
-             .ldd = c,
-             .c = dweight},
-      oc * c, [&](float* acc) { return weight_gradient(device, acc, DType::kF32, 0.0f, dout, inp, half, n, c, oc); },
+  return unfused(
+      device, oc * c,
+      [&](float* acc) { return weight_gradient(device, acc, DType::kF32, 0.0f, dout, inp, half, n, c, oc); },
       [&](const float* acc) {
         return visit_floating(dweight_dtype, [&](auto out_type) {
           using Out = Element<decltype(out_type)>;
@@ -176,25 +172,12 @@ absl::Status accumulate_half_weight_gradient(int device, void* dweight, DType dw
 }
 
 // dinp (N, C) = round(GELU'(gelu_pre) · dout (N, OC) · weight (OC, C)), the product's fp32 sum multiplied before the
-// one rounding: in cuBLASLt's DGELU epilogue (D (C, N) = weight · dout, as gemm_ex's dinp), or else through an fp32
-// scratch. dinp and gelu_pre in `half`.
+// one rounding, through an fp32 scratch. dinp and gelu_pre in `half`. cuBLASLt's DGELU epilogue rounded the product to
+// bf16 before multiplying on an H200 (cuBLAS 13).
 absl::Status input_gradient_through_gelu(int device, void* dinp, const void* gelu_pre, const void* dout,
                                          const void* weight, DType half, int64_t n, int64_t c, int64_t oc) {
-  return in_epilogue_or_unfused(
-      device, half,
-      LtGemm{.m = c,
-             .n = n,
-             .k = oc,
-             .a = weight,
-             .lda = c,
-             .b = dout,
-             .ldb = oc,
-             .d = dinp,
-             .d_dtype = half,
-             .ldd = c,
-             .gelu = LtGemm::Gelu::kBackward,
-             .gelu_input = const_cast<void*>(gelu_pre)},  // read
-      n * c, [&](float* acc) { return input_gradient(device, acc, DType::kF32, dout, weight, half, n, c, oc); },
+  return unfused(
+      device, n * c, [&](float* acc) { return input_gradient(device, acc, DType::kF32, dout, weight, half, n, c, oc); },
       [&](const float* acc) {
         return visit_floating(half, [&](auto half_type) {
           using Half = Element<decltype(half_type)>;
@@ -276,8 +259,7 @@ absl::Status matmul_forward_half(int device, void* out, DType out_dtype, void* g
                .ldd = oc,
                .bias = bias,
                .bias_dtype = bias_dtype,
-               .gelu = gelu_pre != nullptr ? LtGemm::Gelu::kForward : LtGemm::Gelu::kNone,
-               .gelu_input = gelu_pre,
+               .gelu_pre = gelu_pre,
                .c = residual},
         n * oc, [&](float* acc) { return product(acc, DType::kF32, 0.0f); },
         [&](const float* acc) {
