@@ -128,23 +128,25 @@ phase_test() {
 
 phase_sanitize() {
   ensure_built
-  local sanitizer
+  local sanitizer failed=0
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  sanitize_cuda_tests() {  # tool, binary, the filter naming its CUDA tests
-    echo "== compute-sanitizer --tool $1 $2 ($3)"
-    ZERO_REQUIRE_GPU=1 timeout 100 "$sanitizer" --tool "$1" --error-exitcode 1 "$build/bin/$2" --gtest_filter="$3" \
-      --gtest_brief=1
+  # Every run is made, a failing one noted, so one report shows them all; the phase fails after if any did.
+  sanitize_cuda_tests() {  # tool, binary, the filter naming its CUDA tests, then the tool's own flags
+    echo "== compute-sanitizer --tool $1 ${*:4} $2 ($3)"
+    ZERO_REQUIRE_GPU=1 timeout 100 "$sanitizer" --tool "$1" "${@:4}" --error-exitcode 1 "$build/bin/$2" \
+      --gtest_filter="$3" --gtest_brief=1 || { echo "== FAILED: $1 over $2 ($3)"; failed=1; }
   }
   sanitize_cuda_tests memcheck kernels_test '*Cuda*'
-  # racecheck leaves cuDNN's attention out: on an H200 the process died inside its test under racecheck (no hazard
-  # reported), while the rest of the kernel tests showed 0 hazards and memcheck passes it.
-  sanitize_cuda_tests racecheck kernels_test '*Cuda*:-*Cudnn*'
-  for tool in memcheck racecheck; do
-    sanitize_cuda_tests "$tool" device_api_test '*/Cuda'
-  done
+  # racecheck leaves out cuDNN's attention (on an H200 the process died inside its test under racecheck, no hazard
+  # reported, while memcheck passes it) and cuBLAS's own nvjet kernels (on an H200 at 267ab71 racecheck reported
+  # shared-memory hazards inside its split-K GEMMs, library code whose TMA and mbarrier synchronization it does not see).
+  sanitize_cuda_tests racecheck kernels_test '*Cuda*:-*Cudnn*' --kernel-name-exclude kns=nvjet
+  sanitize_cuda_tests memcheck device_api_test '*/Cuda'
+  sanitize_cuda_tests racecheck device_api_test '*/Cuda'
   # memcheck only: under racecheck, optim_test's CUDA tests ran past 120 s on an H200, with the square sum over 513
   # chunks' blocks and without it.
   sanitize_cuda_tests memcheck optim_test '*/Cuda*'
+  return "$failed"
 }
 
 # The embedded default for 300 steps, its metrics into $build/train/NAME.jsonl; extra flags pick device and backend.
