@@ -1008,14 +1008,17 @@ TEST(Gpt2OnCuda, FollowsTheCpuRun) {
 }
 
 // bf16 on the GPU against bf16 on the CPU, 50 steps. Both round every kernel's writes to bf16 from fp32 results that
-// differ by summation order only, so they round alike but where those results straddle a rounding boundary; cuDNN's
-// attention rounds inside as well (its probabilities, and in backward its score gradients: 3 of the ~20 roundings a
-// block makes). Their distance is made of far fewer roundings than those that put a bf16 run where it is against an
-// fp32 one. So each step's loss is held within the largest distance between the CPU's bf16 and fp32 runs up to that
-// step, measured here (the fp32 run starts from the unrounded initial parameters, so it carries their rounding too),
-// with a margin of 2 and a floor of 1e-5 of the loss: at step 1 that distance is one sample, and once runs diverge
-// their distances are alike in size. (The review's stand-in on the CPU, a bf16 run with its micro-batch split in
-// four, came to 0.68 of the bare envelope.)
+// differ by summation order, so they round alike but where those results straddle a rounding boundary; cuDNN's
+// attention rounds inside as well (its probabilities, and in backward its score gradients), and cuBLASLt's GELU
+// epilogue may take the hardware's tanh (relative error up to 2^-11). Step 1 is a forward of the same parameters: held
+// within twice the distance between the CPU's bf16 and fp32 runs (the fp32 run starts from the unrounded initial
+// parameters, so it carries their rounding too), with a floor of 1e-5 of the loss. From step 2 on, AdamW's first
+// update divides each gradient by its own magnitude, so any perturbation flips the signs of the near-zero ones and the
+// runs part chaotically: a step's distance is a sample, not a bound. Twenty CPU bf16 runs with GELU's tanh changed by
+// up to 2^-11 (a stand-in for the hardware's, measured when this bound was set) reached 6 times the bf16-vs-fp32
+// distance at step 2 and 2.9 times its running maximum at step 4, but over the 50 steps their mean distance came to
+// 0.13 to 0.96 of the bf16-vs-fp32 run's mean, and their largest to at most 1.2 times its largest. So the run is held
+// to those two, with a margin of 2.
 TEST(Gpt2OnCuda, Bf16FollowsTheCpuBf16RunFor50Steps) {
   ZERO_SKIP_WITHOUT_GPU();
   const zero::Setup bf16{.world_size = 2, .stage = 3, .precision = DType::kBF16, .steps = 50};
@@ -1027,16 +1030,25 @@ TEST(Gpt2OnCuda, Bf16FollowsTheCpuBf16RunFor50Steps) {
   const absl::StatusOr<RankRun> gpu_bf16 = train(gpt2_task(), gpu);
   ASSERT_TRUE(cpu_bf16.ok() && cpu_fp32.ok() && gpu_bf16.ok())
       << cpu_bf16.status() << cpu_fp32.status() << gpu_bf16.status();
-  double envelope = 0, worst = 0;
+  // Per step: the GPU's distance from the CPU's bf16 run, and the CPU's bf16 run's from its fp32 one.
+  const auto distance = [&](int k) { return std::fabs(double{gpu_bf16->losses[k]} - cpu_bf16->losses[k]); };
+  const auto precision = [&](int k) { return std::fabs(double{cpu_bf16->losses[k]} - cpu_fp32->losses[k]); };
+  EXPECT_LE(distance(0), 2 * std::max(precision(0), 1e-5 * cpu_bf16->losses[0])) << "step 1";
+  double distance_sum = 0, precision_sum = 0, worst = 0, envelope = 0;
   for (int k = 0; k < bf16.steps; ++k) {
-    envelope = std::max(envelope, std::fabs(static_cast<double>(cpu_bf16->losses[k]) - cpu_fp32->losses[k]));
-    const double distance = std::fabs(static_cast<double>(gpu_bf16->losses[k]) - cpu_bf16->losses[k]);
-    EXPECT_LE(distance, 2 * std::max(envelope, 1e-5 * cpu_bf16->losses[k])) << "step " << k + 1;
-    worst = std::max(worst, distance);
+    distance_sum += distance(k);
+    precision_sum += precision(k);
+    worst = std::max(worst, distance(k));
+    envelope = std::max(envelope, precision(k));
   }
+  EXPECT_LE(distance_sum, 2 * precision_sum) << "the mean distance over the steps";
+  EXPECT_LE(worst, 2 * envelope) << "the largest distance";
   EXPECT_LT(gpu_bf16->losses.back(), gpu_bf16->losses.front()) << "the loss falls";
-  std::printf("[ bf16 ] 50 steps: GPU vs CPU at most %.3g; the CPU's bf16 vs fp32 at most %.3g; loss %.4f -> %.4f\n",
-              worst, envelope, gpu_bf16->losses.front(), gpu_bf16->losses.back());
+  std::printf(
+      "[ bf16 ] 50 steps: GPU vs CPU at most %.3g, mean %.3g; the CPU's bf16 vs fp32 at most %.3g, mean %.3g; "
+      "loss %.4f -> %.4f\n",
+      worst, distance_sum / bf16.steps, envelope, precision_sum / bf16.steps, gpu_bf16->losses.front(),
+      gpu_bf16->losses.back());
 }
 
 absl::Status train_on_a_batch_left_on_the_host(Device device) {
