@@ -920,8 +920,7 @@ TEST_F(CudaKernels, CrossEntropyMatchesCpu) {
 
 // Rows wider than a block's 2048-element stride, so each thread's online softmax rescales its sum as its max grows:
 // random rows, and rows ascending (a new max in every chunk) and descending (never one after the first); the same
-// bounds as above. Rows of 5008 fp32 logits, and of 11264 (44 KiB, staged in shared memory beside the kernel's static
-// 6 KiB: past the 48 KiB a launch may take without opting in).
+// bounds as above. Rows of 5008 and 11264 fp32 logits.
 TEST_F(CudaKernels, CrossEntropyOfWideRowsMatchesCpu) {
   for (const int64_t padded : {5008, 11264}) {
     SCOPED_TRACE(absl::StrCat("rows of ", padded));
@@ -966,8 +965,8 @@ TEST_P(CudaHalf, CrossEntropyMatchesCpu) {
 
 // Rows the CPU's argmax takes column 0 of, as the GPU's must: a NaN first logit (the CPU's fold keeps it) beside a
 // larger one, a row of -inf, and a row of -inf and NaN; and a NaN past the first column, which no argmax takes. Each
-// row's target is the CPU's argmax, so both count all four: in fp32 and half(), with rows staged in shared memory
-// (136 logits) and read where they lie (133: not a multiple of 16 bytes).
+// row's target is the CPU's argmax, so both count all four: in fp32 and half(), with rows of 136 logits (read as
+// 16-byte vectors) and of 133 (not a multiple of 16 bytes: partly element by element).
 TEST_P(CudaHalf, CrossEntropyCountsTheCpusArgmaxOverNanAndInfiniteRows) {
   const int64_t n = 4, vocab = 130;
   for (const DType dtype : {DType::kF32, half()}) {
