@@ -21,7 +21,7 @@ absl::Status add_into(const Tensor& dst, const Tensor& src) {
   }
 #if ZERO_HAS_CUDA
   if (dst.device().is_cuda())
-    return cuda::add_into(dst.device().index, dst.data(), src.data(), dst.dtype(), dst.numel());
+    return cuda::add_into(dst.device().index, dst.data(), src.data(), dst.dtype(), dst.dtype(), dst.numel());
 #endif
   visit_floating(dst.dtype(), [&](auto t) {
     detail::map_elements<decltype(t)::value>(

@@ -65,7 +65,8 @@ absl::Status gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& 
   }
 #if ZERO_HAS_CUDA
   if (inp.device().is_cuda()) {
-    return cuda::gelu_backward(inp.device().index, dinp.data(), inp.data(), dout.data(), inp.dtype(), inp.numel());
+    return cuda::gelu_backward(inp.device().index, dinp.data(), inp.data(), dout.data(), inp.dtype(), inp.dtype(),
+                               inp.numel());
   }
 #endif
   visit_floating(inp.dtype(), [&](auto t) { detail::map_elements<decltype(t)::value>(dinp, gelu_grad, inp, dout); });

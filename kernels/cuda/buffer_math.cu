@@ -7,10 +7,11 @@
 namespace zero::kernels::cuda {
 namespace {
 
-template <DType T>
+// src in S: T, or fp32 (a GEMM's product, matmul.cu's half weight gradient).
+template <DType T, DType S>
 __global__ void add_into_kernel(void* dst, const void* src, int64_t n) {
   for_each_chunk(n, [&](int64_t first, int64_t count) {
-    combine_chunk<T>(dst, dst, src, first, count, [](float a, float b) { return a + b; });
+    combine_chunk<T, S>(dst, dst, src, first, count, [](float a, float b) { return a + b; });
   });
 }
 
@@ -23,9 +24,13 @@ __global__ void divide_by_kernel(void* x, float divisor, int64_t n) {
 
 }  // namespace
 
-absl::Status add_into(int device, void* dst, const void* src, DType dtype, int64_t n) {
+absl::Status add_into(int device, void* dst, const void* src, DType dtype, DType src_dtype, int64_t n) {
+  ZERO_CHECK(src_dtype == dtype || src_dtype == DType::kF32, "add_into: src in ", dtype_name(dtype), " or fp32, not ",
+             dtype_name(src_dtype));
   return visit_floating(dtype, [&](auto t) {
-    return launch_elementwise(device, "add_into_kernel", add_into_kernel<decltype(t)::value>, n, dst, src);
+    constexpr DType kT = decltype(t)::value;
+    const auto kernel = src_dtype == kT ? add_into_kernel<kT, kT> : add_into_kernel<kT, DType::kF32>;
+    return launch_elementwise(device, "add_into_kernel", kernel, n, dst, src);
   });
 }
 

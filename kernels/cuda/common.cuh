@@ -99,12 +99,13 @@ __device__ __forceinline__ void map_chunk(void* out, const void* in, int64_t fir
   store_chunk<T>(out, first, count, x);
 }
 
-// out[i] = op(a[i], b[i]) over one chunk, in fp32, each element rounded once (out may be a or b).
-template <DType T, typename Op>
+// out[i] = op(a[i], b[i]) over one chunk, in fp32, each element rounded once (out may be a, or b where B is T): out and
+// a in T, b in B.
+template <DType T, DType B = T, typename Op>
 __device__ __forceinline__ void combine_chunk(void* out, const void* a, const void* b, int64_t first, int64_t count,
                                               Op op) {
   Chunk x = load_chunk<T>(a, first, count);
-  const Chunk y = load_chunk<T>(b, first, count);
+  const Chunk y = load_chunk<B>(b, first, count);
   for (int e = 0; e < kChunk; ++e) x.x[e] = op(x.x[e], y.x[e]);
   store_chunk<T>(out, first, count, x);
 }

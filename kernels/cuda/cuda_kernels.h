@@ -40,9 +40,11 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, cons
 // and GELU; the rest took the unfused path): for tests and profiles to tell which ran.
 int64_t cublaslt_gemms_run();
 
-// Every tensor of these in `dtype` (fp32, bf16 or fp16), computed in fp32 and each written element rounded once.
+// Every tensor of these in `dtype` (fp32, bf16 or fp16), computed in fp32 and each written element rounded once;
+// gelu_backward's dout may be fp32 instead (dout_dtype).
 absl::Status gelu_forward(int device, void* out, const void* inp, DType dtype, int64_t n);
-absl::Status gelu_backward(int device, void* dinp, const void* inp, const void* dout, DType dtype, int64_t n);
+absl::Status gelu_backward(int device, void* dinp, const void* inp, const void* dout, DType dtype, DType dout_dtype,
+                           int64_t n);
 absl::Status residual_forward(int device, void* out, const void* a, const void* b, DType dtype, int64_t n);
 
 // inp, out (N, C); weight, bias (C) in `dtype`; mean, rstd (N) fp32. residual (N, C), or null: added into inp first.
@@ -83,9 +85,9 @@ bool set_cudnn_attention(bool enabled);
 absl::Status cast(int device, void* out, DType to, const void* inp, DType from, int64_t n,
                   const StochasticRounding* stochastic);
 
-// dst += src and x /= divisor over n elements of a floating dtype, in fp32 and rounded once to it;
-// fill_zero clears nbytes.
-absl::Status add_into(int device, void* dst, const void* src, DType dtype, int64_t n);
+// dst += src and x /= divisor over n elements of a floating dtype, in fp32 and rounded once to it (src in that dtype
+// or fp32: src_dtype); fill_zero clears nbytes.
+absl::Status add_into(int device, void* dst, const void* src, DType dtype, DType src_dtype, int64_t n);
 absl::Status divide_by(int device, void* x, DType dtype, int64_t n, float divisor);
 absl::Status fill_zero(int device, void* x, int64_t nbytes);
 

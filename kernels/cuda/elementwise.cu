@@ -15,10 +15,11 @@ __global__ void gelu_forward_kernel(void* out, const void* inp, int64_t n) {
       n, [&](int64_t first, int64_t count) { map_chunk<T>(out, inp, first, count, [](float v) { return gelu(v); }); });
 }
 
-template <DType T>
+// dout in D: T, or fp32 (a GEMM's product, matmul.cu's GELU backward).
+template <DType T, DType D>
 __global__ void gelu_backward_kernel(void* dinp, const void* inp, const void* dout, int64_t n) {
   for_each_chunk(n, [&](int64_t first, int64_t count) {
-    combine_chunk<T>(dinp, inp, dout, first, count, [](float v, float d) { return gelu_slope(v) * d; });
+    combine_chunk<T, D>(dinp, inp, dout, first, count, [](float v, float d) { return gelu_slope(v) * d; });
   });
 }
 
@@ -37,10 +38,14 @@ absl::Status gelu_forward(int device, void* out, const void* inp, DType dtype, i
   });
 }
 
-absl::Status gelu_backward(int device, void* dinp, const void* inp, const void* dout, DType dtype, int64_t n) {
+absl::Status gelu_backward(int device, void* dinp, const void* inp, const void* dout, DType dtype, DType dout_dtype,
+                           int64_t n) {
+  ZERO_CHECK(dout_dtype == dtype || dout_dtype == DType::kF32, "gelu_backward: dout in ", dtype_name(dtype),
+             " or fp32, not ", dtype_name(dout_dtype));
   return visit_floating(dtype, [&](auto t) {
-    return launch_elementwise(device, "gelu_backward_kernel", gelu_backward_kernel<decltype(t)::value>, n, dinp, inp,
-                              dout);
+    constexpr DType kT = decltype(t)::value;
+    const auto kernel = dout_dtype == kT ? gelu_backward_kernel<kT, kT> : gelu_backward_kernel<kT, DType::kF32>;
+    return launch_elementwise(device, "gelu_backward_kernel", kernel, n, dinp, inp, dout);
   });
 }
 

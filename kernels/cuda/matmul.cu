@@ -95,18 +95,6 @@ __global__ void epilogue_narrow_kernel(Out* out, Out* gelu_pre, const float* acc
   }
 }
 
-// dinp (n) = round(GELU'(gelu_pre) · acc): cuBLASLt's DGELU epilogue on an fp32 product.
-template <typename Half>
-__global__ void gelu_backward_narrow_kernel(Half* dinp, const float* acc, const Half* gelu_pre, int64_t n) {
-  ZERO_GRID_STRIDE(i, n) dinp[i] = narrow<Half>(gelu_slope(widen(gelu_pre[i])) * acc[i]);
-}
-
-// out (n) = round(out + acc (n)): an fp32 sum added to a half accumulator in fp32, one rounding.
-template <typename Out>
-__global__ void accumulate_narrow_kernel(Out* out, const float* acc, int64_t n) {
-  ZERO_GRID_STRIDE(i, n) out[i] = narrow<Out>(widen(out[i]) + acc[i]);
-}
-
 // product(acc), a GEMM alone, into an fp32 scratch of `elems` (with_scratch), then finish(acc), its epilogue with the
 // one rounding.
 template <typename Product, typename Finish>
@@ -162,13 +150,7 @@ absl::Status accumulate_half_weight_gradient(int device, void* dweight, DType dw
   return unfused(
       device, oc * c,
       [&](float* acc) { return weight_gradient(device, acc, DType::kF32, 0.0f, dout, inp, half, n, c, oc); },
-      [&](const float* acc) {
-        return visit_floating(dweight_dtype, [&](auto out_type) {
-          using Out = Element<decltype(out_type)>;
-          return launch_kernel(device, "accumulate_narrow_kernel", accumulate_narrow_kernel<Out>, blocks_for(oc * c),
-                               kThreads, static_cast<Out*>(dweight), acc, oc * c);
-        });
-      });
+      [&](const float* acc) { return add_into(device, dweight, acc, dweight_dtype, DType::kF32, oc * c); });
 }
 
 // dinp (N, C) = round(GELU'(gelu_pre) · dout (N, OC) · weight (OC, C)), the product's fp32 sum multiplied before the
@@ -178,14 +160,7 @@ absl::Status input_gradient_through_gelu(int device, void* dinp, const void* gel
                                          const void* weight, DType half, int64_t n, int64_t c, int64_t oc) {
   return unfused(
       device, n * c, [&](float* acc) { return input_gradient(device, acc, DType::kF32, dout, weight, half, n, c, oc); },
-      [&](const float* acc) {
-        return visit_floating(half, [&](auto half_type) {
-          using Half = Element<decltype(half_type)>;
-          return launch_kernel(device, "gelu_backward_narrow_kernel", gelu_backward_narrow_kernel<Half>,
-                               blocks_for(n * c), kThreads, static_cast<Half*>(dinp), acc,
-                               static_cast<const Half*>(gelu_pre), n * c);
-        });
-      });
+      [&](const float* acc) { return gelu_backward(device, dinp, gelu_pre, acc, half, DType::kF32, n * c); });
 }
 
 }  // namespace
