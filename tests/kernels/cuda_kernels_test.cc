@@ -285,16 +285,18 @@ std::vector<float> quarters(int64_t count, uint32_t seed, float bound) {
   return v;
 }
 
-// What the two tests below share: a shape cuBLAS may split over K (16 x 16384 x 16), a small one, and GPT-2 124M's
-// attention and MLP projections at B = 8, T = 1024 (cuBLASLt picks its kernels by shape, and a kernel that rounds
-// twice may serve only some).
+// What the two tests below share: a shape cuBLAS may split over K (16 x 16384 x 16), a small one, GPT-2 tiny's
+// attention and MLP GEMMs on a rank's 64 rows (the 50-step test's model), and GPT-2 124M's attention and MLP
+// projections at B = 8, T = 1024: cuBLASLt picks its kernels by shape, and a kernel that rounds twice may serve only
+// some. `below` keeps the sums under 2^17 and mostly past 2048, where fp16's integers end.
 struct ExactGemmProblem {
   int64_t n, c, oc;
   int below;    // the operands' integers
   float bound;  // the added value's quarters
 };
 constexpr ExactGemmProblem kExactGemmProblems[] = {
-    {16, 16384, 16, 2, 32.0f}, {64, 96, 80, 12, 4.0f}, {8192, 768, 768, 5, 32.0f}, {8192, 3072, 768, 3, 32.0f}};
+    {16, 16384, 16, 2, 32.0f}, {64, 96, 80, 12, 4.0f},     {64, 32, 96, 20, 4.0f},     {64, 32, 32, 20, 4.0f},
+    {64, 128, 32, 12, 4.0f},   {8192, 768, 768, 5, 32.0f}, {8192, 3072, 768, 3, 32.0f}};
 
 // The CPU's fp32 GEMM on the problems' integers: every product and partial sum an integer below 2^17, so exact in
 // any order. out (N, OC) = inp (N, C) · w (OC, C)^T; dweight (OC, C) = dout (N, OC)^T · inp (N, C).
