@@ -80,7 +80,7 @@ absl::Status matmul_gelu_forward(const Tensor& out, const Tensor& pre, const Ten
 absl::Status matmul_residual_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                      const Tensor& residual, Fp32Gemm fp32_gemm = Fp32Gemm::kExact);
 
-// matmul_backward of a layer whose inp is GELU(pre), with GELU's backward in dinp's epilogue (c_proj in GPT-2's MLP):
+// matmul_backward of a layer whose inp is GELU(pre), with GELU's backward fused into dinp (c_proj in GPT-2's MLP):
 // dpre (N, C) = GELU'(pre) * (dout (N, OC) · weight (OC, C)) (written, gelu_backward's GELU'), the product's fp32 sum
 // multiplied before dpre's one rounding; dweight and dbias as matmul_backward. dpre and pre one dtype: fp32, or the
 // operands'. No result may overlap another, pre, dout, inp or weight.

@@ -1,6 +1,6 @@
-// Half GEMMs through cuBLASLt, where its epilogue adds a bias and a matrix C (the destination's old value, or a
-// residual), or applies GELU or GELU's backward, before the one rounding: host code (cuBLASLt needs no kernel of ours),
-// beside matmul.cu, which takes them where it can.
+// Half GEMMs through cuBLASLt, where its epilogue adds a bias and a residual (its C matrix, apart from D) or applies
+// GELU before the one rounding: host code (cuBLASLt needs no kernel of ours), beside matmul.cu, which takes them where
+// it can.
 #pragma once
 
 #include <cstdint>

@@ -41,7 +41,7 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, cons
 int64_t cublaslt_gemms_run();
 
 // Every tensor of these in `dtype` (fp32, bf16 or fp16), computed in fp32 and each written element rounded once;
-// gelu_backward's dout may be fp32 instead (dout_dtype).
+// gelu_backward's dout may be fp32 instead (dout_dtype), and then must not overlap dinp.
 absl::Status gelu_forward(int device, void* out, const void* inp, DType dtype, int64_t n);
 absl::Status gelu_backward(int device, void* dinp, const void* inp, const void* dout, DType dtype, DType dout_dtype,
                            int64_t n);
@@ -86,7 +86,7 @@ absl::Status cast(int device, void* out, DType to, const void* inp, DType from, 
                   const StochasticRounding* stochastic);
 
 // dst += src and x /= divisor over n elements of a floating dtype, in fp32 and rounded once to it (src in that dtype
-// or fp32: src_dtype); fill_zero clears nbytes.
+// or fp32, src_dtype: an fp32 src must not overlap dst); fill_zero clears nbytes.
 absl::Status add_into(int device, void* dst, const void* src, DType dtype, DType src_dtype, int64_t n);
 absl::Status divide_by(int device, void* x, DType dtype, int64_t n, float divisor);
 absl::Status fill_zero(int device, void* x, int64_t nbytes);

@@ -1,5 +1,5 @@
 // GELU (tanh approximation, GPT-2's) and its slope in fp32 on the device: elementwise.cu's kernels and matmul.cu's
-// unfused GEMM epilogues share them.
+// unfused forward epilogue share them.
 #pragma once
 
 namespace zero::kernels::cuda {

@@ -261,11 +261,15 @@ absl::Status matmul_backward_half(int device, void* dinp, DType dinp_dtype, cons
   } else if (dinp != nullptr) {
     ZERO_RETURN_IF_ERROR(input_gradient(device, dinp, dinp_dtype, dout, weight, half, n, c, oc));
   }
-  // dweight (OC, C) += dout^T (OC, N) · inp (N, C): an fp32 dweight takes the sum through beta = 1.
-  ZERO_RETURN_IF_ERROR(on_aligned(device, dweight, oc * c * dtype_size(dweight_dtype), [&](void* dst) {
-    if (dweight_dtype == DType::kF32) return weight_gradient(device, dst, DType::kF32, 1.0f, dout, inp, half, n, c, oc);
-    return accumulate_half_weight_gradient(device, dst, dweight_dtype, dout, inp, half, n, c, oc);
-  }));
+  // dweight (OC, C) += dout^T (OC, N) · inp (N, C): an fp32 dweight takes the sum through beta = 1, a half one's GEMM
+  // writes an aligned scratch.
+  if (dweight_dtype == DType::kF32) {
+    ZERO_RETURN_IF_ERROR(on_aligned(device, dweight, oc * c * sizeof(float), [&](void* dst) {
+      return weight_gradient(device, dst, DType::kF32, 1.0f, dout, inp, half, n, c, oc);
+    }));
+  } else {
+    ZERO_RETURN_IF_ERROR(accumulate_half_weight_gradient(device, dweight, dweight_dtype, dout, inp, half, n, c, oc));
+  }
   if (dbias == nullptr) return absl::OkStatus();
   return visit_floating(half, [&](auto in) {
     return visit_floating(dbias_dtype, [&](auto out) {

@@ -6,7 +6,7 @@
 #   build  configure and build build-gpu/ against the kit alone (system prefixes ignored), sm_90, CUDA and NCCL on
 #   test   every test, GPU tests required (a GPU test that skips fails)
 #   sanitize  compute-sanitizer memcheck over the CUDA kernel, device API and optimizer tests, racecheck over the
-#          first two (cuDNN's attention left out)
+#          first two (cuDNN's attention and cuBLAS's own kernels left out); every run made, the phase failing after
 #   train  the main job on the GPU (4 local ranks sharing it, also with the optimizer offloaded to the host; the
 #          nccl backend, one rank) and on the CPU; losses compared; the CPU run's export loaded by transformers'
 #          from_pretrained
@@ -131,21 +131,23 @@ phase_sanitize() {
   local sanitizer failed=0
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   # Every run is made, a failing one noted, so one report shows them all; the phase fails after if any did.
-  sanitize_cuda_tests() {  # tool, binary, the filter naming its CUDA tests, then the tool's own flags
-    echo "== compute-sanitizer --tool $1 ${*:4} $2 ($3)"
-    ZERO_REQUIRE_GPU=1 timeout 100 "$sanitizer" --tool "$1" "${@:4}" --error-exitcode 1 "$build/bin/$2" \
-      --gtest_filter="$3" --gtest_brief=1 || { echo "== FAILED: $1 over $2 ($3)"; failed=1; }
+  # seconds, tool, binary, the filter naming its CUDA tests, then the tool's own flags (the limits add up to 500 s)
+  sanitize_cuda_tests() {
+    echo "== compute-sanitizer --tool $2 ${*:5} $3 ($4)"
+    ZERO_REQUIRE_GPU=1 timeout "$1" "$sanitizer" --tool "$2" "${@:5}" --error-exitcode 1 "$build/bin/$3" \
+      --gtest_filter="$4" --gtest_brief=1 || { echo "== FAILED: $2 over $3 ($4)"; failed=1; }
   }
-  sanitize_cuda_tests memcheck kernels_test '*Cuda*'
+  # The kernel tests' memcheck the longest: their exact GEMM tests run GPT-2 124M's projection shapes.
+  sanitize_cuda_tests 180 memcheck kernels_test '*Cuda*'
   # racecheck leaves out cuDNN's attention (on an H200 the process died inside its test under racecheck, no hazard
   # reported, while memcheck passes it) and cuBLAS's own nvjet kernels (on an H200 at 267ab71 racecheck reported
   # shared-memory hazards inside its split-K GEMMs, library code whose TMA and mbarrier synchronization it does not see).
-  sanitize_cuda_tests racecheck kernels_test '*Cuda*:-*Cudnn*' --kernel-name-exclude kns=nvjet
-  sanitize_cuda_tests memcheck device_api_test '*/Cuda'
-  sanitize_cuda_tests racecheck device_api_test '*/Cuda'
+  sanitize_cuda_tests 80 racecheck kernels_test '*Cuda*:-*Cudnn*' --kernel-name-exclude kns=nvjet
+  sanitize_cuda_tests 80 memcheck device_api_test '*/Cuda'
+  sanitize_cuda_tests 80 racecheck device_api_test '*/Cuda'
   # memcheck only: under racecheck, optim_test's CUDA tests ran past 120 s on an H200, with the square sum over 513
   # chunks' blocks and without it.
-  sanitize_cuda_tests memcheck optim_test '*/Cuda*'
+  sanitize_cuda_tests 80 memcheck optim_test '*/Cuda*'
   return "$failed"
 }
 

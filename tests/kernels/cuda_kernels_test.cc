@@ -1,5 +1,6 @@
 // The CUDA kernels against the CPU kernels on the same random inputs; every GPU test skips without a CUDA device.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -285,18 +286,22 @@ std::vector<float> quarters(int64_t count, uint32_t seed, float bound) {
   return v;
 }
 
-// What the two tests below share: a shape cuBLAS may split over K (16 x 16384 x 16), a small one, GPT-2 tiny's
-// attention and MLP GEMMs on a rank's 64 rows (the 50-step test's model), and GPT-2 124M's attention and MLP
-// projections at B = 8, T = 1024: cuBLASLt picks its kernels by shape, and a kernel that rounds twice may serve only
-// some. `below` keeps the sums under 2^17 and mostly past 2048, where fp16's integers end.
+// What the two tests below share: a shape cuBLAS may split over K (16 x 16384 x 16), a small one, and GPT-2 tiny's
+// attention and MLP GEMMs on a rank's 64 rows (the 50-step test's model). The forward's epilogues, which cuBLASLt
+// runs, take GPT-2 124M's shapes at B = 8, T = 1024 as well: cuBLASLt picks its kernels by shape, and a kernel that
+// rounds twice may serve only some. `below` keeps the sums under 2^17 and mostly past 2048, where fp16's integers end.
 struct ExactGemmProblem {
   int64_t n, c, oc;
   int below;    // the operands' integers
   float bound;  // the added value's quarters
 };
-constexpr ExactGemmProblem kExactGemmProblems[] = {
-    {16, 16384, 16, 2, 32.0f}, {64, 96, 80, 12, 4.0f},     {64, 32, 96, 20, 4.0f},     {64, 32, 32, 20, 4.0f},
-    {64, 128, 32, 12, 4.0f},   {8192, 768, 768, 5, 32.0f}, {8192, 3072, 768, 3, 32.0f}};
+constexpr ExactGemmProblem kExactGemmProblems[] = {{16, 16384, 16, 2, 32.0f},
+                                                   {64, 96, 80, 12, 4.0f},
+                                                   {64, 32, 96, 20, 4.0f},
+                                                   {64, 32, 32, 20, 4.0f},
+                                                   {64, 128, 32, 12, 4.0f}};
+constexpr ExactGemmProblem kGpt2Problems[] = {
+    {8192, 768, 2304, 5, 32.0f}, {8192, 768, 768, 5, 32.0f}, {8192, 768, 3072, 5, 32.0f}, {8192, 3072, 768, 3, 32.0f}};
 
 // The CPU's fp32 GEMM on the problems' integers: every product and partial sum an integer below 2^17, so exact in
 // any order. out (N, OC) = inp (N, C) · w (OC, C)^T; dweight (OC, C) = dout (N, OC)^T · inp (N, C).
@@ -348,7 +353,9 @@ TEST_P(CudaHalf, GemmBiasAndResidualAreAddedToTheExactSumThenRoundedOnce) {
   };
   const Case cases[] = {{h, false, false, 1},          {DType::kF32, false, false, 0}, {h, true, false, 1},
                         {DType::kF32, true, false, 0}, {std::nullopt, true, false, 1}, {h, true, true, 0}};
-  for (const ExactGemmProblem& p : kExactGemmProblems) {
+  std::vector<ExactGemmProblem> problems(std::begin(kExactGemmProblems), std::end(kExactGemmProblems));
+  problems.insert(problems.end(), std::begin(kGpt2Problems), std::end(kGpt2Problems));
+  for (const ExactGemmProblem& p : problems) {
     const int64_t n = p.n, c = p.c, oc = p.oc;
     const std::vector<float> inp = small_integers(n * c, 50, p.below), w = small_integers(oc * c, 51, p.below + 1);
     const std::vector<float> bias = quarters(oc, 52, p.bound), residual = quarters(n * oc, 58, p.bound);
@@ -385,8 +392,8 @@ TEST_P(CudaHalf, GemmBiasAndResidualAreAddedToTheExactSumThenRoundedOnce) {
 }
 
 // A half dweight's += adds the GEMM's fp32 sum to the old value in fp32 and rounds once, through an fp32 product and
-// not cuBLASLt's epilogue (which rounded twice on an H200 in the second problem), a dweight not 16-byte aligned through
-// an aligned copy: the same exact integers as above (over K = N rows now: 16384 of them in the first problem), the old
+// not cuBLASLt's epilogue (which rounded twice on an H200 in the second problem), aligned or not: the same exact
+// integers as above (over K = N rows now: 16384 of them in the first problem), the old
 // values quarters, so the one right answer is round(exact sum + old), which a sum rounded before the add misses on
 // this data.
 TEST_P(CudaHalf, WeightGradientIsAddedToTheExactSumThenRoundedOnce) {
@@ -737,71 +744,76 @@ int outside(DType h, const std::vector<uint16_t>& got, const std::vector<float>&
 // tanhf's and tanh_rational's own); out then by 0.5|x| times that at GELU's input x, and GELU'(x) by
 // (0.5 + |x| sqrt(2/pi) (1 + 3·0.044715 x^2)) times it, scaled by |dout · weight|. The pre-activation is the exact sum
 // rounded once, to the bit. The test checks that its data tells that apart from GELU (its backward) of the sum
-// (product) rounded first, so a rounding between GEMM and GELU fails it (bf16: 605 and 97 of the elements; fp16: 37 in
-// forward, none in backward, where the slack is wider than fp16's u).
+// (product) rounded first, so a rounding between GEMM and GELU fails it (at 64 x 96 x 128, bf16: 605 and 97 of the
+// elements; fp16: 37 in forward, none in backward, where the slack is wider than fp16's u). GPT-2 124M's MLP shape
+// (8192 x 768 x 3072) runs too: its sums, at most 768 in size in multiples of 2^-14, are still exact.
 TEST_P(CudaHalf, GeluInTheGemmEpilogueMatchesCpu) {
   const DType h = half();
-  const int64_t n = 64, c = 96, oc = 128;
-  const std::vector<float> inp = sixty_fourths(n * c, 61), w = sixty_fourths(oc * c, 62, 0.25f);
-  const std::vector<float> b = sixty_fourths(oc, 63), dout = sixty_fourths(n * oc, 64);
-  const std::vector<float> pre_in = sixty_fourths(n * c, 65, 3.0f);  // the backward's GELU input
-  // On the CPU in fp32, exact sums: sum = inp · w^T + b, out = GELU(sum); acc = dout · w, dpre = GELU'(pre_in) · acc.
-  std::vector<float> inp_c = inp, w_c = w, b_c = b, dout_c = dout, pre_c = pre_in;
-  std::vector<float> sum(n * oc), out(n * oc), acc(n * c), dpre(n * c), dw_unused(oc * c);
-  ASSERT_TRUE(matmul_forward(view(sum, {n, oc}), view(inp_c, {n, c}), view(w_c, {oc, c}), view(b_c, {oc})).ok());
-  ASSERT_TRUE(gelu_forward(view(out, {n, oc}), view(sum, {n, oc})).ok());
-  ASSERT_TRUE(matmul_backward(view(acc, {n, c}), view(dw_unused, {oc, c}), Tensor(), view(dout_c, {n, oc}),
-                              view(inp_c, {n, c}), view(w_c, {oc, c}))
-                  .ok());
-  ASSERT_TRUE(gelu_backward(view(dpre, {n, c}), view(pre_c, {n, c}), view(acc, {n, c})).ok());
-  const double tanh_diff = std::ldexp(1.0, -11) + 9 * kU32;
-  const auto out_slack = [&](size_t i) { return 0.5 * std::fabs(sum[i]) * tanh_diff; };
-  const auto dpre_slack = [&](size_t i) {
-    const double x = std::fabs(pre_c[i]);
-    return (0.5 + x * 0.7979 * (1 + 0.134145 * x * x)) * tanh_diff * std::fabs(acc[i]);
-  };
-  std::vector<uint16_t> want_pre(n * oc), out_of_rounded(n * oc), dpre_of_rounded(n * c);
-  for (int64_t i = 0; i < n * oc; ++i) want_pre[i] = testing::round_to(h, sum[i]);
-  {  // GELU (its backward) of the sum (product) rounded first, on the CPU
-    std::vector<float> rounded_sum(n * oc), rounded_acc(n * c), gelu_of(n * oc), dgelu_of(n * c);
-    for (int64_t i = 0; i < n * oc; ++i) rounded_sum[i] = testing::widen(h, want_pre[i]);
-    for (int64_t i = 0; i < n * c; ++i) rounded_acc[i] = testing::widen(h, testing::round_to(h, acc[i]));
-    ASSERT_TRUE(gelu_forward(view(gelu_of, {n, oc}), view(rounded_sum, {n, oc})).ok());
-    ASSERT_TRUE(gelu_backward(view(dgelu_of, {n, c}), view(pre_c, {n, c}), view(rounded_acc, {n, c})).ok());
-    for (int64_t i = 0; i < n * oc; ++i) out_of_rounded[i] = testing::round_to(h, gelu_of[i]);
-    for (int64_t i = 0; i < n * c; ++i) dpre_of_rounded[i] = testing::round_to(h, dgelu_of[i]);
-  }
-  EXPECT_GT(outside(h, out_of_rounded, out, out_slack, false, ""), 0) << "the data must tell one rounding from two";
-  if (h == DType::kBF16) {  // in fp16, an approximate tanh's slack in GELU' is as wide as the rounding itself
-    EXPECT_GT(outside(h, dpre_of_rounded, dpre, dpre_slack, false, ""), 0)
-        << "the data must tell one rounding from two";
-  }
-
-  const auto halves = [&](const std::vector<float>& v) { return half_values(h, v); };
-  for (const int64_t offset : {0, 1}) {
-    SCOPED_TRACE(offset == 0 ? "aligned: cuBLASLt's epilogue" : "one element in: unfused");
-    const auto zeros_placed = [&](Shape shape) {  // `offset` elements into their buffer
-      const int64_t count = offset + shape_numel(shape);
-      const Tensor buffer = upload_as(HalfValues{std::vector<uint16_t>(count), std::vector<float>(count)}, h, {count});
-      return Tensor(static_cast<uint16_t*>(buffer.data()) + offset, h, std::move(shape), Device::cuda(0));
+  for (const std::array<int64_t, 3>& shape : {std::array<int64_t, 3>{64, 96, 128}, {8192, 768, 3072}}) {
+    const int64_t n = shape[0], c = shape[1], oc = shape[2];
+    SCOPED_TRACE(absl::StrCat(n, "x", c, "x", oc));
+    const std::vector<float> inp = sixty_fourths(n * c, 61), w = sixty_fourths(oc * c, 62, 0.25f);
+    const std::vector<float> b = sixty_fourths(oc, 63), dout = sixty_fourths(n * oc, 64);
+    const std::vector<float> pre_in = sixty_fourths(n * c, 65, 3.0f);  // the backward's GELU input
+    // On the CPU in fp32, exact sums: sum = inp · w^T + b, out = GELU(sum); acc = dout · w, dpre = GELU'(pre_in) · acc.
+    std::vector<float> inp_c = inp, w_c = w, b_c = b, dout_c = dout, pre_c = pre_in;
+    std::vector<float> sum(n * oc), out(n * oc), acc(n * c), dpre(n * c), dw_unused(oc * c);
+    ASSERT_TRUE(matmul_forward(view(sum, {n, oc}), view(inp_c, {n, c}), view(w_c, {oc, c}), view(b_c, {oc})).ok());
+    ASSERT_TRUE(gelu_forward(view(out, {n, oc}), view(sum, {n, oc})).ok());
+    ASSERT_TRUE(matmul_backward(view(acc, {n, c}), view(dw_unused, {oc, c}), Tensor(), view(dout_c, {n, oc}),
+                                view(inp_c, {n, c}), view(w_c, {oc, c}))
+                    .ok());
+    ASSERT_TRUE(gelu_backward(view(dpre, {n, c}), view(pre_c, {n, c}), view(acc, {n, c})).ok());
+    const double tanh_diff = std::ldexp(1.0, -11) + 9 * kU32;
+    const auto out_slack = [&](size_t i) { return 0.5 * std::fabs(sum[i]) * tanh_diff; };
+    const auto dpre_slack = [&](size_t i) {
+      const double x = std::fabs(pre_c[i]);
+      return (0.5 + x * 0.7979 * (1 + 0.134145 * x * x)) * tanh_diff * std::fabs(acc[i]);
     };
-    const Tensor g_out = zeros_placed({n, oc}), g_pre = zeros_placed({n, oc}), g_dpre = zeros_placed({n, c});
-    const Tensor g_inp = upload_as(halves(inp), h, {n, c}), g_w = upload_as(halves(w), h, {oc, c});
-    // An fp32 dweight: its += takes cuBLAS, so the count below is GELU's GEMMs alone.
-    const Tensor g_dw = upload(std::vector<float>(oc * c), {oc, c});
+    std::vector<uint16_t> want_pre(n * oc), out_of_rounded(n * oc), dpre_of_rounded(n * c);
+    for (int64_t i = 0; i < n * oc; ++i) want_pre[i] = testing::round_to(h, sum[i]);
+    {  // GELU (its backward) of the sum (product) rounded first, on the CPU
+      std::vector<float> rounded_sum(n * oc), rounded_acc(n * c), gelu_of(n * oc), dgelu_of(n * c);
+      for (int64_t i = 0; i < n * oc; ++i) rounded_sum[i] = testing::widen(h, want_pre[i]);
+      for (int64_t i = 0; i < n * c; ++i) rounded_acc[i] = testing::widen(h, testing::round_to(h, acc[i]));
+      ASSERT_TRUE(gelu_forward(view(gelu_of, {n, oc}), view(rounded_sum, {n, oc})).ok());
+      ASSERT_TRUE(gelu_backward(view(dgelu_of, {n, c}), view(pre_c, {n, c}), view(rounded_acc, {n, c})).ok());
+      for (int64_t i = 0; i < n * oc; ++i) out_of_rounded[i] = testing::round_to(h, gelu_of[i]);
+      for (int64_t i = 0; i < n * c; ++i) dpre_of_rounded[i] = testing::round_to(h, dgelu_of[i]);
+    }
+    EXPECT_GT(outside(h, out_of_rounded, out, out_slack, false, ""), 0) << "the data must tell one rounding from two";
+    if (h == DType::kBF16) {  // in fp16, an approximate tanh's slack in GELU' is as wide as the rounding itself
+      EXPECT_GT(outside(h, dpre_of_rounded, dpre, dpre_slack, false, ""), 0)
+          << "the data must tell one rounding from two";
+    }
+
+    const auto halves = [&](const std::vector<float>& v) { return half_values(h, v); };
+    for (const int64_t offset : {0, 1}) {
+      SCOPED_TRACE(offset == 0 ? "aligned: cuBLASLt's epilogue" : "one element in: unfused");
+      const auto zeros_placed = [&](Shape shape) {  // `offset` elements into their buffer
+        const int64_t count = offset + shape_numel(shape);
+        const Tensor buffer =
+            upload_as(HalfValues{std::vector<uint16_t>(count), std::vector<float>(count)}, h, {count});
+        return Tensor(static_cast<uint16_t*>(buffer.data()) + offset, h, std::move(shape), Device::cuda(0));
+      };
+      const Tensor g_out = zeros_placed({n, oc}), g_pre = zeros_placed({n, oc}), g_dpre = zeros_placed({n, c});
+      const Tensor g_inp = upload_as(halves(inp), h, {n, c}), g_w = upload_as(halves(w), h, {oc, c});
+      // An fp32 dweight (its += takes cuBLAS; a half one would take no cuBLASLt epilogue either).
+      const Tensor g_dw = upload(std::vector<float>(oc * c), {oc, c});
 #if ZERO_HAS_CUDA
-    const int64_t fused_before = cuda::cublaslt_gemms_run();
+      const int64_t fused_before = cuda::cublaslt_gemms_run();
 #endif
-    absl::Status st = matmul_gelu_forward(g_out, g_pre, g_inp, g_w, upload_as(halves(b), h, {oc}));
-    st.Update(matmul_backward_through_gelu(g_dpre, g_dw, Tensor(), upload_as(halves(dout), h, {n, oc}), g_inp,
-                                           upload_as(halves(pre_in), h, {n, c}), g_w));
-    ASSERT_TRUE(st.ok()) << st;
+      absl::Status st = matmul_gelu_forward(g_out, g_pre, g_inp, g_w, upload_as(halves(b), h, {oc}));
+      st.Update(matmul_backward_through_gelu(g_dpre, g_dw, Tensor(), upload_as(halves(dout), h, {n, oc}), g_inp,
+                                             upload_as(halves(pre_in), h, {n, c}), g_w));
+      ASSERT_TRUE(st.ok()) << st;
 #if ZERO_HAS_CUDA
-    EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, offset == 0 ? 1 : 0) << "GEMMs in the epilogue";
+      EXPECT_EQ(cuda::cublaslt_gemms_run() - fused_before, offset == 0 ? 1 : 0) << "GEMMs in the epilogue";
 #endif
-    EXPECT_EQ(download<uint16_t>(g_pre), want_pre) << "pre: the exact sum rounded once";
-    EXPECT_EQ(outside(h, download<uint16_t>(g_out), out, out_slack, true, "out"), 0);
-    EXPECT_EQ(outside(h, download<uint16_t>(g_dpre), dpre, dpre_slack, true, "dpre"), 0);
+      EXPECT_EQ(download<uint16_t>(g_pre), want_pre) << "pre: the exact sum rounded once";
+      EXPECT_EQ(outside(h, download<uint16_t>(g_out), out, out_slack, true, "out"), 0);
+      EXPECT_EQ(outside(h, download<uint16_t>(g_dpre), dpre, dpre_slack, true, "dpre"), 0);
+    }
   }
 }
 

@@ -47,12 +47,13 @@ inline double forward_bound(DType t, Roundings r, double fp32_tolerance) {
 // GPT-2 with `layers` blocks (models/gpt2.cc). Forward: the embedding's output; per block ln_1, qkv, attention out,
 // its projection, x + that (the fused LayerNorm's residual add), ln_2, the MLP hidden before and after GELU, its
 // projection with x2 added (one rounding: the residual is in c_proj's epilogue); ln_f and the logits. Backward: the
-// logits' gradient, d(ln_f out), the head's dx; per block d(fc) (d(fc_gelu) is not rounded: GELU's backward is in
-// c_proj's epilogue), d(ln_2 out), d(x2), d(attention out), d(qkv), d(ln_1 out), dx. Parameters: wte, wpe, 12 per
-// block, ln_f's two (wte's gradient is stored twice, by the head and the embedding: one u more, within the margin).
+// logits' gradient, d(ln_f out), the head's dx; per block d(fc) (d(fc_gelu) is not rounded: GELU's backward is taken
+// on c_proj's fp32 product), d(ln_2 out), d(x2), d(attention out), d(qkv), d(ln_1 out), dx. Parameters: wte, wpe, 12
+// per block, ln_f's two (wte's gradient is stored twice, by the head and the embedding: one u more, within the margin).
 // Counted too, for CUDA: cuDNN's attention, which rounds inside (its probabilities in forward, its probabilities and
-// score gradients in backward, per block), and cuBLASLt's GELU and GELU', which may take the hardware's approximate
-// tanh (relative error 2^-11: in fp16 a rounding's worth, in GELU' up to a few), one per block each way.
+// score gradients in backward, per block), and cuBLASLt's GELU, which may take the hardware's approximate tanh
+// (relative error 2^-11: in fp16 a rounding's worth), one per block in forward and one in backward, where c_proj's
+// weight gradient reads that GELU output.
 inline Roundings gpt2_roundings(int layers, bool weights_rounded) {
   return {
       .weights = weights_rounded ? 2 + 12 * layers + 2 : 0, .forward = 11 * layers + 3, .backward = 10 * layers + 3};
