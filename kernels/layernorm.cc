@@ -58,15 +58,23 @@ float lane_sum(int64_t c, Term term) {
   return pairwise_total(lanes);
 }
 
-// Row `p` of C elements of dtype T as fp32: the row itself for fp32, else widened exactly into `buffer` (C floats).
+// Row `p` of C elements of dtype T as fp32: the row itself for fp32, else widened exactly into row k of `buffer`
+// (sized by widening_buffer; empty for fp32, where no pointer into it is formed).
 template <DType T, typename S = StorageOf<T>>
-const float* widened_row(const S* p, int64_t c, float* buffer) {
+const float* widened_row(const S* p, int64_t c, std::vector<float>& buffer, int64_t k = 0) {
   if constexpr (T == DType::kF32) {
     return p;
   } else {
-    for (int64_t i = 0; i < c; ++i) buffer[i] = load_as_float(p, T, i);
-    return buffer;
+    float* row = buffer.data() + k * c;
+    for (int64_t i = 0; i < c; ++i) row[i] = load_as_float(p, T, i);
+    return row;
   }
+}
+
+// Room for `rows` rows of C widened elements: none for fp32, whose rows are read where they lie.
+template <DType T>
+std::vector<float> widening_buffer(int64_t rows, int64_t c) {
+  return std::vector<float>(T == DType::kF32 ? 0 : static_cast<size_t>(rows * c));
 }
 
 // One row of backward on fp32 rows (C columns; xhat = (x - mean) * rstd): writes dx of dtype T (+ dres where given,
@@ -92,11 +100,11 @@ template <DType T, typename S = StorageOf<T>>
 void forward_rows(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor* residual,
                   const Tensor& weight, const Tensor& bias) {
   const int64_t c = detail::last_dim(inp);
-  std::vector<float> params(T == DType::kF32 ? 0 : static_cast<size_t>(2 * c));  // weight and bias, widened
-  const float* w = widened_row<T>(weight.data_as<const S>(), c, params.data());
-  const float* b = widened_row<T>(bias.data_as<const S>(), c, params.data() + c);
+  std::vector<float> params = widening_buffer<T>(2, c);  // weight and bias
+  const float* w = widened_row<T>(weight.data_as<const S>(), c, params, 0);
+  const float* b = widened_row<T>(bias.data_as<const S>(), c, params, 1);
   for_blocks(detail::num_rows(inp), kRowBlock, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(T == DType::kF32 ? 0 : static_cast<size_t>(c));  // x's, widened
+    std::vector<float> row = widening_buffer<T>(1, c);  // x's
     for (int64_t r = r0; r < r1; ++r) {
       S* xs = inp.data_as<S>() + r * c;
       S* y = out.data_as<S>() + r * c;
@@ -104,7 +112,7 @@ void forward_rows(const Tensor& out, const Tensor& mean, const Tensor& rstd, con
         const S* res = residual->data_as<const S>() + r * c;
         for (int64_t i = 0; i < c; ++i) store_from_float(xs, T, i, load_as_float(xs, T, i) + load_as_float(res, T, i));
       }
-      const float* x = widened_row<T>(xs, c, row.data());
+      const float* x = widened_row<T>(xs, c, row);
       const float m = lane_sum(c, [&](int64_t i) { return x[i]; }) / static_cast<float>(c);
       const float sq = lane_sum(c, [&](int64_t i) { return (x[i] - m) * (x[i] - m); });
       const float s = 1.0f / std::sqrt(sq / static_cast<float>(c) + kLayerNormEps);
@@ -122,8 +130,8 @@ void backward_rows(const Tensor& dinp, const Tensor& dweight, const Tensor& dbia
   const int64_t n = detail::num_rows(inp), c = detail::last_dim(inp);
   const S* x = inp.data_as<const S>();
   const S* g = dout.data_as<const S>();
-  std::vector<float> w_buffer(T == DType::kF32 ? 0 : static_cast<size_t>(c));  // weight, widened
-  const float* w = widened_row<T>(weight.data_as<const S>(), c, w_buffer.data());
+  std::vector<float> w_buffer = widening_buffer<T>(1, c);  // weight
+  const float* w = widened_row<T>(weight.data_as<const S>(), c, w_buffer);
   const float* mu = mean.data_as<float>();
   const float* rs = rstd.data_as<float>();
   S* dx = dinp.data_as<S>();
@@ -133,11 +141,11 @@ void backward_rows(const Tensor& dinp, const Tensor& dweight, const Tensor& dbia
   std::vector<double> partial(static_cast<size_t>(blocks * 2 * c), 0.0);  // per block: dweight's c, then dbias's c
   for_blocks(n, kParamRows, [=, &partial](int64_t r0, int64_t r1) {
     double* acc = partial.data() + r0 / kParamRows * 2 * c;
-    std::vector<float> rows(T == DType::kF32 ? 0 : static_cast<size_t>(2 * c));  // g's and x's row, widened
+    std::vector<float> rows = widening_buffer<T>(2, c);  // g's and x's row
     for (int64_t r = r0; r < r1; ++r) {
-      row_backward<T>(dx + r * c, acc, acc + c, widened_row<T>(g + r * c, c, rows.data()),
-                      widened_row<T>(x + r * c, c, rows.data() + c), w, dres != nullptr ? dres + r * c : nullptr, mu[r],
-                      rs[r], c);
+      row_backward<T>(dx + r * c, acc, acc + c, widened_row<T>(g + r * c, c, rows, 0),
+                      widened_row<T>(x + r * c, c, rows, 1), w, dres != nullptr ? dres + r * c : nullptr, mu[r], rs[r],
+                      c);
     }
   });
   S* dw = dweight.data_as<S>();
