@@ -340,12 +340,13 @@ TEST(SimDeviceTest, SynchronizeWaitsForTheWorkAsOfTheCallOnly) {
   // cudaEventSynchronize and cudaStreamSynchronize wait for the record, or the work, there when they are called:
   // what another thread queues meanwhile is not theirs to wait for.
   for (const bool event : {true, false}) {
+    // Declared before the device: its stream threads read the gates until its destructor joins them.
+    std::atomic<bool> first = false, second = false, returned = false;
     auto sim = make_sim();
     const Stream a = new_stream(*sim, StreamFlags::kNonBlocking);
     const Stream b = new_stream(*sim, StreamFlags::kNonBlocking);
     float* x = device_floats(*sim, 1, a);
     float* y = device_floats(*sim, 1, b);
-    std::atomic<bool> first = false, second = false, returned = false;
     std::atomic<pid_t> tid = 0;
     const Event e = sim->create_event(0).value();
     ASSERT_TRUE(sim->launch(a, gated(x, first)).ok());
