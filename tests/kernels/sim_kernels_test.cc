@@ -300,7 +300,7 @@ TEST(SimKernels, AttentionEqualsCpuBitwise) {
     const int64_t b = 2, t = 17, nh = 3, c = nh * hs;
     expect_sim_equals_cpu(
         {floats({b, t, 3 * c}, 21), floats({b, t, c}, 22), zeros({b, t, c}), zeros({b, nh, t}), zeros({b, t, 3 * c})},
-        [nh](const std::vector<Tensor>& a) {  // inp, dout, out, lse, dinp
+        [&](const std::vector<Tensor>& a) {  // inp, dout, out, lse, dinp
           absl::Status s = attention_forward(a[2], a[3], a[0], nh);
           s.Update(attention_backward(a[4], a[1], a[0], a[2], a[3], nh));
           return s;

@@ -742,8 +742,10 @@ TEST(ParamOffloadMatchesDevice, Stage3) {
 void expect_activations_peak_at_the_formula(Device device) {
   const Gpt2Config c = Gpt2Config::make(16, 2000, 2, 2, 32);
   constexpr int64_t B = 4, T = 16;
-  for (const auto& [recompute, precision] : {std::pair{true, DType::kF32}, std::pair{false, DType::kF32},
-                                             std::pair{true, DType::kBF16}, std::pair{false, DType::kF16}}) {
+  for (const auto& run : {std::pair{true, DType::kF32}, std::pair{false, DType::kF32}, std::pair{true, DType::kBF16},
+                          std::pair{false, DType::kF16}}) {
+    const bool recompute = run.first;  // named, not bound: clang 14 cannot capture structured bindings
+    const DType precision = run.second;
     const absl::Status status = root_cause(run_local_ranks(1, [&](Communicator& comm) -> absl::Status {
       Allocator alloc;
       ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2> model, Gpt2::create(c));
