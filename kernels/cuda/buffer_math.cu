@@ -25,12 +25,9 @@ __global__ void divide_by_kernel(void* x, float divisor, int64_t n) {
 }  // namespace
 
 absl::Status add_into(int device, void* dst, const void* src, DType dtype, DType src_dtype, int64_t n) {
-  ZERO_CHECK(src_dtype == dtype || src_dtype == DType::kF32, "add_into: src in ", dtype_name(dtype), " or fp32, not ",
-             dtype_name(src_dtype));
-  return visit_floating(dtype, [&](auto t) {
-    constexpr DType kT = decltype(t)::value;
-    const auto kernel = src_dtype == kT ? add_into_kernel<kT, kT> : add_into_kernel<kT, DType::kF32>;
-    return launch_elementwise(device, "add_into_kernel", kernel, n, dst, src);
+  return visit_with_operand("add_into", dtype, src_dtype, [&](auto t, auto s) {
+    return launch_elementwise(device, "add_into_kernel", add_into_kernel<decltype(t)::value, decltype(s)::value>, n,
+                              dst, src);
   });
 }
 

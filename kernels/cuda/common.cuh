@@ -13,6 +13,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/half.cuh"
 #include "runtime/cuda/launch.cuh"
+#include "runtime/dtype_dispatch.h"
 #include "runtime/status.h"
 
 namespace zero::kernels::cuda {
@@ -131,6 +132,18 @@ absl::Status launch_elementwise(int device, const char* name, void (*kernel)(Par
   ZERO_RETURN_IF_ERROR(guard.set(device));
   if (n == 0) return absl::OkStatus();
   return launch_kernel(device, name, kernel, blocks_for(chunks_of(n)), kThreads, args..., n);
+}
+
+// f(t, s) with t the buffer's dtype and s its second operand's, each a DTypeConstant: s is t, or fp32 (a GEMM's fp32
+// product, matmul.cu's); any other operand dtype is an error naming `op`.
+template <typename F>
+absl::Status visit_with_operand(const char* op, DType dtype, DType operand, F&& f) {
+  ZERO_CHECK(operand == dtype || operand == DType::kF32, op, ": second operand in ", dtype_name(dtype),
+             " or fp32, not ", dtype_name(operand));
+  return visit_floating(dtype, [&](auto t) {
+    if (operand == dtype) return f(t, t);
+    return f(t, DTypeConstant<DType::kF32>{});
+  });
 }
 
 template <typename T>

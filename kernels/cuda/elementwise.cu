@@ -40,12 +40,9 @@ absl::Status gelu_forward(int device, void* out, const void* inp, DType dtype, i
 
 absl::Status gelu_backward(int device, void* dinp, const void* inp, const void* dout, DType dtype, DType dout_dtype,
                            int64_t n) {
-  ZERO_CHECK(dout_dtype == dtype || dout_dtype == DType::kF32, "gelu_backward: dout in ", dtype_name(dtype),
-             " or fp32, not ", dtype_name(dout_dtype));
-  return visit_floating(dtype, [&](auto t) {
-    constexpr DType kT = decltype(t)::value;
-    const auto kernel = dout_dtype == kT ? gelu_backward_kernel<kT, kT> : gelu_backward_kernel<kT, DType::kF32>;
-    return launch_elementwise(device, "gelu_backward_kernel", kernel, n, dinp, inp, dout);
+  return visit_with_operand("gelu_backward", dtype, dout_dtype, [&](auto t, auto d) {
+    return launch_elementwise(device, "gelu_backward_kernel",
+                              gelu_backward_kernel<decltype(t)::value, decltype(d)::value>, n, dinp, inp, dout);
   });
 }
 
