@@ -23,5 +23,7 @@ stage bash scripts/fuzz.sh
 stage bash scripts/gpu/kit.sh
 # The kit proven by the programs that load each of its libraries (the GPU machine's check builds every target):
 # zero-train (Abseil, OpenBLAS), zero-bench (benchmark), and the one-file tcp_store_test for GoogleTest and GMock
-# (kernels_test, which it replaces, compiled ten test files more to prove the same).
-ZERO_GPU_TARGETS="zero-train zero-bench tcp_store_test" stage bash scripts/gpu/check.sh build build-gpu/check
+# (kernels_test, which it replaces, compiled ten test files more to prove the same). Their kernels as PTX alone: the
+# kit is proven without ptxas (attention.cu compiles in 27 s, not 44; the plain build above runs ptxas).
+ZERO_GPU_TARGETS="zero-train zero-bench tcp_store_test" ZERO_CUDA_ARCH=90-virtual \
+  stage bash scripts/gpu/check.sh build build-gpu/check
