@@ -66,7 +66,7 @@ absl::Status cast(const Tensor& out, const Tensor& inp, const StochasticRounding
   if (inp.device().is_cuda()) return cuda::cast(inp.device().index, out.data(), to, inp.data(), from, n, stochastic);
 #endif
   if (from == to) {
-    std::memcpy(out.data(), inp.data(), inp.nbytes());
+    if (n > 0) std::memcpy(out.data(), inp.data(), inp.nbytes());  // an empty tensor's data may be null
   } else if (narrowing) {
     for_blocks(n, kBlock, [&](int64_t b, int64_t e) {
       to_half(inp.data_as<float>(), out.data_as<uint16_t>(), b, e, to, stochastic);

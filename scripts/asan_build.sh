@@ -14,6 +14,8 @@ bash scripts/install_deps.sh
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 link_flags="-fsanitize=address,undefined"  # the fuzzers add -fsanitize=fuzzer (tests/fuzz), the tests link none
 mkdir -p build-asan
+# A cache another compiler made (g++ built build-asan/ before): CMake would reset it and drop the flags below.
+grep -qs '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-asan/CMakeCache.txt || rm -rf build-asan/CMakeCache.txt build-asan/CMakeFiles
 # -O1, as AddressSanitizer's own documentation advises, for a third less compile time than -O2; -g1: line tables
 # alone, enough for the reports' file:line. -Wno-pass-failed: under the instrumentation clang cannot vectorize the
 # `omp simd` loops, and says so.

@@ -140,7 +140,7 @@ template <typename F>
 absl::Status visit_with_operand(const char* op, DType dtype, DType operand, F&& f) {
   ZERO_CHECK(operand == dtype || operand == DType::kF32, op, ": second operand in ", dtype_name(dtype),
              " or fp32, not ", dtype_name(operand));
-  return visit_floating(dtype, [&](auto t) {
+  return visit_floating(dtype, [&](auto t) -> absl::Status {
     if (operand == dtype) return f(t, t);
     return f(t, DTypeConstant<DType::kF32>{});
   });

@@ -277,15 +277,16 @@ TEST(SimDeviceTest, ABodyReachingUndeclaredMemoryFailsAndTheErrorSticks) {
 }
 
 TEST(SimDeviceTest, WithTheCheckerOffThePlantedBugsGoUnreported) {
+  // The host memory itself is ordered by `filled`, which the checker cannot see, so that the kernels do not
+  // race in fact (ThreadSanitizer would rightly say they did): to the streams' order they are still unordered.
+  // Declared before the device, whose stream threads read it until its destructor joins them.
+  std::atomic<bool> filled = false;
   // The checker is what finds them: the same calls as the tests above, none refused.
   auto sim = make_sim({.check_order = false});
   const Stream a = new_stream(*sim, StreamFlags::kNonBlocking);
   const Stream b = new_stream(*sim, StreamFlags::kNonBlocking);
   float* x = device_floats(*sim, 16, a);
   float* y = device_floats(*sim, 16, b);
-  // The host memory itself is ordered by `filled`, which the checker cannot see, so that the kernels do not
-  // race in fact (ThreadSanitizer would rightly say they did): to the streams' order they are still unordered.
-  std::atomic<bool> filled = false;
   KernelLaunch write = fill(x, 16, 1);
   write.body = [body = write.body, &filled](const LaunchContext& ctx) {
     const absl::Status written = body(ctx);
